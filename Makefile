@@ -1,0 +1,83 @@
+# strata: build, test, check, fuzz, bench. `make help` lists the targets.
+CC      ?= cc
+CFLAGS  ?= -O2 -g
+# -ffp-contract=off: no silent FMA contraction, so scalar and SIMD paths round alike.
+CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
+           -Wno-unused-parameter -ffp-contract=off -pthread -Iinclude -Isrc -MMD -MP
+LDLIBS  += -ljansson -lpcre2-8 -lxxhash -luring -lpthread -lm
+ifneq ($(WERROR),)
+CFLAGS  += -Werror
+endif
+ifneq ($(SAN),)                                   # make SAN=address,undefined test
+CFLAGS  += -O1 -fsanitize=$(SAN) -fno-sanitize-recover=all -fno-omit-frame-pointer
+LDFLAGS += -fsanitize=$(SAN)
+BUILD   ?= build-san
+endif
+BUILD   ?= build
+
+LIB_SRC  := $(wildcard src/*.c)
+APP_SRC  := $(filter-out app/strata.c,$(wildcard app/*.c))
+TEST_SRC := $(wildcard tests/t_*.c) tests/run.c
+FUZZ_SRC := $(filter-out fuzz/fz_main.c,$(wildcard fuzz/fz_*.c))
+LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
+APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
+TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
+
+.PHONY: all help test check fuzz bench bench-kernels bench-tokenizer conformance clean deps
+all: strata
+
+help:
+	@echo "make            build ./strata"
+	@echo "make test       unit, kernel, end-to-end tests and fuzz-corpus replay (< 5 min)"
+	@echo "make check      the same tests under ASan+UBSan (build-san/)"
+	@echo "make fuzz T=st  libFuzzer target fuzz/fz_T.c (clang); T in: $(patsubst fuzz/fz_%.c,%,$(FUZZ_SRC))"
+	@echo "make bench      long benchmarks (bench/)"
+	@echo "make conformance engine vs the Python reference on generated models"
+	@echo "make deps       install Debian packages (scripts/install-deps.sh)"
+
+deps:
+	bash scripts/install-deps.sh
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/libstrata.a: $(LIB_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+strata: $(BUILD)/app/strata.o $(APP_OBJ) $(BUILD)/libstrata.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+# Test and fuzz registration tables are generated from TEST(name) / FUZZ_ENTRY(name)
+# lines, so adding a test never edits a shared file.
+$(BUILD)/gen/tests_list.h: $(TEST_SRC) $(FUZZ_SRC)
+	@mkdir -p $(dir $@)
+	@{ grep -ho '^TEST([a-z0-9_]*)' tests/t_*.c | sed 's/^TEST(\(.*\))/T(\1)/'; \
+	   grep -ho '^FUZZ_ENTRY([a-z0-9_]*)' $(FUZZ_SRC) /dev/null | sed 's/^FUZZ_ENTRY(\(.*\))/F(\1)/'; } > $@.tmp
+	@mv $@.tmp $@
+$(BUILD)/tests/run.o: $(BUILD)/gen/tests_list.h
+$(BUILD)/tests/run.o: CFLAGS += -I$(BUILD)/gen
+
+$(BUILD)/test_runner: $(TEST_OBJ) $(APP_OBJ) $(BUILD)/libstrata.a
+	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
+test: strata $(BUILD)/test_runner
+	./$(BUILD)/test_runner
+
+check:
+	$(MAKE) SAN=address,undefined WERROR=1 test
+
+# libFuzzer: make fuzz T=st [SECS=600]
+SECS ?= 60
+fuzz:
+	@test -n "$(T)" || { echo "usage: make fuzz T=<target> [SECS=600]"; exit 2; }
+	@mkdir -p build-fuzz fuzz/corpus/$(T)
+	clang -O1 -g -std=c11 -D_GNU_SOURCE -DFUZZ_TARGET -fsanitize=fuzzer,address,undefined \
+	  -Iinclude -Isrc -o build-fuzz/fz_$(T) fuzz/fz_$(T).c $(LIB_SRC) $(LDLIBS)
+	./build-fuzz/fz_$(T) -max_total_time=$(SECS) -max_len=65536 fuzz/corpus/$(T)
+
+clean:
+	rm -rf build build-san build-fuzz strata
+
+-include $(shell find build build-san -name '*.d' 2>/dev/null)

@@ -1,0 +1,28 @@
+/*
+ * cli.h: what the subcommands share. Exit codes: 0 success, 1 failure (bad model,
+ * I/O, refused plan), 2 usage error. --help prints to stdout and exits 0.
+ */
+#ifndef STRATA_CLI_H
+#define STRATA_CLI_H
+
+#include <stdio.h>
+#include "base.h"
+
+#define EXIT_USAGE 2
+
+/* Value of option argv[*i] (advances *i); prints a usage error and returns NULL if
+ * the value is missing. */
+const char *cli_need_arg(int argc, char **argv, int *i, const char *cmd);
+/* Prints "strata CMD: <msg>\nTry 'strata CMD --help'." to stderr; returns EXIT_USAGE. */
+int cli_usage_error(const char *cmd, const char *fmt, ...) ST_PRINTF(2, 3);
+int cli_is_help(const char *a);
+
+int cmd_inspect(int argc, char **argv);
+int cmd_gen_model(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_chat(int argc, char **argv);
+int cmd_tokenize(int argc, char **argv);
+int cmd_pack(int argc, char **argv);
+int cmd_plan(int argc, char **argv);
+
+#endif

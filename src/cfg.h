@@ -1,0 +1,75 @@
+/*
+ * cfg.h: the Kimi K3 model configuration (config.json) and its census.
+ *
+ * Two JSON shapes are accepted: the released nested one (language-model keys under
+ * `text_config`, KDA keys under `text_config.linear_attn_config`) and the flat one
+ * (all keys at the root). KDA fields are read from `linear_attn_config` explicitly
+ * when it exists, so a generic `head_dim`/`num_heads` elsewhere cannot shadow them.
+ * Every required key that is missing or ill-typed is reported, all in one pass.
+ */
+#ifndef STRATA_CFG_H
+#define STRATA_CFG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define CFG_MAX_LAYERS 4096
+#define CFG_MAX_TOPK 64
+#define CFG_MAX_EOS 8
+#define MXFP4_GROUP 32
+
+typedef struct cfg {
+    int64_t hidden, n_layers, vocab;
+    double rms_eps;
+    /* KDA (linear_attn_config) */
+    int64_t kda_heads, kda_head_dim, conv_k;
+    double gate_lb;
+    /* Gated MLA */
+    int64_t n_heads, q_lora, kv_lora, qk_nope, qk_rope, v_head;
+    int mla_out_gate; /* optional, default 1 */
+    /* Stable LatentMoE */
+    int64_t n_experts, topk, n_shared, latent, moe_inter;
+    double routed_scale;
+    int moe_renorm, latent_norm; /* optional, default 1 */
+    int64_t first_dense, dense_inter, attn_res_block;
+    double situ_b1, situ_b2;
+    /* layer map: is_mla[L] for 0-based L, from the one-based full_attn_layers */
+    int64_t n_mla;
+    uint8_t is_mla[CFG_MAX_LAYERS];
+    /* special ids (optional; -1 when absent) and context limit */
+    int64_t bos_id, pad_id;
+    int64_t n_eos, eos_ids[CFG_MAX_EOS];
+    int64_t max_ctx; /* max_position_embeddings if present, else CFG_DEFAULT_CTX */
+    int mxfp4_experts; /* quantization_config.format == "mxfp4" (informational) */
+} cfg;
+#define CFG_DEFAULT_CTX 131072
+
+/* Parses and validates config.json bytes. On failure returns STRATA_EFORMAT and
+ * writes every problem (one per line, naming `what`, e.g. the file path) into err. */
+int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *err, size_t errlen);
+int cfg_load(cfg *c, const char *path, char *err, size_t errlen);
+/* The real K3 configuration (shared/spec/k3-config.json values). */
+void cfg_k3(cfg *c);
+/* Structural validation only (used by cfg_parse and by presets). */
+int cfg_validate(const cfg *c, const char *what, char *err, size_t errlen);
+/* Writes the released nested config.json shape for c (MEM_MISC string, caller frees). */
+char *cfg_to_json(const cfg *c);
+
+static inline int cfg_is_moe(const cfg *c, int64_t L) { return L >= c->first_dense; }
+
+/* Census: parameter and byte counts by class, for planning and `inspect`. */
+typedef struct cfg_census {
+    int64_t n_kda, n_mla, n_dense, n_moe;
+    uint64_t params_total, params_trunk, params_embed, params_experts, params_active;
+    uint64_t n_expert_total;            /* n_moe * n_experts */
+    uint64_t expert_bytes;              /* one MXFP4 expert (six tensors) */
+    uint64_t experts_bytes;             /* all experts, MXFP4 */
+    uint64_t trunk_bytes_bf16;          /* all per-layer non-expert tensors, bf16 */
+    uint64_t embed_bytes_bf16;          /* embed_tokens + lm_head + final vectors, bf16 */
+    uint64_t layer_bytes_bf16[CFG_MAX_LAYERS]; /* trunk bytes of each layer, bf16 */
+    uint64_t mla_cache_elems_per_pos;   /* n_mla * (kv_lora + qk_rope) */
+    uint64_t kda_state_elems;           /* n_kda * (heads*D*D + 3*P*(conv_k-1)) */
+} cfg_census;
+void cfg_census_compute(const cfg *c, cfg_census *out);
+
+#endif

@@ -1,0 +1,44 @@
+/*
+ * kern.h: compute kernels. kern_ref.c holds the plain scalar reference of every op;
+ * kern_x86.c (AVX2+FMA, AVX-512) and kern_neon.c (arm64) hold fast paths, picked once
+ * by kern_init() into the table `K`. Kernels take (out, in..., dims), never allocate,
+ * log or fail.
+ *
+ * Summation contract (why SIMD == scalar bit for bit): a dot product of length n
+ * uses 16 f32 lane accumulators; element i goes to lane i % 16 via fmaf
+ * (acc[l] = fmaf(w_i, x_i, acc[l])); lanes reduce by the fixed tree
+ * b[l] = (a[l] + a[l+8]) for l < 8, c[l] = b[l] + b[l+4], d[l] = c[l] + c[l+2],
+ * r = d[0] + d[1]. A tail (n % 16) is handled as if zero-padded to 16.
+ * MXFP4 rows decode each weight exactly as E2M1[code] * 2^(scale-127) (in f32; a
+ * power-of-two scaling is exact except overflow) and use the same lane contract.
+ * Every implementation (scalar, AVX2, AVX-512, NEON) therefore returns identical bits.
+ */
+#ifndef STRATA_KERN_H
+#define STRATA_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct kern_table {
+    const char *name; /* "scalar", "avx2", "avx512", "neon" */
+    /* Y[t][r - r0 ... ] : for rows r in [r0, r1) and t in [0, T):
+     *   Y[t * ldy + r] = dot(W row r, X[t * ldx ...]) with W (rows, cols) of dtype
+     *   DT_F32 / DT_BF16 / DT_F16, row stride = cols elements. */
+    void (*matmul)(float *Y, int64_t ldy, const void *W, int dtype, int64_t cols,
+                   const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+    /* The same for MXFP4: packed (rows, cols/2) bytes, scales (rows, cols/32). */
+    void (*matmul_mxfp4)(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
+                         int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+    /* Plain f32 dot with the lane contract. */
+    float (*dot)(const float *a, const float *b, int64_t n);
+} kern_table;
+
+extern kern_table K;                      /* the selected table (scalar until kern_init) */
+extern const kern_table kern_ref_table;   /* always available */
+/* Picks the best table this CPU supports; `force` ("scalar", "avx2", ...) or NULL.
+ * STRATA_KERNEL env var overrides (for tests and A/B). Returns the chosen name. */
+const char *kern_init(const char *force);
+/* All tables usable on this CPU, for tests (NULL-terminated). */
+const kern_table *const *kern_available(void);
+
+#endif

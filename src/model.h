@@ -1,0 +1,69 @@
+/*
+ * model.h: a K3 model bound to its weights, and the one interface through which
+ * the forward pass sees weights (wsrc). The forward pass never knows whether a
+ * tensor is resident, pinned, streamed through a ring or read from the expert
+ * cache: it asks wsrc and gets a borrowed view that stays valid until it returns it.
+ */
+#ifndef STRATA_MODEL_H
+#define STRATA_MODEL_H
+
+#include "base.h"
+#include "cfg.h"
+#include "schema.h"
+#include "st.h"
+
+/* A borrowed view of one tensor's bytes. Matrices are (rows, cols) row-major with
+ * y = W x; vectors have rows = 1. MXFP4 experts: role R_EXP_W*P holds the packed
+ * codes (rows, cols/2 bytes) with cols the LOGICAL input width, R_EXP_W*S the scales. */
+typedef struct wt {
+    const void *p;
+    int32_t dtype;   /* st_dtype; DT_U8 for MXFP4 packed/scale */
+    int64_t rows, cols;
+} wt;
+
+/* Binding check: every tensor the config needs exists with the right shape and an
+ * accepted dtype (trunk F32/BF16/F16; experts MXFP4 U8 packed+scale, or BF16/F32/F16
+ * `weight`). All problems go to *problems (one line each). Also records layout facts. */
+typedef struct model_layout {
+    int experts_bf16;            /* experts stored as plain weights */
+    int experts_contiguous;      /* every expert's tensors are one gap-free run in one shard */
+    int layers_contiguous;       /* every layer's trunk tensors are one gap-free run in one shard */
+    int64_t n_expert_noncontig, n_layer_noncontig;
+    uint64_t expert_bytes;       /* bytes of one expert as stored (max over experts) */
+    uint64_t layer_bytes[CFG_MAX_LAYERS]; /* trunk bytes of each layer as stored */
+    uint64_t embed_bytes, head_bytes;     /* embed_tokens; final vectors + lm_head */
+    uint64_t trunk_bytes, experts_bytes;  /* totals as stored */
+} model_layout;
+int model_bind_check(const cfg *c, const st_index *ix, model_layout *lay, sbuf *problems);
+
+/* ---- the weight source ---- */
+typedef struct wsrc wsrc;
+typedef struct wsrc_ops {
+    /* Trunk of layer L (0..n_layers-1), or the head pseudo-layer L == n_layers
+     * (final norm, output AttnRes vectors, lm_head). *roles points to an array of
+     * R_COUNT views indexed by enum trole (unused roles have p == NULL). Valid until
+     * layer_put(L). May block on I/O. */
+    int (*layer_get)(wsrc *w, int64_t L, const wt **roles);
+    void (*layer_put)(wsrc *w, int64_t L);
+    /* Starts loading the given experts of layer L (may return before they land). */
+    int (*experts_request)(wsrc *w, int64_t L, int n, const int32_t *ids);
+    /* Waits for one requested expert; *roles as above (R_EXP_*). Valid until experts_put. */
+    int (*expert_wait)(wsrc *w, int64_t L, int32_t id, const wt **roles);
+    /* Releases every expert of layer L requested so far. */
+    void (*experts_put)(wsrc *w, int64_t L);
+    /* Embedding rows for ids, converted to f32: out is (n, hidden). */
+    int (*embed_rows)(wsrc *w, int n, const int32_t *ids, float *out);
+    /* Hint: layer L will be needed soon (read-ahead). Optional (may be NULL). */
+    void (*hint_layer)(wsrc *w, int64_t L);
+    void (*close)(wsrc *w);
+    const char *(*errmsg)(wsrc *w);
+} wsrc_ops;
+struct wsrc {
+    const wsrc_ops *ops;
+    const cfg *c;
+};
+
+/* Resident source: every tensor read from the shards into MEM_WEIGHTS at open. */
+int wsrc_resident_open(wsrc **out, const cfg *c, const st_index *ix, char *err, size_t errlen);
+
+#endif

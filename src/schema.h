@@ -1,0 +1,65 @@
+/*
+ * schema.h: every tensor a K3 model has, derived from its config alone.
+ *
+ * One walk drives the generator (what to write), the binder (what must exist, with
+ * which shape), the census and the packer, so the four can never disagree about a
+ * name or a shape. Names follow the released checkpoint (shared/spec/seed-engine.md 2.2).
+ */
+#ifndef STRATA_SCHEMA_H
+#define STRATA_SCHEMA_H
+
+#include "cfg.h"
+
+enum tclass { TC_EMBED, TC_LAYER, TC_EXPERT, TC_FINAL, TC_LM_HEAD };
+enum tkind {
+    TK_MATRIX,  /* 2-D float (F32/BF16/F16), y = W x with W (rows, cols) */
+    TK_VECTOR,  /* 1-D float; [n] or [1, n] accepted */
+    TK_CONV,    /* (P, 1, conv_k) float */
+    TK_PACKED,  /* MXFP4 codes, U8 (rows, cols/2) */
+    TK_SCALE,   /* MXFP4 E8M0 scales, U8 (rows, cols/32) */
+};
+
+/* Roles: which slot of a layer the tensor fills (append only). */
+enum trole {
+    R_EMBED, R_LM_HEAD, R_FINAL_NORM, R_OUT_RES_NORM, R_OUT_RES_PROJ,
+    R_IN_NORM, R_POST_NORM, R_ATTN_RES_NORM, R_ATTN_RES_PROJ, R_MLP_RES_NORM, R_MLP_RES_PROJ,
+    /* KDA */
+    R_KDA_Q, R_KDA_K, R_KDA_V, R_KDA_G, R_KDA_O, R_KDA_QCONV, R_KDA_KCONV, R_KDA_VCONV,
+    R_KDA_FA, R_KDA_FB, R_KDA_B, R_KDA_ALOG, R_KDA_DTBIAS, R_KDA_ONORM,
+    /* MLA */
+    R_MLA_QA, R_MLA_QA_NORM, R_MLA_QB, R_MLA_KVA, R_MLA_KVA_NORM, R_MLA_KVB, R_MLA_O, R_MLA_G,
+    /* dense MLP */
+    R_DENSE_GATE, R_DENSE_UP, R_DENSE_DOWN,
+    /* MoE trunk */
+    R_MOE_ROUTER, R_MOE_BIAS, R_MOE_LAT_DOWN, R_MOE_LAT_UP, R_MOE_LAT_NORM,
+    R_MOE_SH_GATE, R_MOE_SH_UP, R_MOE_SH_DOWN,
+    /* one routed expert (MXFP4 packed/scale, or bf16 weight) */
+    R_EXP_W1P, R_EXP_W1S, R_EXP_W2P, R_EXP_W2S, R_EXP_W3P, R_EXP_W3S,
+    R_EXP_W1, R_EXP_W2, R_EXP_W3,
+    R_COUNT
+};
+
+typedef struct tspec {
+    char name[160];
+    int cls, kind, role;
+    int64_t layer;  /* -1 for model-level tensors */
+    int64_t expert; /* -1 unless TC_EXPERT */
+    int ndim;
+    int64_t shape[3];
+    int64_t numel;
+} tspec;
+
+/* Calls fn for every tensor in canonical order: embed; per layer L the trunk
+ * tensors then experts 0..n-1 (w1.packed, w1.scale, w2.packed, w2.scale, w3.packed,
+ * w3.scale, the released order); final vectors; lm_head. experts_bf16 selects plain
+ * `weight` experts instead of MXFP4. Stops and returns fn's value if non-zero. */
+typedef int (*schema_fn)(void *ud, const tspec *t);
+int schema_walk(const cfg *c, int experts_bf16, schema_fn fn, void *ud);
+
+/* Only the tensors of one layer's trunk (cls TC_LAYER), or of one expert. */
+int schema_walk_layer(const cfg *c, int64_t L, schema_fn fn, void *ud);
+int schema_walk_expert(const cfg *c, int64_t L, int64_t E, int experts_bf16, schema_fn fn, void *ud);
+
+const char *schema_role_name(int role);
+
+#endif

@@ -1,0 +1,34 @@
+/*
+ * test.h: the test harness. CHECK counts a failure and goes on; a suite is a
+ * function declared with TEST(name) in tests/t_*.c and is registered by the
+ * Makefile (grep), so no shared table is edited.
+ */
+#ifndef STRATA_TEST_H
+#define STRATA_TEST_H
+
+#include <math.h>
+#include <stdio.h>
+#include "base.h"
+
+extern int t_checks, t_fails;
+extern const char *t_tmpdir; /* per-run scratch directory, removed at exit */
+
+#define TEST(name) void test_##name(void)
+#define CHECK(x) do { t_checks++; if (!(x)) { t_fails++; \
+    fprintf(stderr, "  FAIL %s:%d: %s\n", __FILE__, __LINE__, #x); } } while (0)
+#define CHECK_MSG(x, ...) do { t_checks++; if (!(x)) { t_fails++; \
+    fprintf(stderr, "  FAIL %s:%d: %s: ", __FILE__, __LINE__, #x); \
+    fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+#define CHECK_NEAR(a, b, atol, rtol) do { double a_ = (a), b_ = (b); t_checks++; \
+    if (!(fabs(a_ - b_) <= (atol) + (rtol) * fabs(b_))) { t_fails++; \
+    fprintf(stderr, "  FAIL %s:%d: %s = %.9g vs %s = %.9g\n", __FILE__, __LINE__, #a, a_, #b, b_); } } while (0)
+
+/* Runs `cmd` through /bin/sh; returns its exit status (or -1); stdout and stderr
+ * captured into *out (MEM_MISC, caller frees) when out != NULL. */
+int t_run(const char *cmd, char **out);
+/* Writes bytes to t_tmpdir/name and returns the path (static buffer rotation of 8). */
+const char *t_write(const char *name, const void *data, size_t len);
+/* Path of the freshly built CLI binary ("./strata"). */
+const char *t_strata(void);
+
+#endif
