@@ -33,6 +33,30 @@ typedef struct kern_table {
     float (*dot)(const float *a, const float *b, int64_t n);
 } kern_table;
 
+/* MXFP4 group: one E8M0 scale byte per 32 inputs. matmul_mxfp4 requires
+ * cols % KERN_MXFP4_GROUP == 0 (asserted). */
+#define KERN_MXFP4_GROUP 32
+
+/* The f32 factor 2^(s-127) of an E8M0 scale byte (s = 0 gives the subnormal 2^-127,
+ * exact). Scale 255 (NaN in the MX spec, a checkpoint defect counted at load by
+ * num_mxfp4_count_nan_scales) gives 0: the kernels zero the whole 32-group, as the
+ * seed engine does, instead of spreading NaN through the residual stream.
+ * LUT entry k_e2m1[c] * kern_e8m0_f32(s) is an exact f32 product (or inf on overflow:
+ * scale 254 with |code| 6), which is how every table decodes weights. */
+static inline float kern_e8m0_f32(uint8_t s) {
+    union { uint32_t u; float f; } v;
+    v.u = s == 0 ? 0x00400000u : s == 255 ? 0u : (uint32_t)s << 23;
+    return v.f;
+}
+
+#if defined(__x86_64__)
+extern const kern_table kern_avx2_table;   /* AVX2 + FMA + F16C */
+extern const kern_table kern_avx512_table; /* AVX-512 F/BW/VL */
+#endif
+#if defined(__aarch64__)
+extern const kern_table kern_neon_table;
+#endif
+
 extern kern_table K;                      /* the selected table (scalar until kern_init) */
 extern const kern_table kern_ref_table;   /* always available */
 /* Picks the best table this CPU supports; `force` ("scalar", "avx2", ...) or NULL.

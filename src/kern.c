@@ -1,0 +1,66 @@
+/*
+ * kern.c: kernel table selection. kern_init() picks the best table this CPU
+ * supports once at startup and copies it into K; STRATA_KERNEL overrides it for
+ * tests and A/B runs. Every table obeys kern.h's summation contract, so the choice
+ * changes speed only, never output bits.
+ */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base.h"
+#include "kern.h"
+
+kern_table K = {
+    .name = "scalar", .matmul = NULL, .matmul_mxfp4 = NULL, .dot = NULL,
+};
+
+typedef struct { const kern_table *t; int (*supported)(void); } kern_cand;
+
+static int cand_always(void) { return 1; }
+
+/* Best first. */
+static const kern_cand k_cands[] = {
+    {&kern_ref_table, cand_always},
+};
+#define N_CANDS (sizeof k_cands / sizeof k_cands[0])
+
+static const kern_table *g_avail[N_CANDS + 1];
+static pthread_once_t g_avail_once = PTHREAD_ONCE_INIT;
+
+static void avail_build(void) {
+    size_t n = 0;
+    for (size_t i = 0; i < N_CANDS; i++)
+        if (k_cands[i].supported()) g_avail[n++] = k_cands[i].t;
+    g_avail[n] = NULL;
+}
+
+const kern_table *const *kern_available(void) {
+    pthread_once(&g_avail_once, avail_build);
+    return g_avail;
+}
+
+static const kern_table *find_name(const char *name) {
+    for (size_t i = 0; i < N_CANDS; i++)
+        if (!strcmp(k_cands[i].t->name, name)) return k_cands[i].t;
+    return NULL;
+}
+
+const char *kern_init(const char *force) {
+    const kern_table *const *av = kern_available();
+    const kern_table *pick = av[0]; /* best supported */
+    const char *env = getenv("STRATA_KERNEL");
+    const char *want = env && *env ? env : force;
+    if (want) {
+        const kern_table *t = find_name(want);
+        int ok = 0;
+        for (size_t i = 0; t && av[i]; i++) ok |= av[i] == t;
+        if (ok) pick = t;
+        else LOGW("kernel table '%s' is %s on this CPU; using '%s'", want,
+                  t ? "not supported" : "unknown", pick->name);
+    }
+    K = *pick;
+    return K.name;
+}
+
+/* K starts as the scalar table so a caller that forgets kern_init still computes. */
+__attribute__((constructor)) static void kern_default(void) { K = kern_ref_table; }
