@@ -1,0 +1,89 @@
+/*
+ * infer.h: the K3 forward pass. An engine is one model (config, weight source,
+ * thread pool, per-chunk scratch); a session is one sequence evaluated on it
+ * (KDA conv history + recurrent state for the KDA layers only, the MLA latent
+ * cache, the position and the token history).
+ *
+ * Math: shared/spec/MODEL.md. Order of operations per layer: Block Attention
+ * Residuals (8 steps), KDA (sequential delta rule, carried conv/state) or Gated MLA
+ * (latent cache with W_kvb absorbed on both sides, so the cache holds only the
+ * normed latent and the rope slot: n_mla x (kv_lora + qk_rope) f32 per position),
+ * dense SiTU-GLU or Stable LatentMoE. Weights come only through wsrc (model.h).
+ *
+ * Determinism: every output element is computed by one thread in a fixed order
+ * (rows of matmuls, heads, experts' rows), so logits are bit-identical for any
+ * thread count and any weight source; prefill (T tokens as a batch) gives the same
+ * bits as T single-token steps.
+ *
+ * Threading: an engine and its sessions are single-caller objects: one eval at a
+ * time per engine (they share the engine's scratch).
+ */
+#ifndef STRATA_INFER_H
+#define STRATA_INFER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "cfg.h"
+#include "model.h"
+
+typedef struct engine engine;
+typedef struct session session;
+
+typedef struct engine_opts {
+    int n_threads;          /* >= 1; 0 = pool_default_threads() */
+    int64_t prefill_chunk;  /* tokens per batched forward; 0 = INFER_DEFAULT_CHUNK */
+} engine_opts;
+#define INFER_DEFAULT_CHUNK 64
+
+/* Creates an engine over c and w (both borrowed: they must outlive the engine).
+ * Allocates the pool and all scratch (MEM_SCRATCH); nothing is allocated later by
+ * evaluation. *out NULL on failure. Free with engine_free. */
+int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, char *err, size_t errlen);
+void engine_free(engine *e); /* accepts NULL; sessions must be freed first */
+int engine_threads(const engine *e);
+int64_t engine_prefill_chunk(const engine *e);
+const cfg *engine_cfg(const engine *e);
+
+/* A sequence of at most max_ctx positions (1 <= max_ctx). Allocates its KDA state
+ * (MEM_STATE) and MLA cache (MEM_KV) up front. Free with session_free. */
+int session_create(session **out, engine *e, int64_t max_ctx, char *err, size_t errlen);
+void session_free(session *s); /* accepts NULL */
+/* Back to the empty sequence (zero state, position 0). */
+void session_reset(session *s);
+
+/* Appends n >= 1 tokens (prefill in chunks of the engine's prefill_chunk as a
+ * batch) and, if logits != NULL, writes the last token's logits (vocab floats).
+ * Fails with STRATA_EINVAL for an id outside [0, vocab) or when the context would
+ * overflow max_ctx (nothing is evaluated then), or with the weight source's error
+ * (the session is then unusable until session_reset). Message: session_errmsg. */
+int session_eval(session *s, const int32_t *ids, int64_t n, float *logits);
+/* Test oracle: session_reset, then evaluates all n ids from the empty state. */
+int session_eval_full(session *s, const int32_t *ids, int64_t n, float *logits);
+
+int64_t session_pos(const session *s);          /* tokens evaluated so far */
+int64_t session_max_ctx(const session *s);
+const int32_t *session_tokens(const session *s); /* the pos ids evaluated; valid until the next eval/reset/load */
+const char *session_errmsg(const session *s);   /* last error ("" if none) */
+
+/* State files (the chat REPL resumes with them). Byte layout, little-endian:
+ *   "STRS" magic, u32 version (1), u64 config fingerprint (infer_cfg_fingerprint),
+ *   i64 pos, i32 ids[pos], for each KDA layer in order: f32 conv[3][conv_k-1][P],
+ *   f32 S[heads][D][D]; for each MLA layer in order: f32 cache[pos][kv_lora+rope];
+ *   u64 fnv1a of everything before it.
+ * Only occupied positions are stored, so a file loads into a session of any
+ * max_ctx >= pos. save writes path.tmp.PID, fsyncs and renames. load refuses a
+ * different fingerprint, a bad magic/version/checksum or pos > max_ctx, and leaves
+ * the session reset on failure. */
+int session_save(session *s, const char *path, char *err, size_t errlen);
+int session_load(session *s, const char *path, char *err, size_t errlen);
+uint64_t infer_cfg_fingerprint(const cfg *c);
+
+/* Exact bytes (as requested from base_alloc) that session_create and engine_create
+ * allocate, for the memory planner. n_threads 0 / prefill_chunk 0 mean the defaults
+ * (the pool's own threads are not counted). */
+uint64_t infer_session_bytes(const cfg *c, int64_t max_ctx);
+uint64_t infer_engine_bytes(const cfg *c, int64_t prefill_chunk, int n_threads);
+/* MLA latent cache bytes per position: n_mla x (kv_lora + qk_rope) x 4. */
+uint64_t infer_mla_cache_bytes_per_pos(const cfg *c);
+
+#endif
