@@ -1,0 +1,146 @@
+/*
+ * place.h: where every weight byte lives under a RAM budget, and the streaming
+ * weight source that puts it there.
+ *
+ * A plan (place_plan_compute) is computed before anything big is allocated: which
+ * trunk units (layers 0..n_layers-1 and the head pseudo-layer n_layers) are pinned
+ * in RAM, how big the streaming arena is (it must hold the largest streamed unit;
+ * more lets the reader thread load the next layers while this one computes), how
+ * many expert cache slots remain, whether the embedding table is resident or read
+ * by row, plus the session (KDA state + MLA cache), engine scratch, I/O buffers and
+ * the process's fixed overhead. Below the minimum the plan is refused with
+ * STRATA_EBUDGET and the minimum in the message (the CLI exits 2).
+ *
+ * place_open builds the wsrc (model.h) that serves the plan: pinned units and the
+ * arena read with O_DIRECT (io_uring, many reads in flight), experts through a
+ * leased cache (cache.h). The source reads from a pack (pack.h: one aligned run per
+ * unit) when one exists for the model, else in place from the shards. The budget
+ * only moves bytes: every view holds the same bytes a direct st_read gives.
+ *
+ * Wiring in strata run (app/cmd_run.c):
+ *     place_opts po = place_opts_default();
+ *     po.ram_bytes = budget (0 = resident); po.pack_dir = --pack or NULL;
+ *     po.ctx = prompt + gen; po.prefill_chunk = chunk; po.n_threads = threads;
+ *     po.session_bytes = infer_session_bytes; po.engine_bytes = infer_engine_bytes;
+ *     rc = place_plan_compute(&c, &lay, model_dir, &po, &plan, err, sizeof err);
+ *     // rc == STRATA_EBUDGET: print err (names the minimum) and exit 2
+ *     // --plan: place_plan_print(&plan, stderr) and exit 0
+ *     rc = place_open(&w, &c, ix, model_dir, &plan, err, sizeof err);
+ *     engine_opts eo = {.n_threads = threads, .prefill_chunk = plan.prefill_chunk};
+ *     ... run ...; place_stats_get(w, &st); place_stats_print(&st, &plan, stderr);
+ * The plan may lower prefill_chunk (the expert cache must hold the union of a
+ * chunk's experts in one layer): the engine must use plan.prefill_chunk.
+ */
+#ifndef STRATA_PLACE_H
+#define STRATA_PLACE_H
+
+#include <stdio.h>
+#include <jansson.h>
+#include "model.h"
+
+/* Same signatures as infer_session_bytes / infer_engine_bytes (infer.h). */
+typedef uint64_t (*place_session_bytes_fn)(const cfg *c, int64_t max_ctx);
+typedef uint64_t (*place_engine_bytes_fn)(const cfg *c, int64_t prefill_chunk, int n_threads);
+
+enum { PLACE_POLICY_S3FIFO = 0, PLACE_POLICY_LRU = 1 };
+
+typedef struct place_opts {
+    uint64_t ram_bytes;       /* whole-process peak RSS budget; 0 = no budget: all resident */
+    const char *pack_dir;     /* NULL = auto-find the model's pack; "" = never (read in place) */
+    int64_t ctx;              /* positions the session must hold (prompt + generated) */
+    int64_t prefill_chunk;    /* requested tokens per batched forward (0 = 64) */
+    int n_threads;            /* compute threads (0 = default) */
+    place_session_bytes_fn session_bytes; /* NULL = the planner's own estimate */
+    place_engine_bytes_fn engine_bytes;   /* NULL = the planner's own estimate */
+    int cache_policy;         /* PLACE_POLICY_*; default S3-FIFO */
+    int verify_reads;         /* 1: XXH3 every record read from a pack (costs CPU) */
+    int no_uring;             /* 1: pread fallback even when io_uring works */
+    int no_readahead;         /* 1: no reader thread (every streamed unit read on demand) */
+    int mem_limit;            /* 1: also cap base_alloc at the planned bytes (STRATA_EBUDGET) */
+} place_opts;
+
+place_opts place_opts_default(void);
+
+#define PLACE_MAX_UNITS (CFG_MAX_LAYERS + 1)
+
+typedef struct place_plan {
+    /* inputs */
+    uint64_t budget_bytes;    /* 0 = unbudgeted */
+    int64_t n_layers, n_units; /* n_units = n_layers + 1 (the head pseudo-layer) */
+    int64_t ctx, prefill_chunk; /* prefill_chunk: what the engine must use */
+    int n_threads;
+    int has_pack;             /* 1 if pack_dir holds this model's pack */
+    char pack_dir[1024];      /* the pack used ("" = in place from the shards) */
+    /* trunk */
+    uint64_t unit_bytes[PLACE_MAX_UNITS]; /* RAM buffer bytes of each unit */
+    uint8_t pinned[PLACE_MAX_UNITS];
+    int64_t n_pinned;
+    uint64_t pinned_bytes;    /* sum of pinned units */
+    uint64_t streamed_bytes;  /* bytes of the unpinned units (read every forward pass) */
+    uint64_t ring_bytes;      /* streaming arena */
+    uint64_t ring_min_bytes;  /* largest unpinned unit (the arena's floor) */
+    /* embeddings */
+    int embed_resident;
+    uint64_t embed_bytes;     /* table bytes if resident (else 0) */
+    uint64_t embed_row_bytes;
+    /* experts */
+    uint64_t expert_bytes;    /* one expert as stored */
+    uint64_t expert_slot_bytes;
+    int64_t n_expert_slots, min_expert_slots;
+    uint64_t cache_bytes;
+    int cache_policy;
+    /* the rest */
+    uint64_t session_bytes, engine_bytes, io_bytes, index_bytes, overhead_bytes;
+    uint64_t total_bytes;     /* planned peak RSS */
+    uint64_t min_bytes;       /* smallest budget that gives a valid plan */
+    int resident;             /* every unit pinned and the embedding resident */
+    /* prediction (decode, batch 1, expert cache assumed cold) */
+    double disk_bw, mem_bw;   /* bytes/s */
+    char bw_source[160];      /* "measured now", "cached <path>", "default" */
+    uint64_t read_bytes_per_token;  /* streamed trunk + routed experts */
+    uint64_t touch_bytes_per_token; /* every weight byte a decode token reads */
+    double pred_s_per_token;
+    /* options carried to place_open */
+    int verify_reads, no_uring, no_readahead, mem_limit;
+} place_plan;
+
+/* Computes the plan. lay may be NULL (sizes from the config's census: `plan
+ * --config`), model_dir may be NULL (no pack lookup). On STRATA_EBUDGET err says
+ * "needs at least X GB" and out->min_bytes holds X. Does not allocate big buffers. */
+int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_dir,
+                       const place_opts *o, place_plan *out, char *err, size_t errlen);
+void place_plan_print(const place_plan *p, FILE *f);
+json_t *place_plan_json(const place_plan *p); /* new reference */
+
+/* Measured or cached disk (O_DIRECT, engine read size, several in flight) and
+ * memory read bandwidths. dir: a directory on the disk to test (a scratch file is
+ * written there); NULL skips the disk test. Caches the result under
+ * $XDG_CACHE_HOME/strata/bw.json (or ~/.cache); force = 1 re-measures. */
+int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw,
+                    char *source, size_t srclen);
+
+/* Opens the streaming weight source for plan p. ix and c are borrowed and must
+ * outlive the source. Allocates everything the plan names (pinned buffers, arena,
+ * cache slots) up front; the per-token path allocates nothing. Close through
+ * w->ops->close. */
+int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_dir,
+               const place_plan *p, char *err, size_t errlen);
+
+typedef struct place_stats {
+    uint64_t bytes_trunk, bytes_head, bytes_embed, bytes_experts; /* read from disk */
+    uint64_t n_reads;
+    double read_s;            /* wall seconds with at least one read in flight */
+    double wait_s;            /* seconds the caller blocked on I/O */
+    double bw;                /* bytes read / read_s */
+    uint64_t layer_gets, layer_gets_pinned;
+    uint64_t expert_requests, expert_hits, expert_misses, expert_evictions;
+    double hit_rate;          /* TRUE resident: hits on experts resident before the request */
+    uint64_t peak_rss;        /* getrusage */
+} place_stats;
+/* w must come from place_open (or be NULL: zeros). */
+void place_stats_get(wsrc *w, place_stats *s);
+void place_stats_reset(wsrc *w);   /* counters back to zero (e.g. between prefill and decode) */
+void place_stats_print(const place_stats *s, const place_plan *p, FILE *f);
+json_t *place_stats_json(const place_stats *s);
+
+#endif
