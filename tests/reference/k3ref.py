@@ -1,0 +1,895 @@
+#!/usr/bin/python3
+"""k3ref.py: independent float64 reference of the Kimi K3 forward pass.
+
+Written from the spec only (docs in /work/shared/spec: MODEL.md, seed-engine.md 1-2,
+family-math.md 4-5, 8.3, 11-12); it shares no code with the C engine. Everything is
+float64 NumPy; speed is not a goal, clarity and independence are.
+
+Contents, in reading order:
+  1. config.json reader (nested released shape and flat shape)
+  2. safetensors reader (header parsed by hand, numpy memmap; F32/F16/BF16/F64/U8)
+  3. MXFP4 expert decoding
+  4. weight binding with shape checks
+  5. building blocks: RMSNorm, L2 norm, SiTU, AttnRes
+  6. KDA (short conv, gate, recurrent and chunked WY/UT forms)
+  7. Gated MLA (expanded and absorbed/latent-cache forms)
+  8. Stable LatentMoE and the dense MLP
+  9. decoder with Block Attention Residuals, session state, greedy decode
+ 10. CLI
+
+CLI:
+  /usr/bin/python3 tests/reference/k3ref.py MODEL_DIR --ids 1,2,3 [--gen N]
+      [--print-ids] [--dump-logits FILE] [--full-recompute] [--stop-eos]
+      [--force-ids 4,5,...] [--kda recurrent|chunked] [--chunk 64]
+      [--mla absorbed|expanded]
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+
+class RefError(Exception):
+    """A defect of the model directory (config, shards, tensors)."""
+
+
+# ============================================================================
+# 1. config.json
+# ============================================================================
+
+# (field, [json keys: primary then aliases], kind, default or None if required)
+# kind: 'int', 'float', 'bool', 'list'. KDA fields are resolved from
+# linear_attn_config first (seed-engine 1.2 "weakness worth fixing").
+_KDA_FIELDS = {'kda_heads', 'kda_head_dim', 'conv_k', 'gate_lb', 'full_attn'}
+_CONFIG_FIELDS = [
+    ('hidden', ['hidden_size'], 'int', None),
+    ('n_layers', ['num_hidden_layers'], 'int', None),
+    ('vocab', ['vocab_size'], 'int', None),
+    ('rms_eps', ['rms_norm_eps'], 'float', None),
+    ('kda_heads', ['num_heads', 'kda_num_heads'], 'int', None),
+    ('kda_head_dim', ['head_dim', 'kda_head_dim'], 'int', None),
+    ('conv_k', ['short_conv_kernel_size'], 'int', None),
+    ('gate_lb', ['gate_lower_bound'], 'float', None),
+    ('n_heads', ['num_attention_heads'], 'int', None),
+    ('q_lora', ['q_lora_rank'], 'int', None),
+    ('kv_lora', ['kv_lora_rank'], 'int', None),
+    ('qk_nope', ['qk_nope_head_dim'], 'int', None),
+    ('qk_rope', ['qk_rope_head_dim'], 'int', None),
+    ('v_head', ['v_head_dim'], 'int', None),
+    ('mla_out_gate', ['mla_use_output_gate'], 'bool', True),
+    ('n_experts', ['num_experts'], 'int', None),
+    ('topk', ['num_experts_per_token'], 'int', None),
+    ('n_shared', ['num_shared_experts'], 'int', None),
+    ('latent', ['routed_expert_hidden_size'], 'int', None),
+    ('moe_inter', ['moe_intermediate_size'], 'int', None),
+    ('routed_scale', ['routed_scaling_factor'], 'float', None),
+    ('moe_renorm', ['moe_renormalize'], 'bool', True),
+    ('latent_norm', ['latent_moe_use_norm'], 'bool', True),
+    ('first_dense', ['first_k_dense_replace'], 'int', None),
+    ('dense_inter', ['intermediate_size'], 'int', None),
+    ('attn_res_block', ['attn_res_block_size'], 'int', None),
+    ('situ_b1', ['activation_situ_beta', 'situ_beta'], 'float', None),
+    ('situ_b2', ['activation_situ_linear_beta', 'situ_linear_beta'], 'float', None),
+    ('full_attn', ['full_attn_layers'], 'list', None),
+]
+
+
+class Config:
+    """Model hyper-parameters; attribute names are the 'field' column above."""
+
+    def __repr__(self):
+        return 'Config(%s)' % ', '.join('%s=%r' % kv for kv in sorted(vars(self).items()))
+
+
+def _is_number(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def parse_config(obj):
+    """Builds a Config from a parsed config.json (nested or flat). Raises RefError
+    listing every missing or malformed required key."""
+    if not isinstance(obj, dict):
+        raise RefError('config.json: top level is not an object')
+    text = obj.get('text_config')
+    text = text if isinstance(text, dict) else None
+    lin = None
+    for holder in (text, obj):
+        if holder is not None and isinstance(holder.get('linear_attn_config'), dict):
+            lin = holder['linear_attn_config']
+            break
+    generic_scopes = [s for s in (text, lin, obj) if s is not None]
+    kda_scopes = [s for s in (lin, text, obj) if s is not None]
+
+    cfg = Config()
+    problems = []
+    for field, keys, kind, default in _CONFIG_FIELDS:
+        scopes = kda_scopes if field in _KDA_FIELDS else generic_scopes
+        found = None
+        for scope in scopes:
+            for key in keys:
+                if key in scope:
+                    found = (key, scope[key])
+                    break
+            if found is not None:
+                break
+        if found is None:
+            if default is None:
+                problems.append('missing %s' % keys[0])
+            else:
+                setattr(cfg, field, default)
+            continue
+        key, val = found
+        if kind == 'int':
+            if not _is_number(val) or float(val) != int(val):
+                problems.append('%s is not an integer: %r' % (key, val))
+                continue
+            val = int(val)
+        elif kind == 'float':
+            if not _is_number(val):
+                problems.append('%s is not a number: %r' % (key, val))
+                continue
+            val = float(val)
+        elif kind == 'bool':
+            if not isinstance(val, bool):
+                problems.append('%s is not a boolean: %r' % (key, val))
+                continue
+        elif kind == 'list':
+            if (not isinstance(val, list) or not val
+                    or not all(_is_number(x) and float(x) == int(x) for x in val)):
+                problems.append('%s is not a non-empty integer array' % key)
+                continue
+            val = [int(x) for x in val]
+        setattr(cfg, field, val)
+    if problems:
+        raise RefError('config.json: ' + '; '.join(problems))
+
+    # Index base of the layer list: one-based unless a config says otherwise
+    # (family-math 12.2: kda_layer_index_base).
+    base = 1
+    for scope in kda_scopes:
+        if 'kda_layer_index_base' in scope:
+            base = int(scope['kda_layer_index_base'])
+            break
+    # eos: int or list, optional.
+    eos = None
+    for scope in generic_scopes:
+        if 'eos_token_id' in scope:
+            eos = scope['eos_token_id']
+            break
+    if eos is None:
+        cfg.eos_ids = []
+    elif isinstance(eos, list):
+        cfg.eos_ids = [int(x) for x in eos]
+    else:
+        cfg.eos_ids = [int(eos)]
+
+    # Structural checks (seed-engine 1.2).
+    bad = []
+    if cfg.n_layers <= 0 or cfg.hidden <= 0 or cfg.vocab <= 0:
+        bad.append('non-positive layers/hidden/vocab')
+    mla = set()
+    for x in cfg.full_attn:
+        if not (base <= x < base + cfg.n_layers):
+            bad.append('full_attn_layers entry %d outside %d..%d' % (x, base, base + cfg.n_layers - 1))
+        mla.add(x - base)
+    if len(mla) >= cfg.n_layers:
+        bad.append('no KDA layer left')
+    if cfg.topk < 1 or cfg.topk > cfg.n_experts:
+        bad.append('num_experts_per_token %d outside 1..%d' % (cfg.topk, cfg.n_experts))
+    if cfg.attn_res_block <= 0:
+        bad.append('attn_res_block_size <= 0')
+    if cfg.conv_k < 1:
+        bad.append('short_conv_kernel_size < 1')
+    if bad:
+        raise RefError('config.json: ' + '; '.join(bad))
+    cfg.mla_layers = sorted(mla)
+    cfg.is_mla = [L in mla for L in range(cfg.n_layers)]
+    cfg.is_dense = [L < cfg.first_dense for L in range(cfg.n_layers)]
+    return cfg
+
+
+def load_config(model_dir):
+    path = os.path.join(model_dir, 'config.json')
+    try:
+        with open(path, 'rb') as f:
+            obj = json.loads(f.read().decode('utf-8'))
+    except OSError as e:
+        raise RefError('%s: %s' % (path, e))
+    except ValueError as e:
+        raise RefError('%s: invalid JSON: %s' % (path, e))
+    return parse_config(obj)
+
+
+# ============================================================================
+# 2. safetensors
+# ============================================================================
+
+_DTYPE_SIZE = {'F64': 8, 'F32': 4, 'F16': 2, 'BF16': 2, 'U8': 1, 'I8': 1}
+
+
+def bf16_bits_to_f64(u16):
+    """bf16 bit patterns (uint16 array) -> float64: bits << 16 viewed as float32."""
+    u32 = np.asarray(u16, dtype=np.uint32) << np.uint32(16)
+    return u32.view(np.float32).astype(np.float64)
+
+
+class Tensor:
+    """One tensor of one shard: name, dtype string, shape, raw bytes (memmap slice)."""
+
+    def __init__(self, name, dtype, shape, raw, where):
+        self.name, self.dtype, self.shape, self.raw, self.where = name, dtype, shape, raw, where
+
+    def as_f64(self):
+        """Floating tensors -> float64 array of self.shape."""
+        d = self.dtype
+        if d == 'F64':
+            a = self.raw.view('<f8').astype(np.float64)
+        elif d == 'F32':
+            a = self.raw.view('<f4').astype(np.float64)
+        elif d == 'F16':
+            a = self.raw.view('<f2').astype(np.float64)
+        elif d == 'BF16':
+            a = bf16_bits_to_f64(self.raw.view('<u2'))
+        else:
+            raise RefError('%s: dtype %s where a float tensor is expected' % (self.name, d))
+        return a.reshape(self.shape)
+
+    def as_u8(self):
+        if self.dtype != 'U8':
+            raise RefError('%s: dtype %s where U8 is expected' % (self.name, self.dtype))
+        return np.array(self.raw, dtype=np.uint8).reshape(self.shape)
+
+
+def read_safetensors(path):
+    """Parses one shard; returns {name: Tensor}. Offsets are checked against the file."""
+    size = os.path.getsize(path)
+    with open(path, 'rb') as f:
+        head = f.read(8)
+        if len(head) != 8:
+            raise RefError('%s: shorter than 8 bytes' % path)
+        n = int.from_bytes(head, 'little')
+        if n > size - 8:
+            raise RefError('%s: header length %d past end of file (%d bytes)' % (path, n, size))
+        try:
+            header = json.loads(f.read(n).decode('utf-8'))
+        except ValueError as e:
+            raise RefError('%s: bad JSON header: %s' % (path, e))
+    base = 8 + n
+    mm = np.memmap(path, dtype=np.uint8, mode='r') if size > 0 else np.zeros(0, np.uint8)
+    out = {}
+    for name, info in header.items():
+        if name == '__metadata__':
+            continue
+        try:
+            dtype = info['dtype']
+            shape = [int(x) for x in info['shape']]
+            b, e = (int(x) for x in info['data_offsets'])
+        except (KeyError, TypeError, ValueError):
+            raise RefError('%s: malformed entry for %s' % (path, name))
+        if dtype not in _DTYPE_SIZE:
+            raise RefError('%s: %s has unsupported dtype %s' % (path, name, dtype))
+        count = 1
+        for s in shape:
+            if s < 0:
+                raise RefError('%s: %s has a negative dimension' % (path, name))
+            count *= s
+        if not (0 <= b <= e and base + e <= size):
+            raise RefError('%s: %s data_offsets [%d,%d) outside the file' % (path, name, b, e))
+        if e - b != count * _DTYPE_SIZE[dtype]:
+            raise RefError('%s: %s has %d bytes for shape %s %s' % (path, name, e - b, shape, dtype))
+        out[name] = Tensor(name, dtype, tuple(shape), mm[base + b:base + e], path)
+    return out
+
+
+def open_checkpoint(model_dir):
+    """All tensors of a model directory: via model.safetensors.index.json when present,
+    else every *.safetensors in lexical order. Returns {name: Tensor}."""
+    index = os.path.join(model_dir, 'model.safetensors.index.json')
+    if os.path.exists(index):
+        with open(index, 'rb') as f:
+            try:
+                wm = json.loads(f.read().decode('utf-8'))['weight_map']
+            except (ValueError, KeyError) as e:
+                raise RefError('%s: %s' % (index, e))
+        shards = sorted(set(wm.values()))
+    else:
+        wm = None
+        shards = sorted(x for x in os.listdir(model_dir) if x.endswith('.safetensors'))
+    if not shards:
+        raise RefError('%s: no safetensors shards' % model_dir)
+    tensors = {}
+    for shard in shards:
+        for name, t in read_safetensors(os.path.join(model_dir, shard)).items():
+            if name in tensors:
+                raise RefError('tensor %s appears in %s and %s' % (name, tensors[name].where, t.where))
+            if wm is not None and wm.get(name) != shard:
+                raise RefError('tensor %s is in %s but the index says %s' % (name, shard, wm.get(name)))
+            tensors[name] = t
+    if wm is not None:
+        missing = [n for n in wm if n not in tensors]
+        if missing:
+            raise RefError('index names %d tensors not found in shards, e.g. %s' % (len(missing), missing[0]))
+    return tensors
+
+
+# ============================================================================
+# 3. MXFP4 (OCP MX FP4: E2M1 codes, E8M0 scale per 32 inputs)
+# ============================================================================
+
+MXFP4_GROUP = 32
+# Magnitudes of codes 0..7; bit 3 is the sign (code 8 is -0).
+E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
+                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
+
+
+def mxfp4_decode(packed, scale, name='?'):
+    """packed: uint8 [rows, cols/2] (LOW nibble = even element); scale: uint8
+    [rows, cols/32] (E8M0). Returns float64 [rows, cols] (exact values).
+    Scale 255 (NaN in the MX spec) is a checkpoint defect: raise naming the tensor."""
+    packed = np.asarray(packed, dtype=np.uint8)
+    scale = np.asarray(scale, dtype=np.uint8)
+    rows, half = packed.shape
+    cols = 2 * half
+    if cols % MXFP4_GROUP != 0 or scale.shape != (rows, cols // MXFP4_GROUP):
+        raise RefError('%s: packed %s and scale %s do not describe MXFP4 with group %d'
+                       % (name, packed.shape, scale.shape, MXFP4_GROUP))
+    bad = np.argwhere(scale == 255)
+    if len(bad):
+        r, g = bad[0]
+        raise RefError('%s: E8M0 scale 255 (NaN) at row %d group %d (%d such groups)'
+                       % (name, r, g, len(bad)))
+    codes = np.empty((rows, cols), dtype=np.uint8)
+    codes[:, 0::2] = packed & 0x0F
+    codes[:, 1::2] = packed >> 4
+    vals = E2M1[codes]
+    mult = np.ldexp(1.0, scale.astype(np.int64) - 127)          # exact powers of two
+    return vals * np.repeat(mult, MXFP4_GROUP, axis=1)
+
+
+# ============================================================================
+# 4. Weights
+# ============================================================================
+
+PFX = 'language_model.model.'
+LM_HEAD = 'language_model.lm_head.weight'
+
+
+class Weights:
+    """Binds and shape-checks every tensor the forward pass uses, as float64."""
+
+    def __init__(self, cfg, tensors):
+        self.cfg, self.t = cfg, tensors
+        self.used = set()
+        c = cfg
+        d = c.hidden
+        self.embed = self.mat(PFX + 'embed_tokens.weight', (c.vocab, d))
+        self.lm_head = self.mat(LM_HEAD, (c.vocab, d))
+        self.norm = self.vec(PFX + 'norm.weight', d)
+        self.f_out = (self.vec(PFX + 'output_attn_res_norm.weight', d)
+                      * self.vec(PFX + 'output_attn_res_proj.weight', d))
+        self.layers = [self.bind_layer(L) for L in range(c.n_layers)]
+        unused = sorted(set(tensors) - self.used)
+        if unused:
+            sys.stderr.write('k3ref: warning: %d tensors not used, e.g. %s\n' % (len(unused), unused[0]))
+
+    def get(self, name):
+        t = self.t.get(name)
+        if t is None:
+            raise RefError('missing tensor %s' % name)
+        self.used.add(name)
+        return t
+
+    def mat(self, name, shape):
+        a = self.get(name).as_f64()
+        if a.shape != tuple(shape):
+            raise RefError('%s: shape %s, expected %s' % (name, a.shape, tuple(shape)))
+        return a
+
+    def vec(self, name, n, allow_longer=False):
+        """Vectors may be stored [n] or [1, n]; A_log may be longer (use the first n)."""
+        t = self.get(name)
+        a = t.as_f64()
+        if a.ndim == 2 and a.shape[0] == 1:
+            a = a[0]
+        if a.ndim != 1 or (a.shape[0] != n and not (allow_longer and a.shape[0] > n)):
+            raise RefError('%s: shape %s, expected [%d] or [1, %d]' % (name, t.shape, n, n))
+        return a[:n].copy()
+
+    def conv(self, name, p, k):
+        t = self.get(name)
+        a = t.as_f64()
+        if a.shape == (p, 1, k):
+            a = a[:, 0, :]
+        if a.shape != (p, k):
+            raise RefError('%s: shape %s, expected [%d, 1, %d]' % (name, t.shape, p, k))
+        return a
+
+    def expert(self, pre, rows, cols):
+        """One expert matrix [rows, cols]: MXFP4 (weight_packed + weight_scale) or plain."""
+        if pre + '.weight_packed' in self.t:
+            packed = self.get(pre + '.weight_packed').as_u8()
+            scale = self.get(pre + '.weight_scale').as_u8()
+            if packed.shape != (rows, cols // 2) or scale.shape != (rows, cols // MXFP4_GROUP):
+                raise RefError('%s: packed %s / scale %s, expected [%d, %d] / [%d, %d]'
+                               % (pre, packed.shape, scale.shape, rows, cols // 2, rows,
+                                  cols // MXFP4_GROUP))
+            return mxfp4_decode(packed, scale, pre)
+        return self.mat(pre + '.weight', (rows, cols))
+
+    def bind_layer(self, L):
+        c = self.cfg
+        d = c.hidden
+        p = '%slayers.%d.' % (PFX, L)
+        w = {'kind': 'mla' if c.is_mla[L] else 'kda', 'dense': c.is_dense[L]}
+        w['in_norm'] = self.vec(p + 'input_layernorm.weight', d)
+        w['post_norm'] = self.vec(p + 'post_attention_layernorm.weight', d)
+        w['f_attn'] = (self.vec(p + 'self_attention_res_norm.weight', d)
+                       * self.vec(p + 'self_attention_res_proj.weight', d))
+        w['f_mlp'] = (self.vec(p + 'mlp_res_norm.weight', d)
+                      * self.vec(p + 'mlp_res_proj.weight', d))
+        a = p + 'self_attn.'
+        if w['kind'] == 'kda':
+            H, D = c.kda_heads, c.kda_head_dim
+            P = H * D
+            for s in ('q', 'k', 'v', 'g'):
+                w[s] = self.mat(a + s + '_proj.weight', (P, d))
+            for s in ('q', 'k', 'v'):
+                w[s + '_conv'] = self.conv(a + s + '_conv1d.weight', P, c.conv_k)
+            w['o'] = self.mat(a + 'o_proj.weight', (d, P))
+            fa = self.get(a + 'f_a_proj.weight').as_f64()
+            if fa.ndim != 2 or fa.shape[1] != d:
+                raise RefError('%sf_a_proj.weight: shape %s, expected [r, %d]' % (a, fa.shape, d))
+            w['f_a'] = fa
+            w['f_b'] = self.mat(a + 'f_b_proj.weight', (P, fa.shape[0]))
+            w['b'] = self.mat(a + 'b_proj.weight', (H, d))
+            w['A_log'] = self.vec(a + 'A_log', H, allow_longer=True)
+            w['dt_bias'] = self.vec(a + 'dt_bias', P)
+            w['o_norm'] = self.vec(a + 'o_norm.weight', D)
+        else:
+            H = c.n_heads
+            qd = c.qk_nope + c.qk_rope
+            w['q_a'] = self.mat(a + 'q_a_proj.weight', (c.q_lora, d))
+            w['q_a_norm'] = self.vec(a + 'q_a_layernorm.weight', c.q_lora)
+            w['q_b'] = self.mat(a + 'q_b_proj.weight', (H * qd, c.q_lora))
+            w['kv_a'] = self.mat(a + 'kv_a_proj_with_mqa.weight', (c.kv_lora + c.qk_rope, d))
+            w['kv_a_norm'] = self.vec(a + 'kv_a_layernorm.weight', c.kv_lora)
+            w['kv_b'] = self.mat(a + 'kv_b_proj.weight', (H * (c.qk_nope + c.v_head), c.kv_lora))
+            w['o'] = self.mat(a + 'o_proj.weight', (d, H * c.v_head))
+            if c.mla_out_gate:
+                w['g'] = self.mat(a + 'g_proj.weight', (H * c.v_head, d))
+        if w['dense']:
+            m = p + 'mlp.'
+            w['mlp_gate'] = self.mat(m + 'gate_proj.weight', (c.dense_inter, d))
+            w['mlp_up'] = self.mat(m + 'up_proj.weight', (c.dense_inter, d))
+            w['mlp_down'] = self.mat(m + 'down_proj.weight', (d, c.dense_inter))
+        else:
+            m = p + 'block_sparse_moe.'
+            E, lat, I = c.n_experts, c.latent, c.moe_inter
+            w['router'] = self.mat(m + 'gate.weight', (E, d))
+            w['router_bias'] = self.vec(m + 'gate.e_score_correction_bias', E)
+            w['lat_down'] = self.mat(m + 'routed_expert_down_proj.weight', (lat, d))
+            w['lat_up'] = self.mat(m + 'routed_expert_up_proj.weight', (d, lat))
+            if c.latent_norm:
+                w['lat_norm'] = self.vec(m + 'routed_expert_norm.weight', lat)
+            if c.n_shared > 0:
+                S = c.n_shared * I
+                w['sh_gate'] = self.mat(m + 'shared_experts.gate_proj.weight', (S, d))
+                w['sh_up'] = self.mat(m + 'shared_experts.up_proj.weight', (S, d))
+                w['sh_down'] = self.mat(m + 'shared_experts.down_proj.weight', (d, S))
+            w['w1'] = [self.expert('%sexperts.%d.w1' % (m, e), I, lat) for e in range(E)]
+            w['w3'] = [self.expert('%sexperts.%d.w3' % (m, e), I, lat) for e in range(E)]
+            w['w2'] = [self.expert('%sexperts.%d.w2' % (m, e), lat, I) for e in range(E)]
+        return w
+
+
+# ============================================================================
+# 5. Building blocks (x: [..., n] float64)
+# ============================================================================
+
+def linear(x, W):
+    """y = W x for each row of x; W is [out, in]."""
+    return x @ W.T
+
+
+def sigmoid(x):
+    # Both branches are safe from overflow.
+    out = np.empty_like(x)
+    pos = x >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
+    ex = np.exp(x[~pos])
+    out[~pos] = ex / (1.0 + ex)
+    return out
+
+
+def silu(x):
+    return x * sigmoid(x)
+
+
+def rmsnorm(x, w, eps):
+    """w * x / sqrt(mean(x^2) + eps) over the last axis."""
+    return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+
+def l2norm(x, eps=1e-6):
+    """x / sqrt(sum(x^2) + eps) over the last axis (sum, not mean)."""
+    return x / np.sqrt(np.sum(x * x, axis=-1, keepdims=True) + eps)
+
+
+def situ(g, u, b1, b2):
+    """SiTU-GLU: b1 tanh(g/b1) sigmoid(g) * b2 tanh(u/b2); sigmoid sees the uncapped g."""
+    return (b1 * np.tanh(g / b1) * sigmoid(g)) * (b2 * np.tanh(u / b2))
+
+
+def attn_res(sources, f, eps):
+    """Block AttnRes. sources: list of [T, d] (raw values); f: [d] folded query.
+    score_s = sum_i (s_i / rms(s)) f_i; p = softmax over sources; out = sum_s p_s s."""
+    S = np.stack(sources)                                          # [m, T, d]
+    keys = S / np.sqrt(np.mean(S * S, axis=-1, keepdims=True) + eps)
+    score = keys @ f                                               # [m, T]
+    score = score - score.max(axis=0, keepdims=True)
+    p = np.exp(score)
+    p = p / p.sum(axis=0, keepdims=True)
+    return np.einsum('mt,mtd->td', p, S)
+
+
+# ============================================================================
+# 6. KDA
+# ============================================================================
+
+def short_conv(x, w, hist):
+    """Causal depthwise conv + SiLU. x: [T, P] new pre-conv inputs; w: [P, K] taps
+    oldest..newest (w[:, K-1] multiplies the current input); hist: [K-1, P] the
+    previous K-1 inputs (oldest first, zeros at sequence start).
+    Returns (SiLU(conv) [T, P], new hist [K-1, P])."""
+    T = x.shape[0]
+    K = w.shape[1]
+    full = np.concatenate([hist, x], axis=0)                       # [K-1+T, P]
+    y = np.zeros_like(x)
+    for j in range(K):
+        y += w[:, j] * full[j:j + T]
+    return silu(y), full[T:].copy()
+
+
+def kda_recurrent(q, k, v, g, beta, S):
+    """Plain recurrent form, token by token. q, k: [T, H, D] (normalised, q scaled);
+    v: [T, H, Dv]; g: [T, H, D] log-decay (<= 0); beta: [T, H]; S: [H, D, Dv]
+    (row = key channel), updated in place. Returns o [T, H, Dv]."""
+    T = q.shape[0]
+    o = np.empty(v.shape)
+    for t in range(T):
+        S *= np.exp(g[t])[:, :, None]                              # S = diag(alpha) S
+        u = np.einsum('hkv,hk->hv', S, k[t])                       # u = S^T k
+        S += np.einsum('hk,hv->hkv', k[t], beta[t][:, None] * (v[t] - u))
+        o[t] = np.einsum('hkv,hk->hv', S, q[t])                    # read after the write
+    return o
+
+
+def kda_chunked(q, k, v, g, beta, S, chunk=64):
+    """Chunked WY/UT form (family-math 4.5), same contract as kda_recurrent.
+    Every exp() takes a non-positive argument (pairwise differences of the
+    chunk-local cumulative decay), so nothing overflows."""
+    T, H, D = q.shape
+    o = np.empty(v.shape)
+    for c0 in range(0, T, chunk):
+        n = min(chunk, T - c0)
+        Q = q[c0:c0 + n].transpose(1, 0, 2)                         # [H, n, D]
+        Kc = k[c0:c0 + n].transpose(1, 0, 2)
+        V = v[c0:c0 + n].transpose(1, 0, 2)                         # [H, n, Dv]
+        B = beta[c0:c0 + n].T                                       # [H, n]
+        G = np.cumsum(g[c0:c0 + n].transpose(1, 0, 2), axis=1)      # [H, n, D] inclusive
+        diff = G[:, :, None, :] - G[:, None, :, :]                  # [H, i, j, D] = G_i - G_j
+        lower_strict = np.tril(np.ones((n, n), dtype=bool), -1)
+        lower = np.tril(np.ones((n, n), dtype=bool), 0)
+        decay = np.exp(np.where(lower[None, :, :, None], diff, -np.inf))  # 0 above diagonal
+        # L[i,j] = beta_i sum_c k_i k_j exp(G_i - G_j), j < i.
+        Lm = np.einsum('hic,hjc,hijc->hij', Kc, Kc, decay) * B[:, :, None]
+        Lm = np.where(lower_strict[None], Lm, 0.0)
+        # Tinv = (I + L)^{-1} by forward substitution, row by row.
+        Tinv = np.zeros((H, n, n))
+        for i in range(n):
+            row = np.zeros((H, n))
+            row[:, i] = 1.0
+            if i > 0:
+                row -= np.einsum('hm,hmj->hj', Lm[:, i, :i], Tinv[:, :i, :])
+            Tinv[:, i, :] = row
+        eG = np.exp(G)                                              # <= 1
+        Wm = np.einsum('hij,hjc->hic', Tinv, B[:, :, None] * eG * Kc)   # [H, n, D]
+        U = np.einsum('hij,hjv->hiv', Tinv, B[:, :, None] * V)         # [H, n, Dv]
+        Vnew = U - np.einsum('hic,hcv->hiv', Wm, S)
+        Aqk = np.einsum('hic,hjc,hijc->hij', Q, Kc, decay)          # j <= i (decay is 0 above)
+        O = np.einsum('hic,hcv->hiv', eG * Q, S) + np.einsum('hij,hjv->hiv', Aqk, Vnew)
+        o[c0:c0 + n] = O.transpose(1, 0, 2)
+        tail = np.exp(G[:, n - 1:n, :] - G)                         # [H, n, D] exp(G_last - G_j)
+        S *= eG[:, n - 1, :, None]
+        S += np.einsum('hjc,hjv->hcv', tail * Kc, Vnew)
+    return o
+
+
+def kda_layer(cfg, w, x, st, mode, chunk):
+    """x: [T, d] normalised input; st: {'conv_q','conv_k','conv_v','S'} updated.
+    mode: 'recurrent' or 'chunked'. Returns [T, d]."""
+    T = x.shape[0]
+    H, D = cfg.kda_heads, cfg.kda_head_dim
+    qkv = {}
+    for s in ('q', 'k', 'v'):
+        y, st['conv_' + s] = short_conv(linear(x, w[s]), w[s + '_conv'], st['conv_' + s])
+        qkv[s] = y.reshape(T, H, D)
+    q = l2norm(qkv['q']) * (1.0 / math.sqrt(D))
+    k = l2norm(qkv['k'])
+    v = qkv['v']
+    beta = sigmoid(linear(x, w['b']))                              # [T, H]
+    z = linear(linear(x, w['f_a']), w['f_b']).reshape(T, H, D)
+    gate_in = np.exp(w['A_log'])[None, :, None] * (z + w['dt_bias'].reshape(H, D))
+    g = cfg.gate_lb * sigmoid(gate_in)                             # log-decay in (lb, 0)
+    if mode == 'recurrent':
+        o = kda_recurrent(q, k, v, g, beta, st['S'])
+    else:
+        o = kda_chunked(q, k, v, g, beta, st['S'], chunk)
+    o = rmsnorm(o, w['o_norm'], cfg.rms_eps)                        # per head, then gate
+    o = o.reshape(T, H * D) * sigmoid(linear(x, w['g']))
+    return linear(o, w['o'])
+
+
+# ============================================================================
+# 7. Gated MLA (NoPE)
+# ============================================================================
+
+def mla_layer(cfg, w, x, st, mode):
+    """x: [T, d]; st: {'lat': [n, kv_lora], 'rope': [n, qk_rope]} latent cache of the
+    positions before x, extended in place. mode 'absorbed' (attention over the
+    latent cache, W_kvb folded into query and output) or 'expanded' (per-head K/V
+    rebuilt from the latent cache). Returns [T, d]."""
+    T = x.shape[0]
+    H, dn, dr, dv, r = cfg.n_heads, cfg.qk_nope, cfg.qk_rope, cfg.v_head, cfg.kv_lora
+    q = linear(rmsnorm(linear(x, w['q_a']), w['q_a_norm'], cfg.rms_eps), w['q_b'])
+    q = q.reshape(T, H, dn + dr)
+    q_nope, q_rope = q[:, :, :dn], q[:, :, dn:]
+    c = linear(x, w['kv_a'])
+    lat = rmsnorm(c[:, :r], w['kv_a_norm'], cfg.rms_eps)           # latent only is normed
+    rope = c[:, r:]                                                # shared, never rotated
+    st['lat'] = np.concatenate([st['lat'], lat], axis=0)
+    st['rope'] = np.concatenate([st['rope'], rope], axis=0)
+    n = st['lat'].shape[0]
+    start = n - T                                                  # position of x[0]
+    scale = 1.0 / math.sqrt(dn + dr)
+    kvb = w['kv_b'].reshape(H, dn + dv, r)
+    W_uk, W_uv = kvb[:, :dn, :], kvb[:, dn:, :]                    # [H, dn, r], [H, dv, r]
+    rope_score = np.einsum('thr,sr->ths', q_rope, st['rope'])      # [T, H, n]
+    if mode == 'absorbed':
+        q_lat = np.einsum('thn,hnr->thr', q_nope, W_uk)            # [T, H, r]
+        score = np.einsum('thr,sr->ths', q_lat, st['lat']) + rope_score
+    else:
+        kv = linear(st['lat'], w['kv_b']).reshape(n, H, dn + dv)
+        k_nope, v_all = kv[:, :, :dn], kv[:, :, dn:]
+        score = np.einsum('thn,shn->ths', q_nope, k_nope) + rope_score
+    score = score * scale
+    pos = start + np.arange(T)
+    causal = np.arange(n)[None, :] <= pos[:, None]                  # [T, n]
+    score = np.where(causal[:, None, :], score, -np.inf)
+    score = score - score.max(axis=-1, keepdims=True)
+    p = np.exp(score)
+    p = p / p.sum(axis=-1, keepdims=True)
+    if mode == 'absorbed':
+        o_lat = np.einsum('ths,sr->thr', p, st['lat'])              # [T, H, r]
+        o = np.einsum('thr,hvr->thv', o_lat, W_uv)
+    else:
+        o = np.einsum('ths,shv->thv', p, v_all)
+    o = o.reshape(T, H * dv)
+    if cfg.mla_out_gate:
+        o = sigmoid(linear(x, w['g'])) * o
+    return linear(o, w['o'])
+
+
+# ============================================================================
+# 8. Stable LatentMoE and dense MLP
+# ============================================================================
+
+def route(cfg, w, x):
+    """Returns (idx [T, k] in selection order, weights [T, k])."""
+    s = sigmoid(linear(x, w['router']))                            # [T, E] unbiased
+    sel = s + w['router_bias']
+    # Stable sort of the negated score: descending, ties to the lowest index,
+    # identical to repeated-max selection.
+    idx = np.argsort(-sel, axis=1, kind='stable')[:, :cfg.topk]
+    wts = np.take_along_axis(s, idx, axis=1)
+    if cfg.moe_renorm and cfg.topk > 1:
+        wts = wts / (wts.sum(axis=1, keepdims=True) + 1e-20)
+    return idx, wts * cfg.routed_scale
+
+
+def moe_layer(cfg, w, x):
+    T = x.shape[0]
+    b1, b2 = cfg.situ_b1, cfg.situ_b2
+    idx, wts = route(cfg, w, x)
+    z = linear(x, w['lat_down'])                                   # [T, latent]
+    outs = np.zeros((T, cfg.topk, cfg.latent))
+    for e in np.unique(idx):
+        tt, jj = np.nonzero(idx == e)
+        zz = z[tt]
+        a = situ(linear(zz, w['w1'][e]), linear(zz, w['w3'][e]), b1, b2)
+        outs[tt, jj] = linear(a, w['w2'][e])
+    u = np.zeros((T, cfg.latent))
+    for j in range(cfg.topk):                                      # top-k order
+        u += wts[:, j:j + 1] * outs[:, j]
+    if cfg.latent_norm:
+        u = rmsnorm(u, w['lat_norm'], cfg.rms_eps)                  # on the aggregate
+    y = linear(u, w['lat_up'])
+    if cfg.n_shared > 0:
+        y = y + linear(situ(linear(x, w['sh_gate']), linear(x, w['sh_up']), b1, b2), w['sh_down'])
+    return y
+
+
+def dense_mlp(cfg, w, x):
+    a = situ(linear(x, w['mlp_gate']), linear(x, w['mlp_up']), cfg.situ_b1, cfg.situ_b2)
+    return linear(a, w['mlp_down'])
+
+
+# ============================================================================
+# 9. Decoder, session, greedy decode
+# ============================================================================
+
+class Model:
+    def __init__(self, model_dir):
+        self.dir = model_dir
+        self.cfg = load_config(model_dir)
+        self.w = Weights(self.cfg, open_checkpoint(model_dir))
+
+    def new_state(self):
+        """Per-sequence state: KDA conv history + recurrent S, MLA latent cache."""
+        c = self.cfg
+        st = []
+        for L in range(c.n_layers):
+            if c.is_mla[L]:
+                st.append({'lat': np.zeros((0, c.kv_lora)), 'rope': np.zeros((0, c.qk_rope))})
+            else:
+                P = c.kda_heads * c.kda_head_dim
+                z = np.zeros((c.conv_k - 1, P))
+                st.append({'conv_q': z.copy(), 'conv_k': z.copy(), 'conv_v': z.copy(),
+                           'S': np.zeros((c.kda_heads, c.kda_head_dim, c.kda_head_dim))})
+        return st
+
+    def forward(self, ids, state, kda='chunked', chunk=64, mla='absorbed', all_logits=False):
+        """Runs the tokens ids (continuing state). Returns logits [vocab] of the last
+        position, or [T, vocab] if all_logits."""
+        c, W = self.cfg, self.w
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            raise RefError('empty token list')
+        if ids.min() < 0 or ids.max() >= c.vocab:
+            raise RefError('token id outside 0..%d' % (c.vocab - 1))
+        eps = c.rms_eps
+        P = W.embed[ids]                                            # [T, d]
+        blocks = []
+        for L in range(c.n_layers):
+            w = W.layers[L]
+            h = attn_res(blocks + [P], w['f_attn'], eps) if blocks else P      # steps 1-2
+            if L % c.attn_res_block == 0:                                      # step 3
+                blocks.append(P)
+                P = None
+            xin = rmsnorm(h, w['in_norm'], eps)                                # step 4
+            if w['kind'] == 'kda':
+                a = kda_layer(c, w, xin, state[L], kda, chunk)
+            else:
+                a = mla_layer(c, w, xin, state[L], mla)
+            P = a if P is None else P + a                                      # step 5
+            h = attn_res(blocks + [P], w['f_mlp'], eps)                         # step 6
+            xm = rmsnorm(h, w['post_norm'], eps)                               # step 7
+            m = dense_mlp(c, w, xm) if w['dense'] else moe_layer(c, w, xm)
+            P = P + m                                                          # step 8
+        h = attn_res(blocks + [P], W.f_out, eps)
+        if not all_logits:
+            h = h[-1:]
+        logits = linear(rmsnorm(h, W.norm, eps), W.lm_head)
+        return logits if all_logits else logits[0]
+
+
+def argmax_first(v):
+    """Greedy pick: the first (lowest) id among equal maxima."""
+    return int(np.argmax(v))
+
+
+def generate(model, prompt, n_gen, full_recompute=False, stop_eos=False, force=None,
+             kda='chunked', chunk=64, mla='absorbed'):
+    """Greedy decode. Returns (generated ids, logits [steps, vocab]). Step 0 is the
+    logits after the prompt. With force, the listed ids are fed back instead of the
+    argmax (teacher forcing along another run's trajectory); the returned ids are
+    still the argmax picks.
+    Incremental mode: one prefill (KDA chunked by default, MLA over the latent
+    cache) then one token per step carrying KDA conv+S and the MLA latent cache.
+    Full recompute: every step reruns the whole sequence from a fresh state with
+    the plain recurrent KDA and the expanded MLA (the oracle)."""
+    ids, rows = [], []
+    seq = list(prompt)
+    state = None
+    for step in range(n_gen):
+        if full_recompute:
+            logits = model.forward(seq, model.new_state(), kda='recurrent', mla='expanded')
+        elif step == 0:
+            state = model.new_state()
+            logits = model.forward(seq, state, kda=kda, chunk=chunk, mla=mla)
+        else:
+            logits = model.forward(seq[-1:], state, kda='recurrent', mla=mla)
+        rows.append(logits)
+        nxt = argmax_first(logits)
+        ids.append(nxt)
+        if force is not None and step < len(force):
+            feed = force[step]
+        else:
+            feed = nxt
+        seq.append(feed)
+        if stop_eos and nxt in model.cfg.eos_ids:
+            break
+    vocab = model.cfg.vocab
+    return ids, (np.stack(rows) if rows else np.zeros((0, vocab)))
+
+
+# ============================================================================
+# 10. CLI
+# ============================================================================
+
+def parse_ids(s):
+    s = s.strip()
+    if not s:
+        return []
+    try:
+        return [int(x) for x in s.replace(' ', '').split(',') if x != '']
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected comma-separated integers: %r' % s)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description='float64 reference of Kimi K3 (greedy decode)')
+    ap.add_argument('model_dir')
+    ap.add_argument('--ids', type=parse_ids, required=True, help='prompt ids, e.g. 1,2,3')
+    ap.add_argument('--gen', type=int, default=1, help='tokens to generate (default 1)')
+    ap.add_argument('--print-ids', action='store_true', help='print generated ids on stdout')
+    ap.add_argument('--dump-logits', metavar='FILE', help='float32 LE logits, steps x vocab')
+    ap.add_argument('--full-recompute', action='store_true',
+                    help='oracle: rerun the whole sequence every step (recurrent KDA, expanded MLA)')
+    ap.add_argument('--stop-eos', action='store_true', help='stop after an eos id')
+    ap.add_argument('--force-ids', type=parse_ids, default=None,
+                    help='feed these ids instead of the argmax (teacher forcing)')
+    ap.add_argument('--kda', choices=['chunked', 'recurrent'], default='chunked',
+                    help='KDA prefill form (default chunked)')
+    ap.add_argument('--chunk', type=int, default=64, help='KDA chunk size (default 64)')
+    ap.add_argument('--mla', choices=['absorbed', 'expanded'], default='absorbed',
+                    help='MLA attention form in incremental mode (default absorbed)')
+    ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
+    ap.add_argument('--quiet', action='store_true')
+    a = ap.parse_args(argv)
+    if a.temp != 0.0:
+        ap.error('only --temp 0 (greedy) is supported')
+    if a.gen < 0 or a.chunk < 1:
+        ap.error('--gen must be >= 0 and --chunk >= 1')
+    if not a.ids:
+        ap.error('--ids is empty')
+    try:
+        t0 = time.time()
+        model = Model(a.model_dir)
+        t1 = time.time()
+        ids, logits = generate(model, a.ids, a.gen, full_recompute=a.full_recompute,
+                               stop_eos=a.stop_eos, force=a.force_ids,
+                               kda=a.kda, chunk=a.chunk, mla=a.mla)
+        t2 = time.time()
+    except RefError as e:
+        sys.stderr.write('k3ref: %s\n' % e)
+        return 1
+    if a.dump_logits:
+        with open(a.dump_logits, 'wb') as f:
+            f.write(np.ascontiguousarray(logits, dtype='<f4').tobytes())
+    if a.print_ids:
+        sys.stdout.write(','.join(str(i) for i in ids) + '\n')
+    if not a.quiet:
+        sys.stderr.write('k3ref: load %.2fs, %d steps in %.2fs (%s)\n'
+                         % (t1 - t0, len(ids), t2 - t1,
+                            'full recompute' if a.full_recompute else 'incremental'))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
