@@ -1,0 +1,784 @@
+/*
+ * cfg.c: config.json reader, structural validation, the K3 preset, the nested
+ * writer and the census (see cfg.h).
+ *
+ * The reader refuses to guess: a required key that is absent or ill-typed is an
+ * error, and every problem found is reported in one pass, one line each, naming
+ * the file and the key (the seed engine's defaulting reader once produced an
+ * all-KDA model). Integers must be JSON integers: 2.5, "2" and true are refused,
+ * because a config written by a tool that confused types is not one to trust.
+ */
+#include "cfg.h"
+
+#include <float.h>
+#include <jansson.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include "base.h"
+#include "jsonx.h"
+#include "schema.h"
+
+/* Widths above this are refused so that every tensor's element count fits int64
+ * with room to spare (2^24 x 2^24 = 2^48); K3's largest width is the vocabulary. */
+#define CFG_MAX_DIM (INT64_C(1) << 24)
+/* Whole-model parameter ceiling (about 400x K3): keeps every census sum exact. */
+#define CFG_MAX_PARAMS 1.0e15
+
+/* ============================================================== key table */
+
+/* Field ids, so validation can skip checks on fields that failed to parse. */
+enum fid {
+    F_HIDDEN, F_LAYERS, F_VOCAB, F_EPS, F_KDA_HEADS, F_KDA_D, F_CONV, F_GLB,
+    F_NHEADS, F_QLORA, F_KVLORA, F_NOPE, F_ROPE, F_VHEAD, F_MLA_GATE,
+    F_NEXP, F_TOPK, F_NSHARED, F_LATENT, F_MOE_I, F_RSCALE, F_RENORM, F_LNORM,
+    F_FDENSE, F_DENSE_I, F_ARB, F_B1, F_B2, F_FULL, F_IDS, F_CTX, F_COUNT
+};
+#define HAVE(m, f) (((m) >> (f)) & 1u)
+#define ALL_FIELDS ((UINT64_C(1) << F_COUNT) - 1)
+
+enum { S_GEN, S_KDA };            /* where a key lives */
+enum { T_INT, T_NUM, T_BOOL };    /* its JSON type */
+
+typedef struct key {
+    int id;
+    const char *name;   /* primary JSON name */
+    const char *alias;  /* alternative name or NULL */
+    int scope, type, required;
+    size_t off;         /* offsetof(cfg, field) */
+} key;
+
+#define KI(id, n, a, s, f) {id, n, a, s, T_INT, 1, offsetof(cfg, f)}
+#define KN(id, n, a, s, f) {id, n, a, s, T_NUM, 1, offsetof(cfg, f)}
+#define KB(id, n, f) {id, n, NULL, S_GEN, T_BOOL, 0, offsetof(cfg, f)}
+
+/* seed-engine.md 1.2. For KDA keys the alias is the kda_-prefixed name, which
+ * wins over the generic one when the keys share a scope (flat shape). */
+static const key k_keys[] = {
+    KI(F_HIDDEN, "hidden_size", NULL, S_GEN, hidden),
+    KI(F_LAYERS, "num_hidden_layers", NULL, S_GEN, n_layers),
+    KI(F_VOCAB, "vocab_size", NULL, S_GEN, vocab),
+    KN(F_EPS, "rms_norm_eps", NULL, S_GEN, rms_eps),
+    KI(F_KDA_HEADS, "num_heads", "kda_num_heads", S_KDA, kda_heads),
+    KI(F_KDA_D, "head_dim", "kda_head_dim", S_KDA, kda_head_dim),
+    KI(F_CONV, "short_conv_kernel_size", NULL, S_KDA, conv_k),
+    KN(F_GLB, "gate_lower_bound", NULL, S_KDA, gate_lb),
+    KI(F_NHEADS, "num_attention_heads", NULL, S_GEN, n_heads),
+    KI(F_QLORA, "q_lora_rank", NULL, S_GEN, q_lora),
+    KI(F_KVLORA, "kv_lora_rank", NULL, S_GEN, kv_lora),
+    KI(F_NOPE, "qk_nope_head_dim", NULL, S_GEN, qk_nope),
+    KI(F_ROPE, "qk_rope_head_dim", NULL, S_GEN, qk_rope),
+    KI(F_VHEAD, "v_head_dim", NULL, S_GEN, v_head),
+    KB(F_MLA_GATE, "mla_use_output_gate", mla_out_gate),
+    KI(F_NEXP, "num_experts", NULL, S_GEN, n_experts),
+    KI(F_TOPK, "num_experts_per_token", NULL, S_GEN, topk),
+    KI(F_NSHARED, "num_shared_experts", NULL, S_GEN, n_shared),
+    KI(F_LATENT, "routed_expert_hidden_size", NULL, S_GEN, latent),
+    KI(F_MOE_I, "moe_intermediate_size", NULL, S_GEN, moe_inter),
+    KN(F_RSCALE, "routed_scaling_factor", NULL, S_GEN, routed_scale),
+    KB(F_RENORM, "moe_renormalize", moe_renorm),
+    KB(F_LNORM, "latent_moe_use_norm", latent_norm),
+    KI(F_FDENSE, "first_k_dense_replace", NULL, S_GEN, first_dense),
+    KI(F_DENSE_I, "intermediate_size", NULL, S_GEN, dense_inter),
+    KI(F_ARB, "attn_res_block_size", NULL, S_GEN, attn_res_block),
+    KN(F_B1, "activation_situ_beta", "situ_beta", S_GEN, situ_b1),
+    KN(F_B2, "activation_situ_linear_beta", "situ_linear_beta", S_GEN, situ_b2),
+};
+#define N_KEYS (sizeof k_keys / sizeof k_keys[0])
+
+/* JSON name of a field, for validation messages. */
+static const char *fname(int id) {
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (k_keys[i].id == id) return k_keys[i].name;
+    return id == F_FULL ? "full_attn_layers" : "?";
+}
+
+/* ================================================================== reader */
+
+typedef struct rd {
+    const char *what;
+    sbuf *pb;            /* problems, one line each */
+    const json_t *root;
+    const json_t *text;  /* text_config or NULL (flat shape) */
+    const json_t *lin;   /* linear_attn_config or NULL */
+    uint64_t have;       /* fields read successfully */
+} rd;
+
+static void problem(rd *r, const char *fmt, ...) ST_PRINTF(2, 3);
+static void problem(rd *r, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sbuf_printf(r->pb, "%s: %s\n", r->what, msg);
+    r->pb->n++;
+}
+
+static const char *jtype(const json_t *j, char *buf, size_t n) {
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: return "an object";
+    case JSON_ARRAY: return "an array";
+    case JSON_STRING: snprintf(buf, n, "the string \"%.40s\"", json_string_value(j)); return buf;
+    case JSON_INTEGER: snprintf(buf, n, "%lld", (long long)json_integer_value(j)); return buf;
+    case JSON_REAL: snprintf(buf, n, "%g", json_real_value(j)); return buf;
+    case JSON_TRUE: return "true";
+    case JSON_FALSE: return "false";
+    default: return "null";
+    }
+}
+
+/* Looks a key up in one object; sets *path to its dotted display name. */
+static const json_t *get_in(const json_t *obj, const char *prefix, const char *name,
+                            char *path, size_t n) {
+    if (!obj) return NULL;
+    const json_t *v = json_object_get(obj, name);
+    if (v) snprintf(path, n, "%s%s", prefix, name);
+    return v;
+}
+
+#define TEXT_PFX "text_config."
+#define LIN_PFX "text_config.linear_attn_config."
+
+/* Finds key k by the shape rules: general keys in text_config then the root;
+ * KDA keys only in linear_attn_config when it exists (so a generic head_dim in
+ * text_config cannot shadow them), else where the general keys live with the
+ * kda_ alias first. *path names where it was found, or where it was expected. */
+static const json_t *find_key(const rd *r, const key *k, char *path, size_t n) {
+    const json_t *v = NULL;
+    if (k->scope == S_KDA && r->lin) {
+        if (!(v = get_in(r->lin, LIN_PFX, k->name, path, n)) && k->alias)
+            v = get_in(r->lin, LIN_PFX, k->alias, path, n);
+        if (!v) snprintf(path, n, LIN_PFX "%s", k->name);
+        return v;
+    }
+    const char *first = k->name, *second = k->alias;
+    if (k->scope == S_KDA && k->alias) { first = k->alias; second = k->name; }
+    const json_t *objs[2] = {r->text, r->root};
+    const char *pfx[2] = {TEXT_PFX, ""};
+    for (int o = 0; o < 2 && !v; o++) {
+        if (!objs[o]) continue;
+        /* In the nested shape the KDA fallback stays inside text_config: a
+         * root-level head_dim is an unrelated key. */
+        if (o == 1 && r->text && k->scope == S_KDA) break;
+        if (!(v = get_in(objs[o], pfx[o], first, path, n)) && second)
+            v = get_in(objs[o], pfx[o], second, path, n);
+    }
+    if (!v) snprintf(path, n, "%s%s", r->text ? TEXT_PFX : "", k->name);
+    return v;
+}
+
+static void read_key(rd *r, cfg *c, const key *k) {
+    char path[160], tb[64];
+    const json_t *v = find_key(r, k, path, sizeof path);
+    if (!v || (json_is_null(v) && !k->required)) {
+        if (k->required) problem(r, "missing required key '%s'", path);
+        else r->have |= UINT64_C(1) << k->id; /* default stays */
+        return;
+    }
+    char *base = (char *)c;
+    switch (k->type) {
+    case T_INT:
+        if (!json_is_integer(v)) { problem(r, "'%s' must be an integer, got %s", path, jtype(v, tb, sizeof tb)); return; }
+        *(int64_t *)(base + k->off) = (int64_t)json_integer_value(v);
+        break;
+    case T_NUM:
+        if (!json_is_number(v)) { problem(r, "'%s' must be a number, got %s", path, jtype(v, tb, sizeof tb)); return; }
+        *(double *)(base + k->off) = json_number_value(v);
+        break;
+    default:
+        if (!json_is_boolean(v)) { problem(r, "'%s' must be true or false, got %s", path, jtype(v, tb, sizeof tb)); return; }
+        *(int *)(base + k->off) = json_is_true(v);
+        break;
+    }
+    r->have |= UINT64_C(1) << k->id;
+}
+
+/* A general-scope optional key (text_config first, then the root). */
+static const json_t *find_opt(const rd *r, const char *name, char *path, size_t n) {
+    const json_t *v = get_in(r->text, TEXT_PFX, name, path, n);
+    if (!v) v = get_in(r->root, "", name, path, n);
+    if (v && json_is_null(v)) v = NULL; /* HF writes null for "not set" */
+    return v;
+}
+
+static void read_id(rd *r, const char *name, int64_t *ids, int64_t *nids, int max) {
+    char path[160], tb[64];
+    const json_t *v = find_opt(r, name, path, sizeof path);
+    if (!v) return;
+    if (json_is_integer(v)) {
+        if (json_integer_value(v) < 0) { problem(r, "'%s' must be >= 0, got %s", path, jtype(v, tb, sizeof tb)); return; }
+        ids[0] = json_integer_value(v);
+        *nids = 1;
+        return;
+    }
+    if (max > 1 && json_is_array(v)) {
+        size_t n = json_array_size(v);
+        if (n == 0 || n > (size_t)max) { problem(r, "'%s' must list 1..%d token ids, got %zu", path, max, n); return; }
+        for (size_t i = 0; i < n; i++) {
+            const json_t *e = json_array_get(v, i);
+            if (!json_is_integer(e) || json_integer_value(e) < 0) {
+                problem(r, "'%s'[%zu] must be a token id (integer >= 0), got %s", path, i, jtype(e, tb, sizeof tb));
+                *nids = 0;
+                return;
+            }
+            ids[i] = json_integer_value(e);
+        }
+        *nids = (int64_t)n;
+        return;
+    }
+    problem(r, "'%s' must be %s, got %s", path, max > 1 ? "an integer or a list of integers" : "an integer",
+            jtype(v, tb, sizeof tb));
+}
+
+/* Reads a one-based layer list into mark[] (1 = listed). Returns the count, or
+ * -1 after reporting problems. n_layers < 1 means it is unknown: range checks
+ * are then skipped (the missing key is reported on its own). */
+static int64_t read_layer_list(rd *r, const char *name, int required, int64_t n_layers, uint8_t *mark) {
+    char path[160], tb[64];
+    const json_t *v;
+    if (r->lin) {
+        v = get_in(r->lin, LIN_PFX, name, path, sizeof path);
+        if (!v) snprintf(path, sizeof path, LIN_PFX "%s", name);
+    } else {
+        v = find_opt(r, name, path, sizeof path);
+        if (!v) snprintf(path, sizeof path, "%s%s", r->text ? TEXT_PFX : "", name);
+    }
+    if (!v) {
+        if (required) problem(r, "missing required key '%s'", path);
+        return -1;
+    }
+    if (!json_is_array(v)) { problem(r, "'%s' must be a list of one-based layer numbers, got %s", path, jtype(v, tb, sizeof tb)); return -1; }
+    if (required && json_array_size(v) == 0) { problem(r, "'%s' is empty: at least one full-attention layer is needed", path); return -1; }
+    int bad = 0, shown = 0;
+    int64_t count = 0;
+    for (size_t i = 0; i < json_array_size(v); i++) {
+        const json_t *e = json_array_get(v, i);
+        if (!json_is_integer(e)) {
+            problem(r, "'%s'[%zu] must be an integer, got %s", path, i, jtype(e, tb, sizeof tb));
+            bad = 1;
+            continue;
+        }
+        int64_t x = json_integer_value(e);
+        if (n_layers < 1) continue;
+        if (x < 1 || x > n_layers) {
+            /* A fuzzed list can hold thousands of entries: cap the lines. */
+            if (shown++ < 8)
+                problem(r, "'%s' entry %lld is out of range 1..%lld (the list is one-based)", path,
+                        (long long)x, (long long)n_layers);
+            bad = 1;
+            continue;
+        }
+        if (mark[x - 1]) {
+            if (shown++ < 8) problem(r, "'%s' lists layer %lld twice", path, (long long)x);
+            bad = 1;
+            continue;
+        }
+        mark[x - 1] = 1;
+        count++;
+    }
+    return bad ? -1 : count;
+}
+
+static void read_quant(rd *r, cfg *c) {
+    char path[160], tb[64];
+    const json_t *q = get_in(r->root, "", "quantization_config", path, sizeof path);
+    if (!q) q = get_in(r->text, TEXT_PFX, "quantization_config", path, sizeof path);
+    if (!q || json_is_null(q)) return;
+    if (!json_is_object(q)) { problem(r, "'%s' must be an object, got %s", path, jtype(q, tb, sizeof tb)); return; }
+    const json_t *f = json_object_get(q, "format");
+    if (f && !json_is_string(f)) { problem(r, "'%s.format' must be a string, got %s", path, jtype(f, tb, sizeof tb)); return; }
+    c->mxfp4_experts = f && !strcasecmp(json_string_value(f), "mxfp4");
+    const json_t *g = json_object_get(q, "group_size");
+    /* The MXFP4 group is a compile-time constant of the kernels: a config that
+     * claims another one describes weights we would decode wrongly. */
+    if (c->mxfp4_experts && g && !(json_is_integer(g) && json_integer_value(g) == MXFP4_GROUP))
+        problem(r, "'%s.group_size' must be %d for mxfp4, got %s", path, MXFP4_GROUP, jtype(g, tb, sizeof tb));
+}
+
+static void cfg_defaults(cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->mla_out_gate = 1;
+    c->moe_renorm = 1;
+    c->latent_norm = 1;
+    c->bos_id = -1;
+    c->pad_id = -1;
+    c->max_ctx = CFG_DEFAULT_CTX;
+}
+
+static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb);
+
+/* Copies the collected problems into err (truncated at errlen). */
+static int flush_problems(sbuf *pb, char *err, size_t errlen) {
+    if (err && errlen) {
+        size_t n = pb->len;
+        while (n && pb->s[n - 1] == '\n') n--; /* no trailing newline */
+        if (n >= errlen) n = errlen - 1;
+        if (n) memcpy(err, pb->s, n);
+        err[n] = 0;
+    }
+    sbuf_free(pb);
+    return STRATA_EFORMAT;
+}
+
+int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *err, size_t errlen) {
+    cfg_defaults(c);
+    if (!what) what = "config";
+    json_t *root = jsonx_load(buf, len, what, err, errlen);
+    if (!root) return STRATA_EFORMAT;
+    sbuf pb = {0};
+    rd r = {what, &pb, root, NULL, NULL, 0};
+    char tb[64];
+    if (!json_is_object(root)) {
+        problem(&r, "the top level must be an object, got %s", jtype(root, tb, sizeof tb));
+        goto done;
+    }
+    const json_t *t = json_object_get(root, "text_config");
+    if (t && !json_is_null(t)) {
+        if (!json_is_object(t)) { problem(&r, "'text_config' must be an object, got %s", jtype(t, tb, sizeof tb)); goto done; }
+        r.text = t;
+    }
+    const json_t *scope = r.text ? r.text : root;
+    const json_t *l = json_object_get(scope, "linear_attn_config");
+    if (l && !json_is_null(l)) {
+        if (!json_is_object(l)) {
+            problem(&r, "'%slinear_attn_config' must be an object, got %s", r.text ? TEXT_PFX : "", jtype(l, tb, sizeof tb));
+            goto done;
+        }
+        r.lin = l;
+    }
+    for (size_t i = 0; i < N_KEYS; i++) read_key(&r, c, &k_keys[i]);
+
+    /* The layer map needs a usable n_layers; otherwise its range check is moot
+     * and the n_layers problem is reported by validation. */
+    int64_t nl = (HAVE(r.have, F_LAYERS) && c->n_layers >= 1 && c->n_layers <= CFG_MAX_LAYERS) ? c->n_layers : 0;
+    int64_t nfull = read_layer_list(&r, "full_attn_layers", 1, nl, c->is_mla);
+    if (nfull >= 0 && nl) {
+        c->n_mla = nfull;
+        r.have |= UINT64_C(1) << F_FULL;
+        /* kda_layers is redundant; when present it must be the exact complement. */
+        uint8_t *km = base_calloc(CFG_MAX_LAYERS, 1, MEM_MISC);
+        if (km) {
+            int64_t nk = read_layer_list(&r, "kda_layers", 0, nl, km);
+            if (nk >= 0) {
+                int shown = 0;
+                for (int64_t L = 0; L < nl; L++)
+                    if (km[L] == c->is_mla[L] && shown++ < 8)
+                        problem(&r, "kda_layers and full_attn_layers disagree on layer %lld (one-based): "
+                                    "it must be in exactly one of them", (long long)L + 1);
+            }
+            base_free(km);
+        } else {
+            problem(&r, "out of memory checking kda_layers");
+        }
+    }
+
+    /* Special ids and context (optional). */
+    int64_t nb = 0, np = 0;
+    read_id(&r, "bos_token_id", &c->bos_id, &nb, 1);
+    read_id(&r, "pad_token_id", &c->pad_id, &np, 1);
+    read_id(&r, "eos_token_id", c->eos_ids, &c->n_eos, CFG_MAX_EOS);
+    char path[160];
+    const json_t *m = find_opt(&r, "max_position_embeddings", path, sizeof path);
+    if (m) {
+        if (!json_is_integer(m) || json_integer_value(m) < 1)
+            problem(&r, "'%s' must be a positive integer, got %s", path, jtype(m, tb, sizeof tb));
+        else c->max_ctx = json_integer_value(m);
+    }
+    r.have |= (UINT64_C(1) << F_IDS) | (UINT64_C(1) << F_CTX);
+    read_quant(&r, c);
+    check_all(c, r.have, what, &pb);
+done:
+    json_decref(root);
+    if (pb.n) return flush_problems(&pb, err, errlen);
+    sbuf_free(&pb);
+    return STRATA_OK;
+}
+
+int cfg_load(cfg *c, const char *path, char *err, size_t errlen) {
+    uint8_t *buf;
+    size_t len;
+    /* Real configs are a few KB; 16 MB leaves room for any sane file. */
+    int rc = base_read_file(path, 16u << 20, &buf, &len, err, errlen);
+    if (rc) { cfg_defaults(c); return rc; }
+    rc = cfg_parse(c, buf, len, path, err, errlen);
+    base_free(buf);
+    return rc;
+}
+
+/* ============================================================== validation */
+
+typedef struct vd {
+    const char *what;
+    sbuf *pb;
+    uint64_t have;
+} vd;
+
+static int has(const vd *v, int a, int b) { return HAVE(v->have, a) && HAVE(v->have, b); }
+
+static void vproblem(vd *v, const char *fmt, ...) ST_PRINTF(2, 3);
+static void vproblem(vd *v, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    sbuf_printf(v->pb, "%s: %s\n", v->what, msg);
+    v->pb->n++;
+}
+
+/* Width in 1..CFG_MAX_DIM (or 0..max when zero_ok). Returns 1 if it is usable. */
+static int vdim(vd *v, int id, int64_t x, int zero_ok) {
+    if (!HAVE(v->have, id)) return 0;
+    if (x < (zero_ok ? 0 : 1) || x > CFG_MAX_DIM) {
+        vproblem(v, "'%s' = %lld must be in %d..%lld", fname(id), (long long)x, zero_ok ? 0 : 1,
+                 (long long)CFG_MAX_DIM);
+        return 0;
+    }
+    return 1;
+}
+
+static void vpos(vd *v, int id, double x) {
+    if (HAVE(v->have, id) && !(isfinite(x) && x > 0))
+        vproblem(v, "'%s' = %g must be a positive number", fname(id), x);
+}
+
+/* Count of parameters as a double: an overflow-free bound check before any
+ * int64 arithmetic on the shapes. */
+static int count_d(void *ud, const tspec *t) {
+    double n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= (double)t->shape[i];
+    *(double *)ud += n;
+    return 0;
+}
+
+static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
+    vd v = {what, pb, have};
+    int ok = 1;
+    if (HAVE(have, F_LAYERS) && (c->n_layers < 1 || c->n_layers > CFG_MAX_LAYERS)) {
+        vproblem(&v, "'num_hidden_layers' = %lld must be in 1..%d", (long long)c->n_layers, CFG_MAX_LAYERS);
+        ok = 0;
+    }
+    ok &= vdim(&v, F_HIDDEN, c->hidden, 0);
+    ok &= vdim(&v, F_VOCAB, c->vocab, 0);
+    ok &= vdim(&v, F_KDA_HEADS, c->kda_heads, 0);
+    ok &= vdim(&v, F_KDA_D, c->kda_head_dim, 0);
+    ok &= vdim(&v, F_NHEADS, c->n_heads, 0);
+    ok &= vdim(&v, F_QLORA, c->q_lora, 0);
+    ok &= vdim(&v, F_KVLORA, c->kv_lora, 0);
+    ok &= vdim(&v, F_NOPE, c->qk_nope, 0);
+    ok &= vdim(&v, F_ROPE, c->qk_rope, 1); /* the shared rope slot may be absent */
+    ok &= vdim(&v, F_VHEAD, c->v_head, 0);
+    ok &= vdim(&v, F_NEXP, c->n_experts, 0);
+    ok &= vdim(&v, F_LATENT, c->latent, 0);
+    ok &= vdim(&v, F_MOE_I, c->moe_inter, 0);
+    ok &= vdim(&v, F_DENSE_I, c->dense_inter, 0);
+    ok &= vdim(&v, F_CONV, c->conv_k, 0);
+    ok &= vdim(&v, F_ARB, c->attn_res_block, 0);
+    ok &= vdim(&v, F_NSHARED, c->n_shared, 1);
+    /* The expert matrices are quantised along their input width in groups of 32:
+     * w1/w3 read the latent, w2 reads the expert's intermediate. */
+    if (HAVE(have, F_LATENT) && c->latent > 0 && c->latent % MXFP4_GROUP)
+        vproblem(&v, "'routed_expert_hidden_size' = %lld must be a multiple of %d (the MXFP4 group)",
+                 (long long)c->latent, MXFP4_GROUP);
+    if (HAVE(have, F_MOE_I) && c->moe_inter > 0 && c->moe_inter % MXFP4_GROUP)
+        vproblem(&v, "'moe_intermediate_size' = %lld must be a multiple of %d (the MXFP4 group)",
+                 (long long)c->moe_inter, MXFP4_GROUP);
+    if (has(&v, F_TOPK, F_NEXP)) {
+        int64_t hi = c->n_experts < CFG_MAX_TOPK ? c->n_experts : CFG_MAX_TOPK;
+        if (c->topk < 1 || c->topk > hi)
+            vproblem(&v, "'num_experts_per_token' = %lld must be in 1..%lld (min of num_experts = %lld and %d)",
+                     (long long)c->topk, (long long)hi, (long long)c->n_experts, CFG_MAX_TOPK);
+    } else if (HAVE(have, F_TOPK) && (c->topk < 1 || c->topk > CFG_MAX_TOPK)) {
+        vproblem(&v, "'num_experts_per_token' = %lld must be in 1..%d", (long long)c->topk, CFG_MAX_TOPK);
+    }
+    if (has(&v, F_FDENSE, F_LAYERS) && (c->first_dense < 0 || c->first_dense > c->n_layers))
+        vproblem(&v, "'first_k_dense_replace' = %lld must be in 0..%lld (num_hidden_layers)",
+                 (long long)c->first_dense, (long long)c->n_layers);
+    vpos(&v, F_EPS, c->rms_eps);
+    vpos(&v, F_B1, c->situ_b1);
+    vpos(&v, F_B2, c->situ_b2);
+    vpos(&v, F_RSCALE, c->routed_scale);
+    if (HAVE(have, F_GLB) && !(isfinite(c->gate_lb) && c->gate_lb < 0))
+        vproblem(&v, "'gate_lower_bound' = %g must be negative", c->gate_lb);
+
+    /* Layer map: the parser fills is_mla from the list; presets fill it directly,
+     * so the count and the tail are checked here too. */
+    if (has(&v, F_FULL, F_LAYERS) && c->n_layers >= 1 && c->n_layers <= CFG_MAX_LAYERS) {
+        int64_t n = 0, beyond = 0;
+        for (int64_t L = 0; L < CFG_MAX_LAYERS; L++) {
+            if (c->is_mla[L] > 1) beyond++;
+            else if (c->is_mla[L]) { if (L < c->n_layers) n++; else beyond++; }
+        }
+        if (beyond) vproblem(&v, "layer map marks %lld layers beyond num_hidden_layers = %lld", (long long)beyond,
+                             (long long)c->n_layers);
+        if (n != c->n_mla)
+            vproblem(&v, "layer map holds %lld full-attention layers but n_mla = %lld", (long long)n, (long long)c->n_mla);
+        if (n < 1) vproblem(&v, "'full_attn_layers' is empty: at least one full-attention (MLA) layer is needed");
+        if (n >= c->n_layers)
+            vproblem(&v, "'full_attn_layers' lists all %lld layers: no KDA layer is left", (long long)c->n_layers);
+    } else {
+        ok = 0;
+    }
+
+    /* Derived widths stay under the same ceiling, then the whole model under
+     * CFG_MAX_PARAMS, so census sums never wrap. */
+    if (ok && HAVE(have, F_LAYERS) && (have & ALL_FIELDS) == ALL_FIELDS) {
+        const struct { const char *n; double w; } d[] = {
+            {"num_heads x head_dim (KDA)", (double)c->kda_heads * (double)c->kda_head_dim},
+            {"num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim)", (double)c->n_heads * (double)(c->qk_nope + c->qk_rope)},
+            {"num_attention_heads x (qk_nope_head_dim + v_head_dim)", (double)c->n_heads * (double)(c->qk_nope + c->v_head)},
+            {"num_shared_experts x moe_intermediate_size", (double)c->n_shared * (double)c->moe_inter},
+        };
+        for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
+            if (d[i].w > (double)CFG_MAX_DIM) {
+                vproblem(&v, "%s = %.0f is larger than %lld", d[i].n, d[i].w, (long long)CFG_MAX_DIM);
+                ok = 0;
+            }
+        if (ok) {
+            double total = 0, one = 0;
+            cfg tmp;
+            /* Model-level tensors only (embed, final vectors, head): walk with no layers. */
+            memcpy(&tmp, c, sizeof tmp);
+            tmp.n_layers = 0;
+            schema_walk(&tmp, 0, count_d, &total);
+            for (int64_t L = 0; L < c->n_layers; L++) {
+                schema_walk_layer(c, L, count_d, &total);
+                if (cfg_is_moe(c, L)) {
+                    one = 0;
+                    schema_walk_expert(c, L, 0, 1, count_d, &one);
+                    total += one * (double)c->n_experts;
+                }
+            }
+            if (total > CFG_MAX_PARAMS)
+                vproblem(&v, "the model would have %.3g parameters, more than the %.0g supported", total, CFG_MAX_PARAMS);
+        }
+    }
+
+    /* Special ids must be inside the vocabulary. */
+    if (HAVE(have, F_VOCAB) && c->vocab > 0) {
+        if (c->bos_id >= c->vocab) vproblem(&v, "'bos_token_id' = %lld is not below vocab_size = %lld", (long long)c->bos_id, (long long)c->vocab);
+        if (c->pad_id >= c->vocab) vproblem(&v, "'pad_token_id' = %lld is not below vocab_size = %lld", (long long)c->pad_id, (long long)c->vocab);
+        for (int64_t i = 0; i < c->n_eos && i < CFG_MAX_EOS; i++)
+            if (c->eos_ids[i] < 0 || c->eos_ids[i] >= c->vocab)
+                vproblem(&v, "'eos_token_id' %lld is not in 0..%lld", (long long)c->eos_ids[i], (long long)c->vocab - 1);
+    }
+    if (c->n_eos < 0 || c->n_eos > CFG_MAX_EOS) vproblem(&v, "n_eos = %lld must be in 0..%d", (long long)c->n_eos, CFG_MAX_EOS);
+    if (c->bos_id < -1 || c->pad_id < -1) vproblem(&v, "bos/pad ids must be -1 (absent) or token ids");
+    if (c->max_ctx < 1) vproblem(&v, "'max_position_embeddings' = %lld must be positive", (long long)c->max_ctx);
+}
+
+int cfg_validate(const cfg *c, const char *what, char *err, size_t errlen) {
+    sbuf pb = {0};
+    check_all(c, ALL_FIELDS, what ? what : "config", &pb);
+    if (pb.n) return flush_problems(&pb, err, errlen);
+    sbuf_free(&pb);
+    if (err && errlen) err[0] = 0;
+    return STRATA_OK;
+}
+
+/* ==================================================================== K3 */
+
+void cfg_k3(cfg *c) {
+    cfg_defaults(c);
+    c->hidden = 7168;
+    c->n_layers = 93;
+    c->vocab = 163840;
+    c->rms_eps = 1e-5;
+    c->kda_heads = 96;
+    c->kda_head_dim = 128;
+    c->conv_k = 4;
+    c->gate_lb = -5.0;
+    c->n_heads = 96;
+    c->q_lora = 1536;
+    c->kv_lora = 512;
+    c->qk_nope = 128;
+    c->qk_rope = 64;
+    c->v_head = 128;
+    c->n_experts = 896;
+    c->topk = 16;
+    c->n_shared = 2;
+    c->latent = 3584;
+    c->moe_inter = 3072;
+    c->routed_scale = 1.0;
+    c->first_dense = 1;
+    c->dense_inter = 33792;
+    c->attn_res_block = 12;
+    c->situ_b1 = 4.0;
+    c->situ_b2 = 25.0;
+    /* One-based full_attn_layers 4, 8, ..., 92 and 93: every fourth layer plus a
+     * final MLA so the last layer is global (seed-engine.md 1.3). */
+    for (int64_t L1 = 4; L1 <= 92; L1 += 4) c->is_mla[L1 - 1] = 1;
+    c->is_mla[92] = 1;
+    c->n_mla = 24;
+    c->bos_id = 163584;
+    c->pad_id = 163839;
+    c->n_eos = 1;
+    c->eos_ids[0] = 163585;
+    c->mxfp4_experts = 1;
+}
+
+/* ================================================================ writer */
+
+/* Shortest "%.Ng" that reads back to the same double, so the file stays
+ * readable (1e-05, not 1.0000000000000001e-05) and still round-trips. */
+static void put_num(sbuf *b, double x) {
+    char s[40];
+    for (int p = 1; p <= 17; p++) {
+        snprintf(s, sizeof s, "%.*g", p, x);
+        if (strtod(s, NULL) == x) break;
+    }
+    if (!strpbrk(s, ".eEn")) strcat(s, ".0"); /* keep it a JSON real */
+    sbuf_printf(b, "%s", s);
+}
+
+static void put_list(sbuf *b, const char *ind, const cfg *c, int want_mla) {
+    sbuf_printf(b, "[");
+    int first = 1;
+    for (int64_t L = 0; L < c->n_layers && L < CFG_MAX_LAYERS; L++) {
+        if (!!c->is_mla[L] != want_mla) continue;
+        sbuf_printf(b, "%s\n%s%lld", first ? "" : ",", ind, (long long)L + 1);
+        first = 0;
+    }
+    sbuf_printf(b, "%s]", first ? "" : "\n      ");
+}
+
+char *cfg_to_json(const cfg *c) {
+    sbuf b = {0};
+#define I(k, v) sbuf_printf(&b, "    \"%s\": %lld,\n", k, (long long)(v))
+#define BO(k, v) sbuf_printf(&b, "    \"%s\": %s,\n", k, (v) ? "true" : "false")
+#define N(k, v) do { sbuf_printf(&b, "    \"%s\": ", k); put_num(&b, v); sbuf_printf(&b, ",\n"); } while (0)
+    sbuf_printf(&b, "{\n  \"architectures\": [\n    \"KimiK3ForConditionalGeneration\"\n  ],\n"
+                    "  \"model_type\": \"kimi_k3\",\n  \"torch_dtype\": \"bfloat16\",\n"
+                    "  \"text_config\": {\n    \"model_type\": \"kimi_k3_text\",\n");
+    I("vocab_size", c->vocab);
+    I("hidden_size", c->hidden);
+    I("num_hidden_layers", c->n_layers);
+    N("rms_norm_eps", c->rms_eps);
+    BO("tie_word_embeddings", 0);
+    I("num_attention_heads", c->n_heads);
+    I("q_lora_rank", c->q_lora);
+    I("kv_lora_rank", c->kv_lora);
+    I("qk_nope_head_dim", c->qk_nope);
+    I("qk_rope_head_dim", c->qk_rope);
+    I("v_head_dim", c->v_head);
+    BO("mla_use_nope", 1);
+    BO("mla_use_output_gate", c->mla_out_gate);
+    I("num_experts", c->n_experts);
+    I("num_experts_per_token", c->topk);
+    I("num_shared_experts", c->n_shared);
+    I("routed_expert_hidden_size", c->latent);
+    I("moe_intermediate_size", c->moe_inter);
+    N("routed_scaling_factor", c->routed_scale);
+    BO("moe_renormalize", c->moe_renorm);
+    BO("latent_moe_use_norm", c->latent_norm);
+    sbuf_printf(&b, "    \"moe_router_activation_func\": \"sigmoid\",\n");
+    I("num_expert_group", 1);
+    I("topk_group", 1);
+    I("first_k_dense_replace", c->first_dense);
+    I("intermediate_size", c->dense_inter);
+    I("attn_res_block_size", c->attn_res_block);
+    N("activation_situ_beta", c->situ_b1);
+    N("activation_situ_linear_beta", c->situ_b2);
+    I("num_nextn_predict_layers", 0);
+    if (c->max_ctx != CFG_DEFAULT_CTX) I("max_position_embeddings", c->max_ctx);
+    if (c->bos_id >= 0) I("bos_token_id", c->bos_id);
+    if (c->n_eos == 1) I("eos_token_id", c->eos_ids[0]);
+    else if (c->n_eos > 1) {
+        sbuf_printf(&b, "    \"eos_token_id\": [");
+        for (int64_t i = 0; i < c->n_eos && i < CFG_MAX_EOS; i++)
+            sbuf_printf(&b, "%s%lld", i ? ", " : "", (long long)c->eos_ids[i]);
+        sbuf_printf(&b, "],\n");
+    }
+    if (c->pad_id >= 0) I("pad_token_id", c->pad_id);
+    sbuf_printf(&b, "    \"torch_dtype\": \"bfloat16\",\n    \"linear_attn_config\": {\n");
+    sbuf_printf(&b, "      \"num_heads\": %lld,\n      \"head_dim\": %lld,\n      \"short_conv_kernel_size\": %lld,\n"
+                    "      \"gate_lower_bound\": ",
+                (long long)c->kda_heads, (long long)c->kda_head_dim, (long long)c->conv_k);
+    put_num(&b, c->gate_lb);
+    sbuf_printf(&b, ",\n      \"full_attn_layers\": ");
+    put_list(&b, "        ", c, 1);
+    sbuf_printf(&b, ",\n      \"kda_layers\": ");
+    put_list(&b, "        ", c, 0);
+    sbuf_printf(&b, "\n    }\n  }");
+    if (c->mxfp4_experts)
+        sbuf_printf(&b, ",\n  \"quantization_config\": {\n    \"format\": \"mxfp4\",\n    \"group_size\": %d,\n"
+                        "    \"scale_format\": \"e8m0\",\n"
+                        "    \"pack_order\": \"element 2i in the low nibble of byte i\",\n"
+                        "    \"modules\": \"language_model.model.layers.*.block_sparse_moe.experts.*.w{1,2,3}\"\n  }",
+                    MXFP4_GROUP);
+    sbuf_printf(&b, "\n}\n");
+#undef I
+#undef BO
+#undef N
+    return b.s;
+}
+
+/* ================================================================ census */
+
+typedef struct cen {
+    const cfg *c;
+    cfg_census *o;
+    uint64_t params, bytes; /* accumulators for one walk */
+} cen;
+
+/* Logical parameters of a tensor: packed MXFP4 codes hold two per byte, scales
+ * are metadata, not parameters. */
+static uint64_t tparams(const tspec *t) {
+    if (t->kind == TK_PACKED) return (uint64_t)t->numel * 2;
+    if (t->kind == TK_SCALE) return 0;
+    return (uint64_t)t->numel;
+}
+
+static int cen_add(void *ud, const tspec *t) {
+    cen *k = ud;
+    k->params += tparams(t);
+    /* Experts are counted as stored (MXFP4 bytes), everything else at bf16. */
+    k->bytes += (t->kind == TK_PACKED || t->kind == TK_SCALE) ? (uint64_t)t->numel : (uint64_t)t->numel * 2;
+    return 0;
+}
+
+void cfg_census_compute(const cfg *c, cfg_census *o) {
+    memset(o, 0, sizeof *o);
+    /* The callers validate first; refuse quietly otherwise, as sizes could overflow. */
+    if (cfg_validate(c, "census", NULL, 0)) return;
+    cen k = {c, o, 0, 0};
+    /* Model-level tensors (embed, final vectors, lm_head): the full walk with no
+     * layers. Walking all 82,432 experts name by name would cost ~0.3 s, so the
+     * layers are walked one by one and one expert per MoE layer stands for all. */
+    cfg tmp;
+    memcpy(&tmp, c, sizeof tmp);
+    tmp.n_layers = 0;
+    schema_walk(&tmp, 0, cen_add, &k);
+    o->params_embed = k.params;
+    o->embed_bytes_bf16 = k.bytes;
+    uint64_t active_experts = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        if (c->is_mla[L]) o->n_mla++; else o->n_kda++;
+        k.params = k.bytes = 0;
+        schema_walk_layer(c, L, cen_add, &k);
+        o->params_trunk += k.params;
+        o->layer_bytes_bf16[L] = k.bytes;
+        o->trunk_bytes_bf16 += k.bytes;
+        if (!cfg_is_moe(c, L)) { o->n_dense++; continue; }
+        o->n_moe++;
+        k.params = k.bytes = 0;
+        schema_walk_expert(c, L, 0, 0, cen_add, &k);
+        o->expert_bytes = k.bytes;
+        o->params_experts += k.params * (uint64_t)c->n_experts;
+        o->experts_bytes += k.bytes * (uint64_t)c->n_experts;
+        o->n_expert_total += (uint64_t)c->n_experts;
+        active_experts += k.params * (uint64_t)c->topk;
+    }
+    o->params_total = o->params_embed + o->params_trunk + o->params_experts;
+    /* Always-on weights (trunk, embeddings and head, as the seed census counts
+     * them) plus top-k routed experts in every MoE layer. */
+    o->params_active = o->params_embed + o->params_trunk + active_experts;
+    o->mla_cache_elems_per_pos = (uint64_t)o->n_mla * (uint64_t)(c->kv_lora + c->qk_rope);
+    const uint64_t P = (uint64_t)(c->kda_heads * c->kda_head_dim);
+    o->kda_state_elems = (uint64_t)o->n_kda *
+        ((uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim * (uint64_t)c->kda_head_dim +
+         3 * P * (uint64_t)(c->conv_k - 1));
+}
