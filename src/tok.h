@@ -87,7 +87,7 @@ int tok_split(tok *t, const uint8_t *text, size_t len,
  * as soon as that is known, so nothing is held forever. */
 typedef struct tok_stream tok_stream;
 int tok_stream_open(tok_stream **out, const tok *t);
-/* Feeds one id. *p/*n receive the bytes ready to print (possibly 0 bytes); they
+/* Feeds one id. *p and *n receive the bytes ready to print (possibly 0 bytes); they
  * point into the stream and are valid until the next call on it. STRATA_EINVAL on
  * an unknown id (the stream is unchanged). */
 int tok_stream_push(tok_stream *s, int32_t id, const uint8_t **p, size_t *n);
