@@ -33,8 +33,33 @@ typedef struct model_layout {
     uint64_t layer_bytes[CFG_MAX_LAYERS]; /* trunk bytes of each layer as stored */
     uint64_t embed_bytes, head_bytes;     /* embed_tokens; final vectors + lm_head */
     uint64_t trunk_bytes, experts_bytes;  /* totals as stored */
+    /* Added by bind.c (appended; fields above unchanged). */
+    int n_expert_parts;          /* tensors per expert (6 MXFP4, 3 plain) */
+    int expert_order[6];         /* roles (enum trole) of expert 0 by file offset */
+    int expert_order_uniform;    /* every expert stores its tensors in that order */
+    int64_t n_unused;            /* checkpoint tensors the model does not use */
+    uint64_t unused_bytes;
 } model_layout;
 int model_bind_check(const cfg *c, const st_index *ix, model_layout *lay, sbuf *problems);
+/* The same, and lists checkpoint tensors the model does not use in *warnings
+ * (grouped by name prefix; may be NULL). Unused tensors are not errors. Problem
+ * listings are capped at ~50 lines plus "and N more"; problems->n counts them
+ * all. Returns STRATA_OK, STRATA_EFORMAT (problems) or STRATA_ENOMEM. */
+int model_bind_check_ex(const cfg *c, const st_index *ix, model_layout *lay, sbuf *problems, sbuf *warnings);
+
+/* Reads every MXFP4 expert's weight_scale bytes (all of them: ~85 GB on K3) and
+ * counts E8M0 bytes of 255 (NaN by the MX spec; the kernels zero such groups, so
+ * a checkpoint holding them is defective). Problem lines name the tensor. */
+typedef struct model_scan {
+    int64_t n_experts;       /* experts scanned */
+    int64_t n_bad_experts;   /* experts with at least one 255 */
+    int64_t n_bad_groups;    /* scale bytes equal to 255 */
+    int64_t first_layer, first_expert; /* first defective expert, or -1 */
+    uint64_t scale_bytes;    /* bytes read */
+} model_scan;
+int model_scan_scales(const cfg *c, const st_index *ix, model_scan *out, sbuf *problems,
+                      void (*progress)(void *ud, int64_t done, int64_t total), void *ud,
+                      char *err, size_t errlen);
 
 /* ---- the weight source ---- */
 typedef struct wsrc wsrc;
