@@ -1,0 +1,56 @@
+/*
+ * cache.h: the routed-expert cache: a fixed arena of equal slots, leased.
+ *
+ * Keys are dense integers (moe_layer * n_experts + expert). A slot is EMPTY,
+ * INFLIGHT (reserved for a read that has not landed: never handed to another key,
+ * never evicted) or READY. cache_pin returns a leased slot; only slots with no
+ * lease are eviction candidates, so a caller's view stays valid until cache_unpin
+ * (ST_ASSERT fires if the policy ever picks a leased slot). The arena is allocated
+ * once (MEM_CACHE), so the budget is never exceeded after cache_create.
+ *
+ * Policies: LRU, and S3-FIFO (a small FIFO of 10% of the slots for first-time
+ * keys, a main FIFO with a 2-bit frequency for keys seen again, and a ghost FIFO of
+ * recently evicted keys that admits a returning key straight to main). Hits are
+ * TRUE resident hits: the key was READY when it was requested.
+ * Not thread-safe: one caller (the forward thread) owns a cache.
+ */
+#ifndef STRATA_CACHE_H
+#define STRATA_CACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { CACHE_S3FIFO = 0, CACHE_LRU = 1 };
+enum { CACHE_HIT = 0, CACHE_MISS = 1, CACHE_INFLIGHT = 2 };
+
+typedef struct cache cache;
+
+typedef struct cache_stats {
+    uint64_t requests, hits, misses, evictions, inflight_joins;
+} cache_stats;
+
+/* n_keys keys, n_slots slots of slot_bytes each (IO_ALIGN multiple). with_arena = 0
+ * makes a simulation cache (no data, for trace replay). */
+int cache_create(cache **out, int64_t n_keys, int64_t n_slots, uint64_t slot_bytes, int policy,
+                 int with_arena, char *err, size_t errlen);
+void cache_free(cache *c); /* accepts NULL */
+
+/* Leases the slot of key. *kind: CACHE_HIT (READY: use it), CACHE_MISS (the slot is
+ * reserved INFLIGHT for this key: the caller reads into it, then cache_publish, or
+ * cache_fail on error), CACHE_INFLIGHT (another lease is loading it). Returns the
+ * slot index, or STRATA_EBUDGET when every slot is leased or in flight. */
+int cache_pin(cache *c, int64_t key, int *kind);
+void cache_publish(cache *c, int slot);   /* INFLIGHT -> READY */
+void cache_fail(cache *c, int slot);      /* INFLIGHT -> EMPTY (key forgotten); lease kept */
+void cache_unpin(cache *c, int slot);     /* drops one lease */
+uint8_t *cache_data(cache *c, int slot);  /* slot bytes; valid while leased */
+int cache_state(const cache *c, int slot); /* 0 EMPTY, 1 INFLIGHT, 2 READY */
+int64_t cache_key(const cache *c, int slot);
+int64_t cache_n_slots(const cache *c);
+int64_t cache_n_pinned(const cache *c);
+void cache_get_stats(const cache *c, cache_stats *s);
+void cache_reset_stats(cache *c);
+/* Checks every invariant (queues, lookup table, leases); 0 if consistent. */
+int cache_check(const cache *c);
+
+#endif
