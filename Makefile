@@ -81,3 +81,12 @@ clean:
 	rm -rf build build-san build-fuzz strata
 
 -include $(shell find build build-san -name '*.d' 2>/dev/null)
+
+# Engine vs the independent float64 reference (tests/reference) on generated models.
+conformance: strata
+	bash tools/conformance.sh
+
+# Self-tests of the Python reference itself (no engine needed, ~3 s).
+.PHONY: reference-selftest
+reference-selftest:
+	/usr/bin/python3 tests/reference/selftest.py

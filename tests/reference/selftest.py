@@ -1,0 +1,336 @@
+#!/usr/bin/python3
+"""selftest.py: internal equivalences of the float64 reference (k3ref.py).
+
+  /usr/bin/python3 tests/reference/selftest.py [--model DIR ...] [-v]
+
+Without --model it writes its own tiny models (make_tiny.py) into a temp dir.
+Every check prints its measured max difference and its bound; exit 1 on failure.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import k3ref as R          # noqa: E402
+import make_tiny as MT     # noqa: E402
+
+FAILS = []
+
+
+def check(name, value, bound):
+    ok = bool(np.isfinite(value)) and value <= bound
+    print('%-4s %-62s %.3e (<= %.0e)' % ('ok' if ok else 'FAIL', name, value, bound))
+    if not ok:
+        FAILS.append(name)
+
+
+def check_true(name, cond, detail=''):
+    print('%-4s %-62s %s' % ('ok' if cond else 'FAIL', name, detail))
+    if not cond:
+        FAILS.append(name)
+
+
+def maxabs(a, b):
+    return float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if np.size(a) else 0.0
+
+
+# ---------------------------------------------------------------------------- KDA
+
+def random_kda(rng, T, H, D, lb=-5.0):
+    q = R.l2norm(rng.standard_normal((T, H, D))) / np.sqrt(D)
+    k = R.l2norm(rng.standard_normal((T, H, D)))
+    v = rng.standard_normal((T, H, D)) * 2.0
+    g = lb * R.sigmoid(rng.standard_normal((T, H, D)) * 2.0)
+    beta = R.sigmoid(rng.standard_normal((T, H)))
+    S0 = rng.standard_normal((H, D, D))
+    return q, k, v, g, beta, S0
+
+
+def test_kda_forms():
+    rng = np.random.default_rng(7)
+    H, D = 3, 8
+    worst_o = worst_s = 0.0
+    for T in (1, 2, 5, 17, 63, 64, 65, 128, 130, 200):
+        for chunk in (64, 16, 7):
+            q, k, v, g, beta, S0 = random_kda(rng, T, H, D)
+            Sa, Sb = S0.copy(), S0.copy()
+            oa = R.kda_recurrent(q, k, v, g, beta, Sa)
+            ob = R.kda_chunked(q, k, v, g, beta, Sb, chunk)
+            worst_o = max(worst_o, maxabs(oa, ob) / max(1.0, np.max(np.abs(oa))))
+            worst_s = max(worst_s, maxabs(Sa, Sb) / max(1.0, np.max(np.abs(Sa))))
+    check('KDA chunked == recurrent: outputs (T 1..200, chunk 64/16/7)', worst_o, 1e-12)
+    check('KDA chunked == recurrent: final state', worst_s, 1e-12)
+    # Strong decay over a full 64-chunk (g near the -5 bound: exp(-320) inside).
+    q, k, v, g, beta, S0 = random_kda(rng, 150, H, D)
+    g = np.full_like(g, -4.999)
+    Sa, Sb = S0.copy(), S0.copy()
+    d = maxabs(R.kda_recurrent(q, k, v, g, beta, Sa), R.kda_chunked(q, k, v, g, beta, Sb, 64))
+    check('KDA chunked == recurrent at g = -4.999 (no overflow)', max(d, maxabs(Sa, Sb)), 1e-12)
+    # Recurrent vs the closed matrix form S_t = (I - b k k^T) diag(a) S + b k v^T.
+    q, k, v, g, beta, S0 = random_kda(rng, 9, H, D)
+    S = S0.copy()
+    o = R.kda_recurrent(q, k, v, g, beta, S)
+    worst = 0.0
+    Sm = S0.copy()
+    for t in range(9):
+        for h in range(H):
+            A = np.eye(D) - beta[t, h] * np.outer(k[t, h], k[t, h])
+            Sm[h] = A @ np.diag(np.exp(g[t, h])) @ Sm[h] + beta[t, h] * np.outer(k[t, h], v[t, h])
+            worst = max(worst, maxabs(Sm[h].T @ q[t, h], o[t, h]))
+    check('KDA recurrent == closed form (I - bkk^T) diag(a) S + bkv^T', max(worst, maxabs(Sm, S)), 1e-13)
+
+
+def test_short_conv():
+    rng = np.random.default_rng(3)
+    P, K, T = 5, 4, 9
+    w = rng.standard_normal((P, K))
+    x = rng.standard_normal((T, P))
+    y, hist = R.short_conv(x, w, np.zeros((K - 1, P)))
+    # Direct definition: y_t = silu(sum_j w[:, j] x_{t-(K-1)+j}), zero before t = 0.
+    ref = np.zeros((T, P))
+    for t in range(T):
+        for j in range(K):
+            s = t - (K - 1) + j
+            if s >= 0:
+                ref[t] += w[:, j] * x[s]
+    ref = ref / (1 + np.exp(-ref))
+    # Split in two calls carrying the history.
+    y1, h1 = R.short_conv(x[:4], w, np.zeros((K - 1, P)))
+    y2, h2 = R.short_conv(x[4:], w, h1)
+    check('short conv: direct definition, taps oldest..newest', maxabs(y, ref), 1e-15)
+    check('short conv: split with carried history', max(maxabs(np.concatenate([y1, y2]), y),
+                                                        maxabs(h2, hist)), 0.0)
+    check_true('short conv: history holds the last K-1 inputs', np.array_equal(hist, x[-3:]))
+
+
+# ---------------------------------------------------------------------------- small pieces
+
+def test_pieces():
+    # bf16 decode of known bit patterns.
+    bits = np.array([0x3F80, 0xC000, 0x3F81, 0x0000, 0x8000, 0x7F7F, 0x0001], dtype=np.uint16)
+    want = [1.0, -2.0, 1.0078125, 0.0, -0.0, 3.3895313892515355e38, 9.183549615799121e-41]
+    check('bf16 -> f64 known patterns', maxabs(R.bf16_bits_to_f64(bits) / np.array(
+        [1, 1, 1, 1, 1, 1e38, 1e-41]), np.array(want) / np.array([1, 1, 1, 1, 1, 1e38, 1e-41])), 1e-15)
+    # MXFP4 hand example. Row 0: bytes 0x21, 0xF8, then zeros; scale 128 (x2).
+    # Byte 0x21: low nibble 1 -> element 0 = 0.5, high nibble 2 -> element 1 = 1.0.
+    # Byte 0xF8: low 8 -> element 2 = -0, high 15 -> element 3 = -6.
+    packed = np.zeros((2, 16), np.uint8)
+    packed[0, 0], packed[0, 1] = 0x21, 0xF8
+    packed[1, 15] = 0x7A          # element 30 = code 10 = -1.0, element 31 = code 7 = 6.0
+    scale = np.array([[128], [125]], np.uint8)
+    m = R.mxfp4_decode(packed, scale, 't')
+    want = np.zeros((2, 32))
+    want[0, :4] = [1.0, 2.0, -0.0, -12.0]
+    want[1, 30:] = [-0.25, 1.5]
+    check('MXFP4 nibble order: low nibble = even element (hand example)', maxabs(m, want), 0.0)
+    check_true('MXFP4 code 8 decodes to -0.0', np.signbit(m[0, 2]) and m[0, 2] == 0)
+    try:
+        R.mxfp4_decode(packed, np.array([[128], [255]], np.uint8), 'layers.1.experts.3.w2')
+        check_true('MXFP4 scale 255 raises naming the tensor', False)
+    except R.RefError as e:
+        check_true('MXFP4 scale 255 raises naming the tensor', 'layers.1.experts.3.w2' in str(e),
+                   str(e)[:60])
+    # SiTU at a hand-computed point; bound |y| <= b1*b2.
+    g, u = np.array([2.0, -30.0, 1e4]), np.array([10.0, 3.0, 1e4])
+    want = np.array([4 * np.tanh(0.5) / (1 + np.exp(-2.0)) * 25 * np.tanh(0.4),
+                     4 * np.tanh(-7.5) / (1 + np.exp(30.0)) * 25 * np.tanh(0.12),
+                     100.0])
+    check('SiTU hand values (uncapped sigmoid, cap 100)', maxabs(R.situ(g, u, 4.0, 25.0), want), 1e-12)
+    # RMSNorm / L2 norm definitions.
+    x = np.array([[3.0, 4.0]])
+    check('RMSNorm w*x/sqrt(mean(x^2)+eps)', maxabs(R.rmsnorm(x, np.array([1.0, 2.0]), 1e-5),
+                                                      x * [1, 2] / np.sqrt(12.5 + 1e-5)), 1e-15)
+    check('L2 norm x/sqrt(sum(x^2)+1e-6)', maxabs(R.l2norm(x), x / np.sqrt(25 + 1e-6)), 1e-15)
+    # AttnRes: one source is the identity; equal keys average the raw values.
+    rng = np.random.default_rng(5)
+    s = rng.standard_normal((3, 6))
+    f = rng.standard_normal(6)
+    check('AttnRes with one source returns it', maxabs(R.attn_res([s], f, 1e-5), s), 1e-15)
+    check('AttnRes of scaled copies: keys normalised, values raw',
+          maxabs(R.attn_res([s, 3 * s], f, 0.0), 2 * s), 1e-14)
+    # Router: ties go to the lowest index; bias selects, unbiased scores weigh.
+    cfg = R.Config()
+    cfg.topk, cfg.moe_renorm, cfg.routed_scale = 3, True, 2.0
+    w = {'router': np.zeros((6, 4)), 'router_bias': np.zeros(6)}
+    idx, wts = R.route(cfg, w, np.ones((1, 4)))
+    check_true('router ties -> lowest indices 0,1,2', list(idx[0]) == [0, 1, 2], str(idx[0]))
+    w['router_bias'] = np.array([0, 0, 0, 0, 0.5, 0.5])
+    w['router'] = np.zeros((6, 4))
+    w['router'][5] = 1.0          # expert 5: higher unbiased score
+    idx, wts = R.route(cfg, w, np.ones((1, 4)))
+    s5 = 1 / (1 + np.exp(-4.0))
+    check_true('router: biased selection order 5,4,0', list(idx[0]) == [5, 4, 0], str(idx[0]))
+    check('router weights from unbiased scores, renormalised, x scale',
+          maxabs(wts[0], 2.0 * np.array([s5, 0.5, 0.5]) / (s5 + 1.0 + 1e-20)), 1e-15)
+    cfg.topk = 1
+    idx, wts = R.route(cfg, w, np.ones((1, 4)))
+    check('router top-1 weight is not renormalised', maxabs(wts[0], [2.0 * s5]), 1e-15)
+
+
+# ---------------------------------------------------------------------------- config
+
+def test_config(tmp):
+    nested = os.path.join(tmp, 'cfg_nested')
+    flat = os.path.join(tmp, 'cfg_flat')
+    MT.make_tiny(nested, seed=1)
+    MT.make_tiny(flat, seed=1, flat=True)
+    a, b = R.load_config(nested), R.load_config(flat)
+    keys = [f for f, _, _, _ in R._CONFIG_FIELDS] + ['mla_layers', 'is_dense']
+    diff = [k for k in keys if getattr(a, k) != getattr(b, k)]
+    check_true('config: nested and flat shapes agree', not diff, ','.join(diff))
+    check_true('config: KDA head_dim from linear_attn_config (not text_config)',
+               a.kda_head_dim == 16, str(a.kda_head_dim))
+    check_true('config: full_attn_layers one-based -> last two layers MLA',
+               a.is_mla[-1] and a.is_mla[-2] and not a.is_mla[0], str(a.mla_layers))
+    check_true('config: eos list and int', a.eos_ids == [301, 302] and b.eos_ids == [301])
+    with open(os.path.join(nested, 'config.json')) as f:
+        obj = json.load(f)
+    del obj['text_config']['hidden_size']
+    del obj['text_config']['linear_attn_config']['gate_lower_bound']
+    try:
+        R.parse_config(obj)
+        check_true('config: missing keys all reported', False)
+    except R.RefError as e:
+        check_true('config: missing keys all reported',
+                   'hidden_size' in str(e) and 'gate_lower_bound' in str(e), str(e)[:70])
+    with open(os.path.join(nested, 'config.json')) as f:
+        obj = json.load(f)
+    obj['text_config']['linear_attn_config']['full_attn_layers'] = [0, 7]
+    try:
+        R.parse_config(obj)
+        check_true('config: 0 in one-based full_attn_layers refused', False)
+    except R.RefError:
+        check_true('config: 0 in one-based full_attn_layers refused', True)
+
+
+def test_scale255(tmp):
+    """A scale byte of 255 inside a real shard is reported with the tensor name."""
+    d = os.path.join(tmp, 'bad255')
+    MT.make_tiny(d, seed=2)
+    name = 'language_model.model.layers.2.block_sparse_moe.experts.5.w3.weight_scale'
+    with open(os.path.join(d, 'model.safetensors.index.json')) as f:
+        shard = json.load(f)['weight_map'][name]
+    path = os.path.join(d, shard)
+    with open(path, 'r+b') as f:
+        n = int.from_bytes(f.read(8), 'little')
+        hdr = json.loads(f.read(n))
+        off = 8 + n + hdr[name]['data_offsets'][0] + 7
+        f.seek(off)
+        f.write(b'\xff')
+    try:
+        R.Model(d)
+        check_true('scale 255 in a shard: load refused naming the tensor', False)
+    except R.RefError as e:
+        check_true('scale 255 in a shard: load refused naming the tensor',
+                   'experts.5.w3' in str(e), str(e)[:60])
+
+
+def test_plain_vs_mxfp4(tmp):
+    """Experts stored as MXFP4 or as the same values in BF16 'weight' give equal logits
+    (MXFP4 values have <= 2 mantissa bits, so bf16 holds them exactly)."""
+    src = os.path.join(tmp, 'mx')
+    MT.make_tiny(src, seed=11)
+    m1 = R.Model(src)
+    dst = os.path.join(tmp, 'plain')
+    rng = np.random.default_rng(0)
+    W = MT.Writer(rng)
+    for name, t in R.open_checkpoint(src).items():
+        if name.endswith('.weight_scale'):
+            continue
+        if name.endswith('.weight_packed'):
+            pre = name[:-len('.weight_packed')]
+            sc = R.open_checkpoint(src)[pre + '.weight_scale'].as_u8()
+            W.add(pre + '.weight', R.mxfp4_decode(t.as_u8(), sc, pre), 'BF16')
+        elif t.dtype == 'U8':
+            W.add(name, t.as_u8(), 'U8')
+        else:
+            W.add(name, t.as_f64(), t.dtype)
+    os.makedirs(dst, exist_ok=True)
+    W.save(dst, n_shards=3)
+    shutil.copy(os.path.join(src, 'config.json'), dst)
+    m2 = R.Model(dst)
+    ids = [5, 9, 1, 77, 200, 3, 3, 3, 18]
+    l1 = m1.forward(ids, m1.new_state(), all_logits=True)
+    l2 = m2.forward(ids, m2.new_state(), all_logits=True)
+    check('experts MXFP4 == same values as BF16 weight (3 shards)', maxabs(l1, l2), 0.0)
+
+
+# ---------------------------------------------------------------------------- model level
+
+def test_model(d, label, prompt, n_gen):
+    m = R.Model(d)
+    c = m.cfg
+    ref_all = m.forward(prompt, m.new_state(), kda='recurrent', mla='expanded', all_logits=True)
+    scale = max(1.0, np.max(np.abs(ref_all)))
+    for kda, chunk, mla in (('chunked', 64, 'absorbed'), ('chunked', 3, 'absorbed'),
+                            ('recurrent', 64, 'absorbed'), ('chunked', 5, 'expanded')):
+        got = m.forward(prompt, m.new_state(), kda=kda, chunk=chunk, mla=mla, all_logits=True)
+        check('%s: prefill %s/%d/%s == recurrent/expanded' % (label, kda, chunk, mla),
+              maxabs(got, ref_all) / scale, 1e-12)
+    # Token-by-token decode reproduces every prefill position.
+    st = m.new_state()
+    rows = [m.forward([t], st, kda='recurrent', mla='absorbed') for t in prompt]
+    check('%s: per-token decode == prefill logits at every position' % label,
+          maxabs(np.stack(rows), ref_all) / scale, 1e-12)
+    # Split prefill (carried conv history, KDA state, MLA cache).
+    st = m.new_state()
+    cut = max(1, len(prompt) // 2 - 1)
+    m.forward(prompt[:cut], st)
+    tail = m.forward(prompt[cut:], st, all_logits=True)
+    check('%s: prefill split at %d == one prefill' % (label, cut),
+          maxabs(tail, ref_all[cut:]) / scale, 1e-12)
+    # Incremental greedy decode == full recompute oracle.
+    ids_i, log_i = R.generate(m, prompt, n_gen)
+    ids_f, log_f = R.generate(m, prompt, n_gen, full_recompute=True)
+    check('%s: prefill+decode == full recompute, %d steps (abs logits)' % (label, n_gen),
+          maxabs(log_i, log_f), 1e-10)
+    check_true('%s: greedy ids equal (incremental vs full recompute)' % label, ids_i == ids_f,
+               ','.join(map(str, ids_i[:12])) + '...')
+    # Teacher forcing along our own ids reproduces the same logits.
+    ids_t, log_t = R.generate(m, prompt, n_gen, force=ids_i)
+    check('%s: forced along own ids == free run' % label, maxabs(log_t, log_i), 0.0)
+    check_true('%s: logits finite, not degenerate' % label,
+               bool(np.all(np.isfinite(log_i))) and float(np.std(log_i)) > 1e-3,
+               'std %.3f vocab %d layers %d' % (float(np.std(log_i)), c.vocab, c.n_layers))
+
+
+def main():
+    ap = argparse.ArgumentParser(description='self-tests of the float64 reference')
+    ap.add_argument('--model', action='append', default=[],
+                    help='also run the model-level checks on this model dir (repeatable)')
+    ap.add_argument('--gen', type=int, default=24)
+    ap.add_argument('--keep', action='store_true', help='keep the temp dir')
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix='k3ref-selftest-')
+    try:
+        test_pieces()
+        test_short_conv()
+        test_kda_forms()
+        test_config(tmp)
+        test_scale255(tmp)
+        test_plain_vs_mxfp4(tmp)
+        prompt = [1, 17, 42, 9, 250, 3, 3, 88, 130, 7, 64, 201]
+        d = MT.make_tiny(os.path.join(tmp, 'tiny'), seed=1234)
+        test_model(d, 'make_tiny', prompt, a.gen)
+        d = MT.make_tiny(os.path.join(tmp, 'tiny9'), seed=99, layers=9, block=2, plain_experts=True)
+        test_model(d, 'make_tiny 9L/block2/bf16 experts', prompt[:7], a.gen)
+        for md in a.model:
+            vocab = R.load_config(md).vocab
+            test_model(md, os.path.basename(md.rstrip('/')), [x % vocab for x in prompt], a.gen)
+    finally:
+        if a.keep:
+            print('kept', tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print('%d failure(s)' % len(FAILS) if FAILS else 'all self-tests passed')
+    return 1 if FAILS else 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,104 @@
+#!/usr/bin/env bash
+# conformance.sh: the C engine against the independent float64 Python reference.
+#
+# For each generated model (tiny presets + demo; made with ./strata gen-model into
+# build/models/<preset> when absent) run
+#   ./strata run MODEL --ids <prompt> --gen 32 --temp 0 --print-ids --dump-logits F
+# and tests/reference/k3ref.py with the same arguments, then print per model the
+# max relative logit error (max |logit - ref| / max |ref| over all steps) and how
+# many ids match. If the greedy ids diverge, the reference is re-run forced along
+# the engine's ids (--force-ids) so the logits compare on the same contexts; a
+# divergence is tolerated only where the reference's own top-2 gap is within tol.
+#
+# Usage: tools/conformance.sh [preset ...]      (default: all presets below)
+# Env:   CONF_TOL (default 1e-3), CONF_GEN (32), CONF_OUT (build/conformance),
+#        STRATA (./strata), PY (/usr/bin/python3)
+# Exit:  0 all pass, 1 a failure or the engine is missing.
+set -u
+cd "$(dirname "$0")/.."
+
+STRATA=${STRATA:-./strata}
+PY=${PY:-/usr/bin/python3}
+TOL=${CONF_TOL:-1e-3}
+GEN=${CONF_GEN:-32}
+OUT=${CONF_OUT:-build/conformance}
+REF=tests/reference/k3ref.py
+CMP=tests/reference/compare.py
+PROMPT_BASE="1,17,42,9,250,3,88,130"
+if [ $# -gt 0 ]; then PRESETS="$*"; else
+  PRESETS="tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo"
+fi
+
+die() { echo "conformance: $*" >&2; exit 1; }
+
+[ -x "$STRATA" ] || die "$STRATA not found (run 'make strata' first)"
+"$PY" -c 'import numpy' 2>/dev/null || die "$PY has no numpy (apt-get install python3-numpy)"
+# The engine's run command must exist and not be a placeholder.
+if "$STRATA" run --help 2>&1 | grep -qi "not implemented"; then
+  die "'strata run' is not implemented yet; nothing to compare"
+fi
+
+mkdir -p "$OUT" build/models
+fail=0
+printf '%-18s %7s %12s %10s %9s %9s  %s\n' model steps max_rel_err ids_match eng_s ref_s verdict
+for p in $PRESETS; do
+  M=build/models/$p
+  if [ ! -f "$M/config.json" ]; then
+    if ! "$STRATA" gen-model "$M" --preset "$p" >"$OUT/$p.gen.log" 2>&1; then
+      printf '%-18s %s\n' "$p" "FAIL: gen-model failed (see $OUT/$p.gen.log)"; fail=1; continue
+    fi
+  fi
+  # Prompt ids reduced modulo the model's vocab.
+  prompt=$("$PY" -c "
+import sys; sys.path.insert(0, 'tests/reference'); import k3ref
+v = k3ref.load_config('$M').vocab
+print(','.join(str(int(x) % v) for x in '$PROMPT_BASE'.split(',')))" 2>"$OUT/$p.cfg.log") \
+    || { printf '%-18s %s\n' "$p" "FAIL: reference cannot read config (see $OUT/$p.cfg.log)"; fail=1; continue; }
+  vocab=$("$PY" -c "import sys; sys.path.insert(0, 'tests/reference'); import k3ref; print(k3ref.load_config('$M').vocab)")
+
+  t0=$(date +%s.%N)
+  if ! "$STRATA" run "$M" --ids "$prompt" --gen "$GEN" --temp 0 --print-ids \
+       --dump-logits "$OUT/$p.engine.bin" >"$OUT/$p.engine.ids" 2>"$OUT/$p.engine.log"; then
+    printf '%-18s %s\n' "$p" "FAIL: strata run failed (see $OUT/$p.engine.log)"; fail=1; continue
+  fi
+  t1=$(date +%s.%N)
+  if ! "$PY" "$REF" "$M" --ids "$prompt" --gen "$GEN" --temp 0 --print-ids \
+       --dump-logits "$OUT/$p.ref.bin" >"$OUT/$p.ref.ids" 2>"$OUT/$p.ref.log"; then
+    printf '%-18s %s\n' "$p" "FAIL: reference failed (see $OUT/$p.ref.log)"; fail=1; continue
+  fi
+  t2=$(date +%s.%N)
+  eng_ids=$(tail -n 1 "$OUT/$p.engine.ids" | tr -d ' \r')
+  ref_ids=$(tail -n 1 "$OUT/$p.ref.ids" | tr -d ' \r')
+  cmp_ref="$OUT/$p.ref.bin"
+  if [ "$eng_ids" != "$ref_ids" ] && [ -n "$eng_ids" ]; then
+    # Same contexts for the logits: the reference forced along the engine's ids.
+    "$PY" "$REF" "$M" --ids "$prompt" --gen "$GEN" --force-ids "$eng_ids" --quiet \
+      --dump-logits "$OUT/$p.ref-forced.bin" >/dev/null 2>>"$OUT/$p.ref.log" \
+      && cmp_ref="$OUT/$p.ref-forced.bin"
+  fi
+  json=$("$PY" "$CMP" --vocab "$vocab" "$OUT/$p.engine.bin" "$cmp_ref" \
+         --ids-a "$eng_ids" --ids-b "$ref_ids" --tol "$TOL" --allow-tie-flip --json 2>&1)
+  rc=$?
+  line=$("$PY" -c "
+import json, sys
+try:
+    r = json.loads(sys.argv[1])
+except ValueError:
+    print('? ? ? ' + sys.argv[1].replace('\n', ' ')); sys.exit()
+lg, ids = r['logits'], r['ids']
+note = ''
+if lg['steps_a'] != lg['steps_ref']: note += ' steps %d vs %d;' % (lg['steps_a'], lg['steps_ref'])
+if not lg['finite']: note += ' non-finite logits;'
+if 'first_divergence' in ids:
+    note += ' ids diverge at step %d (ref gap %.2e%s)' % (ids['first_divergence'], ids['ref_rel_gap'],
+                                                      ', tie flip' if ids.get('tie_flip') else '')
+print('%d %.3e %d/%d%s' % (lg['steps'], lg['max_rel'], ids['equal'], max(ids['len_a'], ids['len_b']), note))
+" "$json")
+  steps=${line%% *}; rest=${line#* }; err=${rest%% *}; rest=${rest#* }; match=${rest%% *}
+  note=${rest#"$match"}
+  verdict=PASS; [ $rc -eq 0 ] || { verdict=FAIL; fail=1; }
+  printf '%-18s %7s %12s %10s %9.2f %9.2f  %s%s\n' "$p" "$steps" "$err" "$match" \
+    "$(awk "BEGIN{print $t1 - $t0}")" "$(awk "BEGIN{print $t2 - $t1}")" "$verdict" "$note"
+done
+echo "tolerance: max relative logit error <= $TOL; outputs in $OUT/"
+exit $fail
