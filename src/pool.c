@@ -11,6 +11,7 @@
  * the acquire-load, so the pool is data-race free (TSan-clean by construction).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
@@ -39,7 +40,12 @@ struct pool {
 
 typedef struct { pool *p; int tid; } worker_arg;
 
-static inline void cpu_relax(void) {
+/* Spin iteration s: a pause, and every 64th a sched_yield so that with more
+ * threads than cores (a shared machine, or a test asking for 4 threads on 2 cores)
+ * the thread we wait for gets the CPU. Measured on 2 cores: 3 threads with pure
+ * pause-spinning took 650 us per empty pool_for; with the yield, see POOL_SPIN. */
+static inline void spin_wait(int s) {
+    if ((s & 63) == 63) { sched_yield(); return; }
 #if defined(__x86_64__) || defined(__i386__)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
@@ -61,7 +67,7 @@ static void *worker_main(void *arg) {
     for (;;) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
         for (int s = 0; g == seen && s < POOL_SPIN; s++) {
-            cpu_relax();
+            spin_wait(s);
             g = atomic_load_explicit(&p->gen, memory_order_acquire);
         }
         if (g == seen) {
@@ -149,7 +155,7 @@ void pool_for(pool *p, int64_t n, int64_t grain, pool_fn fn, void *ctx) {
     run_chunk(p, 0);
     for (int s = 0; s < POOL_SPIN; s++) {
         if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
-        cpu_relax();
+        spin_wait(s);
     }
     pthread_mutex_lock(&p->mu);
     while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)

@@ -1,0 +1,206 @@
+/* t_kern.c: every kernel table in kern_available() must be bit-identical to the
+ * scalar reference (memcmp) over odd sizes, tails, sub-ranges and T = 1/3/8, on
+ * data with negative zeros, subnormal products and wide magnitudes; the reference
+ * itself is checked against a float64 dot with a rounding-error bound. */
+#include <float.h>
+#include <stdlib.h>
+#include <string.h>
+#include "kern.h"
+#include "num.h"
+#include "st.h"
+#include "test.h"
+
+static uint64_t g_rng = 0x9E3779B97F4A7C15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng >> 12; g_rng ^= g_rng << 25; g_rng ^= g_rng >> 27;
+    return (uint32_t)((g_rng * 0x2545F4914F6CDD1Dull) >> 32);
+}
+
+/* A value with a random sign and exponent in [-emax, emax], some exact zeros of
+ * either sign and some tiny ones (products underflow to subnormals or zero). */
+static float rnd_val(int emax) {
+    uint32_t k = rnd() % 32;
+    float sgn = (rnd() & 1) ? -1.0f : 1.0f;
+    if (k == 0) return sgn * 0.0f;
+    if (k == 1) return sgn * ldexpf(1.0f + (float)(rnd() % 1024) / 1024.0f, -70 - (int)(rnd() % 40));
+    float m = 1.0f + (float)(rnd() & 0xFFFFFF) * 0x1p-24f;
+    return sgn * ldexpf(m, (int)(rnd() % (2 * emax + 1)) - emax);
+}
+
+/* Fills W (rows x cols) of dtype with finite values; returns them widened in wf. */
+static void fill_w(void *W, float *wf, int dtype, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        float v = rnd_val(dtype == DT_F16 ? 14 : 40);
+        if (dtype == DT_F32) ((float *)W)[i] = v;
+        else if (dtype == DT_BF16) ((uint16_t *)W)[i] = num_f32_to_bf16(v);
+        else ((uint16_t *)W)[i] = num_f32_to_f16(v);
+    }
+    num_to_f32(wf, W, dtype, (size_t)n);
+}
+
+/* |ref - exact| <= (n/16 + 5) u sum|w x| (each lane sums n/16 products by fma, then
+ * four tree additions), plus a subnormal slack. */
+static int ref_close(float got, const float *w, const float *x, int64_t n) {
+    double exact = 0, mag = 0;
+    for (int64_t i = 0; i < n; i++) { exact += (double)w[i] * x[i]; mag += fabs((double)w[i] * x[i]); }
+    double bound = ((double)n / 16 + 6) * 0x1p-24 * mag * 1.01 + 0x1p-120;
+    return fabs((double)got - exact) <= bound;
+}
+
+static const int64_t k_cols[] = {1, 15, 16, 17, 33, 200, 1000};
+static const int64_t k_T[] = {1, 3, 8};
+
+TEST(kern_matmul) {
+    const kern_table *const *av = kern_available();
+    CHECK(av[0] != NULL);
+    int ntab = 0;
+    while (av[ntab]) ntab++;
+    for (int dtype = 0; dtype < 3; dtype++) {
+        int dt = dtype == 0 ? DT_F32 : dtype == 1 ? DT_BF16 : DT_F16;
+        for (size_t ci = 0; ci < sizeof k_cols / sizeof k_cols[0]; ci++) {
+            int64_t cols = k_cols[ci], rows = 13 + (int64_t)(ci & 1) * 4, T = 8;
+            int64_t ldx = cols + 3, ldy = rows + 5;
+            void *W = base_alloc((size_t)(rows * cols) * 4, MEM_MISC);
+            float *wf = base_alloc((size_t)(rows * cols) * 4, MEM_MISC);
+            float *X = base_alloc((size_t)(T * ldx) * 4, MEM_MISC);
+            float *Yref = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
+            float *Y = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
+            fill_w(W, wf, dt, rows * cols);
+            for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(40);
+            memset(Yref, 0x7F, (size_t)(T * ldy) * 4);
+            kern_ref_table.matmul(Yref, ldy, W, dt, cols, X, ldx, T, 0, rows);
+            int close = 1;
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t r = 0; r < rows; r++)
+                    close &= ref_close(Yref[t * ldy + r], wf + r * cols, X + t * ldx, cols);
+            CHECK_MSG(close, "reference vs float64, dtype %d cols %lld", dt, (long long)cols);
+            for (int k = 0; k < ntab; k++)
+                for (size_t ti = 0; ti < sizeof k_T / sizeof k_T[0]; ti++) {
+                    int64_t TT = k_T[ti];
+                    /* a sub-range of rows with an odd start; untouched cells keep 0x7F */
+                    int64_t r0 = 1 + (int64_t)ti, r1 = rows - (int64_t)ti;
+                    memset(Y, 0x7F, (size_t)(T * ldy) * 4);
+                    av[k]->matmul(Y, ldy, W, dt, cols, X, ldx, TT, r0, r1);
+                    int same = 1;
+                    for (int64_t t = 0; t < T; t++)
+                        for (int64_t r = 0; r < rows; r++) {
+                            int inside = t < TT && r >= r0 && r < r1;
+                            uint32_t a, b;
+                            memcpy(&a, &Y[t * ldy + r], 4);
+                            memcpy(&b, &Yref[t * ldy + r], 4);
+                            same &= inside ? a == b : a == 0x7F7F7F7Fu;
+                        }
+                    CHECK_MSG(same, "table %s dtype %d cols %lld T %lld not bit-identical",
+                              av[k]->name, dt, (long long)cols, (long long)TT);
+                }
+            base_free(W); base_free(wf); base_free(X); base_free(Yref); base_free(Y);
+        }
+    }
+}
+
+TEST(kern_mxfp4) {
+    const kern_table *const *av = kern_available();
+    static const int64_t cols_l[] = {32, 64, 96, 224, 1024};
+    for (size_t ci = 0; ci < sizeof cols_l / sizeof cols_l[0]; ci++) {
+        int64_t cols = cols_l[ci], rows = 11, T = 8, ng = cols / 32;
+        int64_t ldx = cols + 1, ldy = rows + 2;
+        uint8_t *P = base_alloc((size_t)(rows * cols / 2), MEM_MISC);
+        uint8_t *S = base_alloc((size_t)(rows * ng), MEM_MISC);
+        float *wf = base_alloc((size_t)(rows * cols) * 4, MEM_MISC);
+        float *X = base_alloc((size_t)(T * ldx) * 4, MEM_MISC);
+        float *Yref = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
+        float *Y = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
+        for (int64_t i = 0; i < rows * cols / 2; i++) P[i] = (uint8_t)rnd();
+        /* scales: mostly near 127, some 0 (subnormal LUT), some 255 (group zeroed) */
+        for (int64_t i = 0; i < rows * ng; i++) {
+            uint32_t k = rnd() % 16;
+            S[i] = k == 0 ? 0 : k == 1 ? 255 : (uint8_t)(107 + rnd() % 40);
+        }
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < cols; i++) {
+                uint8_t s = S[r * ng + i / 32];
+                wf[r * cols + i] = s == 255 ? 0.0f : (float)num_mxfp4_value(num_mxfp4_code(P + r * cols / 2, (size_t)i), s);
+            }
+        for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(30);
+        kern_ref_table.matmul_mxfp4(Yref, ldy, P, S, cols, X, ldx, T, 0, rows);
+        int close = 1;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t r = 0; r < rows; r++)
+                close &= ref_close(Yref[t * ldy + r], wf + r * cols, X + t * ldx, cols);
+        CHECK_MSG(close, "mxfp4 reference vs float64, cols %lld", (long long)cols);
+        for (int k = 0; av[k]; k++)
+            for (size_t ti = 0; ti < sizeof k_T / sizeof k_T[0]; ti++) {
+                int64_t TT = k_T[ti], r0 = (int64_t)ti, r1 = rows - 1;
+                memset(Y, 0x7F, (size_t)(T * ldy) * 4);
+                av[k]->matmul_mxfp4(Y, ldy, P, S, cols, X, ldx, TT, r0, r1);
+                int same = 1;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t r = 0; r < rows; r++) {
+                        int inside = t < TT && r >= r0 && r < r1;
+                        uint32_t a, b;
+                        memcpy(&a, &Y[t * ldy + r], 4);
+                        memcpy(&b, &Yref[t * ldy + r], 4);
+                        same &= inside ? a == b : a == 0x7F7F7F7Fu;
+                    }
+                CHECK_MSG(same, "table %s mxfp4 cols %lld T %lld not bit-identical", av[k]->name,
+                          (long long)cols, (long long)TT);
+            }
+        base_free(P); base_free(S); base_free(wf); base_free(X); base_free(Yref); base_free(Y);
+    }
+    /* a known row: codes 1..15 then 0 (x = 1), scale 128 (x2), then a zeroed group */
+    uint8_t P[32], S[2] = {128, 255};
+    float X[64], Y = 0;
+    for (int i = 0; i < 32; i++) P[i] = (uint8_t)(((2 * i + 1) & 15) | (((2 * i + 2) & 15) << 4));
+    for (int i = 0; i < 64; i++) X[i] = 1.0f;
+    for (int k = 0; av[k]; k++) {
+        av[k]->matmul_mxfp4(&Y, 1, P, S, 64, X, 64, 1, 0, 1);
+        CHECK_MSG(Y == 0.0f, "%s: %g", av[k]->name, Y); /* positive and negative codes cancel */
+    }
+    X[0] = 3.0f; /* element 0 = code 1 = 0.5, x2 scale: +2 extra */
+    for (int k = 0; av[k]; k++) {
+        av[k]->matmul_mxfp4(&Y, 1, P, S, 64, X, 64, 1, 0, 1);
+        CHECK_MSG(Y == 2.0f, "%s: %g", av[k]->name, Y);
+    }
+}
+
+TEST(kern_dot) {
+    const kern_table *const *av = kern_available();
+    static const int64_t ns[] = {0, 1, 2, 15, 16, 17, 31, 33, 64, 200, 1000, 4099};
+    float *a = base_alloc(4099 * 4, MEM_MISC), *b = base_alloc(4099 * 4, MEM_MISC);
+    for (int i = 0; i < 4099; i++) { a[i] = rnd_val(40); b[i] = rnd_val(40); }
+    for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+        float r = kern_ref_table.dot(a, b, ns[k]);
+        CHECK(ref_close(r, a, b, ns[k]));
+        for (int j = 0; av[j]; j++) {
+            float v = av[j]->dot(a + 1, b + 3, ns[k] > 4096 ? 4096 : ns[k]); /* unaligned */
+            float w = kern_ref_table.dot(a + 1, b + 3, ns[k] > 4096 ? 4096 : ns[k]);
+            CHECK_MSG(memcmp(&v, &w, 4) == 0, "%s dot n=%lld", av[j]->name, (long long)ns[k]);
+        }
+    }
+    /* -0 accumulators meet the zero padding: the padded lanes' fmaf(0, 0, -0) = +0 */
+    float m[3] = {-1e-30f, 1e-30f, 0.0f}, o[3] = {1e-30f, -1e-30f, 0.0f};
+    for (int j = 0; av[j]; j++) {
+        float v = av[j]->dot(m, o, 2), w = kern_ref_table.dot(m, o, 2);
+        CHECK_MSG(memcmp(&v, &w, 4) == 0, "%s -0 tail", av[j]->name);
+    }
+    base_free(a); base_free(b);
+}
+
+TEST(kern_select) {
+    const char *env = getenv("STRATA_KERNEL");
+    char saved[64] = {0};
+    if (env) snprintf(saved, sizeof saved, "%s", env);
+    unsetenv("STRATA_KERNEL");
+    const kern_table *const *av = kern_available();
+    CHECK(strcmp(kern_init("scalar"), "scalar") == 0);
+    CHECK(strcmp(kern_init(NULL), av[0]->name) == 0);        /* best first */
+    base_log_level(LOG_ERROR);                                 /* expected warning */
+    CHECK(strcmp(kern_init("no-such-isa"), av[0]->name) == 0);
+    setenv("STRATA_KERNEL", "scalar", 1);
+    CHECK(strcmp(kern_init(NULL), "scalar") == 0);
+    base_log_level(LOG_WARN);
+    if (saved[0]) setenv("STRATA_KERNEL", saved, 1);
+    else unsetenv("STRATA_KERNEL");
+    kern_init(NULL);
+    CHECK(K.matmul && K.matmul_mxfp4 && K.dot);
+}
