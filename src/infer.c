@@ -1,0 +1,1092 @@
+/*
+ * infer.c: the K3 forward pass (see infer.h and shared/spec/MODEL.md).
+ *
+ * Owns: engine scratch, session state (KDA conv history + delta-rule state, MLA
+ * latent cache), the decoder layer with Block Attention Residuals, KDA, Gated MLA
+ * (absorbed), dense SiTU-GLU and Stable LatentMoE, state files. Does not own
+ * weights (wsrc), kernels (kern.h) or threads (pool.h).
+ *
+ * Invariants that keep results bit-identical across thread counts, weight sources
+ * and prefill/decode: every matmul output is one K.matmul dot (independent of T);
+ * per-head work runs on one thread; the MoE sums expert outputs per token in the
+ * token's top-k order whatever order experts arrive in; norms and softmaxes are
+ * single-threaded per vector; attention blocks start at fixed positions (0, 256,
+ * ...), not relative to the chunk.
+ *
+ * KDA prefill is the sequential delta rule, not the chunked WY/UT form: the
+ * recurrence costs ~8 D^2 flops per head per token (12.6 MFLOP for a K3 layer vs
+ * ~700 MFLOP of projections, under 2%), the 64 KB per-head state stays in L2 while
+ * a head walks its T tokens, and prefill then equals decode bit for bit. Measured
+ * on this box (tiny-blocks preset, 64-token prompt): see tests/t_infer.c bench note.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include "infer.h"
+#include "kern.h"
+#include "num.h"
+#include "pool.h"
+#include "st.h"
+
+#define ATT_BLOCK 256    /* attention positions scored per block (online softmax) */
+#define MM_MAX_SEG 8
+#define ENGINE_HDR ((sizeof(engine) + 63) & ~(size_t)63) /* struct, then 64-aligned scratch */
+#define MM_MIN_MACS 32768 /* below this a matmul range is not worth a thread hand-off */
+
+/* ======================================================================= */
+/* Types                                                                    */
+/* ======================================================================= */
+
+struct engine {
+    const cfg *c;
+    wsrc *w;
+    pool *pool;
+    int n_threads;
+    int64_t chunk;             /* max tokens per forward */
+    int64_t n_kda, n_mla, n_blocks;
+    int64_t P;                 /* kda_heads * kda_head_dim */
+    int64_t qh;                /* MLA per-head query width nope + rope */
+    int64_t C;                 /* MLA cache row: kv_lora + rope */
+    int32_t *kda_i, *mla_i;    /* (n_layers) index among KDA / MLA layers, -1 otherwise */
+    /* residual stream, (T, hidden) each */
+    float **res;               /* n_blocks + 1 buffers: block snapshots and the partial */
+    float *h, *xn, *y;
+    float *vec;                /* converted per-layer vectors (see vec_need) */
+    float *thr;                /* per-thread scratch, thr_floats each */
+    int64_t thr_floats;
+    /* overlaid per-layer scratch (attention and FFN never alive together) */
+    struct {                   /* KDA */
+        float *raw[3];         /* (conv_k - 1 + T, P): history rows, then this chunk */
+        float *qkv[3];         /* (T, P) after conv + SiLU (q, k normalised in place) */
+        float *g, *fa, *z, *b, *o; /* (T,P) (T,fa_rows) (T,P) (T,heads) (T,P) */
+    } k;
+    struct {                   /* MLA */
+        float *qa, *q, *kva, *g, *o; /* (T,q_lora) (T,NH*qh) (T,C) (T,NH*v) (T,NH*v) */
+    } m;
+    struct {                   /* MoE and dense */
+        float *router, *wts, *z, *eo, *xe, *h1, *h3, *oe, *u, *sg, *su, *tmp;
+        int32_t *idx, *mark, *list, *pairs;
+        float *dg, *du;        /* dense gate/up (T, dense_inter) */
+    } f;
+};
+
+struct session {
+    engine *e;
+    int64_t max_ctx, pos;
+    int broken;
+    float *kda;      /* n_kda x kda_floats: conv[3][conv_k-1][P] then S[heads][D][D] */
+    float *cache;    /* n_mla x max_ctx x C */
+    int32_t *ids;    /* max_ctx */
+    char err[512];
+};
+
+/* ======================================================================= */
+/* Layout (shared by create and the *_bytes planners, so both stay exact)   */
+/* ======================================================================= */
+
+typedef struct { uint8_t *base; size_t off; } carve;
+
+static void *cv(carve *c, size_t bytes) {
+    size_t o = (c->off + 63) & ~(size_t)63;
+    c->off = o + bytes;
+    return c->base ? c->base + o : NULL;
+}
+#define CVF(c, n) ((float *)cv((c), (size_t)(n) * sizeof(float)))
+#define CVI(c, n) ((int32_t *)cv((c), (size_t)(n) * sizeof(int32_t)))
+
+static int64_t i64max(int64_t a, int64_t b) { return a > b ? a : b; }
+
+static int64_t n_blocks_of(const cfg *c) { return (c->n_layers - 1) / c->attn_res_block + 1; }
+
+static int64_t kda_floats(const cfg *c) {
+    int64_t P = c->kda_heads * c->kda_head_dim;
+    return 3 * (c->conv_k - 1) * P + c->kda_heads * c->kda_head_dim * c->kda_head_dim;
+}
+
+/* Converted vectors of one layer: two AttnRes folds, norms, KDA conv/dt/A/o_norm. */
+static int64_t vec_need(const cfg *c) {
+    int64_t P = c->kda_heads * c->kda_head_dim;
+    int64_t kda = 3 * P * c->conv_k + P + i64max(c->kda_heads, c->kda_head_dim) + c->kda_head_dim;
+    int64_t mla = c->q_lora + c->kv_lora;
+    int64_t moe = c->n_experts + c->latent;
+    return 4 * c->hidden + i64max(kda, i64max(mla, moe)) + 64;
+}
+
+static int64_t thr_need(const cfg *c, int64_t T) {
+    return ATT_BLOCK + c->kv_lora + c->qk_nope * c->kv_lora + T * c->kv_lora + 6 * c->kda_head_dim + 64;
+}
+
+static void engine_carve(engine *e, carve *cv_) {
+    const cfg *c = e->c;
+    const int64_t T = e->chunk, Hd = c->hidden, P = e->P, NH = c->n_heads;
+    e->kda_i = CVI(cv_, c->n_layers);
+    e->mla_i = CVI(cv_, c->n_layers);
+    e->res = (float **)cv(cv_, (size_t)(e->n_blocks + 1) * sizeof(float *));
+    float *r0 = CVF(cv_, (e->n_blocks + 1) * T * Hd);
+    if (e->res)
+        for (int64_t i = 0; i <= e->n_blocks; i++) e->res[i] = r0 + i * T * Hd;
+    e->h = CVF(cv_, T * Hd);
+    e->xn = CVF(cv_, T * Hd);
+    e->y = CVF(cv_, T * Hd);
+    e->vec = CVF(cv_, vec_need(c));
+    e->thr_floats = (thr_need(c, T) + 15) & ~(int64_t)15;
+    e->thr = CVF(cv_, e->thr_floats * e->n_threads);
+    size_t start = cv_->off, end = start;
+    /* KDA */
+    for (int i = 0; i < 3; i++) e->k.raw[i] = CVF(cv_, (c->conv_k - 1 + T) * P);
+    for (int i = 0; i < 3; i++) e->k.qkv[i] = CVF(cv_, T * P);
+    e->k.g = CVF(cv_, T * P);
+    e->k.fa = CVF(cv_, T * c->kda_head_dim);
+    e->k.z = CVF(cv_, T * P);
+    e->k.b = CVF(cv_, T * c->kda_heads);
+    e->k.o = CVF(cv_, T * P);
+    if (cv_->off > end) end = cv_->off;
+    /* MLA */
+    cv_->off = start;
+    e->m.qa = CVF(cv_, T * c->q_lora);
+    e->m.q = CVF(cv_, T * NH * e->qh);
+    e->m.kva = CVF(cv_, T * e->C);
+    e->m.g = CVF(cv_, T * NH * c->v_head);
+    e->m.o = CVF(cv_, T * NH * c->v_head);
+    if (cv_->off > end) end = cv_->off;
+    /* MoE */
+    cv_->off = start;
+    const int64_t S = c->n_shared * c->moe_inter;
+    e->f.router = CVF(cv_, T * c->n_experts);
+    e->f.idx = CVI(cv_, T * c->topk);
+    e->f.wts = CVF(cv_, T * c->topk);
+    e->f.z = CVF(cv_, T * c->latent);
+    e->f.eo = CVF(cv_, T * c->topk * c->latent);
+    e->f.xe = CVF(cv_, T * c->latent);
+    e->f.h1 = CVF(cv_, T * c->moe_inter);
+    e->f.h3 = CVF(cv_, T * c->moe_inter);
+    e->f.oe = CVF(cv_, T * c->latent);
+    e->f.u = CVF(cv_, T * c->latent);
+    e->f.sg = CVF(cv_, T * (S > 0 ? S : 1));
+    e->f.su = CVF(cv_, T * (S > 0 ? S : 1));
+    e->f.tmp = CVF(cv_, T * Hd);
+    e->f.mark = CVI(cv_, c->n_experts);
+    e->f.list = CVI(cv_, c->n_experts);
+    e->f.pairs = CVI(cv_, 2 * T);
+    if (cv_->off > end) end = cv_->off;
+    /* dense (overlays the MoE buffers: a layer is one or the other) */
+    cv_->off = start;
+    e->f.dg = CVF(cv_, T * c->dense_inter);
+    e->f.du = CVF(cv_, T * c->dense_inter);
+    if (cv_->off > end) end = cv_->off;
+    cv_->off = end;
+}
+
+static void engine_dims(engine *e, const cfg *c, int64_t chunk, int n_threads) {
+    memset(e, 0, sizeof *e);
+    e->c = c;
+    e->chunk = chunk > 0 ? chunk : INFER_DEFAULT_CHUNK;
+    e->n_threads = n_threads > 0 ? n_threads : pool_default_threads();
+    e->n_blocks = n_blocks_of(c);
+    e->P = c->kda_heads * c->kda_head_dim;
+    e->qh = c->qk_nope + c->qk_rope;
+    e->C = c->kv_lora + c->qk_rope;
+    e->n_mla = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) e->n_mla += c->is_mla[L] ? 1 : 0;
+    e->n_kda = c->n_layers - e->n_mla;
+}
+
+uint64_t infer_engine_bytes(const cfg *c, int64_t prefill_chunk, int n_threads) {
+    engine e;
+    engine_dims(&e, c, prefill_chunk, n_threads);
+    carve k = {NULL, 0};
+    engine_carve(&e, &k);
+    return (uint64_t)ENGINE_HDR + k.off;
+}
+
+uint64_t infer_mla_cache_bytes_per_pos(const cfg *c) {
+    int64_t n_mla = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) n_mla += c->is_mla[L] ? 1 : 0;
+    return (uint64_t)n_mla * (uint64_t)(c->kv_lora + c->qk_rope) * sizeof(float);
+}
+
+static uint64_t session_state_bytes(const cfg *c, int64_t max_ctx) {
+    int64_t n_mla = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) n_mla += c->is_mla[L] ? 1 : 0;
+    return (uint64_t)(c->n_layers - n_mla) * (uint64_t)kda_floats(c) * sizeof(float) +
+           (uint64_t)max_ctx * sizeof(int32_t);
+}
+
+uint64_t infer_session_bytes(const cfg *c, int64_t max_ctx) {
+    return (uint64_t)sizeof(session) + session_state_bytes(c, max_ctx) +
+           (uint64_t)max_ctx * infer_mla_cache_bytes_per_pos(c);
+}
+
+/* ======================================================================= */
+/* Small math helpers                                                       */
+/* ======================================================================= */
+
+static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
+
+/* SiTU-GLU: b1 tanh(g/b1) sigmoid(g) * b2 tanh(u/b2); the sigmoid sees the uncapped g. */
+static inline float situ(float g, float u, float b1, float b2) {
+    return (b1 * tanhf(g / b1) * sigmoidf_(g)) * (b2 * tanhf(u / b2));
+}
+
+static inline float wload(const void *p, int dtype, int64_t i) {
+    switch (dtype) {
+    case DT_F32: return ((const float *)p)[i];
+    case DT_BF16: {
+        uint32_t b = (uint32_t)((const uint16_t *)p)[i] << 16;
+        float f;
+        memcpy(&f, &b, 4);
+        return f;
+    }
+    default: return num_f16_to_f32(((const uint16_t *)p)[i]);
+    }
+}
+
+/* y = w * x / sqrt(mean(x^2) + eps); sum of squares in double. y may alias x. */
+static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    float sc = (float)(1.0 / sqrt(ss / (double)n + eps));
+    for (int64_t i = 0; i < n; i++) y[i] = (x[i] * sc) * w[i];
+}
+
+/* AttnRes over nsrc sources (row t of each (T, n) buffer): softmax over sources of
+ * (s . f) / rms(s), output the p-weighted sum of the RAW sources. */
+static void attn_res(float *out, float *const *src, int64_t nsrc, int64_t t, int64_t n,
+                     const float *f, double eps) {
+    double sc[CFG_MAX_LAYERS + 2], mx = -INFINITY, den = 0;
+    for (int64_t s = 0; s < nsrc; s++) {
+        const float *x = src[s] + t * n;
+        double ss = 0, d = 0;
+        for (int64_t i = 0; i < n; i++) { ss += (double)x[i] * x[i]; d += (double)x[i] * f[i]; }
+        sc[s] = d / sqrt(ss / (double)n + eps);
+        if (sc[s] > mx) mx = sc[s];
+    }
+    for (int64_t s = 0; s < nsrc; s++) { sc[s] = exp(sc[s] - mx); den += sc[s]; }
+    float *o = out + t * n;
+    for (int64_t s = 0; s < nsrc; s++) {
+        const float *x = src[s] + t * n;
+        float p = (float)(sc[s] / den);
+        if (s == 0) for (int64_t i = 0; i < n; i++) o[i] = p * x[i];
+        else for (int64_t i = 0; i < n; i++) o[i] += p * x[i];
+    }
+}
+
+/* Converts a vector view to f32 (n values expected). */
+static int vec_f32(float *dst, const wt *w, int64_t n) {
+    if (!w->p || w->rows * w->cols < n) return -1;
+    num_to_f32(dst, w->p, w->dtype, (size_t)n);
+    return 0;
+}
+
+/* ======================================================================= */
+/* Matmul jobs: several y = W x products split over the pool by output rows */
+/* ======================================================================= */
+
+typedef struct {
+    const void *w;          /* rows of dtype, or MXFP4 packed codes */
+    const uint8_t *scales;  /* MXFP4 scales; NULL for float weights */
+    int dtype;
+    int64_t rows, cols;
+    const float *X;
+    int64_t ldx;
+    float *Y;
+    int64_t ldy;
+} mm_seg;
+
+typedef struct {
+    mm_seg seg[MM_MAX_SEG];
+    int n;
+    int64_t T, total, macs;
+    int bad;
+    char what[96];
+} mm_job;
+
+static void mm_init(mm_job *j, int64_t T) { j->n = 0; j->T = T; j->total = 0; j->macs = 0; j->bad = 0; j->what[0] = 0; }
+
+/* Adds y = W x with W expected (rows, cols); float dtypes only. */
+static void mm_add(mm_job *j, const wt *W, int64_t rows, int64_t cols, const float *X, int64_t ldx,
+                   float *Y, int64_t ldy, const char *name) {
+    if (j->bad) return;
+    if (!W->p || W->rows != rows || W->cols != cols ||
+        (W->dtype != DT_F32 && W->dtype != DT_BF16 && W->dtype != DT_F16)) {
+        j->bad = 1;
+        snprintf(j->what, sizeof j->what, "%s: expected (%lld, %lld) float, got %s (%lld, %lld)",
+                 name, (long long)rows, (long long)cols, W->p ? st_dtype_name(W->dtype) : "nothing",
+                 (long long)W->rows, (long long)W->cols);
+        return;
+    }
+    ST_ASSERT(j->n < MM_MAX_SEG);
+    j->seg[j->n++] = (mm_seg){W->p, NULL, W->dtype, rows, cols, X, ldx, Y, ldy};
+    j->total += rows;
+    j->macs += rows * cols;
+}
+
+static void mm_add_mxfp4(mm_job *j, const wt *Wp, const wt *Ws, int64_t rows, int64_t cols,
+                         const float *X, int64_t ldx, float *Y, int64_t ldy, const char *name) {
+    if (j->bad) return;
+    if (!Wp->p || !Ws->p || Wp->rows != rows || Wp->cols != cols || cols % MXFP4_GROUP ||
+        Ws->rows != rows || Ws->cols != cols / MXFP4_GROUP) {
+        j->bad = 1;
+        snprintf(j->what, sizeof j->what, "%s: expected MXFP4 (%lld, %lld), got (%lld, %lld)", name,
+                 (long long)rows, (long long)cols, (long long)Wp->rows, (long long)Wp->cols);
+        return;
+    }
+    ST_ASSERT(j->n < MM_MAX_SEG);
+    j->seg[j->n++] = (mm_seg){Wp->p, Ws->p, -1, rows, cols, X, ldx, Y, ldy};
+    j->total += rows;
+    j->macs += rows * cols;
+}
+
+static void mm_seg_rows(const mm_seg *s, int64_t T, int64_t r0, int64_t r1) {
+    if (s->scales)
+        K.matmul_mxfp4(s->Y, s->ldy, s->w, s->scales, s->cols, s->X, s->ldx, T, r0, r1);
+    else
+        K.matmul(s->Y, s->ldy, s->w, s->dtype, s->cols, s->X, s->ldx, T, r0, r1);
+}
+
+static void mm_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const mm_job *j = ctx;
+    int64_t base = 0;
+    for (int k = 0; k < j->n && base < i1; k++) {
+        const mm_seg *s = &j->seg[k];
+        int64_t a = i0 - base, b = i1 - base;
+        if (a < 0) a = 0;
+        if (b > s->rows) b = s->rows;
+        if (a < b) mm_seg_rows(s, j->T, a, b);
+        base += s->rows;
+    }
+}
+
+static void mm_run(engine *e, mm_job *j) {
+    if (j->total == 0 || j->T == 0) return;
+    int64_t per_row = j->macs / j->total * j->T;
+    int64_t grain = per_row > 0 ? (MM_MIN_MACS + per_row - 1) / per_row : 1;
+    pool_for(e->pool, j->total, grain, mm_fn, j);
+}
+
+/* ======================================================================= */
+/* Engine                                                                   */
+/* ======================================================================= */
+
+int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, char *err, size_t errlen) {
+    *out = NULL;
+    engine tmp;
+    engine_dims(&tmp, c, o ? o->prefill_chunk : 0, o ? o->n_threads : 0);
+    if (tmp.chunk < 1 || tmp.chunk > (1 << 20))
+        return base_fail(err, errlen, STRATA_EINVAL, "infer: prefill chunk %lld out of range", (long long)tmp.chunk);
+    if (c->topk < 1 || c->topk > CFG_MAX_TOPK || c->n_layers < 1 || c->n_layers > CFG_MAX_LAYERS)
+        return base_fail(err, errlen, STRATA_EINVAL, "infer: config out of range");
+    carve k = {NULL, 0};
+    engine_carve(&tmp, &k);
+    size_t bytes = ENGINE_HDR + k.off;
+    uint8_t *blk = base_alloc_aligned(bytes, 64, MEM_SCRATCH);
+    if (!blk)
+        return base_fail(err, errlen, STRATA_ENOMEM, "infer: cannot allocate %zu bytes of engine scratch", bytes);
+    memset(blk, 0, bytes);
+    engine *e = (engine *)blk;
+    *e = tmp;
+    e->w = w;
+    carve k2 = {blk + ENGINE_HDR, 0};
+    engine_carve(e, &k2);
+    int64_t ik = 0, im = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        e->kda_i[L] = c->is_mla[L] ? -1 : (int32_t)ik++;
+        e->mla_i[L] = c->is_mla[L] ? (int32_t)im++ : -1;
+    }
+    int rc = pool_create(&e->pool, e->n_threads);
+    if (rc) { base_free(blk); return base_fail(err, errlen, rc, "infer: cannot start %d threads", e->n_threads); }
+    *out = e;
+    return 0;
+}
+
+void engine_free(engine *e) {
+    if (!e) return;
+    pool_free(e->pool);
+    base_free(e);
+}
+
+int engine_threads(const engine *e) { return e->n_threads; }
+int64_t engine_prefill_chunk(const engine *e) { return e->chunk; }
+const cfg *engine_cfg(const engine *e) { return e->c; }
+
+/* ======================================================================= */
+/* Session lifetime                                                          */
+/* ======================================================================= */
+
+int session_create(session **out, engine *e, int64_t max_ctx, char *err, size_t errlen) {
+    *out = NULL;
+    const cfg *c = e->c;
+    if (max_ctx < 1 || max_ctx > ((int64_t)1 << 32))
+        return base_fail(err, errlen, STRATA_EINVAL, "infer: context %lld out of range", (long long)max_ctx);
+    session *s = base_calloc(1, sizeof *s, MEM_STATE);
+    if (!s) return base_fail(err, errlen, STRATA_ENOMEM, "infer: out of memory");
+    s->e = e;
+    s->max_ctx = max_ctx;
+    uint64_t sb = session_state_bytes(c, max_ctx);
+    uint64_t cb = (uint64_t)max_ctx * infer_mla_cache_bytes_per_pos(c);
+    s->ids = base_alloc((size_t)sb, MEM_STATE);
+    if (!s->ids) goto oom;
+    s->kda = (float *)(s->ids + max_ctx);
+    if (cb) {
+        s->cache = base_alloc((size_t)cb, MEM_KV);
+        if (!s->cache) goto oom;
+    }
+    session_reset(s);
+    *out = s;
+    return 0;
+oom:
+    session_free(s);
+    return base_fail(err, errlen, STRATA_ENOMEM, "infer: cannot allocate %.1f MB of session state for context %lld",
+                     (double)(sb + cb) / 1e6, (long long)max_ctx);
+}
+
+void session_free(session *s) {
+    if (!s) return;
+    base_free(s->ids);
+    base_free(s->cache);
+    base_free(s);
+}
+
+void session_reset(session *s) {
+    s->pos = 0;
+    s->broken = 0;
+    s->err[0] = 0;
+    memset(s->kda, 0, (size_t)s->e->n_kda * (size_t)kda_floats(s->e->c) * sizeof(float));
+    /* the cache is written before it is read (positions < pos only): no clear needed */
+}
+
+int64_t session_pos(const session *s) { return s->pos; }
+int64_t session_max_ctx(const session *s) { return s->max_ctx; }
+const int32_t *session_tokens(const session *s) { return s->ids; }
+const char *session_errmsg(const session *s) { return s->err; }
+
+static int sfail(session *s, int rc, const char *fmt, ...) ST_PRINTF(3, 4);
+static int sfail(session *s, int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->err, sizeof s->err, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int wfail(session *s, int rc, const char *what) {
+    const char *m = s->e->w->ops->errmsg ? s->e->w->ops->errmsg(s->e->w) : NULL;
+    s->broken = 1;
+    return sfail(s, rc ? rc : STRATA_EIO, "infer: %s: %s", what, m && *m ? m : strata_errstr(rc));
+}
+
+/* ======================================================================= */
+/* KDA                                                                      */
+/* ======================================================================= */
+
+typedef struct {
+    engine *e;
+    float *state;          /* this layer's S block (heads, D, D) */
+    const float *cw[3];    /* conv weights (P, conv_k) f32 */
+    const float *dtb, *alog, *onorm;
+    int64_t T;
+} kda_ctx;
+
+/* One head over the chunk's T tokens: conv + SiLU, L2 norms, gates, delta rule,
+ * o_norm then sigmoid gate. Everything it touches is this head's. */
+static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
+    const kda_ctx *x = ctx;
+    engine *e = x->e;
+    const cfg *c = e->c;
+    const int64_t D = c->kda_head_dim, P = e->P, ck = c->conv_k, T = x->T;
+    float *tw = e->thr + (int64_t)tid * e->thr_floats;
+    float *alpha = tw, *u = tw + D, *o = tw + 2 * D;
+    const float qscale = (float)(1.0 / sqrt((double)D));
+    const float lb = (float)c->gate_lb;
+    for (int64_t h = h0; h < h1; h++) {
+        float *S = x->state + h * D * D;
+        const float aexp = expf(x->alog[h]);
+        for (int64_t t = 0; t < T; t++) {
+            float *vq = e->k.qkv[0] + t * P + h * D, *vk = e->k.qkv[1] + t * P + h * D;
+            float *vv = e->k.qkv[2] + t * P + h * D;
+            /* causal depthwise conv, taps oldest -> newest, then SiLU */
+            for (int st = 0; st < 3; st++) {
+                const float *raw = e->k.raw[st];
+                float *dst = e->k.qkv[st] + t * P;
+                for (int64_t ch = h * D; ch < (h + 1) * D; ch++) {
+                    const float *wc = x->cw[st] + ch * ck;
+                    float acc = 0;
+                    for (int64_t j = 0; j < ck; j++) acc += wc[j] * raw[(t + j) * P + ch];
+                    dst[ch] = siluf_(acc);
+                }
+            }
+            /* L2 norm of q and k (eps inside the sqrt of the sum); q also by 1/sqrt(D) */
+            double sq = 0, sk = 0;
+            for (int64_t i = 0; i < D; i++) { sq += (double)vq[i] * vq[i]; sk += (double)vk[i] * vk[i]; }
+            float nq = (float)(1.0 / sqrt(sq + 1e-6)), nk = (float)(1.0 / sqrt(sk + 1e-6));
+            for (int64_t i = 0; i < D; i++) { vq[i] = (vq[i] * nq) * qscale; vk[i] *= nk; }
+            const float beta = sigmoidf_(e->k.b[t * c->kda_heads + h]);
+            const float *zt = e->k.z + t * P + h * D;
+            const float *dtb = x->dtb + h * D;
+            for (int64_t i = 0; i < D; i++) alpha[i] = expf(lb * sigmoidf_(aexp * (zt[i] + dtb[i])));
+            /* S = diag(alpha) S; u = S^T k */
+            for (int64_t j = 0; j < D; j++) u[j] = 0;
+            for (int64_t i = 0; i < D; i++) {
+                float *Si = S + i * D;
+                const float a = alpha[i], ki = vk[i];
+                for (int64_t j = 0; j < D; j++) { Si[j] *= a; u[j] += Si[j] * ki; }
+            }
+            /* S += k (beta (v - u))^T; o = S^T q with the updated S */
+            for (int64_t j = 0; j < D; j++) { u[j] = beta * (vv[j] - u[j]); o[j] = 0; }
+            for (int64_t i = 0; i < D; i++) {
+                float *Si = S + i * D;
+                const float ki = vk[i], qi = vq[i];
+                for (int64_t j = 0; j < D; j++) { Si[j] += ki * u[j]; o[j] += Si[j] * qi; }
+            }
+            /* per-head RMSNorm (o_norm) first, then the sigmoid output gate */
+            float *ot = e->k.o + t * P + h * D;
+            const float *gt = e->k.g + t * P + h * D;
+            rmsnorm(ot, o, x->onorm, D, c->rms_eps);
+            for (int64_t i = 0; i < D; i++) ot[i] *= sigmoidf_(gt[i]);
+        }
+    }
+}
+
+static int kda_layer(session *s, int64_t L, const wt *W, int64_t T) {
+    engine *e = s->e;
+    const cfg *c = e->c;
+    const int64_t Hd = c->hidden, P = e->P, D = c->kda_head_dim, ck = c->conv_k, NHk = c->kda_heads;
+    float *st = s->kda + (int64_t)e->kda_i[L] * kda_floats(c);
+    float *conv = st, *S = st + 3 * (ck - 1) * P;
+    /* converted small tensors */
+    float *v = e->vec + 4 * Hd;
+    float *cw[3] = {v, v + P * ck, v + 2 * P * ck};
+    float *dtb = v + 3 * P * ck, *alog = dtb + P, *onorm = alog + i64max(NHk, D);
+    static const int conv_roles[3] = {R_KDA_QCONV, R_KDA_KCONV, R_KDA_VCONV};
+    for (int i = 0; i < 3; i++)
+        if (vec_f32(cw[i], &W[conv_roles[i]], P * ck)) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad conv weight", (long long)L);
+    if (vec_f32(dtb, &W[R_KDA_DTBIAS], P) || vec_f32(alog, &W[R_KDA_ALOG], NHk) || vec_f32(onorm, &W[R_KDA_ONORM], D))
+        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad KDA vector", (long long)L);
+    /* conv history rows in front of this chunk's raw projections */
+    for (int i = 0; i < 3; i++) memcpy(e->k.raw[i], conv + i * (ck - 1) * P, (size_t)((ck - 1) * P) * sizeof(float));
+    mm_job j;
+    mm_init(&j, T);
+    mm_add(&j, &W[R_KDA_Q], P, Hd, e->xn, Hd, e->k.raw[0] + (ck - 1) * P, P, "q_proj");
+    mm_add(&j, &W[R_KDA_K], P, Hd, e->xn, Hd, e->k.raw[1] + (ck - 1) * P, P, "k_proj");
+    mm_add(&j, &W[R_KDA_V], P, Hd, e->xn, Hd, e->k.raw[2] + (ck - 1) * P, P, "v_proj");
+    mm_add(&j, &W[R_KDA_G], P, Hd, e->xn, Hd, e->k.g, P, "g_proj");
+    mm_add(&j, &W[R_KDA_FA], D, Hd, e->xn, Hd, e->k.fa, D, "f_a_proj");
+    mm_add(&j, &W[R_KDA_B], NHk, Hd, e->xn, Hd, e->k.b, NHk, "b_proj");
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    mm_init(&j, T);
+    mm_add(&j, &W[R_KDA_FB], P, D, e->k.fa, D, e->k.z, P, "f_b_proj");
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    kda_ctx x = {e, S, {cw[0], cw[1], cw[2]}, dtb, alog, onorm, T};
+    pool_for(e->pool, NHk, 1, kda_heads_fn, &x);
+    /* the last conv_k - 1 raw inputs become the history */
+    for (int i = 0; i < 3; i++) memcpy(conv + i * (ck - 1) * P, e->k.raw[i] + T * P, (size_t)((ck - 1) * P) * sizeof(float));
+    mm_init(&j, T);
+    mm_add(&j, &W[R_KDA_O], Hd, P, e->k.o, P, e->y, Hd, "o_proj");
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    return 0;
+}
+
+/* ======================================================================= */
+/* Gated MLA, absorbed: attention runs in the kv_lora latent space          */
+/* ======================================================================= */
+
+typedef struct {
+    engine *e;
+    const float *cache;   /* this layer's (max_ctx, C) */
+    const wt *kvb;        /* (NH * (nope + v), kv_lora) */
+    int64_t pos0, T;
+    int gate;
+} mla_ctx;
+
+static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
+    const mla_ctx *x = ctx;
+    engine *e = x->e;
+    const cfg *c = e->c;
+    const int64_t NH = c->n_heads, nope = c->qk_nope, rope = c->qk_rope, vh = c->v_head;
+    const int64_t R = c->kv_lora, C = e->C, qh = e->qh, T = x->T;
+    float *tw = e->thr + (int64_t)tid * e->thr_floats;
+    float *sc = tw, *ql = tw + ATT_BLOCK, *wk = ql + R, *ol = wk + nope * R;
+    const float scale = (float)(1.0 / sqrt((double)(nope + rope)));
+    const int dt = x->kvb->dtype;
+    const size_t esz = st_dtype_size(dt);
+    for (int64_t h = h0; h < h1; h++) {
+        /* W_k[h] (nope, R) to f32 once for the chunk */
+        const int64_t rk = h * (nope + vh);
+        for (int64_t n = 0; n < nope * R; n++) wk[n] = wload(x->kvb->p, dt, rk * R + n);
+        for (int64_t t = 0; t < T; t++) {
+            const float *qn = e->m.q + t * NH * qh + h * qh, *qr = qn + nope;
+            /* q_lat = W_k[h]^T q_nope, rows of W_k accumulated in order */
+            for (int64_t r = 0; r < R; r++) ql[r] = 0;
+            for (int64_t n = 0; n < nope; n++) {
+                const float a = qn[n], *wr = wk + n * R;
+                for (int64_t r = 0; r < R; r++) ql[r] += a * wr[r];
+            }
+            /* causal softmax over positions 0..pos0+t, in fixed blocks of ATT_BLOCK */
+            const int64_t ns = x->pos0 + t + 1;
+            float *acc = ol + t * R;
+            float m = -INFINITY;
+            double den = 0;
+            for (int64_t b0 = 0; b0 < ns; b0 += ATT_BLOCK) {
+                int64_t nb = ns - b0 < ATT_BLOCK ? ns - b0 : ATT_BLOCK;
+                float bm = -INFINITY;
+                for (int64_t i = 0; i < nb; i++) {
+                    const float *cr = x->cache + (b0 + i) * C;
+                    sc[i] = (K.dot(ql, cr, R) + K.dot(qr, cr + R, rope)) * scale;
+                    if (sc[i] > bm) bm = sc[i];
+                }
+                if (b0 == 0) {
+                    m = bm;
+                    for (int64_t r = 0; r < R; r++) acc[r] = 0;
+                } else if (bm > m) {
+                    float f = expf(m - bm);
+                    for (int64_t r = 0; r < R; r++) acc[r] *= f;
+                    den *= f;
+                    m = bm;
+                }
+                for (int64_t i = 0; i < nb; i++) {
+                    const float p = expf(sc[i] - m), *cr = x->cache + (b0 + i) * C;
+                    den += p;
+                    for (int64_t r = 0; r < R; r++) acc[r] += p * cr[r];
+                }
+            }
+            const float inv = (float)(1.0 / den);
+            for (int64_t r = 0; r < R; r++) acc[r] *= inv;
+        }
+        /* o[t][h] = W_v[h] ol[t]: rows nope..nope+v of head h's kv_b block */
+        const uint8_t *wv = (const uint8_t *)x->kvb->p + (size_t)((rk + nope) * R) * esz;
+        K.matmul(e->m.o + h * vh, NH * vh, wv, dt, R, ol, R, T, 0, vh);
+        if (x->gate)
+            for (int64_t t = 0; t < T; t++) {
+                float *ot = e->m.o + t * NH * vh + h * vh;
+                const float *gt = e->m.g + t * NH * vh + h * vh;
+                for (int64_t i = 0; i < vh; i++) ot[i] *= sigmoidf_(gt[i]);
+            }
+    }
+}
+
+static int mla_layer(session *s, int64_t L, const wt *W, int64_t T) {
+    engine *e = s->e;
+    const cfg *c = e->c;
+    const int64_t Hd = c->hidden, NH = c->n_heads, R = c->kv_lora, C = e->C, vh = c->v_head;
+    float *cache = s->cache + (int64_t)e->mla_i[L] * s->max_ctx * C;
+    float *qan = e->vec + 4 * Hd, *kvn = qan + c->q_lora;
+    if (vec_f32(qan, &W[R_MLA_QA_NORM], c->q_lora) || vec_f32(kvn, &W[R_MLA_KVA_NORM], R))
+        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad MLA norm", (long long)L);
+    const int gate = c->mla_out_gate != 0;
+    mm_job j;
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MLA_QA], c->q_lora, Hd, e->xn, Hd, e->m.qa, c->q_lora, "q_a_proj");
+    mm_add(&j, &W[R_MLA_KVA], C, Hd, e->xn, Hd, e->m.kva, C, "kv_a_proj_with_mqa");
+    if (gate) mm_add(&j, &W[R_MLA_G], NH * vh, Hd, e->xn, Hd, e->m.g, NH * vh, "g_proj");
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    for (int64_t t = 0; t < T; t++) {
+        rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, c->rms_eps);
+        /* the cache row: normed latent, then the rope slot as is (never rotated) */
+        float *row = cache + (s->pos + t) * C;
+        rmsnorm(row, e->m.kva + t * C, kvn, R, c->rms_eps);
+        memcpy(row + R, e->m.kva + t * C + R, (size_t)c->qk_rope * sizeof(float));
+    }
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MLA_QB], NH * e->qh, c->q_lora, e->m.qa, c->q_lora, e->m.q, NH * e->qh, "q_b_proj");
+    const wt *kvb = &W[R_MLA_KVB];
+    if (!kvb->p || kvb->rows != NH * (c->qk_nope + vh) || kvb->cols != R ||
+        (kvb->dtype != DT_F32 && kvb->dtype != DT_BF16 && kvb->dtype != DT_F16))
+        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad kv_b_proj", (long long)L);
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    mla_ctx x = {e, cache, kvb, s->pos, T, gate};
+    pool_for(e->pool, NH, 1, mla_heads_fn, &x);
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MLA_O], Hd, NH * vh, e->m.o, NH * vh, e->y, Hd, "o_proj");
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    return 0;
+}
+
+/* ======================================================================= */
+/* FFN: dense SiTU-GLU and Stable LatentMoE                                 */
+/* ======================================================================= */
+
+static void situ_rows(float *g, const float *u, int64_t n, const cfg *c) {
+    const float b1 = (float)c->situ_b1, b2 = (float)c->situ_b2;
+    for (int64_t i = 0; i < n; i++) g[i] = situ(g[i], u[i], b1, b2);
+}
+
+static int dense_layer(session *s, int64_t L, const wt *W, int64_t T) {
+    engine *e = s->e;
+    const cfg *c = e->c;
+    const int64_t Hd = c->hidden, I = c->dense_inter;
+    mm_job j;
+    mm_init(&j, T);
+    mm_add(&j, &W[R_DENSE_GATE], I, Hd, e->xn, Hd, e->f.dg, I, "mlp.gate_proj");
+    mm_add(&j, &W[R_DENSE_UP], I, Hd, e->xn, Hd, e->f.du, I, "mlp.up_proj");
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    situ_rows(e->f.dg, e->f.du, T * I, c);
+    mm_init(&j, T);
+    mm_add(&j, &W[R_DENSE_DOWN], Hd, I, e->f.dg, I, e->y, Hd, "mlp.down_proj");
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    return 0;
+}
+
+/* Router for token t: top-k of sigmoid(logit) + bias (ties to the lowest index),
+ * weights from the unbiased scores, renormalised, times routed_scaling_factor. */
+static void route_token(engine *e, int64_t t, const float *bias) {
+    int32_t *taken = e->f.mark, stamp = (int32_t)t + 1;
+    const cfg *c = e->c;
+    const int64_t E = c->n_experts, k = c->topk;
+    float *s = e->f.router + t * E;
+    int32_t *idx = e->f.idx + t * k;
+    float *w = e->f.wts + t * k;
+    for (int64_t i = 0; i < E; i++) s[i] = sigmoidf_(s[i]);
+    for (int64_t j = 0; j < k; j++) {
+        int64_t best = -1;
+        float bv = 0;
+        for (int64_t i = 0; i < E; i++) {
+            if (taken[i] == stamp) continue;
+            float v = s[i] + bias[i];
+            if (best < 0 || v > bv) { best = i; bv = v; }
+        }
+        idx[j] = (int32_t)best;
+        taken[best] = stamp;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < k; j++) sum += s[idx[j]];
+    for (int64_t j = 0; j < k; j++) {
+        double v = s[idx[j]];
+        if (c->moe_renorm && k > 1) v /= sum + 1e-20;
+        w[j] = (float)(v * c->routed_scale);
+    }
+}
+
+static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
+    engine *e = s->e;
+    const cfg *c = e->c;
+    wsrc *ws = e->w;
+    const int64_t Hd = c->hidden, E = c->n_experts, k = c->topk, Z = c->latent, I = c->moe_inter;
+    const int64_t S = c->n_shared * c->moe_inter;
+    float *bias = e->vec + 4 * Hd, *lnorm = bias + E;
+    if (vec_f32(bias, &W[R_MOE_BIAS], E))
+        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad e_score_correction_bias", (long long)L);
+    if (c->latent_norm && vec_f32(lnorm, &W[R_MOE_LAT_NORM], Z))
+        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad routed_expert_norm", (long long)L);
+    /* router, latent down-projection and shared gate/up all read xn */
+    mm_job j;
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MOE_ROUTER], E, Hd, e->xn, Hd, e->f.router, E, "gate");
+    mm_add(&j, &W[R_MOE_LAT_DOWN], Z, Hd, e->xn, Hd, e->f.z, Z, "routed_expert_down_proj");
+    if (S > 0) {
+        mm_add(&j, &W[R_MOE_SH_GATE], S, Hd, e->xn, Hd, e->f.sg, S, "shared.gate_proj");
+        mm_add(&j, &W[R_MOE_SH_UP], S, Hd, e->xn, Hd, e->f.su, S, "shared.up_proj");
+    }
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    int32_t *mark = e->f.mark, *list = e->f.list;
+    memset(mark, 0, (size_t)E * sizeof(int32_t));
+    for (int64_t t = 0; t < T; t++) route_token(e, t, bias);
+    /* the union of chosen experts, each once, ascending */
+    memset(mark, 0, (size_t)E * sizeof(int32_t));
+    for (int64_t i = 0; i < T * k; i++) mark[e->f.idx[i]] = 1;
+    int nu = 0;
+    for (int64_t i = 0; i < E; i++) if (mark[i]) list[nu++] = (int32_t)i;
+    int rc = ws->ops->experts_request(ws, L, nu, list);
+    if (rc) return wfail(s, rc, "experts_request");
+    for (int q = 0; q < nu; q++) {
+        const int32_t id = list[q];
+        const wt *ER;
+        rc = ws->ops->expert_wait(ws, L, id, &ER);
+        if (rc) { ws->ops->experts_put(ws, L); return wfail(s, rc, "expert_wait"); }
+        /* gather the (token, slot) pairs that chose this expert */
+        int64_t m = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t sl = 0; sl < k; sl++)
+                if (e->f.idx[t * k + sl] == id) {
+                    e->f.pairs[2 * m] = (int32_t)t;
+                    e->f.pairs[2 * m + 1] = (int32_t)sl;
+                    memcpy(e->f.xe + m * Z, e->f.z + t * Z, (size_t)Z * sizeof(float));
+                    m++;
+                }
+        mm_init(&j, m);
+        if (ER[R_EXP_W1P].p) {
+            mm_add_mxfp4(&j, &ER[R_EXP_W1P], &ER[R_EXP_W1S], I, Z, e->f.xe, Z, e->f.h1, I, "expert w1");
+            mm_add_mxfp4(&j, &ER[R_EXP_W3P], &ER[R_EXP_W3S], I, Z, e->f.xe, Z, e->f.h3, I, "expert w3");
+        } else {
+            mm_add(&j, &ER[R_EXP_W1], I, Z, e->f.xe, Z, e->f.h1, I, "expert w1");
+            mm_add(&j, &ER[R_EXP_W3], I, Z, e->f.xe, Z, e->f.h3, I, "expert w3");
+        }
+        if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld expert %d: %s", (long long)L, id, j.what); }
+        mm_run(e, &j);
+        situ_rows(e->f.h1, e->f.h3, m * I, c);
+        mm_init(&j, m);
+        if (ER[R_EXP_W2P].p) mm_add_mxfp4(&j, &ER[R_EXP_W2P], &ER[R_EXP_W2S], Z, I, e->f.h1, I, e->f.oe, Z, "expert w2");
+        else mm_add(&j, &ER[R_EXP_W2], Z, I, e->f.h1, I, e->f.oe, Z, "expert w2");
+        if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld expert %d: %s", (long long)L, id, j.what); }
+        mm_run(e, &j);
+        for (int64_t r = 0; r < m; r++)
+            memcpy(e->f.eo + ((int64_t)e->f.pairs[2 * r] * k + e->f.pairs[2 * r + 1]) * Z, e->f.oe + r * Z,
+                   (size_t)Z * sizeof(float));
+    }
+    ws->ops->experts_put(ws, L);
+    /* u = sum_j w_j out_j in top-k order, then the aggregate latent norm */
+    for (int64_t t = 0; t < T; t++) {
+        float *u = e->f.u + t * Z;
+        for (int64_t sl = 0; sl < k; sl++) {
+            const float w = e->f.wts[t * k + sl], *o = e->f.eo + (t * k + sl) * Z;
+            if (sl == 0) for (int64_t i = 0; i < Z; i++) u[i] = w * o[i];
+            else for (int64_t i = 0; i < Z; i++) u[i] += w * o[i];
+        }
+        if (c->latent_norm) rmsnorm(u, u, lnorm, Z, c->rms_eps);
+    }
+    if (S > 0) situ_rows(e->f.sg, e->f.su, T * S, c);
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MOE_LAT_UP], Hd, Z, e->f.u, Z, e->y, Hd, "routed_expert_up_proj");
+    if (S > 0) mm_add(&j, &W[R_MOE_SH_DOWN], Hd, S, e->f.sg, S, e->f.tmp, Hd, "shared.down_proj");
+    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    if (S > 0)
+        for (int64_t i = 0; i < T * Hd; i++) e->y[i] += e->f.tmp[i];
+    return 0;
+}
+
+/* ======================================================================= */
+/* The decoder: one chunk of T tokens at positions pos .. pos+T-1           */
+/* ======================================================================= */
+
+static int forward_chunk(session *s, const int32_t *ids, int64_t T, float *logits) {
+    engine *e = s->e;
+    const cfg *c = e->c;
+    wsrc *w = e->w;
+    const int64_t Hd = c->hidden;
+    float *const *res = e->res;
+    float *src[CFG_MAX_LAYERS + 2];
+    int64_t nb = 0;            /* closed blocks B_0 .. B_{nb-1} = res[0 .. nb-1] */
+    float *P = res[0];         /* the partial sum */
+    int P_empty = 0;
+    int rc = w->ops->embed_rows(w, (int)T, ids, P);
+    if (rc) return wfail(s, rc, "embed_rows");
+    float *fa = e->vec, *fm = e->vec + Hd, *nin = e->vec + 2 * Hd, *npost = e->vec + 3 * Hd;
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        if (w->ops->hint_layer) w->ops->hint_layer(w, L + 1);
+        const wt *W;
+        rc = w->ops->layer_get(w, L, &W);
+        if (rc) return wfail(s, rc, "layer_get");
+        if (vec_f32(nin, &W[R_IN_NORM], Hd) || vec_f32(npost, &W[R_POST_NORM], Hd) ||
+            vec_f32(fa, &W[R_ATTN_RES_NORM], Hd) || vec_f32(fm, &W[R_MLP_RES_NORM], Hd)) {
+            w->ops->layer_put(w, L);
+            return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad norm vector", (long long)L);
+        }
+        /* fold f = res_norm * res_proj (proj converted into xn's first row as temp) */
+        if (vec_f32(e->h, &W[R_ATTN_RES_PROJ], Hd) || vec_f32(e->xn, &W[R_MLP_RES_PROJ], Hd)) {
+            w->ops->layer_put(w, L);
+            return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad AttnRes vector", (long long)L);
+        }
+        for (int64_t i = 0; i < Hd; i++) { fa[i] *= e->h[i]; fm[i] *= e->xn[i]; }
+        /* 1-2: h = P, or AttnRes over [B..., P] */
+        for (int64_t i = 0; i < nb; i++) src[i] = res[i];
+        src[nb] = P;
+        if (nb == 0) memcpy(e->h, P, (size_t)(T * Hd) * sizeof(float));
+        else for (int64_t t = 0; t < T; t++) attn_res(e->h, src, nb + 1, t, Hd, fa, c->rms_eps);
+        /* 3: close the block */
+        if (L % c->attn_res_block == 0) {
+            ST_ASSERT(nb < e->n_blocks);
+            nb++;
+            P = res[nb];
+            P_empty = 1;
+        }
+        /* 4-5: attention on RMSNorm(h) */
+        for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, nin, Hd, c->rms_eps);
+        rc = c->is_mla[L] ? mla_layer(s, L, W, T) : kda_layer(s, L, W, T);
+        if (rc) { w->ops->layer_put(w, L); s->broken = 1; return rc; }
+        if (P_empty) { memcpy(P, e->y, (size_t)(T * Hd) * sizeof(float)); P_empty = 0; }
+        else for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
+        /* 6-8: FFN on RMSNorm(AttnRes([B..., P]; f_mlp)), added to P */
+        for (int64_t i = 0; i < nb; i++) src[i] = res[i];
+        src[nb] = P;
+        for (int64_t t = 0; t < T; t++) attn_res(e->h, src, nb + 1, t, Hd, fm, c->rms_eps);
+        for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, npost, Hd, c->rms_eps);
+        rc = cfg_is_moe(c, L) ? moe_layer(s, L, W, T) : dense_layer(s, L, W, T);
+        if (rc) { w->ops->layer_put(w, L); s->broken = 1; return rc; }
+        for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
+        w->ops->layer_put(w, L);
+    }
+    if (!logits) return 0;
+    /* head: output AttnRes, final norm, lm_head, for the last token only */
+    const wt *W;
+    rc = w->ops->layer_get(w, c->n_layers, &W);
+    if (rc) return wfail(s, rc, "layer_get(head)");
+    float *fo = e->vec, *nf = e->vec + Hd;
+    if (vec_f32(fo, &W[R_OUT_RES_NORM], Hd) || vec_f32(e->xn, &W[R_OUT_RES_PROJ], Hd) || vec_f32(nf, &W[R_FINAL_NORM], Hd)) {
+        w->ops->layer_put(w, c->n_layers);
+        return sfail(s, STRATA_EFORMAT, "infer: bad final vectors");
+    }
+    for (int64_t i = 0; i < Hd; i++) fo[i] *= e->xn[i];
+    for (int64_t i = 0; i < nb; i++) src[i] = res[i];
+    src[nb] = P;
+    attn_res(e->h, src, nb + 1, T - 1, Hd, fo, c->rms_eps);
+    rmsnorm(e->xn, e->h + (T - 1) * Hd, nf, Hd, c->rms_eps);
+    mm_job j;
+    mm_init(&j, 1);
+    mm_add(&j, &W[R_LM_HEAD], c->vocab, Hd, e->xn, Hd, logits, c->vocab, "lm_head");
+    if (j.bad) { w->ops->layer_put(w, c->n_layers); return sfail(s, STRATA_EFORMAT, "infer: %s", j.what); }
+    mm_run(e, &j);
+    w->ops->layer_put(w, c->n_layers);
+    return 0;
+}
+
+int session_eval(session *s, const int32_t *ids, int64_t n, float *logits) {
+    const cfg *c = s->e->c;
+    if (s->broken) return sfail(s, STRATA_EINVAL, "infer: session failed earlier; reset it first");
+    if (n < 1) return sfail(s, STRATA_EINVAL, "infer: nothing to evaluate");
+    if (n > s->max_ctx - s->pos)
+        return sfail(s, STRATA_EINVAL, "infer: %lld tokens at position %lld exceed the context of %lld",
+                     (long long)n, (long long)s->pos, (long long)s->max_ctx);
+    for (int64_t i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= c->vocab)
+            return sfail(s, STRATA_EINVAL, "infer: token id %d at %lld outside the vocabulary [0, %lld)",
+                         ids[i], (long long)i, (long long)c->vocab);
+    for (int64_t i0 = 0; i0 < n; i0 += s->e->chunk) {
+        int64_t T = n - i0 < s->e->chunk ? n - i0 : s->e->chunk;
+        int rc = forward_chunk(s, ids + i0, T, i0 + T == n ? logits : NULL);
+        if (rc) { s->broken = 1; return rc; }
+        memcpy(s->ids + s->pos, ids + i0, (size_t)T * sizeof(int32_t));
+        s->pos += T;
+    }
+    return 0;
+}
+
+int session_eval_full(session *s, const int32_t *ids, int64_t n, float *logits) {
+    session_reset(s);
+    return session_eval(s, ids, n, logits);
+}
+
+/* ======================================================================= */
+/* State files                                                              */
+/* ======================================================================= */
+
+#define STATE_MAGIC "STRS"
+#define STATE_VERSION 1u
+
+uint64_t infer_cfg_fingerprint(const cfg *c) {
+    int64_t f[] = {c->hidden, c->n_layers, c->vocab, c->kda_heads, c->kda_head_dim, c->conv_k,
+                   c->n_heads, c->q_lora, c->kv_lora, c->qk_nope, c->qk_rope, c->v_head,
+                   c->n_experts, c->topk, c->n_shared, c->latent, c->moe_inter, c->first_dense,
+                   c->dense_inter, c->attn_res_block};
+    uint64_t h = base_fnv1a(f, sizeof f, BASE_FNV_INIT);
+    return base_fnv1a(c->is_mla, (size_t)c->n_layers, h);
+}
+
+typedef struct { FILE *f; uint64_t h; int bad; } wstream;
+
+static void ws_put(wstream *w, const void *p, size_t n) {
+    if (w->bad || n == 0) return;
+    w->h = base_fnv1a(p, n, w->h);
+    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
+}
+
+int session_save(session *s, const char *path, char *err, size_t errlen) {
+    engine *e = s->e;
+    const cfg *c = e->c;
+    if (s->broken) return base_fail(err, errlen, STRATA_EINVAL, "infer: cannot save a failed session");
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return base_fail(err, errlen, STRATA_EIO, "%s: %s", tmp, strerror(errno));
+    wstream w = {f, BASE_FNV_INIT, 0};
+    uint32_t ver = STATE_VERSION;
+    uint64_t fp = infer_cfg_fingerprint(c);
+    int64_t pos = s->pos;
+    ws_put(&w, STATE_MAGIC, 4);
+    ws_put(&w, &ver, 4);
+    ws_put(&w, &fp, 8);
+    ws_put(&w, &pos, 8);
+    ws_put(&w, s->ids, (size_t)pos * sizeof(int32_t));
+    ws_put(&w, s->kda, (size_t)e->n_kda * (size_t)kda_floats(c) * sizeof(float));
+    for (int64_t i = 0; i < e->n_mla; i++)
+        ws_put(&w, s->cache + i * s->max_ctx * e->C, (size_t)(pos * e->C) * sizeof(float));
+    uint64_t h = w.h;
+    if (!w.bad && fwrite(&h, 1, 8, f) != 8) w.bad = 1;
+    if (!w.bad && (fflush(f) != 0 || fsync(fileno(f)) != 0)) w.bad = 1;
+    if (fclose(f) != 0) w.bad = 1;
+    if (w.bad || rename(tmp, path) != 0) {
+        int en = errno;
+        unlink(tmp);
+        return base_fail(err, errlen, STRATA_EIO, "%s: write failed: %s", path, strerror(en));
+    }
+    return 0;
+}
+
+typedef struct { FILE *f; uint64_t h; int bad; } rstream;
+
+static void rs_get(rstream *r, void *p, size_t n) {
+    if (r->bad || n == 0) return;
+    if (fread(p, 1, n, r->f) != n) { r->bad = 1; return; }
+    r->h = base_fnv1a(p, n, r->h);
+}
+
+int session_load(session *s, const char *path, char *err, size_t errlen) {
+    engine *e = s->e;
+    const cfg *c = e->c;
+    session_reset(s);
+    FILE *f = fopen(path, "rb");
+    if (!f) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+    rstream r = {f, BASE_FNV_INIT, 0};
+    char magic[4];
+    uint32_t ver = 0;
+    uint64_t fp = 0, h = 0;
+    int64_t pos = -1;
+    int rc = 0;
+    rs_get(&r, magic, 4);
+    rs_get(&r, &ver, 4);
+    rs_get(&r, &fp, 8);
+    rs_get(&r, &pos, 8);
+    if (r.bad || memcmp(magic, STATE_MAGIC, 4)) {
+        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: not a strata session state file", path);
+        goto done;
+    }
+    if (ver != STATE_VERSION) {
+        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: state version %u, this build reads %u", path, ver, STATE_VERSION);
+        goto done;
+    }
+    if (fp != infer_cfg_fingerprint(c)) {
+        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: state was saved for a different model configuration", path);
+        goto done;
+    }
+    if (pos < 0 || pos > s->max_ctx) {
+        rc = base_fail(err, errlen, STRATA_EINVAL, "%s: state holds %lld positions, the session only %lld", path,
+                       (long long)pos, (long long)s->max_ctx);
+        goto done;
+    }
+    rs_get(&r, s->ids, (size_t)pos * sizeof(int32_t));
+    rs_get(&r, s->kda, (size_t)e->n_kda * (size_t)kda_floats(c) * sizeof(float));
+    for (int64_t i = 0; i < e->n_mla; i++)
+        rs_get(&r, s->cache + i * s->max_ctx * e->C, (size_t)(pos * e->C) * sizeof(float));
+    uint64_t want = r.h;
+    if (r.bad || fread(&h, 1, 8, f) != 8) {
+        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: truncated state file", path);
+        goto done;
+    }
+    if (h != want) {
+        rc = base_fail(err, errlen, STRATA_ECORRUPT, "%s: state checksum mismatch", path);
+        goto done;
+    }
+    for (int64_t i = 0; i < pos; i++)
+        if (s->ids[i] < 0 || s->ids[i] >= c->vocab) {
+            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: token id out of range", path);
+            goto done;
+        }
+    s->pos = pos;
+done:
+    fclose(f);
+    if (rc) session_reset(s);
+    return rc;
+}
