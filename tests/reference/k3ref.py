@@ -224,20 +224,24 @@ class Tensor:
     def __init__(self, name, dtype, shape, raw, where):
         self.name, self.dtype, self.shape, self.raw, self.where = name, dtype, shape, raw, where
 
+    def _typed(self):
+        """The raw bytes viewed as the stored element type, shaped."""
+        view = {'F64': '<f8', 'F32': '<f4', 'F16': '<f2', 'BF16': '<u2'}.get(self.dtype)
+        if view is None:
+            raise RefError('%s: dtype %s where a float tensor is expected' % (self.name, self.dtype))
+        return self.raw.view(view).reshape(self.shape)
+
+    @staticmethod
+    def _widen(a, dtype):
+        return bf16_bits_to_f64(a) if dtype == 'BF16' else a.astype(np.float64)
+
     def as_f64(self):
-        """Floating tensors -> float64 array of self.shape."""
-        d = self.dtype
-        if d == 'F64':
-            a = self.raw.view('<f8').astype(np.float64)
-        elif d == 'F32':
-            a = self.raw.view('<f4').astype(np.float64)
-        elif d == 'F16':
-            a = self.raw.view('<f2').astype(np.float64)
-        elif d == 'BF16':
-            a = bf16_bits_to_f64(self.raw.view('<u2'))
-        else:
-            raise RefError('%s: dtype %s where a float tensor is expected' % (self.name, d))
-        return a.reshape(self.shape)
+        """Floating tensors -> float64 array of self.shape (exact widening)."""
+        return self._widen(self._typed(), self.dtype)
+
+    def rows_f64(self, sel):
+        """Rows sel (index array or slice) of a 2-D float tensor, as float64."""
+        return self._widen(np.asarray(self._typed()[sel]), self.dtype)
 
     def as_u8(self):
         if self.dtype != 'U8':
@@ -355,6 +359,19 @@ def mxfp4_decode(packed, scale, name='?'):
 # 4. Weights
 # ============================================================================
 
+class _Lazy:
+    """A matrix computed on first call and then kept."""
+
+    def __init__(self, fn):
+        self.fn, self.val = fn, None
+
+    def __call__(self):
+        if self.val is None:
+            self.val = self.fn()
+        return self.val
+
+
+LM_HEAD_CHUNK = 1 << 22      # elements of lm_head widened at a time for big vocabularies
 PFX = 'language_model.model.'
 LM_HEAD = 'language_model.lm_head.weight'
 
@@ -367,8 +384,10 @@ class Weights:
         self.used = set()
         c = cfg
         d = c.hidden
-        self.embed = self.mat(PFX + 'embed_tokens.weight', (c.vocab, d))
-        self.lm_head = self.mat(LM_HEAD, (c.vocab, d))
+        self.embed_t = self.table(PFX + 'embed_tokens.weight', (c.vocab, d))
+        self.lm_head_t = self.table(LM_HEAD, (c.vocab, d))
+        small = c.vocab * d <= LM_HEAD_CHUNK
+        self.lm_head = self.lm_head_t.as_f64() if small else None
         self.norm = self.vec(PFX + 'norm.weight', d)
         self.f_out = (self.vec(PFX + 'output_attn_res_norm.weight', d)
                       * self.vec(PFX + 'output_attn_res_proj.weight', d))
@@ -383,6 +402,28 @@ class Weights:
             raise RefError('missing tensor %s' % name)
         self.used.add(name)
         return t
+
+    def table(self, name, shape):
+        """A [vocab, d] float tensor kept in its stored dtype (rows widened on use)."""
+        t = self.get(name)
+        if tuple(t.shape) != tuple(shape):
+            raise RefError('%s: shape %s, expected %s' % (name, t.shape, tuple(shape)))
+        t._typed()
+        return t
+
+    def embed(self, ids):
+        return self.embed_t.rows_f64(np.asarray(ids))
+
+    def logits(self, x):
+        """lm_head x for rows of x; row-chunked for big vocabularies."""
+        if self.lm_head is not None:
+            return linear(x, self.lm_head)
+        V = self.cfg.vocab
+        out = np.empty((x.shape[0], V))
+        step = max(1, LM_HEAD_CHUNK // self.cfg.hidden)
+        for r0 in range(0, V, step):
+            out[:, r0:r0 + step] = linear(x, self.lm_head_t.rows_f64(slice(r0, r0 + step)))
+        return out
 
     def mat(self, name, shape):
         a = self.get(name).as_f64()
@@ -410,16 +451,27 @@ class Weights:
         return a
 
     def expert(self, pre, rows, cols):
-        """One expert matrix [rows, cols]: MXFP4 (weight_packed + weight_scale) or plain."""
+        """One expert matrix [rows, cols]: MXFP4 (weight_packed + weight_scale) or plain.
+        Shapes, dtypes and scale bytes are checked now; the float64 matrix is built
+        on first use (returns a zero-argument function)."""
         if pre + '.weight_packed' in self.t:
-            packed = self.get(pre + '.weight_packed').as_u8()
-            scale = self.get(pre + '.weight_scale').as_u8()
-            if packed.shape != (rows, cols // 2) or scale.shape != (rows, cols // MXFP4_GROUP):
+            tp, ts = self.get(pre + '.weight_packed'), self.get(pre + '.weight_scale')
+            if tp.shape != (rows, cols // 2) or ts.shape != (rows, cols // MXFP4_GROUP) \
+                    or cols % MXFP4_GROUP:
                 raise RefError('%s: packed %s / scale %s, expected [%d, %d] / [%d, %d]'
-                               % (pre, packed.shape, scale.shape, rows, cols // 2, rows,
+                               % (pre, tp.shape, ts.shape, rows, cols // 2, rows,
                                   cols // MXFP4_GROUP))
-            return mxfp4_decode(packed, scale, pre)
-        return self.mat(pre + '.weight', (rows, cols))
+            if tp.dtype != 'U8':
+                raise RefError('%s.weight_packed: dtype %s, expected U8' % (pre, tp.dtype))
+            scale = ts.as_u8()
+            if np.any(scale == 255):
+                mxfp4_decode(tp.as_u8(), scale, pre)          # raises, naming the tensor
+            return _Lazy(lambda: mxfp4_decode(tp.as_u8(), scale, pre))
+        t = self.get(pre + '.weight')
+        if t.shape != (rows, cols):
+            raise RefError('%s.weight: shape %s, expected %s' % (pre, t.shape, (rows, cols)))
+        t._typed()
+        return _Lazy(t.as_f64)
 
     def bind_layer(self, L):
         c = self.cfg
@@ -711,8 +763,8 @@ def moe_layer(cfg, w, x):
     for e in np.unique(idx):
         tt, jj = np.nonzero(idx == e)
         zz = z[tt]
-        a = situ(linear(zz, w['w1'][e]), linear(zz, w['w3'][e]), b1, b2)
-        outs[tt, jj] = linear(a, w['w2'][e])
+        a = situ(linear(zz, w['w1'][e]()), linear(zz, w['w3'][e]()), b1, b2)
+        outs[tt, jj] = linear(a, w['w2'][e]())
     u = np.zeros((T, cfg.latent))
     for j in range(cfg.topk):                                      # top-k order
         u += wts[:, j:j + 1] * outs[:, j]
@@ -763,7 +815,7 @@ class Model:
         if ids.min() < 0 or ids.max() >= c.vocab:
             raise RefError('token id outside 0..%d' % (c.vocab - 1))
         eps = c.rms_eps
-        P = W.embed[ids]                                            # [T, d]
+        P = W.embed(ids)                                            # [T, d]
         blocks = []
         for L in range(c.n_layers):
             w = W.layers[L]
@@ -784,7 +836,7 @@ class Model:
         h = attn_res(blocks + [P], W.f_out, eps)
         if not all_logits:
             h = h[-1:]
-        logits = linear(rmsnorm(h, W.norm, eps), W.lm_head)
+        logits = W.logits(rmsnorm(h, W.norm, eps))
         return logits if all_logits else logits[0]
 
 

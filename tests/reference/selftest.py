@@ -273,6 +273,12 @@ def test_model(d, label, prompt, n_gen):
         got = m.forward(prompt, m.new_state(), kda=kda, chunk=chunk, mla=mla, all_logits=True)
         check('%s: prefill %s/%d/%s == recurrent/expanded' % (label, kda, chunk, mla),
               maxabs(got, ref_all) / scale, 1e-12)
+    # Row-chunked lm_head (used for big vocabularies) == whole matrix.
+    full, keep = m.w.lm_head, R.LM_HEAD_CHUNK
+    m.w.lm_head, R.LM_HEAD_CHUNK = None, 7 * c.hidden          # 7-row chunks, ragged tail
+    chunked = m.forward(prompt, m.new_state(), kda='recurrent', mla='expanded', all_logits=True)
+    m.w.lm_head, R.LM_HEAD_CHUNK = full, keep
+    check('%s: row-chunked lm_head == whole lm_head' % label, maxabs(chunked, ref_all) / scale, 1e-14)
     # Token-by-token decode reproduces every prefill position.
     st = m.new_state()
     rows = [m.forward([t], st, kda='recurrent', mla='absorbed') for t in prompt]
