@@ -331,15 +331,21 @@ E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                  -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
 
 
+def mxfp4_groups(cols):
+    """Scale bytes per row: one per 32 inputs, the last group may be partial."""
+    return (cols + MXFP4_GROUP - 1) // MXFP4_GROUP
+
+
 def mxfp4_decode(packed, scale, name='?'):
     """packed: uint8 [rows, cols/2] (LOW nibble = even element); scale: uint8
-    [rows, cols/32] (E8M0). Returns float64 [rows, cols] (exact values).
-    Scale 255 (NaN in the MX spec) is a checkpoint defect: raise naming the tensor."""
+    [rows, ceil(cols/32)] (E8M0, element i uses scale i // 32). Returns float64
+    [rows, cols] (exact values). Scale 255 (NaN in the MX spec) is a checkpoint
+    defect: raise naming the tensor."""
     packed = np.asarray(packed, dtype=np.uint8)
     scale = np.asarray(scale, dtype=np.uint8)
     rows, half = packed.shape
     cols = 2 * half
-    if cols % MXFP4_GROUP != 0 or scale.shape != (rows, cols // MXFP4_GROUP):
+    if scale.shape != (rows, mxfp4_groups(cols)):
         raise RefError('%s: packed %s and scale %s do not describe MXFP4 with group %d'
                        % (name, packed.shape, scale.shape, MXFP4_GROUP))
     bad = np.argwhere(scale == 255)
@@ -352,7 +358,7 @@ def mxfp4_decode(packed, scale, name='?'):
     codes[:, 1::2] = packed >> 4
     vals = E2M1[codes]
     mult = np.ldexp(1.0, scale.astype(np.int64) - 127)          # exact powers of two
-    return vals * np.repeat(mult, MXFP4_GROUP, axis=1)
+    return vals * np.repeat(mult, MXFP4_GROUP, axis=1)[:, :cols]
 
 
 # ============================================================================
@@ -456,11 +462,10 @@ class Weights:
         on first use (returns a zero-argument function)."""
         if pre + '.weight_packed' in self.t:
             tp, ts = self.get(pre + '.weight_packed'), self.get(pre + '.weight_scale')
-            if tp.shape != (rows, cols // 2) or ts.shape != (rows, cols // MXFP4_GROUP) \
-                    or cols % MXFP4_GROUP:
-                raise RefError('%s: packed %s / scale %s, expected [%d, %d] / [%d, %d]'
+            if cols % 2 or tp.shape != (rows, cols // 2) or ts.shape != (rows, mxfp4_groups(cols)):
+                raise RefError('%s: packed %s / scale %s, expected [%d, %d] / [%d, %d] (even width)'
                                % (pre, tp.shape, ts.shape, rows, cols // 2, rows,
-                                  cols // MXFP4_GROUP))
+                                  mxfp4_groups(cols)))
             if tp.dtype != 'U8':
                 raise RefError('%s.weight_packed: dtype %s, expected U8' % (pre, tp.dtype))
             scale = ts.as_u8()

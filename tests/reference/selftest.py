@@ -130,6 +130,11 @@ def test_pieces():
     want[1, 30:] = [-0.25, 1.5]
     check('MXFP4 nibble order: low nibble = even element (hand example)', maxabs(m, want), 0.0)
     check_true('MXFP4 code 8 decodes to -0.0', np.signbit(m[0, 2]) and m[0, 2] == 0)
+    # Partial last group: 40 inputs -> scales for elements 0..31 and 32..39.
+    p40 = np.full((1, 20), 0x22, np.uint8)                     # every element 1.0
+    m40 = R.mxfp4_decode(p40, np.array([[127, 130]], np.uint8), 't40')
+    check('MXFP4 partial last group (40 inputs, 2 scales)',
+          maxabs(m40, np.r_[np.ones(32), 8 * np.ones(8)][None]), 0.0)
     try:
         R.mxfp4_decode(packed, np.array([[128], [255]], np.uint8), 'layers.1.experts.3.w2')
         check_true('MXFP4 scale 255 raises naming the tensor', False)
