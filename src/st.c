@@ -229,22 +229,27 @@ static int parse_entry(const char *what, const char *name, json_t *v, uint64_t d
     size_t nd = json_array_size(js);
     if (nd > ST_MAX_DIMS) BAD("shape has %zu dims, more than %d", nd, ST_MAX_DIMS);
     t->ndim = (int32_t)nd;
-    uint64_t count = 1;
-    int overflow = 0;
+    /* Any zero dim makes the tensor empty whatever the other dims are, so the
+     * product only overflows when every dim is non-zero. */
+    int has_zero = 0, overflow = 0;
     for (size_t d = 0; d < nd; d++) {
         uint64_t x;
         int r = json_u64(json_array_get(js, d), &x);
         if (r == -2) BAD("shape[%zu] is negative", d);
         if (r) BAD("shape[%zu] is not an integer", d);
         t->shape[d] = (int64_t)x;
-        if (x && count > UINT64_MAX / x) overflow = 1;
+        has_zero |= x == 0;
+    }
+    uint64_t count = 1;
+    for (size_t d = 0; d < nd && !has_zero; d++) {
+        uint64_t x = (uint64_t)t->shape[d];
+        if (count > UINT64_MAX / x) overflow = 1;
         count *= x;
     }
+    if (has_zero) count = 0;
     char sh[160];
     size_t dsz = st_dtype_size(dt);
-    /* A zero dim makes the product 0 whatever the other dims, so overflow only
-     * matters when no dim is 0; count is 0 exactly then. */
-    if (overflow && count != 0) BAD("shape %s element count overflows", fmt_shape(t, sh, sizeof sh));
+    if (overflow) BAD("shape %s element count overflows", fmt_shape(t, sh, sizeof sh));
     if (count > UINT64_MAX / dsz)
         BAD("shape %s x %s byte size overflows", fmt_shape(t, sh, sizeof sh), st_dtype_name(dt));
     uint64_t want = count * dsz;
