@@ -28,11 +28,32 @@ def f64_to_bf16_bits(a):
     return r.astype(np.uint16)
 
 
-def tiny_config(layers=7, block=3):
+# Shapes other than the default: text_config overrides.
+SHAPES = {
+    'tiny': {},
+    # The seed engine's weightless oracle shape (seed-engine 6.2): 13 layers, map
+    # KKKMKKKMKKKMM, AttnRes boundaries 0,3,6,9,12; moe_inter 48 gives w2 a partial
+    # MXFP4 scale group.
+    'seed13': {'num_hidden_layers': 13, 'hidden_size': 128, 'vocab_size': 256,
+               'q_lora_rank': 64, 'kv_lora_rank': 32, 'qk_nope_head_dim': 24,
+               'qk_rope_head_dim': 8, 'v_head_dim': 16, 'num_experts_per_token': 2,
+               'num_shared_experts': 2, 'routed_expert_hidden_size': 64,
+               'moe_intermediate_size': 48, 'routed_scaling_factor': 1.0,
+               'bos_token_id': 250, 'eos_token_id': 251},
+    # Top-1 routing (no renormalisation), no shared experts, no latent norm, no MLA
+    # output gate, two dense layers, conv width 1.
+    'variant': {'num_experts_per_token': 1, 'num_shared_experts': 0,
+                'latent_moe_use_norm': False, 'mla_use_output_gate': False,
+                'first_k_dense_replace': 2, 'moe_renormalize': False},
+}
+
+
+def tiny_config(layers=7, block=3, shape='tiny'):
     """Hyper-parameters of the tiny model (text_config keys)."""
-    # MLA layers (0-based): every third-from-last pattern plus the final two.
+    layers = SHAPES[shape].get('num_hidden_layers', layers)
+    # MLA layers (0-based): every fourth layer plus the final two.
     mla0 = sorted({L for L in range(3, layers, 4)} | {layers - 2, layers - 1})
-    return {
+    tc = {
         'model_type': 'kimi_k3_text',
         'vocab_size': 320,
         'hidden_size': 64,
@@ -75,6 +96,10 @@ def tiny_config(layers=7, block=3):
             'kda_layers': [L + 1 for L in range(layers) if L not in mla0],
         },
     }
+    tc.update(SHAPES[shape])
+    if shape == 'variant':
+        tc['linear_attn_config']['short_conv_kernel_size'] = 1
+    return tc
 
 
 class Writer:
@@ -107,7 +132,7 @@ class Writer:
         """Random E2M1 codes and E8M0 scales around 2^-3 (|w| ~ 1/sqrt(cols))."""
         codes = self.rng.integers(0, 16, (rows, cols)).astype(np.uint8)
         packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8)
-        scale = self.rng.integers(121, 125, (rows, cols // 32)).astype(np.uint8)
+        scale = self.rng.integers(121, 125, (rows, (cols + 31) // 32)).astype(np.uint8)
         self.add(pre + '.weight_packed', packed, 'U8')
         self.add(pre + '.weight_scale', scale, 'U8')
 
@@ -137,9 +162,11 @@ class Writer:
             json.dump({'metadata': {}, 'weight_map': wm}, f, indent=1, sort_keys=True)
 
 
-def make_tiny(out_dir, seed=1234, layers=7, block=3, plain_experts=False, flat=False):
+def make_tiny(out_dir, seed=1234, layers=7, block=3, plain_experts=False, flat=False,
+              shape='tiny'):
     os.makedirs(out_dir, exist_ok=True)
-    tc = tiny_config(layers, block)
+    tc = tiny_config(layers, block, shape)
+    layers = tc['num_hidden_layers']
     lin = tc['linear_attn_config']
     rng = np.random.default_rng(seed)
     W = Writer(rng)
@@ -170,7 +197,8 @@ def make_tiny(out_dir, seed=1234, layers=7, block=3, plain_experts=False, flat=F
             W.vec(a + 'kv_a_layernorm.weight', kl, 0.8, 1.2, dtype='BF16')
             W.mat(a + 'kv_b_proj.weight', H * (dn + dv), kl, gain=2.0)
             W.mat(a + 'o_proj.weight', d, H * dv)
-            W.mat(a + 'g_proj.weight', H * dv, d, gain=2.0)
+            if tc['mla_use_output_gate']:
+                W.mat(a + 'g_proj.weight', H * dv, d, gain=2.0)
         else:
             H, D, K = lin['num_heads'], lin['head_dim'], lin['short_conv_kernel_size']
             P = H * D
@@ -199,10 +227,12 @@ def make_tiny(out_dir, seed=1234, layers=7, block=3, plain_experts=False, flat=F
             W.vec(m + 'gate.e_score_correction_bias', E, -0.1, 0.1)
             W.mat(m + 'routed_expert_down_proj.weight', lat, d)
             W.mat(m + 'routed_expert_up_proj.weight', d, lat)
-            W.vec(m + 'routed_expert_norm.weight', lat, 0.8, 1.2)
-            W.mat(m + 'shared_experts.gate_proj.weight', S, d, gain=2.0)
-            W.mat(m + 'shared_experts.up_proj.weight', S, d, gain=2.0)
-            W.mat(m + 'shared_experts.down_proj.weight', d, S)
+            if tc['latent_moe_use_norm']:
+                W.vec(m + 'routed_expert_norm.weight', lat, 0.8, 1.2)
+            if S > 0:
+                W.mat(m + 'shared_experts.gate_proj.weight', S, d, gain=2.0)
+                W.mat(m + 'shared_experts.up_proj.weight', S, d, gain=2.0)
+                W.mat(m + 'shared_experts.down_proj.weight', d, S)
             for e in range(E):
                 for nm, r, c in (('w1', I, lat), ('w2', lat, I), ('w3', I, lat)):
                     pre = '%sexperts.%d.%s' % (m, e, nm)
@@ -239,8 +269,9 @@ def main():
     ap.add_argument('--block', type=int, default=3, help='attn_res_block_size')
     ap.add_argument('--plain-experts', action='store_true', help='bf16 experts instead of MXFP4')
     ap.add_argument('--flat-config', action='store_true', help='flat config.json (fixture shape)')
+    ap.add_argument('--shape', choices=sorted(SHAPES), default='tiny')
     a = ap.parse_args()
-    make_tiny(a.out_dir, a.seed, a.layers, a.block, a.plain_experts, a.flat_config)
+    make_tiny(a.out_dir, a.seed, a.layers, a.block, a.plain_experts, a.flat_config, a.shape)
     print(a.out_dir)
     return 0
 

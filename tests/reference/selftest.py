@@ -329,8 +329,18 @@ def main():
         prompt = [1, 17, 42, 9, 250, 3, 3, 88, 130, 7, 64, 201]
         d = MT.make_tiny(os.path.join(tmp, 'tiny'), seed=1234)
         test_model(d, 'make_tiny', prompt, a.gen)
+        m = R.Model(d)
+        long = [int(x) for x in np.random.default_rng(1).integers(0, m.cfg.vocab, 150)]
+        a1 = m.forward(long, m.new_state(), kda='chunked', chunk=64, all_logits=True)
+        a2 = m.forward(long, m.new_state(), kda='recurrent', mla='expanded', all_logits=True)
+        check('make_tiny: 150-token prefill, chunk 64 (3 chunks) == recurrent/expanded',
+              maxabs(a1, a2) / np.max(np.abs(a2)), 1e-12)
         d = MT.make_tiny(os.path.join(tmp, 'tiny9'), seed=99, layers=9, block=2, plain_experts=True)
         test_model(d, 'make_tiny 9L/block2/bf16 experts', prompt[:7], a.gen)
+        d = MT.make_tiny(os.path.join(tmp, 'seed13'), seed=13, shape='seed13')
+        test_model(d, 'make_tiny seed13 shape', prompt[:9], a.gen)
+        d = MT.make_tiny(os.path.join(tmp, 'variant'), seed=5, shape='variant')
+        test_model(d, 'make_tiny variant (top-1, conv 1, no gates/norm)', prompt[:6], a.gen)
         for md in a.model:
             vocab = R.load_config(md).vocab
             test_model(md, os.path.basename(md.rstrip('/')), [x % vocab for x in prompt], a.gen)
