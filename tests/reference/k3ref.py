@@ -810,9 +810,16 @@ class Model:
                            'S': np.zeros((c.kda_heads, c.kda_head_dim, c.kda_head_dim))})
         return st
 
-    def forward(self, ids, state, kda='chunked', chunk=64, mla='absorbed', all_logits=False):
+    def forward(self, ids, state, kda='chunked', chunk=64, mla='absorbed', all_logits=False,
+                trace=None):
         """Runs the tokens ids (continuing state). Returns logits [vocab] of the last
-        position, or [T, vocab] if all_logits."""
+        position, or [T, vocab] if all_logits. If trace is a dict, it receives the
+        intermediates (each [T, ...]): 'embed', and per layer L 'L.attn_in' (h after
+        the attention AttnRes), 'L.attn_out', 'L.mlp_in' (h after the MLP AttnRes),
+        'L.mlp_out', 'L.out' (P), then 'final_h' and 'logits'."""
+        def note(key, val):
+            if trace is not None:
+                trace[key] = np.array(val)
         c, W = self.cfg, self.w
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size == 0:
@@ -821,6 +828,7 @@ class Model:
             raise RefError('token id outside 0..%d' % (c.vocab - 1))
         eps = c.rms_eps
         P = W.embed(ids)                                            # [T, d]
+        note('embed', P)
         blocks = []
         for L in range(c.n_layers):
             w = W.layers[L]
@@ -834,14 +842,23 @@ class Model:
             else:
                 a = mla_layer(c, w, xin, state[L], mla)
             P = a if P is None else P + a                                      # step 5
+            note('%d.attn_in' % L, h)
+            note('%d.attn_out' % L, a)
             h = attn_res(blocks + [P], w['f_mlp'], eps)                         # step 6
             xm = rmsnorm(h, w['post_norm'], eps)                               # step 7
             m = dense_mlp(c, w, xm) if w['dense'] else moe_layer(c, w, xm)
             P = P + m                                                          # step 8
+            note('%d.mlp_in' % L, h)
+            note('%d.mlp_out' % L, m)
+            note('%d.out' % L, P)
         h = attn_res(blocks + [P], W.f_out, eps)
-        if not all_logits:
+        note('final_h', h)
+        if not all_logits and trace is None:
             h = h[-1:]
         logits = W.logits(rmsnorm(h, W.norm, eps))
+        note('logits', logits)
+        if trace is not None and not all_logits:
+            logits = logits[-1:]
         return logits if all_logits else logits[0]
 
 
@@ -916,6 +933,8 @@ def main(argv=None):
     ap.add_argument('--chunk', type=int, default=64, help='KDA chunk size (default 64)')
     ap.add_argument('--mla', choices=['absorbed', 'expanded'], default='absorbed',
                     help='MLA attention form in incremental mode (default absorbed)')
+    ap.add_argument('--dump-layers', metavar='FILE.npz',
+                    help='float64 intermediates of the prompt prefill (see Model.forward)')
     ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
     ap.add_argument('--quiet', action='store_true')
     a = ap.parse_args(argv)
@@ -933,6 +952,10 @@ def main(argv=None):
                                stop_eos=a.stop_eos, force=a.force_ids,
                                kda=a.kda, chunk=a.chunk, mla=a.mla)
         t2 = time.time()
+        if a.dump_layers:
+            tr = {}
+            model.forward(a.ids, model.new_state(), kda='recurrent', mla='expanded', trace=tr)
+            np.savez(a.dump_layers, **tr)
     except RefError as e:
         sys.stderr.write('k3ref: %s\n' % e)
         return 1
