@@ -20,6 +20,14 @@ static int cand_always(void) { return 1; }
 
 /* Best first. */
 static const kern_cand k_cands[] = {
+#if defined(__x86_64__)
+    {&kern_avx512vbmi_table, kern_x86_has_avx512vbmi},
+    {&kern_avx512_table, kern_x86_has_avx512},
+    {&kern_avx2_table, kern_x86_has_avx2},
+#endif
+#if defined(__aarch64__)
+    {&kern_neon_table, cand_always}, /* Advanced SIMD is mandatory on arm64 */
+#endif
     {&kern_ref_table, cand_always},
 };
 #define N_CANDS (sizeof k_cands / sizeof k_cands[0])

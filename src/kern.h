@@ -52,10 +52,16 @@ static inline float kern_e8m0_f32(uint8_t s) {
 #if defined(__x86_64__)
 extern const kern_table kern_avx2_table;   /* AVX2 + FMA + F16C */
 extern const kern_table kern_avx512_table; /* AVX-512 F/BW/VL */
+extern const kern_table kern_avx512vbmi_table; /* + VBMI MXFP4 decoder */
+int kern_x86_has_avx2(void);               /* CPU and OS support, for kern.c */
+int kern_x86_has_avx512(void);
+int kern_x86_has_avx512vbmi(void);
 #endif
 #if defined(__aarch64__)
 extern const kern_table kern_neon_table;
 #endif
+/* Tables in kern_available() order (best first): avx512vbmi, avx512, avx2 | neon,
+ * then scalar. */
 
 extern kern_table K;                      /* the selected table (scalar until kern_init) */
 extern const kern_table kern_ref_table;   /* always available */

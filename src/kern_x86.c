@@ -1,0 +1,433 @@
+/*
+ * kern_x86.c: AVX2+FMA and AVX-512 fast paths. Same contract as kern_ref.c (16
+ * lanes, element i -> lane i % 16 by a fused multiply-add, zero-padded tail, fixed
+ * tree), so the outputs are bit-identical to the scalar reference:
+ *   AVX-512: one zmm holds lanes 0-15;  AVX2: two ymm hold lanes 0-7 and 8-15.
+ * Functions carry target attributes and are picked at run time (kern.c), so the
+ * default build needs no -m flags.
+ *
+ * Blocking: a block is RB weight rows x TB activation rows with RB*TB accumulators.
+ * Decode (T = 1) uses 4 rows x 1: four independent weight streams keep enough loads
+ * in flight to approach DRAM bandwidth. Prefill (T > 1) uses 4 x 4: every decoded
+ * weight chunk feeds 4 activations and every activation chunk feeds 4 rows, while
+ * the 4 weight rows stay in L1/L2 across all T activations.
+ */
+#include "kern.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base.h"
+#include "num.h"
+#include "st.h"
+
+#define INL static inline __attribute__((always_inline))
+#define A512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define AVBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")))
+#define A256 __attribute__((target("avx2,fma,f16c")))
+#define UNROLL _Pragma("GCC unroll 4")
+
+/* Bytes ahead of the current chunk that decode prefetches each weight row:
+ * 4 rows x 1 KB ahead keeps ~64 lines in flight per core. */
+#define PF_DIST 1024
+
+/* ======================= AVX-512 ======================= */
+
+/* 16 weights at element i of a row (masked: lanes beyond the tail read as 0). */
+A512 INL __m512 w512(const void *W, int dt, int64_t i, __mmask16 m) {
+    if (dt == DT_F32) return _mm512_maskz_loadu_ps(m, (const float *)W + i);
+    __m256i h = _mm256_maskz_loadu_epi16(m, (const uint16_t *)W + i);
+    if (dt == DT_BF16) return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+    return _mm512_cvtph_ps(h);
+}
+
+/* kern.h's tree: lanes l + l+8, then l + l+4, then l + l+2, then 0 + 1. */
+A512 INL float red512(__m512 a) {
+    __m256 lo = _mm512_castps512_ps256(a);
+    __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(a), 1));
+    __m256 b = _mm256_add_ps(lo, hi);
+    __m128 c = _mm_add_ps(_mm256_castps256_ps128(b), _mm256_extractf128_ps(b, 1));
+    __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+
+/* Y for rows r..r+RB-1 and activations t..t+TB-1 (full dot products). */
+A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
+                     const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+    const size_t esz = dt == DT_F32 ? 4 : 2;
+    const char *wr[4];
+    const float *xr[4];
+    __m512 acc[4][4];
+    UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i) * cols) * esz;
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) acc[i][j] = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= cols; k += 16) {
+        __m512 w[4];
+        UNROLL for (int i = 0; i < RB; i++) {
+            if (TB == 1) _mm_prefetch(wr[i] + (size_t)k * esz + PF_DIST, _MM_HINT_T0);
+            w[i] = w512(wr[i], dt, k, 0xFFFF);
+        }
+        UNROLL for (int j = 0; j < TB; j++) {
+            __m512 x = _mm512_loadu_ps(xr[j] + k);
+            UNROLL for (int i = 0; i < RB; i++) acc[i][j] = _mm512_fmadd_ps(w[i], x, acc[i][j]);
+        }
+    }
+    if (k < cols) { /* tail: masked loads give the contract's zero padding */
+        __mmask16 m = (__mmask16)((1u << (cols - k)) - 1);
+        __m512 w[4];
+        UNROLL for (int i = 0; i < RB; i++) w[i] = w512(wr[i], dt, k, m);
+        UNROLL for (int j = 0; j < TB; j++) {
+            __m512 x = _mm512_maskz_loadu_ps(m, xr[j] + k);
+            UNROLL for (int i = 0; i < RB; i++) acc[i][j] = _mm512_fmadd_ps(w[i], x, acc[i][j]);
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        Y[(t + j) * ldy + r + i] = red512(acc[i][j]);
+}
+
+A512 INL void drv512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
+                     const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    for (; r + 4 <= r1; r += 4) {
+        int64_t t = 0;
+        for (; t + 4 <= T; t += 4) blk512(Y, ldy, W, dt, cols, X, ldx, r, t, 4, 4);
+        for (; t < T; t++) blk512(Y, ldy, W, dt, cols, X, ldx, r, t, 4, 1);
+    }
+    for (; r < r1; r++) {
+        int64_t t = 0;
+        for (; t + 4 <= T; t += 4) blk512(Y, ldy, W, dt, cols, X, ldx, r, t, 1, 4);
+        for (; t < T; t++) blk512(Y, ldy, W, dt, cols, X, ldx, r, t, 1, 1);
+    }
+}
+
+A512 static void matmul_avx512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
+                               const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    switch (dt) {
+    case DT_F32: drv512(Y, ldy, W, DT_F32, cols, X, ldx, T, r0, r1); break;
+    case DT_BF16: drv512(Y, ldy, W, DT_BF16, cols, X, ldx, T, r0, r1); break;
+    case DT_F16: drv512(Y, ldy, W, DT_F16, cols, X, ldx, T, r0, r1); break;
+    default: ST_ASSERT(!"matmul: dtype must be F32, BF16 or F16");
+    }
+}
+
+A512 static float dot_avx512(const float *a, const float *b, int64_t n) {
+    float y;
+    blk512(&y, 1, a, DT_F32, n, b, n, 0, 0, 1, 1);
+    return y;
+}
+
+/* MXFP4: per 32-group and row, the 16-entry LUT k_e2m1[c] * 2^(s-127) is one
+ * exact vmulps; 16 codes then decode with one vpermps (index = low 4 bits of each
+ * dword). Index builders put byte j's low nibble in dword 2j and its high nibble
+ * in dword 2j+1 (upper bits are ignored by vpermps):
+ *  - F:    zero-extend 8 bytes to qwords, OR each qword with itself << 28;
+ *  - VBMI: broadcast the 8 bytes, vpmultishiftqb picks bit offsets 8j and 8j+4
+ *          (one shuffle-port op fewer per 16 weights). */
+A512 INL __m512i idx_f(const uint8_t *p) {
+    __m512i v = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(const void *)p));
+    return _mm512_or_si512(v, _mm512_slli_epi64(v, 28));
+}
+AVBMI INL __m512i idx_vbmi(const uint8_t *p, __m512i ctrl) {
+    uint64_t q;
+    memcpy(&q, p, 8);
+    return _mm512_multishift_epi64_epi8(ctrl, _mm512_set1_epi64((long long)q));
+}
+
+#define FP4_BLOCK_BODY(IDX)                                                                   \
+    const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;                                \
+    const __m512 e2m1 = _mm512_loadu_ps(k_e2m1);                                              \
+    const uint8_t *pr[4], *sr[4];                                                             \
+    const float *xr[4];                                                                       \
+    __m512 acc[4][4];                                                                         \
+    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i) * rb; sr[i] = S + (r + i) * ng; } \
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;                            \
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)                   \
+        acc[i][j] = _mm512_setzero_ps();                                                      \
+    for (int64_t g = 0; g < ng; g++) {                                                        \
+        __m512 lut[4];                                                                        \
+        UNROLL for (int i = 0; i < RB; i++) {                                                 \
+            if (TB == 1) _mm_prefetch((const char *)pr[i] + g * 16 + PF_DIST / 2, _MM_HINT_T0); \
+            lut[i] = _mm512_mul_ps(e2m1, _mm512_set1_ps(kern_e8m0_f32(sr[i][g])));            \
+        }                                                                                     \
+        UNROLL for (int h = 0; h < 2; h++) {                                                  \
+            __m512 w[4];                                                                      \
+            UNROLL for (int i = 0; i < RB; i++)                                               \
+                w[i] = _mm512_permutexvar_ps(IDX(pr[i] + g * 16 + h * 8), lut[i]);           \
+            UNROLL for (int j = 0; j < TB; j++) {                                             \
+                __m512 x = _mm512_loadu_ps(xr[j] + g * 32 + h * 16);                          \
+                UNROLL for (int i = 0; i < RB; i++) acc[i][j] = _mm512_fmadd_ps(w[i], x, acc[i][j]); \
+            }                                                                                 \
+        }                                                                                     \
+    }                                                                                         \
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)                   \
+        Y[(t + j) * ldy + r + i] = red512(acc[i][j]);
+
+A512 INL void fp4blk512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
+                        const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+#define IDX_F(p) idx_f(p)
+    FP4_BLOCK_BODY(IDX_F)
+#undef IDX_F
+}
+
+AVBMI INL void fp4blk_vbmi(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
+                           const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+    /* qword j of the control: byte 0 <- bits 8j.., byte 4 <- bits 8j+4.. */
+    const __m512i ctrl = _mm512_set_epi64(0x3C00000038ll, 0x3400000030ll, 0x2C00000028ll,
+                                          0x2400000020ll, 0x1C00000018ll, 0x1400000010ll,
+                                          0x0C00000008ll, 0x0400000000ll);
+#define IDX_V(p) idx_vbmi(p, ctrl)
+    FP4_BLOCK_BODY(IDX_V)
+#undef IDX_V
+}
+
+#define FP4_DRIVER(BLK)                                                                       \
+    ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);                                                  \
+    int64_t r = r0;                                                                           \
+    for (; r + 4 <= r1; r += 4) {                                                             \
+        int64_t t = 0;                                                                        \
+        for (; t + 4 <= T; t += 4) BLK(Y, ldy, P, S, cols, X, ldx, r, t, 4, 4);               \
+        for (; t < T; t++) BLK(Y, ldy, P, S, cols, X, ldx, r, t, 4, 1);                       \
+    }                                                                                         \
+    for (; r < r1; r++) {                                                                     \
+        int64_t t = 0;                                                                        \
+        for (; t + 4 <= T; t += 4) BLK(Y, ldy, P, S, cols, X, ldx, r, t, 1, 4);               \
+        for (; t < T; t++) BLK(Y, ldy, P, S, cols, X, ldx, r, t, 1, 1);                       \
+    }
+
+A512 static void mxfp4_avx512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
+                              int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
+                              int64_t r1) {
+    FP4_DRIVER(fp4blk512)
+}
+
+AVBMI static void mxfp4_vbmi(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
+                             int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
+                             int64_t r1) {
+    FP4_DRIVER(fp4blk_vbmi)
+}
+
+/* ======================= AVX2 ======================= */
+
+typedef struct { __m256 a, b; } v16; /* lanes 0-7, 8-15 */
+
+/* 16 weights at element i of a full chunk. */
+A256 INL v16 w256(const void *W, int dt, int64_t i) {
+    v16 v;
+    if (dt == DT_F32) {
+        v.a = _mm256_loadu_ps((const float *)W + i);
+        v.b = _mm256_loadu_ps((const float *)W + i + 8);
+        return v;
+    }
+    __m128i h0 = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)W + i));
+    __m128i h1 = _mm_loadu_si128((const __m128i *)(const void *)((const uint16_t *)W + i + 8));
+    if (dt == DT_BF16) {
+        v.a = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h0), 16));
+        v.b = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h1), 16));
+    } else {
+        v.a = _mm256_cvtph_ps(h0);
+        v.b = _mm256_cvtph_ps(h1);
+    }
+    return v;
+}
+
+/* Tail chunk (n < 16 elements left): widened through a zeroed stack buffer. */
+A256 INL v16 w256_tail(const void *W, int dt, int64_t i, int64_t n) {
+    float buf[16] = {0};
+    if (dt == DT_F32) memcpy(buf, (const float *)W + i, (size_t)n * 4);
+    else {
+        uint16_t h[16] = {0};
+        memcpy(h, (const uint16_t *)W + i, (size_t)n * 2);
+        return w256(h, dt, 0);
+    }
+    return w256(buf, DT_F32, 0);
+}
+
+A256 INL float red256(__m256 a, __m256 b) {
+    __m256 s = _mm256_add_ps(a, b);
+    __m128 c = _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
+    __m128 d = _mm_add_ps(c, _mm_movehl_ps(c, c));
+    return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
+}
+
+/* RB x TB block as in blk512; 16 ymm registers allow 4x1 and 2x2 (8 accumulators). */
+A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
+                     const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+    const size_t esz = dt == DT_F32 ? 4 : 2;
+    const char *wr[4];
+    const float *xr[4];
+    __m256 acc[4][4][2];
+    UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i) * cols) * esz;
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+    int64_t k = 0;
+    for (; k + 16 <= cols; k += 16) {
+        v16 w[4];
+        UNROLL for (int i = 0; i < RB; i++) {
+            if (TB == 1) _mm_prefetch(wr[i] + (size_t)k * esz + PF_DIST, _MM_HINT_T0);
+            w[i] = w256(wr[i], dt, k);
+        }
+        UNROLL for (int j = 0; j < TB; j++) {
+            __m256 xa = _mm256_loadu_ps(xr[j] + k), xb = _mm256_loadu_ps(xr[j] + k + 8);
+            UNROLL for (int i = 0; i < RB; i++) {
+                acc[i][j][0] = _mm256_fmadd_ps(w[i].a, xa, acc[i][j][0]);
+                acc[i][j][1] = _mm256_fmadd_ps(w[i].b, xb, acc[i][j][1]);
+            }
+        }
+    }
+    if (k < cols) {
+        v16 w[4];
+        UNROLL for (int i = 0; i < RB; i++) w[i] = w256_tail(wr[i], dt, k, cols - k);
+        UNROLL for (int j = 0; j < TB; j++) {
+            v16 x = w256_tail(xr[j], DT_F32, k, cols - k);
+            UNROLL for (int i = 0; i < RB; i++) {
+                acc[i][j][0] = _mm256_fmadd_ps(w[i].a, x.a, acc[i][j][0]);
+                acc[i][j][1] = _mm256_fmadd_ps(w[i].b, x.b, acc[i][j][1]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        Y[(t + j) * ldy + r + i] = red256(acc[i][j][0], acc[i][j][1]);
+}
+
+A256 INL void drv256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
+                     const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    if (T == 1) {
+        for (; r + 4 <= r1; r += 4) blk256(Y, ldy, W, dt, cols, X, ldx, r, 0, 4, 1);
+    } else {
+        for (; r + 2 <= r1; r += 2) {
+            int64_t t = 0;
+            for (; t + 2 <= T; t += 2) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, 2, 2);
+            for (; t < T; t++) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, 2, 1);
+        }
+    }
+    for (; r < r1; r++) {
+        int64_t t = 0;
+        for (; t + 2 <= T; t += 2) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, 1, 2);
+        for (; t < T; t++) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, 1, 1);
+    }
+}
+
+A256 static void matmul_avx2(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
+                             const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    switch (dt) {
+    case DT_F32: drv256(Y, ldy, W, DT_F32, cols, X, ldx, T, r0, r1); break;
+    case DT_BF16: drv256(Y, ldy, W, DT_BF16, cols, X, ldx, T, r0, r1); break;
+    case DT_F16: drv256(Y, ldy, W, DT_F16, cols, X, ldx, T, r0, r1); break;
+    default: ST_ASSERT(!"matmul: dtype must be F32, BF16 or F16");
+    }
+}
+
+A256 static float dot_avx2(const float *a, const float *b, int64_t n) {
+    float y;
+    blk256(&y, 1, a, DT_F32, n, b, n, 0, 0, 1, 1);
+    return y;
+}
+
+/* MXFP4 on AVX2: vpermps indexes only 8 entries, so the LUT holds the 8 scaled
+ * magnitudes and bit 3 of the code becomes the sign by xor (exact: the reference's
+ * k_e2m1[c] * s equals +-(|k_e2m1[c]| * s), -0 included). 8 bytes -> 16 codes:
+ * duplicate each byte, widen to dwords, shift odd dwords right by 4. */
+A256 INL v16 fp4_w256(const uint8_t *p, __m256 lut) {
+    const __m256i sh = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m256i sgn = _mm256_set1_epi32((int)0x80000000u);
+    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
+    __m128i d = _mm_unpacklo_epi8(b, b);
+    __m256i ca = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(d), sh);
+    __m256i cb = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(d, d)), sh);
+    v16 w;
+    w.a = _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, ca),
+                        _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(ca, 28), sgn)));
+    w.b = _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, cb),
+                        _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(cb, 28), sgn)));
+    return w;
+}
+
+A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
+                        const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+    const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
+    const __m256 mag = _mm256_loadu_ps(k_e2m1);
+    const uint8_t *pr[4], *sr[4];
+    const float *xr[4];
+    __m256 acc[4][4][2];
+    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i) * rb; sr[i] = S + (r + i) * ng; }
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m256 lut[4];
+        UNROLL for (int i = 0; i < RB; i++) {
+            if (TB == 1) _mm_prefetch((const char *)pr[i] + g * 16 + PF_DIST / 2, _MM_HINT_T0);
+            lut[i] = _mm256_mul_ps(mag, _mm256_set1_ps(kern_e8m0_f32(sr[i][g])));
+        }
+        UNROLL for (int h = 0; h < 2; h++) {
+            v16 w[4];
+            UNROLL for (int i = 0; i < RB; i++) w[i] = fp4_w256(pr[i] + g * 16 + h * 8, lut[i]);
+            UNROLL for (int j = 0; j < TB; j++) {
+                const float *x = xr[j] + g * 32 + h * 16;
+                __m256 xa = _mm256_loadu_ps(x), xb = _mm256_loadu_ps(x + 8);
+                UNROLL for (int i = 0; i < RB; i++) {
+                    acc[i][j][0] = _mm256_fmadd_ps(w[i].a, xa, acc[i][j][0]);
+                    acc[i][j][1] = _mm256_fmadd_ps(w[i].b, xb, acc[i][j][1]);
+                }
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        Y[(t + j) * ldy + r + i] = red256(acc[i][j][0], acc[i][j][1]);
+}
+
+A256 static void mxfp4_avx2(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
+                            int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
+                            int64_t r1) {
+    ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
+    int64_t r = r0;
+    if (T == 1) {
+        for (; r + 4 <= r1; r += 4) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, 0, 4, 1);
+    } else {
+        for (; r + 2 <= r1; r += 2) {
+            int64_t t = 0;
+            for (; t + 2 <= T; t += 2) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, 2, 2);
+            for (; t < T; t++) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, 2, 1);
+        }
+    }
+    for (; r < r1; r++) {
+        int64_t t = 0;
+        for (; t + 2 <= T; t += 2) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, 1, 2);
+        for (; t < T; t++) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, 1, 1);
+    }
+}
+
+/* ======================= tables ======================= */
+
+int kern_x86_has_avx2(void) {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+}
+
+int kern_x86_has_avx512vbmi(void) {
+    return kern_x86_has_avx512() && __builtin_cpu_supports("avx512vbmi");
+}
+
+int kern_x86_has_avx512(void) {
+    __builtin_cpu_init();
+    return kern_x86_has_avx2() && __builtin_cpu_supports("avx512f") &&
+           __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl");
+}
+
+const kern_table kern_avx2_table = {
+    .name = "avx2", .matmul = matmul_avx2, .matmul_mxfp4 = mxfp4_avx2, .dot = dot_avx2,
+};
+const kern_table kern_avx512_table = {
+    .name = "avx512", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
+};
+/* The same with the VBMI MXFP4 decoder (bf16/f32 paths are shared). */
+const kern_table kern_avx512vbmi_table = {
+    .name = "avx512vbmi", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_vbmi, .dot = dot_avx512,
+};
+
+#endif
