@@ -10,7 +10,12 @@
 # the engine's ids (--force-ids) so the logits compare on the same contexts; a
 # divergence is tolerated only where the reference's own top-2 gap is within tol.
 #
-# Usage: tools/conformance.sh [preset ...]      (default: all presets below)
+# Models named ref-* are written by the reference's own independent generator
+# (tests/reference/make_tiny.py), so the engine's reader also meets a checkpoint
+# it did not write: ref-tiny (nested config, 2 shards, MXFP4), ref-flat (flat
+# config), ref-bf16experts (plain expert weights), ref-9l (9 layers, AttnRes block 2).
+#
+# Usage: tools/conformance.sh [model ...]      (default: all models below)
 # Env:   CONF_TOL (default 1e-3), CONF_GEN (32), CONF_OUT (build/conformance),
 #        STRATA (./strata), PY (/usr/bin/python3)
 # Exit:  0 all pass, 1 a failure or the engine is missing.
@@ -27,6 +32,7 @@ CMP=tests/reference/compare.py
 PROMPT_BASE="1,17,42,9,250,3,88,130"
 if [ $# -gt 0 ]; then PRESETS="$*"; else
   PRESETS="tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo"
+  PRESETS="$PRESETS ref-tiny ref-flat ref-bf16experts ref-9l"
 fi
 
 die() { echo "conformance: $*" >&2; exit 1; }
@@ -44,7 +50,14 @@ printf '%-18s %7s %12s %10s %9s %9s  %s\n' model steps max_rel_err ids_match eng
 for p in $PRESETS; do
   M=build/models/$p
   if [ ! -f "$M/config.json" ]; then
-    if ! "$STRATA" gen-model "$M" --preset "$p" >"$OUT/$p.gen.log" 2>&1; then
+    case $p in
+      ref-tiny)        gen=("$PY" tests/reference/make_tiny.py "$M" --seed 101) ;;
+      ref-flat)        gen=("$PY" tests/reference/make_tiny.py "$M" --seed 102 --flat-config) ;;
+      ref-bf16experts) gen=("$PY" tests/reference/make_tiny.py "$M" --seed 103 --plain-experts) ;;
+      ref-9l)          gen=("$PY" tests/reference/make_tiny.py "$M" --seed 104 --layers 9 --block 2) ;;
+      *)               gen=("$STRATA" gen-model "$M" --preset "$p") ;;
+    esac
+    if ! "${gen[@]}" >"$OUT/$p.gen.log" 2>&1; then
       printf '%-18s %s\n' "$p" "FAIL: gen-model failed (see $OUT/$p.gen.log)"; fail=1; continue
     fi
   fi

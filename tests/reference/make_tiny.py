@@ -207,11 +207,12 @@ def make_tiny(out_dir, seed=1234, layers=7, block=3, plain_experts=False, flat=F
             for s in 'qkv':
                 W.add(a + s + '_conv1d.weight', rng.uniform(-0.6, 0.9, (P, 1, K)), 'F32')
             W.mat(a + 'o_proj.weight', d, P)
-            W.mat(a + 'f_a_proj.weight', 8, d)
-            W.mat(a + 'f_b_proj.weight', P, 8, gain=2.0)
+            # Low-rank decay pair of rank head_dim (128 in K3, as the engine assumes).
+            W.mat(a + 'f_a_proj.weight', D, d)
+            W.mat(a + 'f_b_proj.weight', P, D, gain=2.0)
             W.mat(a + 'b_proj.weight', H, d, gain=2.0)
-            # A_log stored longer than H (padding), as in the release.
-            W.vec(a + 'A_log', H + 3, -1.0, 1.0)
+            # A_log stored with max(H, D) entries (padding past H), as in the release.
+            W.vec(a + 'A_log', max(H, D), -1.0, 1.0)
             W.vec(a + 'dt_bias', P, -1.0, 1.0)
             W.vec(a + 'o_norm.weight', D, 0.8, 1.2)
         if L < tc['first_k_dense_replace']:
