@@ -1,8 +1,155 @@
-/* cmd_gen_model.c: placeholder until the module lands. */
+/*
+ * cmd_gen_model.c: `strata gen-model OUT (--preset NAME | --config FILE) ...`:
+ * writes a K3-format model with random weights (src/gen.c does the work; this file
+ * parses options, prints progress on stderr and the summary on stdout).
+ */
+#include <string.h>
+#include <unistd.h>
 #include "cli.h"
+#include "gen.h"
+#include "preset.h"
+
+static const char *k_cmd = "gen-model";
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: strata gen-model OUT_DIR (--preset NAME | --config FILE) [options]\n"
+            "       strata gen-model --list-presets\n\n"
+            "Writes a complete K3-format model directory with random, numerically alive\n"
+            "weights: config.json, sharded safetensors + index, tiktoken.model and\n"
+            "tokenizer_config.json. Same seed, same bytes. Built in OUT_DIR.partial-PID and\n"
+            "renamed at the end, so OUT_DIR never holds a half-written model.\n\n"
+            "options:\n"
+            "  --preset NAME     a named configuration (--list-presets)\n"
+            "  --config FILE     a config.json (released nested or flat shape)\n"
+            "  --seed N          weight seed (default 0)\n"
+            "  --shard-gb X      target shard size in GB (default: the preset's, else 4)\n"
+            "  --force           replace an existing OUT_DIR (only once the new one is\n"
+            "                    complete); also needed to write the 1.56 TB k3 preset\n"
+            "  --experts-bf16    plain BF16 expert weights instead of MXFP4\n"
+            "  --trunk-dtype T   bf16 (default), mixed (F32/BF16/F16 per tensor) or f32\n"
+            "  --sparse          headers and holes only (zeros): full-size layouts without\n"
+            "                    the disk, for indexing and planning tests\n"
+            "  --reserved N      special ids at the end of the vocab (default: preset, 256)\n"
+            "  --quiet           no progress\n"
+            "  --list-presets    print the presets with their sizes\n\n"
+            "env (tests only): STRATA_GEN_ABORT_AFTER_BYTES=N exits mid-way (simulated crash)\n");
+}
+
+typedef struct {
+    int tty;
+    double last_t;
+    int last_pct;
+} progress;
+
+static void on_progress(void *ud, uint64_t done, uint64_t total, double secs) {
+    progress *p = ud;
+    int pct = total ? (int)(100.0 * (double)done / (double)total) : 100;
+    int final = done >= total;
+    if (p->tty) {
+        if (!final && secs - p->last_t < 0.25) return;
+    } else if (!final && pct < p->last_pct + 5) {
+        return;
+    }
+    if (final && p->last_pct == 100) return;
+    p->last_t = secs;
+    p->last_pct = pct;
+    double mbs = secs > 0 ? (double)done / secs / 1e6 : 0;
+    fprintf(stderr, "%sgen-model: %3d%%  %.2f / %.2f GB  %.0f MB/s%s", p->tty ? "\r" : "", pct,
+            (double)done / 1e9, (double)total / 1e9, mbs, p->tty && !final ? "" : "\n");
+    fflush(stderr);
+}
+
+static int list_presets(void) {
+    printf("%-18s %16s %10s %8s %7s  %s\n", "preset", "bytes", "size", "experts", "shards", "description");
+    for (size_t i = 0; i < preset_count(); i++) {
+        const preset_info *pi = preset_at(i);
+        cfg c;
+        gen_opts o;
+        gen_sizes s;
+        char err[512], hb[32];
+        preset_get(pi->name, &c, &o);
+        if (gen_model_sizes(&c, &o, &s, err, sizeof err)) {
+            printf("%-18s %s\n", pi->name, err);
+            continue;
+        }
+        printf("%-18s %16llu %10s %7.1f%% %7d  %s\n", pi->name, (unsigned long long)s.total,
+               base_fmt_bytes(s.total, hb, sizeof hb), s.total ? 100.0 * (double)s.experts / (double)s.total : 0.0,
+               s.n_shards, pi->summary);
+    }
+    return 0;
+}
 
 int cmd_gen_model(int argc, char **argv) {
-    if (argc > 1 && cli_is_help(argv[1])) { printf("strata %s: not implemented yet\n", argv[0]); return 0; }
-    fprintf(stderr, "strata %s: not implemented yet\n", argv[0]);
-    return 1;
+    const char *out = NULL, *preset = NULL, *config = NULL, *trunk = NULL;
+    int64_t seed = 0, reserved = 0;
+    int have_seed = 0, force = 0, ebf16 = 0, sparse = 0, quiet = 0;
+    double shard_gb = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (cli_is_help(a)) { usage(stdout); return 0; }
+        if (!strcmp(a, "--list-presets")) return list_presets();
+        if (!strcmp(a, "--preset")) { if (!(preset = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE; }
+        else if (!strcmp(a, "--config")) { if (!(config = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE; }
+        else if (!strcmp(a, "--seed")) {
+            if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
+            if (base_parse_i64(v, 0, INT64_MAX, &seed)) return cli_usage_error(k_cmd, "bad --seed '%s'", v);
+            have_seed = 1;
+        } else if (!strcmp(a, "--shard-gb")) {
+            if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
+            if (base_parse_f64(v, 1e-6, 1e6, &shard_gb)) return cli_usage_error(k_cmd, "bad --shard-gb '%s'", v);
+        } else if (!strcmp(a, "--reserved")) {
+            if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
+            if (base_parse_i64(v, 6, 1 << 20, &reserved)) return cli_usage_error(k_cmd, "bad --reserved '%s'", v);
+        } else if (!strcmp(a, "--trunk-dtype")) {
+            if (!(trunk = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
+            if (strcmp(trunk, "bf16") && strcmp(trunk, "mixed") && strcmp(trunk, "f32"))
+                return cli_usage_error(k_cmd, "--trunk-dtype must be bf16, mixed or f32");
+        } else if (!strcmp(a, "--force")) force = 1;
+        else if (!strcmp(a, "--experts-bf16")) ebf16 = 1;
+        else if (!strcmp(a, "--sparse")) sparse = 1;
+        else if (!strcmp(a, "--quiet")) quiet = 1;
+        else if (a[0] == '-' && a[1]) return cli_usage_error(k_cmd, "unknown option %s", a);
+        else if (!out) out = a;
+        else return cli_usage_error(k_cmd, "unexpected argument '%s'", a);
+    }
+    if (!out) return cli_usage_error(k_cmd, "missing OUT_DIR");
+    if (!!preset == !!config) return cli_usage_error(k_cmd, "give exactly one of --preset NAME or --config FILE");
+
+    cfg c;
+    gen_opts o;
+    char err[4096];
+    if (preset) {
+        const preset_info *pi = preset_find(preset);
+        if (!pi) return cli_usage_error(k_cmd, "unknown preset '%s' (strata gen-model --list-presets)", preset);
+        preset_get(preset, &c, &o);
+        if (pi->big && !force && !sparse) {
+            fprintf(stderr, "strata gen-model: preset '%s' is %s; pass --force to really write it, or --sparse\n",
+                    preset, "larger than any test disk (1.56 TB)");
+            return 1;
+        }
+    } else {
+        memset(&o, 0, sizeof o);
+        if (cfg_load(&c, config, err, sizeof err)) { fprintf(stderr, "strata gen-model: %s\n", err); return 1; }
+    }
+    if (have_seed) o.seed = (uint64_t)seed;
+    if (shard_gb > 0) o.shard_bytes = (uint64_t)(shard_gb * 1e9);
+    if (reserved) o.n_reserved = reserved;
+    if (ebf16) o.experts_bf16 = 1;
+    if (trunk) o.trunk_dtype = !strcmp(trunk, "mixed") ? GEN_TRUNK_MIXED : !strcmp(trunk, "f32") ? GEN_TRUNK_F32 : GEN_TRUNK_BF16;
+    o.force = force;
+    o.sparse = sparse;
+    progress pr = {isatty(2), -1, -100};
+    if (!quiet) {
+        o.progress = on_progress;
+        o.progress_ud = &pr;
+    }
+    gen_stats st;
+    int rc = gen_model(out, &c, &o, &st, err, sizeof err);
+    if (rc) { fprintf(stderr, "strata gen-model: %s\n", err); return 1; }
+    char hb[32];
+    printf("wrote %s: %s in %d shard%s, %llu tensors, %.2f s, %.0f MB/s%s\n", out,
+           base_fmt_bytes(st.total_bytes, hb, sizeof hb), st.n_shards, st.n_shards == 1 ? "" : "s",
+           (unsigned long long)st.n_tensors, st.secs, st.mb_per_s, sparse ? " (sparse)" : "");
+    return 0;
 }

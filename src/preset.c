@@ -1,0 +1,206 @@
+/*
+ * preset.c: the gen-model presets (see preset.h). Every preset follows K3's
+ * structure: a dense first layer, 3:1 KDA:MLA with MLA at one-based multiples of 4
+ * and the last two layers MLA (as K3's 92 and 93) where the layer count allows,
+ * Block AttnRes, Stable LatentMoE with MXFP4 experts (latent and moe_inter
+ * multiples of 32).
+ */
+#include "preset.h"
+
+#include <string.h>
+#include "strata.h"
+
+/* Everything not set by a preset: K3's scalar choices. */
+static void base_cfg(cfg *c) {
+    memset(c, 0, sizeof *c);
+    c->rms_eps = 1e-5;
+    c->conv_k = 4;
+    c->gate_lb = -5.0;
+    c->mla_out_gate = 1;
+    c->routed_scale = 1.0;
+    c->moe_renorm = 1;
+    c->latent_norm = 1;
+    c->first_dense = 1;
+    c->situ_b1 = 4.0;
+    c->situ_b2 = 25.0;
+    c->bos_id = -1;
+    c->pad_id = -1;
+    c->max_ctx = 4096;
+    c->mxfp4_experts = 1;
+}
+
+/* MLA at one-based multiples of 4 and the last two layers (K3: 4, 8, ..., 92, 93). */
+static void layer_map(cfg *c) {
+    c->n_mla = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        c->is_mla[L] = (L + 1) % 4 == 0 || (c->n_layers >= 6 && L >= c->n_layers - 2);
+        c->n_mla += c->is_mla[L];
+    }
+}
+
+static void tiny(cfg *c, gen_opts *o) {
+    (void)o;
+    c->hidden = 64;
+    c->n_layers = 8;
+    c->vocab = 512;
+    c->kda_heads = 4;
+    c->kda_head_dim = 16;
+    c->n_heads = 4;
+    c->q_lora = 32;
+    c->kv_lora = 32;
+    c->qk_nope = 16;
+    c->qk_rope = 8;
+    c->v_head = 16;
+    c->n_experts = 16;
+    c->topk = 4;
+    c->n_shared = 1;
+    c->latent = 64;
+    c->moe_inter = 32;
+    c->dense_inter = 128;
+    c->attn_res_block = 4;
+    o->n_reserved = 16;
+}
+
+static void tiny_odd(cfg *c, gen_opts *o) {
+    c->hidden = 120;
+    c->n_layers = 7;
+    c->vocab = 460;
+    c->kda_heads = 3;
+    c->kda_head_dim = 20;
+    c->n_heads = 3;
+    c->q_lora = 40;
+    c->kv_lora = 24;
+    c->qk_nope = 20;
+    c->qk_rope = 12;
+    c->v_head = 20;
+    c->n_experts = 12;
+    c->topk = 3;
+    c->n_shared = 1;
+    c->latent = 96;
+    c->moe_inter = 64;
+    c->dense_inter = 200;
+    c->attn_res_block = 3;
+    o->n_reserved = 20;
+}
+
+static void tiny_blocks(cfg *c, gen_opts *o) {
+    tiny(c, o);
+    c->n_layers = 13; /* blocks start at 0, 4, 8, 12: the last one is partial */
+    c->n_experts = 8;
+    c->topk = 2;
+}
+
+static void tiny_shards(cfg *c, gen_opts *o) {
+    tiny(c, o);
+    o->shard_bytes = 96u << 10;
+}
+
+static void tiny_mixed(cfg *c, gen_opts *o) {
+    tiny(c, o);
+    o->trunk_dtype = GEN_TRUNK_MIXED;
+}
+
+static void tiny_bf16experts(cfg *c, gen_opts *o) {
+    tiny(c, o);
+    o->experts_bf16 = 1;
+}
+
+/* ~1.5 GB, experts ~88%: runs in a budget smaller than itself. */
+static void demo(cfg *c, gen_opts *o) {
+    c->hidden = 1024;
+    c->n_layers = 13;
+    c->vocab = 4096 + 256;
+    c->kda_heads = 8;
+    c->kda_head_dim = 128;
+    c->n_heads = 8;
+    c->q_lora = 384;
+    c->kv_lora = 256;
+    c->qk_nope = 64;
+    c->qk_rope = 32;
+    c->v_head = 64;
+    c->n_experts = 128;
+    c->topk = 8;
+    c->n_shared = 1;
+    c->latent = 768;
+    c->moe_inter = 768;
+    c->dense_inter = 2048;
+    c->attn_res_block = 4;
+    c->max_ctx = 8192;
+    o->n_reserved = 256;
+    o->shard_bytes = 1ull << 30;
+}
+
+/* ~30 GB, larger than a 24 GB machine's RAM, K3's proportions: top-8 of 448 (the
+ * 16-of-896 ratio), experts > 90% of bytes, one expert 1,671,168 B = 408 x 4096. */
+static void ladder(cfg *c, gen_opts *o) {
+    c->hidden = 2048;
+    c->n_layers = 37;
+    c->vocab = 16384;
+    c->kda_heads = 16;
+    c->kda_head_dim = 128;
+    c->n_heads = 16;
+    c->q_lora = 512;
+    c->kv_lora = 256;
+    c->qk_nope = 128;
+    c->qk_rope = 64;
+    c->v_head = 128;
+    c->n_experts = 448;
+    c->topk = 8;
+    c->n_shared = 1;
+    c->latent = 1024;
+    c->moe_inter = 1024;
+    c->dense_inter = 8192;
+    c->attn_res_block = 8;
+    c->max_ctx = 32768;
+    o->n_reserved = 256;
+    o->shard_bytes = 4ull << 30;
+}
+
+static void k3(cfg *c, gen_opts *o) {
+    cfg_k3(c);
+    c->max_ctx = CFG_DEFAULT_CTX;
+    o->n_reserved = 256;
+    o->shard_bytes = 16300000000ull; /* ~96 shards like the release */
+}
+
+typedef struct {
+    preset_info info;
+    void (*fill)(cfg *c, gen_opts *o);
+    int own_map; /* the fill sets the layer map itself */
+} preset_def;
+
+static const preset_def k_presets[] = {
+    {{"tiny", "hidden 64, 8 layers, 16 experts top-4, vocab 512", 0, 1}, tiny, 0},
+    {{"tiny-odd", "odd widths: hidden 120, 3 KDA heads of 20, 12 experts top-3", 0, 1}, tiny_odd, 0},
+    {{"tiny-blocks", "13 layers, AttnRes block 4 (partial last block)", 0, 1}, tiny_blocks, 0},
+    {{"tiny-shards", "tiny in several 96 KB shards", 0, 1}, tiny_shards, 0},
+    {{"tiny-mixed", "tiny with F32/BF16/F16 trunk tensors", 0, 1}, tiny_mixed, 0},
+    {{"tiny-bf16experts", "tiny with plain BF16 experts", 0, 1}, tiny_bf16experts, 0},
+    {{"demo", "quick start: hidden 1024, 13 layers, 128 experts top-8, vocab 4352", 0, 0}, demo, 0},
+    {{"ladder", "larger than RAM: hidden 2048, 37 layers, 448 experts top-8", 0, 0}, ladder, 0},
+    {{"k3", "the real Kimi K3 configuration (1.56 TB)", 1, 0}, k3, 1},
+};
+#define N_PRESETS (sizeof k_presets / sizeof *k_presets)
+
+size_t preset_count(void) { return N_PRESETS; }
+
+const preset_info *preset_at(size_t i) { return i < N_PRESETS ? &k_presets[i].info : NULL; }
+
+const preset_info *preset_find(const char *name) {
+    for (size_t i = 0; i < N_PRESETS; i++)
+        if (!strcmp(k_presets[i].info.name, name)) return &k_presets[i].info;
+    return NULL;
+}
+
+int preset_get(const char *name, cfg *c, gen_opts *o) {
+    for (size_t i = 0; i < N_PRESETS; i++) {
+        if (strcmp(k_presets[i].info.name, name)) continue;
+        base_cfg(c);
+        memset(o, 0, sizeof *o);
+        k_presets[i].fill(c, o);
+        if (!k_presets[i].own_map) layer_map(c);
+        o->preset = k_presets[i].info.name;
+        return STRATA_OK;
+    }
+    return STRATA_EINVAL;
+}
