@@ -103,6 +103,10 @@ static int load_one(void *ud, const tspec *t) {
     load_ctx *x = ud;
     resident *r = x->r;
     const st_tensor *st = st_find(r->ix, t->name);
+    /* tensors the config switches off may be absent (the forward pass skips them) */
+    if (!st && ((t->role == R_MLA_G && !r->base.c->mla_out_gate) ||
+                (t->role == R_MOE_LAT_NORM && !r->base.c->latent_norm)))
+        return 0;
     if (!st) return base_fail(x->err, x->errlen, STRATA_EFORMAT, "resident: tensor %s missing", t->name);
     int64_t numel = 1;
     for (int i = 0; i < st->ndim; i++) numel *= st->shape[i];
