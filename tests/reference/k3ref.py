@@ -377,7 +377,8 @@ class _Lazy:
         return self.val
 
 
-LM_HEAD_CHUNK = 1 << 22      # elements of lm_head widened at a time for big vocabularies
+LM_HEAD_KEEP = 1 << 26       # lm_head widened once and kept up to this many elements (512 MB)
+LM_HEAD_CHUNK = 1 << 22      # else: elements widened at a time, per call
 PFX = 'language_model.model.'
 LM_HEAD = 'language_model.lm_head.weight'
 
@@ -392,7 +393,7 @@ class Weights:
         d = c.hidden
         self.embed_t = self.table(PFX + 'embed_tokens.weight', (c.vocab, d))
         self.lm_head_t = self.table(LM_HEAD, (c.vocab, d))
-        small = c.vocab * d <= LM_HEAD_CHUNK
+        small = c.vocab * d <= LM_HEAD_KEEP
         self.lm_head = self.lm_head_t.as_f64() if small else None
         self.norm = self.vec(PFX + 'norm.weight', d)
         self.f_out = (self.vec(PFX + 'output_attn_res_norm.weight', d)

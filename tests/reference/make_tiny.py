@@ -40,6 +40,14 @@ SHAPES = {
                'num_shared_experts': 2, 'routed_expert_hidden_size': 64,
                'moe_intermediate_size': 48, 'routed_scaling_factor': 1.0,
                'bos_token_id': 250, 'eos_token_id': 251},
+    # A medium model for timing (~100 MB): 12 layers, hidden 512, vocab 32768.
+    'medium': {'num_hidden_layers': 12, 'hidden_size': 512, 'vocab_size': 32768,
+               'num_attention_heads': 8, 'q_lora_rank': 128, 'kv_lora_rank': 64,
+               'qk_nope_head_dim': 32, 'qk_rope_head_dim': 16, 'v_head_dim': 32,
+               'num_experts': 32, 'num_experts_per_token': 4, 'num_shared_experts': 1,
+               'routed_expert_hidden_size': 256, 'moe_intermediate_size': 128,
+               'intermediate_size': 1024, 'attn_res_block_size': 4,
+               'bos_token_id': 32000, 'eos_token_id': 32001},
     # Top-1 routing (no renormalisation), no shared experts, no latent norm, no MLA
     # output gate, two dense layers, conv width 1.
     'variant': {'num_experts_per_token': 1, 'num_shared_experts': 0,
@@ -97,6 +105,8 @@ def tiny_config(layers=7, block=3, shape='tiny'):
         },
     }
     tc.update(SHAPES[shape])
+    if shape == 'medium':
+        tc['linear_attn_config'].update({'num_heads': 8, 'head_dim': 64})
     if shape == 'variant':
         tc['linear_attn_config']['short_conv_kernel_size'] = 1
     return tc
