@@ -90,3 +90,10 @@ conformance: strata
 .PHONY: reference-selftest
 reference-selftest:
 	/usr/bin/python3 tests/reference/selftest.py
+
+# Kernel throughput vs this machine's measured read bandwidth (bench/b_kern.c).
+$(BUILD)/b_kern: bench/b_kern.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+bench-kernels: $(BUILD)/b_kern
+	./$(BUILD)/b_kern

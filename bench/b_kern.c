@@ -1,0 +1,230 @@
+/*
+ * b_kern.c: kernel throughput against this machine's own memory bandwidth.
+ *
+ * 1. Read bandwidth: sum a 1 GB buffer with 1 and 2 threads (best of several).
+ * 2. Decode (T = 1): bf16 matvec over a 12288 x 7168 matrix (176 MB, q/k/v-sized)
+ *    and MXFP4 matvec over a stack of routed experts (w1|w3 then w2 per expert, as
+ *    the MoE step runs them), for every kernel table, with 1 and 2 threads:
+ *    GB/s of weights streamed and the fraction of the measured read bandwidth.
+ * 3. Prefill (T = 8, 64): GFLOP/s of the same kernels as matrix-matrix products.
+ *
+ * `make bench-kernels` builds and runs it. Matrices are far larger than the caches,
+ * so decode numbers are DRAM numbers. Other processes on the machine disturb the
+ * results; every figure is the best of several repetitions.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base.h"
+#include "kern.h"
+#include "num.h"
+#include "pool.h"
+#include "st.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+/* ---------------------------------------------------------------- read bandwidth */
+
+typedef struct { const uint64_t *buf; int64_t n_lines; uint64_t sums[64 * 8]; } bw_ctx;
+
+#if defined(__x86_64__)
+/* Four independent 256-bit adds per 128 bytes: enough loads in flight that the
+ * core, not the loop, is never the limit. */
+__attribute__((target("avx2"))) static uint64_t sum_lines(const uint64_t *p, int64_t n_lines) {
+    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
+    for (int64_t i = 0; i + 1 < n_lines; i += 2) {
+        const __m256i *q = (const __m256i *)(const void *)(p + i * 8);
+        a = _mm256_add_epi64(a, _mm256_load_si256(q));
+        b = _mm256_add_epi64(b, _mm256_load_si256(q + 1));
+        c = _mm256_add_epi64(c, _mm256_load_si256(q + 2));
+        d = _mm256_add_epi64(d, _mm256_load_si256(q + 3));
+    }
+    a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
+    uint64_t t[4];
+    _mm256_storeu_si256((__m256i *)(void *)t, a);
+    return t[0] + t[1] + t[2] + t[3];
+}
+#else
+static uint64_t sum_lines(const uint64_t *p, int64_t n_lines) {
+    uint64_t a = 0, b = 0, c = 0, d = 0;
+    for (int64_t i = 0; i < n_lines * 8; i += 4) { a += p[i]; b += p[i + 1]; c += p[i + 2]; d += p[i + 3]; }
+    return a + b + c + d;
+}
+#endif
+
+static void bw_fn(void *vctx, int64_t i0, int64_t i1, int tid) {
+    bw_ctx *c = vctx;
+    c->sums[tid * 8] += sum_lines(c->buf + i0 * 8, i1 - i0);
+}
+
+/* Best-of-reps GB/s of reading the whole buffer. */
+static double read_bw(pool *p, const uint64_t *buf, size_t bytes, int reps) {
+    bw_ctx c = {.buf = buf, .n_lines = (int64_t)(bytes / 64)};
+    double best = 0;
+    for (int r = 0; r < reps; r++) {
+        double t0 = base_now();
+        pool_for(p, c.n_lines, 4096, bw_fn, &c);
+        double dt = base_now() - t0;
+        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
+    }
+    return best;
+}
+
+/* ---------------------------------------------------------------- matmul drivers */
+
+typedef struct {
+    const kern_table *kt;
+    const void *W; int dtype;                 /* dense weights */
+    const uint8_t *P, *S;                     /* MXFP4 weights */
+    int64_t rows, cols, T;
+    const float *X; float *Y;
+} mm_ctx;
+
+static void mm_fn(void *vctx, int64_t i0, int64_t i1, int tid) {
+    mm_ctx *c = vctx;
+    if (c->P) c->kt->matmul_mxfp4(c->Y, c->rows, c->P, c->S, c->cols, c->X, c->cols, c->T, i0, i1);
+    else c->kt->matmul(c->Y, c->rows, c->W, c->dtype, c->cols, c->X, c->cols, c->T, i0, i1);
+}
+
+/* Routed-expert shapes (MODEL.md): w1, w3 3072 x 3584 and w2 3584 x 3072, MXFP4. */
+enum { EX_INTER = 3072, EX_LATENT = 3584 };
+#define EX_BYTES ((size_t)3 * EX_INTER * EX_LATENT / 2 + (size_t)3 * EX_INTER * EX_LATENT / 32)
+
+typedef struct {
+    uint8_t *mem; int n_exp;
+    float *x, *act, *y13, *y2;
+} experts;
+
+/* One MoE expert step per expert: [w1; w3] (6144 x 3584, adjacent) then w2. */
+static void run_experts(pool *p, const kern_table *kt, experts *e, int64_t T) {
+    const size_t p13 = (size_t)2 * EX_INTER * EX_LATENT / 2, s13 = (size_t)2 * EX_INTER * EX_LATENT / 32;
+    const size_t p2 = (size_t)EX_LATENT * EX_INTER / 2;
+    for (int k = 0; k < e->n_exp; k++) {
+        uint8_t *base = e->mem + (size_t)k * EX_BYTES;
+        mm_ctx a = {kt, NULL, 0, base, base + p13, 2 * EX_INTER, EX_LATENT, T, e->x, e->y13};
+        pool_for(p, a.rows, 16, mm_fn, &a);
+        mm_ctx b = {kt, NULL, 0, base + p13 + s13, base + p13 + s13 + p2, EX_LATENT, EX_INTER, T,
+                    e->act, e->y2};
+        pool_for(p, b.rows, 16, mm_fn, &b);
+    }
+}
+
+static uint32_t g_rng = 1;
+static uint32_t rnd(void) { g_rng = g_rng * 1664525u + 1013904223u; return g_rng >> 8; }
+
+int main(int argc, char **argv) {
+    int quick = argc > 1 && !strcmp(argv[1], "--quick");
+    const size_t bw_bytes = quick ? (256u << 20) : (1u << 30);
+    const int64_t R = 12288, C = 7168;
+    const int n_exp = quick ? 8 : 24;
+    int threads[2] = {1, pool_default_threads() >= 2 ? 2 : 1};
+    pool *pools[2] = {NULL, NULL};
+    if (pool_create(&pools[0], threads[0]) || pool_create(&pools[1], threads[1])) return 1;
+    printf("strata kernel bench (tables:");
+    for (const kern_table *const *a = kern_available(); *a; a++) printf(" %s", (*a)->name);
+    printf("; default threads %d)\n\n", pool_default_threads());
+
+    /* 1. read bandwidth */
+    uint64_t *buf = base_alloc_aligned(bw_bytes, 4096, MEM_SCRATCH);
+    if (!buf) { fprintf(stderr, "b_kern: no memory for the bandwidth buffer\n"); return 1; }
+    for (size_t i = 0; i < bw_bytes / 8; i++) buf[i] = i;
+    double bw[2];
+    for (int k = 0; k < 2; k++) bw[k] = read_bw(pools[k], buf, bw_bytes, 6);
+    base_free(buf);
+    printf("memory read bandwidth (sum of %zu MB, best of 6): 1 thread %.2f GB/s, %d threads %.2f GB/s\n\n",
+           bw_bytes >> 20, bw[0], threads[1], bw[1]);
+
+    /* weights */
+    uint16_t *W = base_alloc_aligned((size_t)(R * C) * 2, 4096, MEM_WEIGHTS);
+    experts e = {.n_exp = n_exp};
+    e.mem = base_alloc_aligned(EX_BYTES * (size_t)n_exp, 4096, MEM_WEIGHTS);
+    const int64_t TMAX = 64;
+    float *X = base_alloc((size_t)(TMAX * C) * 4, MEM_SCRATCH);
+    float *Y = base_alloc((size_t)(TMAX * R) * 4, MEM_SCRATCH);
+    e.x = base_alloc((size_t)TMAX * EX_LATENT * 4, MEM_SCRATCH);
+    e.act = base_alloc((size_t)TMAX * EX_INTER * 4, MEM_SCRATCH);
+    e.y13 = base_alloc((size_t)TMAX * 2 * EX_INTER * 4, MEM_SCRATCH);
+    e.y2 = base_alloc((size_t)TMAX * EX_LATENT * 4, MEM_SCRATCH);
+    if (!W || !e.mem || !X || !Y || !e.x || !e.act || !e.y13 || !e.y2) { fprintf(stderr, "b_kern: OOM\n"); return 1; }
+    for (int64_t i = 0; i < R * C; i++) W[i] = num_f32_to_bf16(((float)(rnd() % 2001) - 1000.0f) * 1e-3f);
+    for (size_t i = 0; i < EX_BYTES * (size_t)n_exp; i++) e.mem[i] = (uint8_t)rnd();
+    /* scales: overwrite each expert's scale arrays with sane exponents */
+    for (int k = 0; k < n_exp; k++) {
+        uint8_t *base = e.mem + (size_t)k * EX_BYTES;
+        size_t p13 = (size_t)EX_INTER * EX_LATENT, s13 = p13 / 16, p2 = p13 / 2, s2 = p13 / 32;
+        memset(base + p13, 120, s13);
+        memset(base + p13 + s13 + p2, 121, s2);
+    }
+    for (int64_t i = 0; i < TMAX * C; i++) X[i] = (float)(rnd() % 1000) * 1e-3f - 0.5f;
+    for (int64_t i = 0; i < TMAX * EX_LATENT; i++) e.x[i] = X[i];
+    for (int64_t i = 0; i < TMAX * EX_INTER; i++) e.act[i] = X[i];
+    const double wbytes = (double)(R * C) * 2, ebytes = (double)EX_BYTES * n_exp;
+
+    /* 2. decode */
+    printf("decode (T=1): GB/s of weights streamed, %% of measured read bandwidth\n");
+    printf("%-11s %7s | %-26s | %-26s\n", "table", "threads", "bf16 12288x7168 (176 MB)", "");
+    printf("%-11s %7s | %-26s | MXFP4 %d experts (%.0f MB)\n", "", "", "", n_exp, ebytes / 1e6);
+    for (const kern_table *const *a = kern_available(); *a; a++) {
+        int is_ref = !strcmp((*a)->name, "scalar");
+        for (int k = 0; k < 2; k++) {
+            int reps = is_ref ? 2 : 8;
+            double best_d = 1e30, best_e = 1e30;
+            mm_ctx c = {*a, W, DT_BF16, NULL, NULL, R, C, 1, X, Y};
+            for (int r = 0; r < reps; r++) {
+                double t0 = base_now();
+                pool_for(pools[k], R, 16, mm_fn, &c);
+                double dt = base_now() - t0;
+                if (dt < best_d) best_d = dt;
+                t0 = base_now();
+                run_experts(pools[k], *a, &e, 1);
+                dt = base_now() - t0;
+                if (dt < best_e) best_e = dt;
+            }
+            double gd = wbytes / best_d / 1e9, ge = ebytes / best_e / 1e9;
+            printf("%-11s %7d | %7.2f GB/s %5.1f%% %5.2f ms | %7.2f GB/s %5.1f%% %6.2f ms\n", (*a)->name,
+                   threads[k], gd, 100 * gd / bw[k], best_d * 1e3, ge, 100 * ge / bw[k], best_e * 1e3);
+        }
+    }
+
+    /* 3. prefill */
+    printf("\nprefill (matrix-matrix): GFLOP/s (2 x weights x T per call), %d threads\n", threads[1]);
+    printf("%-11s | %12s %12s | %12s %12s\n", "table", "bf16 T=8", "bf16 T=64", "mxfp4 T=8", "mxfp4 T=64");
+    for (const kern_table *const *a = kern_available(); *a; a++) {
+        int is_ref = !strcmp((*a)->name, "scalar");
+        printf("%-11s |", (*a)->name);
+        for (int fmt = 0; fmt < 2; fmt++)
+            for (int ti = 0; ti < 2; ti++) {
+                int64_t T = ti ? 64 : 8;
+                /* the scalar reference is ~100x slower: one smaller run keeps the bench short */
+                int64_t rows = is_ref ? 512 : R;
+                int n_e = is_ref ? 1 : n_exp;
+                double best = 1e30;
+                for (int r = 0; r < (is_ref ? 1 : 3); r++) {
+                    double t0 = base_now();
+                    if (fmt == 0) {
+                        mm_ctx c = {*a, W, DT_BF16, NULL, NULL, rows, C, T, X, Y};
+                        c.rows = R; /* ldy */
+                        pool_for(pools[1], rows, 4, mm_fn, &c);
+                    } else {
+                        int keep = e.n_exp;
+                        e.n_exp = n_e;
+                        run_experts(pools[1], *a, &e, T);
+                        e.n_exp = keep;
+                    }
+                    double dt = base_now() - t0;
+                    if (dt < best) best = dt;
+                }
+                double flops = fmt == 0 ? 2.0 * (double)rows * C * T
+                                        : 2.0 * 3.0 * EX_INTER * EX_LATENT * n_e * T;
+                printf(" %7.1f GF/s", flops / best / 1e9);
+            }
+        printf("\n");
+    }
+    base_free(W); base_free(e.mem); base_free(X); base_free(Y);
+    base_free(e.x); base_free(e.act); base_free(e.y13); base_free(e.y2);
+    pool_free(pools[0]);
+    pool_free(pools[1]);
+    return 0;
+}
