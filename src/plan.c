@@ -1,0 +1,474 @@
+/*
+ * plan.c: the memory plan (see place.h) and the bandwidth probe behind its
+ * prediction.
+ *
+ * Order of the budget, from the seed engine's measurements (seed-engine.md 7.2:
+ * at a fixed total, a GB of trunk removed ~1.17 GB/token of certain traffic, ~70x
+ * a GB of expert cache at the margin):
+ *   1. the floor: process baseline + session + engine scratch + I/O buffers + an
+ *      arena holding the largest trunk unit + one token's experts (top-k slots);
+ *      the prefill chunk is halved until its expert union fits;
+ *   2. an arena of two consecutive streamed units, so the reader thread loads
+ *      layer L+1 while L computes (the seed measured 71.75 -> 42.27 s/token);
+ *   3. trunk units pinned largest-first, iterated to a fixed point (pinning the
+ *      largest shrinks the arena the rest needs: K3's dense layer 0 is 2.37 GB
+ *      against 1.29 GB for a MoE layer);
+ *   4. the embedding table resident once the whole trunk is pinned (it saves only
+ *      a row per token);
+ *   5. everything left to the expert cache.
+ * The walk is cyclic, so pinning K of N units saves exactly K/N of the streamed
+ * bytes every token; an LRU over layers would save nothing.
+ */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "io.h"
+#include "pack.h"
+#include "place.h"
+
+place_opts place_opts_default(void) {
+    return (place_opts){.prefill_chunk = 64, .ctx = 4096, .cache_policy = PLACE_POLICY_S3FIFO};
+}
+
+/* ================================================================= estimates */
+
+static uint64_t est_session(const cfg *c, int64_t ctx) {
+    static cfg_census k;
+    cfg_census_compute(c, &k);
+    return k.kda_state_elems * 4 + (uint64_t)ctx * (k.mla_cache_elems_per_pos * 4 + 4);
+}
+
+static uint64_t est_engine(const cfg *c, int64_t T, int n_threads) {
+    int64_t P = c->kda_heads * c->kda_head_dim, H = c->hidden;
+    int64_t wide = P * 8;
+    if (c->dense_inter * 2 > wide) wide = c->dense_inter * 2;
+    int64_t moe = c->topk * c->latent * 2 + c->n_shared * c->moe_inter * 2 + c->n_experts + c->moe_inter * 3;
+    if (moe > wide) wide = moe;
+    int64_t blocks = c->n_layers / (c->attn_res_block ? c->attn_res_block : 1) + 2;
+    return (uint64_t)(T * (H * (8 + blocks) + wide) + c->vocab * 2) * 4 + (16u << 20);
+}
+
+static uint64_t rss_now(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
+        fclose(f);
+    }
+    return res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+typedef struct ncount { int64_t n; } ncount;
+static int count_fn(void *ud, const tspec *t) { (void)t; ((ncount *)ud)->n++; return 0; }
+
+/* ==================================================================== ring */
+
+/* Arena bytes the unpinned units need: the largest one (single), or the largest
+ * sum of two consecutive ones in the cyclic walk (pair: read-ahead overlaps). */
+static uint64_t ring_need(const place_plan *p, int pair) {
+    uint64_t best = 0, first = 0, prev = 0;
+    int have_prev = 0;
+    for (int64_t u = 0; u < p->n_units; u++) {
+        if (p->pinned[u]) continue;
+        uint64_t b = p->unit_bytes[u];
+        if (b > best) best = b;
+        if (pair && have_prev && prev + b > best) best = prev + b;
+        if (!have_prev) first = b;
+        prev = b;
+        have_prev = 1;
+    }
+    if (pair && have_prev && first != 0) {
+        /* wrap-around pair (last unpinned, then the first) when there are two */
+        int64_t n_un = 0;
+        for (int64_t u = 0; u < p->n_units; u++) n_un += !p->pinned[u];
+        if (n_un >= 2 && prev + first > best) best = prev + first;
+    }
+    return best;
+}
+
+static uint64_t plan_total(const place_plan *p) {
+    return p->overhead_bytes + p->index_bytes + p->session_bytes + p->engine_bytes + p->io_bytes + p->pinned_bytes +
+           p->ring_bytes + (p->embed_resident ? p->embed_bytes : 0) + p->cache_bytes;
+}
+
+/* ==================================================================== plan */
+
+int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_dir, const place_opts *o,
+                       place_plan *out, char *err, size_t errlen) {
+    place_plan *p = out;
+    memset(p, 0, sizeof *p);
+    place_opts dflt = place_opts_default();
+    if (!o) o = &dflt;
+    if (c->n_layers + 1 > PLACE_MAX_UNITS) return base_fail(err, errlen, STRATA_EINVAL, "plan: too many layers");
+    static cfg_census k;
+    cfg_census_compute(c, &k);
+    p->n_layers = c->n_layers;
+    p->n_units = c->n_layers + 1;
+    p->ctx = o->ctx > 0 ? o->ctx : 4096;
+    p->n_threads = o->n_threads;
+    p->cache_policy = o->cache_policy;
+    p->verify_reads = o->verify_reads;
+    p->no_uring = o->no_uring;
+    p->no_readahead = o->no_readahead;
+    p->mem_limit = o->mem_limit;
+    if (model_dir && !(o->pack_dir && !o->pack_dir[0])) {
+        if (o->pack_dir) {
+            char m[2048];
+            snprintf(m, sizeof m, "%s/manifest.json", o->pack_dir);
+            if (!base_is_file(m)) return base_fail(err, errlen, STRATA_EINVAL, "plan: --pack %s holds no manifest.json", o->pack_dir);
+            snprintf(p->pack_dir, sizeof p->pack_dir, "%s", o->pack_dir);
+            p->has_pack = 1;
+        } else {
+            p->has_pack = pack_find(model_dir, p->pack_dir, sizeof p->pack_dir);
+        }
+    }
+    /* unit sizes: exact for a pack (64-aligned tensors in a padded run); bounded for
+     * in-place reads (each segment is widened to 4096 on both sides) */
+    int64_t n_tensors_all = 0;
+    for (int64_t u = 0; u < p->n_units; u++) {
+        ncount n = {0};
+        uint64_t bytes;
+        if (u < c->n_layers) {
+            schema_walk_layer(c, u, count_fn, &n);
+            bytes = lay ? lay->layer_bytes[u] : k.layer_bytes_bf16[u];
+        } else {
+            n.n = 4;
+            bytes = lay ? lay->head_bytes : k.embed_bytes_bf16 / 2 + (uint64_t)(3 * c->hidden * 2);
+        }
+        n_tensors_all += n.n;
+        if (p->has_pack) p->unit_bytes[u] = io_align_up(bytes + (uint64_t)n.n * PACK_TENSOR_ALIGN);
+        else if (lay && lay->layers_contiguous && u < c->n_layers) p->unit_bytes[u] = io_align_up(bytes) + 2 * IO_ALIGN;
+        else p->unit_bytes[u] = io_align_up(bytes) + (uint64_t)n.n * 3 * IO_ALIGN;
+    }
+    uint64_t embed = lay ? lay->embed_bytes : (uint64_t)(c->vocab * c->hidden * 2);
+    p->embed_row_bytes = c->vocab ? embed / (uint64_t)c->vocab : 0;
+    p->embed_bytes = io_align_up(embed);
+    const int64_t n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0;
+    const int64_t n_expert_all = n_moe * c->n_experts;
+    p->expert_bytes = lay ? lay->expert_bytes : k.expert_bytes;
+    p->expert_slot_bytes = (lay && !lay->experts_contiguous) ? io_align_up(p->expert_bytes) + 6 * 3 * IO_ALIGN
+                                                             : io_align_up(p->expert_bytes) + 2 * IO_ALIGN;
+    n_tensors_all += n_expert_all * 6 + 1;
+    /* fixed costs: the process as it stands (binary, libc, the index when loaded)
+     * plus thread stacks and allocator slack; the tensor index for `--config`; the
+     * manifest when a pack is used */
+    uint64_t base = rss_now();
+    p->overhead_bytes = base + (uint64_t)(o->n_threads > 0 ? o->n_threads + 3 : 8) * (256u << 10) + (24u << 20);
+    p->index_bytes = lay ? 0 : (uint64_t)n_tensors_all * 256;
+    if (p->has_pack) p->index_bytes += (uint64_t)n_tensors_all * 48 + (uint64_t)p->n_units * 4096;
+    p->session_bytes = o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);
+    /* I/O: per-ring descriptors, the embedding-row bounce buffer (64 rows), and
+     * the read-ahead/verification staging */
+    p->io_bytes = (4u << 20) + io_align_up(p->embed_row_bytes * 64) + 4 * IO_ALIGN;
+    int64_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 64;
+    const uint64_t budget = o->ram_bytes;
+    p->budget_bytes = budget;
+    /* ---- 1. the floor (chunk 1), then the largest chunk <= requested that fits ---- */
+    for (int pass = 0; pass < 2; pass++) {
+        for (int64_t T = pass ? chunk : 1;; T /= 2) {
+            p->prefill_chunk = T;
+            p->engine_bytes = o->engine_bytes ? o->engine_bytes(c, T, o->n_threads) : est_engine(c, T, o->n_threads);
+            int64_t need = T * c->topk < c->n_experts ? T * c->topk : c->n_experts;
+            p->min_expert_slots = n_moe ? need : 0;
+            p->n_expert_slots = p->min_expert_slots;
+            p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
+            memset(p->pinned, 0, sizeof p->pinned);
+            p->pinned_bytes = 0;
+            p->embed_resident = 0;
+            p->ring_bytes = p->ring_min_bytes = ring_need(p, 0);
+            p->total_bytes = plan_total(p);
+            if (!pass) { p->min_bytes = p->total_bytes; break; }
+            /* The chunk's expert union is leased for a whole layer, so it costs
+             * min(T * topk, n_experts) slots. Cap it at a quarter of the budget: on
+             * K3 at 24 GB a 64-token chunk would lease all 896 experts (15.7 GB) that
+             * pinned trunk layers save every decode token. */
+            if (T <= 1 || (!budget && p->total_bytes <= base_mem_available()) ||
+                (budget && p->total_bytes <= budget && p->cache_bytes <= budget / 4)) break;
+        }
+    }
+    if (budget && p->total_bytes > budget) {
+        char a[32], b[32];
+        return base_fail(err, errlen, STRATA_EBUDGET,
+                         "a budget of %s is below the minimum: this model needs at least %s "
+                         "(arena %s for the largest layer, %lld expert slots, session %s at ctx %lld)",
+                         base_fmt_bytes(budget, a, sizeof a), base_fmt_bytes(p->min_bytes, b, sizeof b),
+                         base_fmt_bytes(p->ring_min_bytes, (char[32]){0}, 32), (long long)p->min_expert_slots,
+                         base_fmt_bytes(p->session_bytes, (char[32]){0}, 32), (long long)p->ctx);
+    }
+    if (!budget) { /* unbudgeted: everything resident that this machine can hold */
+        uint64_t avail = base_mem_available();
+        uint64_t cap = avail > (2ull << 30) ? avail - avail / 20 - (1ull << 30) : avail;
+        for (int64_t u = 0; u < p->n_units; u++) { p->pinned[u] = 1; p->pinned_bytes += p->unit_bytes[u]; }
+        p->n_pinned = p->n_units;
+        p->ring_bytes = p->ring_min_bytes = 0;
+        p->embed_resident = 1;
+        p->total_bytes = plan_total(p);
+        uint64_t left = cap > p->total_bytes ? cap - p->total_bytes : 0;
+        int64_t extra = p->expert_slot_bytes ? (int64_t)(left / p->expert_slot_bytes) : 0;
+        p->n_expert_slots = p->min_expert_slots + extra;
+        if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all;
+        if (p->n_expert_slots < p->min_expert_slots) p->n_expert_slots = p->min_expert_slots;
+        p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
+    } else {
+        /* ---- 2-3. arena for overlap, then pins largest-first to a fixed point ---- */
+        int64_t order[PLACE_MAX_UNITS];
+        for (int64_t u = 0; u < p->n_units; u++) order[u] = u;
+        for (int64_t i = 1; i < p->n_units; i++) { /* insertion sort: largest first, ties by index */
+            int64_t x = order[i], j = i;
+            while (j > 0 && p->unit_bytes[order[j - 1]] < p->unit_bytes[x]) { order[j] = order[j - 1]; j--; }
+            order[j] = x;
+        }
+        int pair = 1;
+        p->ring_bytes = ring_need(p, 1);
+        if (plan_total(p) > budget) { pair = 0; p->ring_bytes = ring_need(p, 0); }
+        for (int pass = 0; pass < 8; pass++) {
+            int changed = 0;
+            for (int64_t i = 0; i < p->n_units; i++) {
+                int64_t u = order[i];
+                if (p->pinned[u]) continue;
+                p->pinned[u] = 1;
+                p->pinned_bytes += p->unit_bytes[u];
+                uint64_t save = p->ring_bytes;
+                p->ring_bytes = ring_need(p, 1);
+                int pair_ok = plan_total(p) <= budget;
+                if (!pair_ok) p->ring_bytes = ring_need(p, 0);
+                /* never trade away read-ahead overlap for a pin (keeps the arena mode) */
+                if (plan_total(p) <= budget && (pair_ok || !pair)) {
+                    changed = 1;
+                    pair = pair_ok;
+                } else {
+                    p->pinned[u] = 0;
+                    p->pinned_bytes -= p->unit_bytes[u];
+                    p->ring_bytes = save;
+                }
+            }
+            if (!changed) break;
+        }
+        p->n_pinned = 0;
+        for (int64_t u = 0; u < p->n_units; u++) p->n_pinned += p->pinned[u];
+        p->ring_min_bytes = ring_need(p, 0);
+        if (p->n_pinned == p->n_units) p->ring_bytes = p->ring_min_bytes = 0;
+        /* ---- 4. embedding table ---- */
+        if (p->n_pinned == p->n_units) {
+            p->embed_resident = 1;
+            if (plan_total(p) > budget) p->embed_resident = 0;
+        }
+        /* ---- 5. the expert cache takes the rest ---- */
+        uint64_t used = plan_total(p);
+        int64_t extra = p->expert_slot_bytes && budget > used ? (int64_t)((budget - used) / p->expert_slot_bytes) : 0;
+        p->n_expert_slots = p->min_expert_slots + extra;
+        if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all > p->min_expert_slots ? n_expert_all : p->min_expert_slots;
+        p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
+    }
+    p->streamed_bytes = 0;
+    for (int64_t u = 0; u < p->n_units; u++) if (!p->pinned[u]) p->streamed_bytes += p->unit_bytes[u];
+    p->total_bytes = plan_total(p);
+    p->resident = p->n_pinned == p->n_units && p->embed_resident;
+    /* ---- prediction: decode, one token ---- */
+    double hit = n_expert_all ? (double)p->n_expert_slots / (double)n_expert_all : 0; /* uniform routing */
+    if (hit > 1) hit = 1;
+    uint64_t expert_tok = (uint64_t)n_moe * (uint64_t)c->topk * p->expert_bytes;
+    uint64_t trunk_all = 0;
+    for (int64_t u = 0; u < p->n_units; u++) trunk_all += p->unit_bytes[u];
+    p->read_bytes_per_token = p->streamed_bytes + (uint64_t)((double)expert_tok * (1 - hit)) + p->embed_row_bytes;
+    p->touch_bytes_per_token = trunk_all + expert_tok + p->embed_row_bytes;
+    double disk = 0, mem = 0;
+    place_bandwidth(NULL, 0, &disk, &mem, p->bw_source, sizeof p->bw_source);
+    p->disk_bw = disk;
+    p->mem_bw = mem;
+    p->pred_s_per_token = (disk > 0 ? (double)p->read_bytes_per_token / disk : 0) +
+                          (mem > 0 ? (double)p->touch_bytes_per_token / mem : 0);
+    return STRATA_OK;
+}
+
+/* ================================================================== output */
+
+static double gb(uint64_t b) { return (double)b / 1e9; }
+
+void place_plan_print(const place_plan *p, FILE *f) {
+    fprintf(f, "plan: planned peak %.3f GB, minimum budget %.3f GB%s\n", gb(p->total_bytes), gb(p->min_bytes),
+            p->resident ? ", everything resident" : "");
+    if (p->budget_bytes) fprintf(f, "  budget            %10.3f GB\n", gb(p->budget_bytes));
+    else fprintf(f, "  budget                  none  (resident: what MemAvailable holds)\n");
+    fprintf(f, "  trunk pinned      %10.3f GB  %lld of %lld units (layers + head)\n", gb(p->pinned_bytes),
+            (long long)p->n_pinned, (long long)p->n_units);
+    fprintf(f, "  stream arena      %10.3f GB  (largest streamed unit %.3f GB; streamed %.3f GB per pass)\n",
+            gb(p->ring_bytes), gb(p->ring_min_bytes), gb(p->streamed_bytes));
+    fprintf(f, "  embeddings        %10.3f GB  %s (row %llu B)\n", gb(p->embed_resident ? p->embed_bytes : 0),
+            p->embed_resident ? "resident" : "read by row", (unsigned long long)p->embed_row_bytes);
+    fprintf(f, "  expert cache      %10.3f GB  %lld slots of %.2f MB (min %lld), %s\n", gb(p->cache_bytes),
+            (long long)p->n_expert_slots, (double)p->expert_slot_bytes / 1e6, (long long)p->min_expert_slots,
+            p->cache_policy == PLACE_POLICY_LRU ? "LRU" : "S3-FIFO");
+    fprintf(f, "  session (ctx %lld) %8.3f GB  KDA state + MLA latent cache\n", (long long)p->ctx, gb(p->session_bytes));
+    fprintf(f, "  engine scratch    %10.3f GB  prefill chunk %lld\n", gb(p->engine_bytes), (long long)p->prefill_chunk);
+    fprintf(f, "  I/O buffers       %10.3f GB\n", gb(p->io_bytes));
+    fprintf(f, "  index + manifest  %10.3f GB\n", gb(p->index_bytes));
+    fprintf(f, "  process baseline  %10.3f GB  (VmRSS now + thread stacks + allocator slack)\n", gb(p->overhead_bytes));
+    fprintf(f, "  weights from      %s\n", p->has_pack ? p->pack_dir : "the shards, in place (no pack: strata pack makes layers one read)");
+    fprintf(f, "  predicted decode  %.3f s/token: reads %.3f GB/token at %.2f GB/s disk + touches %.3f GB/token at %.2f GB/s memory (%s)\n",
+            p->pred_s_per_token, gb(p->read_bytes_per_token), p->disk_bw / 1e9, gb(p->touch_bytes_per_token),
+            p->mem_bw / 1e9, p->bw_source);
+}
+
+json_t *place_plan_json(const place_plan *p) {
+    json_t *j = json_object(), *pins = json_array();
+    for (int64_t u = 0; u < p->n_units; u++) if (p->pinned[u]) json_array_append_new(pins, json_integer(u));
+#define I(k, v) json_object_set_new(j, k, json_integer((json_int_t)(v)))
+    I("budget_bytes", p->budget_bytes);
+    I("total_bytes", p->total_bytes);
+    I("min_bytes", p->min_bytes);
+    I("n_units", p->n_units);
+    I("n_pinned", p->n_pinned);
+    json_object_set_new(j, "pinned_units", pins);
+    I("pinned_bytes", p->pinned_bytes);
+    I("ring_bytes", p->ring_bytes);
+    I("streamed_bytes", p->streamed_bytes);
+    json_object_set_new(j, "embed_resident", json_boolean(p->embed_resident));
+    I("embed_bytes", p->embed_resident ? p->embed_bytes : 0);
+    I("n_expert_slots", p->n_expert_slots);
+    I("expert_slot_bytes", p->expert_slot_bytes);
+    I("cache_bytes", p->cache_bytes);
+    I("session_bytes", p->session_bytes);
+    I("engine_bytes", p->engine_bytes);
+    I("io_bytes", p->io_bytes);
+    I("index_bytes", p->index_bytes);
+    I("overhead_bytes", p->overhead_bytes);
+    I("ctx", p->ctx);
+    I("prefill_chunk", p->prefill_chunk);
+    I("read_bytes_per_token", p->read_bytes_per_token);
+    I("touch_bytes_per_token", p->touch_bytes_per_token);
+#undef I
+    json_object_set_new(j, "pack_dir", json_string(p->has_pack ? p->pack_dir : ""));
+    json_object_set_new(j, "resident", json_boolean(p->resident));
+    json_object_set_new(j, "disk_bw", json_real(p->disk_bw));
+    json_object_set_new(j, "mem_bw", json_real(p->mem_bw));
+    json_object_set_new(j, "bw_source", json_string(p->bw_source));
+    json_object_set_new(j, "pred_s_per_token", json_real(p->pred_s_per_token));
+    return j;
+}
+
+/* =============================================================== bandwidths */
+
+static void cache_dir(char *out, size_t n) {
+    const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+    if (xdg && *xdg) snprintf(out, n, "%s/strata", xdg);
+    else snprintf(out, n, "%s/.cache/strata", home && *home ? home : "/tmp");
+}
+
+/* Single-thread streaming read of a 256 MB buffer (sum of u64, vectorised). */
+static double measure_mem(void) {
+    const size_t n = 256u << 20;
+    uint64_t *b = base_alloc_aligned(n, 4096, MEM_IO);
+    if (!b) return 0;
+    memset(b, 1, n);
+    double best = 0;
+    volatile uint64_t sink = 0;
+    for (int rep = 0; rep < 3; rep++) {
+        double t0 = base_now();
+        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+        for (size_t i = 0; i < n / 8; i += 4) { s0 += b[i]; s1 += b[i + 1]; s2 += b[i + 2]; s3 += b[i + 3]; }
+        sink += s0 + s1 + s2 + s3;
+        double dt = base_now() - t0;
+        if (dt > 0 && (double)n / dt > best) best = (double)n / dt;
+    }
+    (void)sink;
+    base_free(b);
+    return best;
+}
+
+/* O_DIRECT reads of 4 MiB at depth 16 from a 1 GiB file written (O_DIRECT) just
+ * before: the page cache never holds it, so the device serves every byte. */
+static double measure_disk(const char *dir) {
+    char path[2048];
+    snprintf(path, sizeof path, "%s/.strata-bw-read.%d", dir, (int)getpid());
+    const uint64_t total = 1ull << 30, bsz = 16u << 20;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_DIRECT | O_CLOEXEC, 0600);
+    if (fd < 0) return 0;
+    uint8_t *buf = base_alloc_aligned(bsz * 4, 1u << 20, MEM_IO);
+    double bw = 0;
+    if (buf) {
+        memset(buf, 0x33, bsz * 4);
+        uint64_t w = 0;
+        while (w < total && pwrite(fd, buf, bsz, (off_t)w) == (ssize_t)bsz) w += bsz;
+        fsync(fd);
+        if (w == total) {
+            io_file f;
+            io_ring *r = NULL;
+            if (!io_file_open(&f, path, NULL, 0) && !io_ring_create(&r, 16, 4u << 20, 0, NULL, 0)) {
+                io_req q[4];
+                double t0 = base_now();
+                uint64_t off = 0, got = 0;
+                int inflight = 0;
+                for (int i = 0; i < 4 && off < total; i++, off += bsz) {
+                    q[i] = (io_req){.f = &f, .off = off, .len = bsz, .dst = buf + (uint64_t)i * bsz, .ud = (void *)(intptr_t)i};
+                    io_submit(r, &q[i]);
+                    inflight++;
+                }
+                io_req *d;
+                while (inflight && io_reap(r, 1, &d) == 1) {
+                    inflight--;
+                    if (d->rc) break;
+                    got += d->got;
+                    if (off < total) {
+                        d->off = off;
+                        off += bsz;
+                        io_submit(r, d);
+                        inflight++;
+                    }
+                }
+                double dt = base_now() - t0;
+                if (got == total && dt > 0) bw = (double)total / dt;
+            }
+            io_ring_free(r);
+            io_file_close(&f);
+        }
+    }
+    close(fd);
+    unlink(path);
+    base_free(buf);
+    return bw;
+}
+
+int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw, char *source, size_t srclen) {
+    char cdir[1800], path[2048];
+    cache_dir(cdir, sizeof cdir);
+    snprintf(path, sizeof path, "%s/bw.json", cdir);
+    *disk_bw = 2e9; /* the machine's documented figure until measured */
+    *mem_bw = 10e9;
+    if (!force) {
+        uint8_t *buf;
+        size_t len;
+        if (!base_read_file(path, 1 << 16, &buf, &len, NULL, 0)) {
+            double d = 0, m = 0;
+            const char *sd = strstr((char *)buf, "\"disk_bw\":"), *sm = strstr((char *)buf, "\"mem_bw\":");
+            if (sd) d = strtod(sd + 10, NULL);
+            if (sm) m = strtod(sm + 9, NULL);
+            base_free(buf);
+            if (d > 0 && m > 0) {
+                *disk_bw = d;
+                *mem_bw = m;
+                if (source) snprintf(source, srclen, "cached %.150s", path);
+                return STRATA_OK;
+            }
+        }
+        if (!dir) {
+            if (source) snprintf(source, srclen, "default 2 GB/s disk, 10 GB/s memory: run strata plan --measure");
+            return STRATA_OK;
+        }
+    }
+    if (!dir) {
+        base_mkdir_p(cdir, NULL, 0);
+        dir = cdir;
+    }
+    double m = measure_mem(), d = measure_disk(dir);
+    if (m > 0) *mem_bw = m;
+    if (d > 0) *disk_bw = d;
+    if (source) snprintf(source, srclen, "measured now%s", d > 0 ? "" : " (disk test failed: default disk)");
+    if (d > 0 && m > 0 && base_mkdir_p(cdir, NULL, 0) == 0) {
+        char js[256];
+        int n = snprintf(js, sizeof js, "{\"disk_bw\": %.0f, \"mem_bw\": %.0f, \"read_size\": 4194304, \"depth\": 16}\n", d, m);
+        base_write_file_atomic(path, js, (size_t)n, NULL, 0);
+    }
+    return STRATA_OK;
+}
