@@ -1,0 +1,224 @@
+/*
+ * kern_neon.c: arm64 Advanced SIMD fast paths. Same contract as kern_ref.c: the 16
+ * lanes live in four float32x4_t (lanes 0-3, 4-7, 8-11, 12-15), vfmaq_f32 is a
+ * fused multiply-add, the tail is zero padding and the tree is kern.h's, so the
+ * outputs are bit-identical to the scalar reference.
+ * Blocking as in kern_x86.c: decode (T = 1) runs 4 rows at once (16 accumulators),
+ * prefill runs 2 rows x 2 activations.
+ */
+#include "kern.h"
+
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#include <string.h>
+#include "base.h"
+#include "num.h"
+#include "st.h"
+
+#define INL static inline __attribute__((always_inline))
+#define UNROLL _Pragma("GCC unroll 4")
+#define PF_DIST 1024
+
+typedef struct { float32x4_t v[4]; } v16;
+
+/* 16 weights at element i of a full chunk. */
+INL v16 wn(const void *W, int dt, int64_t i) {
+    v16 w;
+    if (dt == DT_F32) {
+        const float *p = (const float *)W + i;
+        for (int q = 0; q < 4; q++) w.v[q] = vld1q_f32(p + 4 * q);
+        return w;
+    }
+    const uint16_t *h = (const uint16_t *)W + i;
+    uint16x8_t h0 = vld1q_u16(h), h1 = vld1q_u16(h + 8);
+    if (dt == DT_BF16) { /* bf16 -> f32 is a 16-bit left shift (exact) */
+        w.v[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h0), 16));
+        w.v[1] = vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(h0), 16));
+        w.v[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h1), 16));
+        w.v[3] = vreinterpretq_f32_u32(vshll_n_u16(vget_high_u16(h1), 16));
+    } else { /* fcvtl: exact widening, subnormals kept (FPCR.FZ is off on Linux) */
+        w.v[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0)));
+        w.v[1] = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h0)));
+        w.v[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1)));
+        w.v[3] = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h1)));
+    }
+    return w;
+}
+
+/* Tail chunk (n < 16 left): through a zeroed stack buffer = the contract's padding. */
+INL v16 wn_tail(const void *W, int dt, int64_t i, int64_t n) {
+    if (dt == DT_F32) {
+        float buf[16] = {0};
+        memcpy(buf, (const float *)W + i, (size_t)n * 4);
+        return wn(buf, DT_F32, 0);
+    }
+    uint16_t h[16] = {0};
+    memcpy(h, (const uint16_t *)W + i, (size_t)n * 2);
+    return wn(h, dt, 0);
+}
+
+/* kern.h's tree: (0-3 + 8-11), (4-7 + 12-15); then + across halves; then pairs. */
+INL float redn(const float32x4_t a[4]) {
+    float32x4_t b0 = vaddq_f32(a[0], a[2]), b1 = vaddq_f32(a[1], a[3]);
+    float32x4_t c = vaddq_f32(b0, b1);
+    float32x2_t d = vadd_f32(vget_low_f32(c), vget_high_f32(c));
+    return vget_lane_f32(d, 0) + vget_lane_f32(d, 1);
+}
+
+INL void blkn(float *Y, int64_t ldy, const void *W, int dt, int64_t cols, const float *X,
+              int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+    const size_t esz = dt == DT_F32 ? 4 : 2;
+    const char *wr[4];
+    const float *xr[2];
+    float32x4_t acc[4][2][4];
+    UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i) * cols) * esz;
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        UNROLL for (int q = 0; q < 4; q++) acc[i][j][q] = vdupq_n_f32(0.0f);
+    int64_t k = 0;
+    for (; k + 16 <= cols; k += 16) {
+        v16 w[4];
+        UNROLL for (int i = 0; i < RB; i++) {
+            if (TB == 1) __builtin_prefetch(wr[i] + (size_t)k * esz + PF_DIST);
+            w[i] = wn(wr[i], dt, k);
+        }
+        UNROLL for (int j = 0; j < TB; j++) {
+            v16 x = wn(xr[j], DT_F32, k);
+            UNROLL for (int i = 0; i < RB; i++) UNROLL for (int q = 0; q < 4; q++)
+                acc[i][j][q] = vfmaq_f32(acc[i][j][q], w[i].v[q], x.v[q]);
+        }
+    }
+    if (k < cols) {
+        v16 w[4];
+        UNROLL for (int i = 0; i < RB; i++) w[i] = wn_tail(wr[i], dt, k, cols - k);
+        UNROLL for (int j = 0; j < TB; j++) {
+            v16 x = wn_tail(xr[j], DT_F32, k, cols - k);
+            UNROLL for (int i = 0; i < RB; i++) UNROLL for (int q = 0; q < 4; q++)
+                acc[i][j][q] = vfmaq_f32(acc[i][j][q], w[i].v[q], x.v[q]);
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        Y[(t + j) * ldy + r + i] = redn(acc[i][j]);
+}
+
+INL void drvn(float *Y, int64_t ldy, const void *W, int dt, int64_t cols, const float *X,
+              int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    int64_t r = r0;
+    if (T == 1) {
+        for (; r + 4 <= r1; r += 4) blkn(Y, ldy, W, dt, cols, X, ldx, r, 0, 4, 1);
+    } else {
+        for (; r + 2 <= r1; r += 2) {
+            int64_t t = 0;
+            for (; t + 2 <= T; t += 2) blkn(Y, ldy, W, dt, cols, X, ldx, r, t, 2, 2);
+            for (; t < T; t++) blkn(Y, ldy, W, dt, cols, X, ldx, r, t, 2, 1);
+        }
+    }
+    for (; r < r1; r++) {
+        int64_t t = 0;
+        for (; t + 2 <= T; t += 2) blkn(Y, ldy, W, dt, cols, X, ldx, r, t, 1, 2);
+        for (; t < T; t++) blkn(Y, ldy, W, dt, cols, X, ldx, r, t, 1, 1);
+    }
+}
+
+static void matmul_neon(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
+                        const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    switch (dt) {
+    case DT_F32: drvn(Y, ldy, W, DT_F32, cols, X, ldx, T, r0, r1); break;
+    case DT_BF16: drvn(Y, ldy, W, DT_BF16, cols, X, ldx, T, r0, r1); break;
+    case DT_F16: drvn(Y, ldy, W, DT_F16, cols, X, ldx, T, r0, r1); break;
+    default: ST_ASSERT(!"matmul: dtype must be F32, BF16 or F16");
+    }
+}
+
+static float dot_neon(const float *a, const float *b, int64_t n) {
+    float y;
+    blkn(&y, 1, a, DT_F32, n, b, n, 0, 0, 1, 1);
+    return y;
+}
+
+/* MXFP4: 8 bytes -> 16 codes in element order (low nibble first) by zipping the
+ * low and high nibbles; magnitude x 2 {0,1,2,3,4,6,8,12} from a byte table, widened
+ * to f32 (exact) and multiplied by 2^(s-128) (exact: the same real value as the
+ * reference's k_e2m1[c] * 2^(s-127), so the same rounding at the overflow and
+ * subnormal ends); bit 3 becomes the sign by xor (-0 included). */
+INL v16 fp4_wn(const uint8_t *p, float32x4_t half_sf) {
+    static const uint8_t k_mag2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12};
+    uint8x8_t b = vld1_u8(p);
+    uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(15)), vshr_n_u8(b, 4));
+    uint8x16_t codes = vcombine_u8(z.val[0], z.val[1]);
+    uint8x16_t mag = vqtbl1q_u8(vld1q_u8(k_mag2), codes);
+    uint8x16_t sgn = vandq_u8(codes, vdupq_n_u8(8));
+    uint16x8_t m16[2] = {vmovl_u8(vget_low_u8(mag)), vmovl_u8(vget_high_u8(mag))};
+    uint16x8_t s16[2] = {vmovl_u8(vget_low_u8(sgn)), vmovl_u8(vget_high_u8(sgn))};
+    v16 w;
+    for (int q = 0; q < 4; q++) {
+        uint32x4_t m32 = (q & 1) ? vmovl_u16(vget_high_u16(m16[q >> 1])) : vmovl_u16(vget_low_u16(m16[q >> 1]));
+        uint32x4_t s32 = (q & 1) ? vmovl_u16(vget_high_u16(s16[q >> 1])) : vmovl_u16(vget_low_u16(s16[q >> 1]));
+        float32x4_t v = vmulq_f32(vcvtq_f32_u32(m32), half_sf);
+        w.v[q] = vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(v), vshlq_n_u32(s32, 28)));
+    }
+    return w;
+}
+
+/* 2^(s-128): half the E8M0 factor (2^-128 for s = 0 is an exact subnormal). */
+INL float half_e8m0(uint8_t s) {
+    union { uint32_t u; float f; } v;
+    v.u = s == 255 ? 0u : s == 0 ? 0x00200000u : s == 1 ? 0x00400000u : (uint32_t)(s - 1) << 23;
+    return v.f;
+}
+
+INL void fp4blkn(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
+                 const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+    const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
+    const uint8_t *pr[4], *sr[4];
+    const float *xr[2];
+    float32x4_t acc[4][2][4];
+    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i) * rb; sr[i] = S + (r + i) * ng; }
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        UNROLL for (int q = 0; q < 4; q++) acc[i][j][q] = vdupq_n_f32(0.0f);
+    for (int64_t g = 0; g < ng; g++) {
+        float32x4_t hs[4];
+        UNROLL for (int i = 0; i < RB; i++) {
+            if (TB == 1) __builtin_prefetch(pr[i] + g * 16 + PF_DIST / 2);
+            hs[i] = vdupq_n_f32(half_e8m0(sr[i][g]));
+        }
+        UNROLL for (int h = 0; h < 2; h++) {
+            v16 w[4];
+            UNROLL for (int i = 0; i < RB; i++) w[i] = fp4_wn(pr[i] + g * 16 + h * 8, hs[i]);
+            UNROLL for (int j = 0; j < TB; j++) {
+                v16 x = wn(xr[j], DT_F32, g * 32 + h * 16);
+                UNROLL for (int i = 0; i < RB; i++) UNROLL for (int q = 0; q < 4; q++)
+                    acc[i][j][q] = vfmaq_f32(acc[i][j][q], w[i].v[q], x.v[q]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        Y[(t + j) * ldy + r + i] = redn(acc[i][j]);
+}
+
+static void mxfp4_neon(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
+                       const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
+    int64_t r = r0;
+    if (T == 1) {
+        for (; r + 4 <= r1; r += 4) fp4blkn(Y, ldy, P, S, cols, X, ldx, r, 0, 4, 1);
+    } else {
+        for (; r + 2 <= r1; r += 2) {
+            int64_t t = 0;
+            for (; t + 2 <= T; t += 2) fp4blkn(Y, ldy, P, S, cols, X, ldx, r, t, 2, 2);
+            for (; t < T; t++) fp4blkn(Y, ldy, P, S, cols, X, ldx, r, t, 2, 1);
+        }
+    }
+    for (; r < r1; r++) {
+        int64_t t = 0;
+        for (; t + 2 <= T; t += 2) fp4blkn(Y, ldy, P, S, cols, X, ldx, r, t, 1, 2);
+        for (; t < T; t++) fp4blkn(Y, ldy, P, S, cols, X, ldx, r, t, 1, 1);
+    }
+}
+
+const kern_table kern_neon_table = {
+    .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .dot = dot_neon,
+};
+
+#endif
