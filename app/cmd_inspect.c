@@ -253,10 +253,11 @@ static void print_human(const report *r) {
         }
         printf("  layer trunks contiguous: %s (%lld of %lld not one gap-free run in one shard)\n",
                l->layers_contiguous ? "yes" : "no", (long long)l->n_layer_noncontig, (long long)c->n_layers);
+        char f[64];
         printf("  as stored: trunk %s, experts %s, one expert %s bytes, embeddings %s, head %s\n",
                base_fmt_bytes(l->trunk_bytes, a, sizeof a), bytes3(l->experts_bytes, b, sizeof b),
                commas(l->expert_bytes, d, sizeof d), base_fmt_bytes(l->embed_bytes, e, sizeof e),
-               base_fmt_bytes(l->head_bytes, a, sizeof a));
+               base_fmt_bytes(l->head_bytes, f, sizeof f));
         uint64_t big2 = 0;
         for (int64_t L = 0; L < c->n_layers; L++) if (l->layer_bytes[L] > big2) big2 = l->layer_bytes[L];
         printf("  largest layer trunk as stored: %s\n", bytes3(big2, a, sizeof a));
@@ -270,7 +271,11 @@ static void print_human(const report *r) {
         printf("  scale scan: %s experts, %s scale bytes read, %lld experts with scale 255 (%lld bytes)\n",
                commas((uint64_t)r->scan.n_experts, a, sizeof a), base_fmt_bytes(r->scan.scale_bytes, b, sizeof b),
                (long long)r->scan.n_bad_experts, (long long)r->scan.n_bad_groups);
-    printf("problems: %s\n", r->n_problems ? "see stderr" : "none");
+    if (!r->n_problems) printf("problems: none\n");
+    else {
+        printf("problems: %d\n", r->n_problems);
+        print_lines(stdout, "  - ", r->problems.s);
+    }
 }
 
 static void json_u64_array(sbuf *b, const uint64_t *v, int64_t n) {
@@ -462,9 +467,12 @@ report:
     r.n_problems = r.problems.n;
     if (o.json) print_json(&r);
     else if (r.have_cfg) print_human(&r);
+    /* The human report already lists the problems on stdout; stderr then gets a
+     * one-line verdict. Otherwise (JSON on stdout, or no report) it gets them all. */
     if (r.n_problems) {
-        fprintf(stderr, "strata inspect: %s: %d problem%s:\n", r.path, r.n_problems, r.n_problems == 1 ? "" : "s");
-        print_lines(stderr, "  ", r.problems.s);
+        fprintf(stderr, "strata inspect: %s: broken: %d problem%s%s\n", r.path, r.n_problems,
+                r.n_problems == 1 ? "" : "s", !o.json && r.have_cfg ? " (listed above)" : ":");
+        if (o.json || !r.have_cfg) print_lines(stderr, "  ", r.problems.s);
     }
     rc = r.n_problems ? 1 : 0;
 done:

@@ -174,7 +174,8 @@ static void read_key(rd *r, cfg *c, const key *k) {
     char path[160], tb[64];
     const json_t *v = find_key(r, k, path, sizeof path);
     if (!v || (json_is_null(v) && !k->required)) {
-        if (k->required) problem(r, "missing required key '%s'", path);
+        if (k->required && k->alias) problem(r, "missing required key '%s' (or '%s')", path, k->alias);
+        else if (k->required) problem(r, "missing required key '%s'", path);
         else r->have |= UINT64_C(1) << k->id; /* default stays */
         return;
     }
