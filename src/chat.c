@@ -1,0 +1,281 @@
+/*
+ * chat.c: render K3 conversations to ids and parse generated replies (chat.h).
+ *
+ * Rendering is a list of segments, each either a control marker (encoded with
+ * special tokens allowed) or text (specials disabled). Segment boundaries are
+ * also BPE boundaries, so they follow the official encoder exactly: the tag name
+ * ("message") and its attributes (' role="user"') are separate segments, and the
+ * effort message body is one segment (merges run across "=max").
+ */
+#include "chat.h"
+
+#include <string.h>
+#include "base.h"
+
+static const char k_effort_body[] =
+    "`thinking_effort` guides on how much to think in your thinking channel (not including the response channel), "
+    "supported values include `low`, `medium`, `high`, and `max`.\n"
+    "Now the system is invoked with `thinking_effort=%s`.";
+
+static const char *const k_efforts[] = {"off", "low", "high", "max"};
+static const char *const k_roles[] = {"system", "user", "assistant"};
+
+int chat_effort_parse(const char *s) {
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, k_efforts[i])) return i;
+    return -1;
+}
+
+const char *chat_effort_name(int effort) { return effort >= 0 && effort < 4 ? k_efforts[effort] : "?"; }
+const char *chat_role_name(int role) { return role >= 0 && role < 3 ? k_roles[role] : "?"; }
+
+int chat_role_parse(const char *s) {
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, k_roles[i])) return i;
+    return -1;
+}
+
+int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen) {
+    static const char *names[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
+    int32_t *dst[] = {&c->open, &c->close, &c->sep, &c->eom};
+    for (int i = 0; i < 4; i++) {
+        *dst[i] = tok_special_id(t, names[i]);
+        if (*dst[i] < 0)
+            return base_fail(err, errlen, STRATA_EFORMAT,
+                             "chat: the tokenizer has no special token %s (is tokenizer_config.json loaded?)", names[i]);
+    }
+    c->eos = tok_special_id(t, "[EOS]");
+    c->bos = tok_special_id(t, "[BOS]");
+    return STRATA_OK;
+}
+
+/* ===== rendering ===== */
+
+typedef struct {
+    tok *t;           /* NULL: render text */
+    int32_t **ids;
+    size_t *n, *cap;
+    char *txt;        /* text mode buffer (MEM_TOK) */
+    size_t tlen, tcap;
+    int rc;
+} emitter;
+
+static void seg(emitter *e, const char *s, size_t len, int allow_special) {
+    if (e->rc || len == 0) return;
+    if (e->t) {
+        e->rc = tok_encode_append(e->t, (const uint8_t *)s, len, allow_special, e->ids, e->n, e->cap);
+        return;
+    }
+    if (e->tlen + len + 1 > e->tcap) {
+        size_t cap = e->tcap ? e->tcap : 1024;
+        while (cap < e->tlen + len + 1) cap *= 2;
+        char *nb = base_realloc(e->txt, cap, MEM_TOK);
+        if (!nb) { e->rc = STRATA_ENOMEM; return; }
+        e->txt = nb;
+        e->tcap = cap;
+    }
+    memcpy(e->txt + e->tlen, s, len);
+    e->tlen += len;
+    e->txt[e->tlen] = 0;
+}
+
+static void ctl(emitter *e, const char *s) { seg(e, s, strlen(s), 1); }
+static void txt(emitter *e, const char *s) { seg(e, s, strlen(s), 0); }
+
+static void open_tag(emitter *e, const char *tag, const char *attrs) {
+    ctl(e, "<|open|>");
+    txt(e, tag);
+    if (attrs) txt(e, attrs);
+    ctl(e, "<|sep|>");
+}
+
+static void close_tag(emitter *e, const char *tag) {
+    ctl(e, "<|close|>");
+    txt(e, tag);
+    ctl(e, "<|sep|>");
+}
+
+static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, int add_gen, char *err, size_t errlen) {
+    if (effort < CHAT_THINK_OFF || effort > CHAT_THINK_MAX)
+        return base_fail(err, errlen, STRATA_EINVAL, "chat: thinking effort must be off, low, high or max");
+    for (size_t i = 0; i < n_msgs; i++) {
+        if (msgs[i].role < CHAT_SYSTEM || msgs[i].role > CHAT_ASSISTANT || !msgs[i].content)
+            return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu has a bad role or no content", i + 1);
+        if (msgs[i].reasoning && msgs[i].role != CHAT_ASSISTANT)
+            return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu (%s) has reasoning; only assistant turns may",
+                             i + 1, chat_role_name(msgs[i].role));
+    }
+    if (effort != CHAT_THINK_OFF) {
+        char body[sizeof k_effort_body + 8];
+        snprintf(body, sizeof body, k_effort_body, chat_effort_name(effort));
+        open_tag(e, "message", " role=\"system\" type=\"thinking-effort\"");
+        txt(e, body);
+        close_tag(e, "message");
+        ctl(e, "<|end_of_msg|>");
+    }
+    for (size_t i = 0; i < n_msgs; i++) {
+        const chat_msg *m = &msgs[i];
+        char attrs[64];
+        snprintf(attrs, sizeof attrs, " role=\"%s\"", chat_role_name(m->role));
+        open_tag(e, "message", attrs);
+        if (m->role == CHAT_ASSISTANT) {
+            if (effort != CHAT_THINK_OFF) {
+                open_tag(e, "think", NULL);
+                txt(e, m->reasoning ? m->reasoning : "");
+                close_tag(e, "think");
+            }
+            open_tag(e, "response", NULL);
+            txt(e, m->content);
+            close_tag(e, "response");
+        } else {
+            txt(e, m->content);
+        }
+        close_tag(e, "message");
+        ctl(e, "<|end_of_msg|>");
+    }
+    if (add_gen) {
+        open_tag(e, "message", " role=\"assistant\"");
+        open_tag(e, effort != CHAT_THINK_OFF ? "think" : "response", NULL);
+    }
+    if (e->rc) return base_fail(err, errlen, e->rc, "chat: rendering failed: %s", strata_errstr(e->rc));
+    return STRATA_OK;
+}
+
+int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int add_gen, int32_t **ids, size_t *n,
+                size_t *cap, char *err, size_t errlen) {
+    chat_ids c;
+    int rc = chat_ids_init(&c, t, err, errlen);
+    if (rc) return rc;
+    emitter e = {.t = t, .ids = ids, .n = n, .cap = cap};
+    return render(&e, msgs, n_msgs, effort, add_gen, err, errlen);
+}
+
+int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int add_gen, char **out, size_t *len, char *err,
+                     size_t errlen) {
+    emitter e = {0};
+    int rc = render(&e, msgs, n_msgs, effort, add_gen, err, errlen);
+    if (!rc && !e.txt) {
+        e.txt = base_alloc(1, MEM_TOK);
+        if (!e.txt) rc = base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
+        else e.txt[0] = 0;
+    }
+    if (rc) { base_free(e.txt); *out = NULL; *len = 0; return rc; }
+    *out = e.txt;
+    *len = e.tlen;
+    return STRATA_OK;
+}
+
+/* ===== parsing a reply ===== */
+
+typedef struct { char *s; size_t n, cap; } bytes;
+
+static int bytes_add(bytes *b, const uint8_t *p, size_t n) {
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->n + n + 1) cap *= 2;
+        char *ns = base_realloc(b->s, cap, MEM_TOK);
+        if (!ns) return STRATA_ENOMEM;
+        b->s = ns;
+        b->cap = cap;
+    }
+    if (n) memcpy(b->s + b->n, p, n);
+    b->n += n;
+    b->s[b->n] = 0;
+    return STRATA_OK;
+}
+
+static int add_ids(const tok *t, bytes *b, const int32_t *ids, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        size_t l;
+        const uint8_t *p = tok_token_bytes(t, ids[i], &l);
+        if (!p) return STRATA_EINVAL;
+        int rc = bytes_add(b, p, l);
+        if (rc) return rc;
+    }
+    return STRATA_OK;
+}
+
+void chat_reply_free(chat_reply *r) {
+    if (!r) return;
+    base_free(r->reasoning);
+    base_free(r->content);
+    memset(r, 0, sizeof *r);
+}
+
+enum { P_THINK, P_AFTER_THINK, P_RESPONSE, P_AFTER_RESPONSE, P_CLOSED };
+
+int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, chat_reply *out, char *err,
+                     size_t errlen) {
+    memset(out, 0, sizeof *out);
+    chat_ids c;
+    int rc = chat_ids_init(&c, t, err, errlen);
+    if (rc) return rc;
+    bytes think = {0}, resp = {0}, tag = {0};
+    int st = thinking ? P_THINK : P_RESPONSE;
+    size_t i = 0;
+    while (i < n) {
+        int32_t id = ids[i];
+        if (id == c.eos || id == c.eom) {
+            out->ended = 1;
+            i++;
+            break;
+        }
+        if (id == c.open || id == c.close) {
+            /* a tag: marker, text ids, <|sep|> */
+            size_t j = i + 1;
+            while (j < n && ids[j] != c.sep && !tok_is_special(t, ids[j])) j++;
+            if (j == n) { i = n; break; } /* cut off inside the tag */
+            if (ids[j] != c.sep) {
+                rc = base_fail(err, errlen, STRATA_EFORMAT, "chat reply: id %d inside a tag at %zu", ids[j], j);
+                goto fail;
+            }
+            tag.n = 0;
+            if ((rc = add_ids(t, &tag, ids + i + 1, j - i - 1)) || (rc = bytes_add(&tag, NULL, 0))) goto fail;
+            int is_open = id == c.open;
+            int next = -1;
+            if (!is_open && st == P_THINK && !strcmp(tag.s, "think")) next = P_AFTER_THINK;
+            else if (is_open && st == P_AFTER_THINK && !strcmp(tag.s, "response")) next = P_RESPONSE;
+            else if (!is_open && st == P_RESPONSE && !strcmp(tag.s, "response")) next = P_AFTER_RESPONSE;
+            else if (!is_open && st == P_AFTER_RESPONSE && !strcmp(tag.s, "message")) next = P_CLOSED;
+            if (next < 0) {
+                rc = base_fail(err, errlen, STRATA_EFORMAT, "chat reply: unexpected %s%.40s%s at id %zu",
+                               is_open ? "<|open|>" : "<|close|>", tag.s, "<|sep|>", i);
+                goto fail;
+            }
+            st = next;
+            i = j + 1;
+            continue;
+        }
+        if (tok_is_special(t, id)) {
+            rc = base_fail(err, errlen, STRATA_EFORMAT, "chat reply: stray control id %d at %zu", id, i);
+            goto fail;
+        }
+        if (st != P_THINK && st != P_RESPONSE) {
+            rc = base_fail(err, errlen, STRATA_EFORMAT, "chat reply: text outside a channel at id %zu", i);
+            goto fail;
+        }
+        if ((rc = add_ids(t, st == P_THINK ? &think : &resp, ids + i, 1))) {
+            rc = base_fail(err, errlen, rc, "chat reply: id %d at %zu is not in the vocabulary", id, i);
+            goto fail;
+        }
+        i++;
+    }
+    if ((rc = bytes_add(&resp, NULL, 0)) || (thinking && (rc = bytes_add(&think, NULL, 0)))) {
+        rc = base_fail(err, errlen, rc, "chat reply: out of memory");
+        goto fail;
+    }
+    base_free(tag.s);
+    out->reasoning = thinking ? think.s : NULL;
+    out->reasoning_len = thinking ? think.n : 0;
+    if (!thinking) base_free(think.s);
+    out->content = resp.s;
+    out->content_len = resp.n;
+    out->closed = st == P_CLOSED;
+    out->n_used = i;
+    return STRATA_OK;
+fail:
+    base_free(think.s);
+    base_free(resp.s);
+    base_free(tag.s);
+    return rc;
+}

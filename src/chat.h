@@ -1,0 +1,84 @@
+/*
+ * chat.h: the Kimi K3 chat format ("XTML", from the checkpoint's encoding_k3.py).
+ *
+ * A message renders as
+ *   <|open|>message role="ROLE"<|sep|>CONTENT<|close|>message<|sep|><|end_of_msg|>
+ * An assistant message wraps its content in channels:
+ *   <|open|>think<|sep|>REASONING<|close|>think<|sep|>
+ *   <|open|>response<|sep|>CONTENT<|close|>response<|sep|>
+ * (the think channel only when thinking is on). With thinking on, a first system
+ * message of type "thinking-effort" states the effort (low, high or max; the
+ * official encoder refuses "medium"). The generation prompt is
+ *   <|open|>message role="assistant"<|sep|><|open|>think<|sep|>
+ * or ...<|open|>response<|sep|> with thinking off.
+ *
+ * Control markers are encoded with special tokens allowed; every text piece
+ * (tag names, attributes, user content) with special tokens disabled, so text
+ * typed by a user ("<|open|>") can never become a control id.
+ */
+#ifndef STRATA_CHAT_H
+#define STRATA_CHAT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "tok.h"
+
+enum chat_role { CHAT_SYSTEM = 0, CHAT_USER = 1, CHAT_ASSISTANT = 2 };
+/* CHAT_THINK_OFF: no effort message, no think channel (reasoning of earlier
+ * assistant turns is dropped, as the official encoder does). */
+enum chat_effort { CHAT_THINK_OFF = 0, CHAT_THINK_LOW = 1, CHAT_THINK_HIGH = 2, CHAT_THINK_MAX = 3 };
+
+typedef struct chat_msg {
+    int role;              /* CHAT_* */
+    const char *content;   /* UTF-8 text, NUL-terminated, not NULL */
+    const char *reasoning; /* assistant only; NULL renders an empty think channel */
+} chat_msg;
+
+/* "low" | "high" | "max" | "off" -> CHAT_THINK_*, or -1 ("medium" included). */
+int chat_effort_parse(const char *s);
+const char *chat_effort_name(int effort);
+const char *chat_role_name(int role);
+int chat_role_parse(const char *s); /* "system" | "user" | "assistant" -> CHAT_*, or -1 */
+
+/* The control ids of a K3 tokenizer. */
+typedef struct chat_ids {
+    int32_t open, close, sep, eom, eos, bos; /* bos/eos -1 when absent */
+} chat_ids;
+/* Fails (STRATA_EFORMAT, message names the missing token) unless <|open|>,
+ * <|close|>, <|sep|> and <|end_of_msg|> are special tokens of t. */
+int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen);
+
+/* Appends the ids of msgs (and the generation prompt when add_gen) to *ids / *n /
+ * *cap (caller-owned MEM_TOK array, may be reallocated; see tok_encode_append).
+ * Errors: STRATA_EINVAL for a bad role/effort or reasoning on a non-assistant
+ * message, STRATA_EFORMAT if t lacks the control tokens, ENOMEM/EBUDGET. */
+int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int add_gen,
+                int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen);
+/* The same conversation as text (control markers spelled out). *out is MEM_TOK,
+ * NUL-terminated, caller base_free()s it. */
+int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int add_gen,
+                     char **out, size_t *len, char *err, size_t errlen);
+
+/* A generated assistant turn, parsed. Strings are MEM_TOK, NUL-terminated; free
+ * with chat_reply_free. */
+typedef struct chat_reply {
+    char *reasoning;      /* think channel text; NULL when thinking was off */
+    size_t reasoning_len;
+    char *content;        /* response channel text (never NULL after success) */
+    size_t content_len;
+    int closed;           /* 1: </response></message> closure was seen */
+    int ended;            /* 1: an end id ([EOS] or <|end_of_msg|>) was seen */
+    size_t n_used;        /* ids consumed, up to and including the end id */
+} chat_reply;
+
+/* Parses ids generated after the generation prompt (thinking selects which
+ * prompt was used). Stops at the first [EOS] or <|end_of_msg|> (the released
+ * model ends turns with [EOS], the template writes <|end_of_msg|>: both are
+ * accepted). A turn that ends early (end id before the closure) or is cut off
+ * (no end id) still parses, with closed/ended telling which. STRATA_EFORMAT for
+ * an out-of-order channel tag or a stray control id, with a message. */
+int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, chat_reply *out,
+                     char *err, size_t errlen);
+void chat_reply_free(chat_reply *r);
+
+#endif
