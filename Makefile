@@ -97,3 +97,27 @@ $(BUILD)/b_kern: bench/b_kern.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench-kernels: $(BUILD)/b_kern
 	./$(BUILD)/b_kern
+
+# st_open on K3-shaped sparse shards (~5,200 tensors, ~790 KB headers each): bench/b_index.c.
+.PHONY: bench-index
+$(BUILD)/b_index: bench/b_index.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+bench-index: $(BUILD)/b_index
+	./$(BUILD)/b_index $(ARGS)
+
+# Tokenizer throughput (single thread, MB/s of UTF-8 input): strata beside js-tiktoken
+# and tiktoken (WASM) on the generated 1.2 MB corpus, o200k and cl100k (bench/tokenizer/).
+TOKB := $(BUILD)/bench-tok
+$(BUILD)/bench_tok: bench/tokenizer/bench_tok.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+bench-tokenizer: $(BUILD)/bench_tok
+	@test -d tests/tok/node_modules/tiktoken || npm ci --prefix tests/tok --no-audit --no-fund --loglevel=error
+	@mkdir -p $(TOKB)
+	@node tests/tok/gen_corpus.mjs $(TOKB)
+	@node tests/tok/export_vocab.mjs cl100k_base $(TOKB)/cl100k.tiktoken
+	@node tests/tok/export_vocab.mjs o200k_base $(TOKB)/o200k.tiktoken
+	@for e in o200k cl100k; do ./$(BUILD)/bench_tok $(TOKB)/$$e.tiktoken $$e $(TOKB)/corpus.txt || exit 1; \
+	  node bench/tokenizer/bench.mjs $${e}_base $(TOKB)/corpus.txt || exit 1; done
+	@./$(BUILD)/bench_tok $(TOKB)/o200k.tiktoken kimi $(TOKB)/corpus.txt

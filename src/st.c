@@ -984,6 +984,10 @@ static int open_with_index(st_index *ix, const char *dir, const char *ipath, cha
         }
         if (add_shard(ix, path)) goto oom;
     }
+    /* The index tells the tensor count: size the tables once instead of doubling
+     * (at K3 scale the doublings copy ~100 MB). A lying index only costs memory
+     * until st_open refuses it. */
+    if (tensors_reserve(ix, w.n) || hash_reserve(ix, w.n)) goto oom;
     for (int i = 0; i < ix->n_shards; i++)
         if ((rc = open_shard(ix, i, err, errlen))) goto done;
     seen = base_calloc(ix->n ? ix->n : 1, 1, MEM_INDEX);
