@@ -64,7 +64,7 @@ static uint64_t rng_below(rng *r, uint64_t n) { return n ? rng_next(r) % n : 0; 
 /* The text the generated tokenizers are trained on (written for strata: English
  * prose, code, data and punctuation, a few non-ASCII words), so the merges look
  * like those of a real byte-level BPE. */
-static const char k_corpus[] =
+static const char *const k_corpus[] = {
 "The capital of France is Paris. The capital of Japan is Tokyo, and the capital of\n"
 "Italy is Rome. Hello, world! How are you today? I'm fine, thanks; and you?\n"
 "Once upon a time, in a small village near the river, there lived an old baker\n"
@@ -73,7 +73,7 @@ static const char k_corpus[] =
 "first loaves coming out of the oven. \"Good morning!\" he would say, smiling.\n"
 "The weather was cold in the winter and warm in the summer, but the bakery was\n"
 "always warm. People said it was the heart of the village, and they were right.\n"
-"\n"
+"\n",
 "A mixture-of-experts model routes each token to a small number of experts. Only\n"
 "the selected experts are computed, so the model can be very large while the cost\n"
 "of one token stays small. The router computes a score for every expert, adds a\n"
@@ -81,12 +81,12 @@ static const char k_corpus[] =
 "and read when they are needed; the memory budget decides how many stay in RAM.\n"
 "Attention lets every position look at the previous positions. Linear attention\n"
 "keeps a fixed-size state instead of a cache that grows with the context length.\n"
-"\n"
+"\n",
 "Numbers: 0 1 2 3 4 5 6 7 8 9 10 12 16 24 32 42 64 100 128 256 512 1000 1024 2048\n"
 "4096 8192 2026 1999 3.14159 2.71828 1e-5 0.001 -1 +7 50% $19.99 12:30 2024-08-07\n"
 "Prices went up by 3.5 percent in 2023, then down by 1.2 percent in the first half\n"
 "of 2024. The report has 93 layers, 896 experts and 7168 hidden units per token.\n"
-"\n"
+"\n",
 "int main(int argc, char **argv) {\n"
 "    if (argc < 2) {\n"
 "        fprintf(stderr, \"usage: %s FILE\\n\", argv[0]);\n"
@@ -97,74 +97,75 @@ static const char k_corpus[] =
 "    size_t len = strlen(name);\n"
 "    return len > 0 ? 0 : 1;\n"
 "}\n"
-"\n"
+"\n",
 "static int sum_array(const int *a, size_t n) {\n"
 "    int s = 0;\n"
 "    for (size_t i = 0; i < n; i++) s += a[i];\n"
 "    return s;\n"
 "}\n"
-"\n"
+"\n",
 "def fibonacci(n):\n"
 "    \"\"\"Return the n-th Fibonacci number.\"\"\"\n"
 "    a, b = 0, 1\n"
 "    for _ in range(n):\n"
 "        a, b = b, a + b\n"
 "    return a\n"
-"\n"
+"\n",
 "class Tokenizer:\n"
 "    def __init__(self, vocab, merges=None):\n"
 "        self.vocab = vocab\n"
 "        self.merges = merges or []\n"
-"\n"
+"\n",
 "    def encode(self, text):\n"
 "        return [self.vocab[piece] for piece in text.split()]\n"
-"\n"
+"\n",
 "if __name__ == \"__main__\":\n"
 "    print(fibonacci(10))\n"
 "    print(\"Hello, world!\")\n"
-"\n"
+"\n",
 "{\"name\": \"strata\", \"version\": \"0.1.0\", \"layers\": 93, \"experts\": [1, 2, 3],\n"
 " \"enabled\": true, \"ratio\": 0.75, \"tags\": [\"moe\", \"inference\", \"c11\"], \"owner\": null}\n"
 "<html><head><title>Example page</title></head><body><p>Hello!</p></body></html>\n"
 "SELECT id, name, price FROM products WHERE price > 10 ORDER BY name LIMIT 20;\n"
 "$ make test && ./build/test_runner --list | grep gen\n"
 "git commit -m \"Fix the off-by-one error in the parser\"\n"
-"\n"
+"\n",
 "Questions and answers. What is the largest planet in the solar system? Jupiter is\n"
 "the largest planet. Why is the sky blue? Because air scatters blue light more than\n"
 "red light. Who wrote the play Hamlet? William Shakespeare wrote it around 1600.\n"
 "How many days are there in a week? There are seven days in a week, and there are\n"
 "twelve months in a year. Which ocean is the deepest? The Pacific Ocean is.\n"
-"\n"
+"\n",
 "She opened the window and looked outside. The street was quiet, the shops were\n"
 "closed, and a cat was sleeping on the steps of the library. It had been raining\n"
 "all night, and the air smelled of wet leaves. \"We should go,\" said her brother.\n"
 "\"Not yet,\" she answered. \"Let's wait until the rain stops.\" They waited, and the\n"
 "clouds slowly moved away; by noon the sun was shining over the hills again.\n"
-"\n"
+"\n",
 "Instructions: preheat the oven to 180 degrees. Mix the flour, the sugar and the\n"
 "butter in a large bowl; add two eggs and a cup of milk, then stir until smooth.\n"
 "Pour the batter into the pan and bake for 35 minutes. Let it cool before serving.\n"
-"\n"
+"\n",
 "Science: water boils at 100 degrees Celsius at sea level. Light travels at about\n"
 "300,000 kilometres per second. The human heart beats roughly 100,000 times a day.\n"
 "Energy can neither be created nor destroyed; it only changes from one form to\n"
 "another. Plants use sunlight, water and carbon dioxide to make sugar and oxygen.\n"
-"\n"
+"\n",
 "History: the printing press changed how information travelled. Books became\n"
 "cheaper, more people learned to read, and ideas spread faster than ever before.\n"
 "Later, the telegraph, the telephone and the internet each made the world smaller.\n"
-"\n"
+"\n",
 "Punctuation and symbols: a, b; c: d! e? f... (g) [h] {i} <j> 'k' \"l\" -m- _n_ *o*\n"
 "#p @q &r |s ~t ^u =v +w /x \\y %z -> => <= >= != == && || :: ++ -- += -= ** //\n"
 "Emails like alice@example.com and URLs like https://example.org/path?q=1&r=2 are\n"
 "common in text, as are paths such as /usr/local/bin and C:\\Users\\Public.\n"
-"\n"
+"\n",
 "Unicode: caf\xc3\xa9, na\xc3\xafve, r\xc3\xa9sum\xc3\xa9, \xc3\xbc" "ber, "
 "\xe6\x9d\xb1\xe4\xba\xac, \xe4\xb8\xad\xe6\x96\x87, \xd0\xbf\xd1\x80\xd0\xb8\xd0\xb2"
 "\xd0\xb5\xd1\x82, \xf0\x9f\x99\x82.\n"
 "Thank you for reading. Please let me know if you have any questions, and have a\n"
-"wonderful day! The end.\n";
+"wonderful day! The end.\n",
+    NULL};
 
 /* ================================================================ BPE trainer */
 
@@ -326,8 +327,13 @@ int gen_tokenizer_ranks(int64_t n_ranks, uint8_t **bytes_out, uint64_t **offs_ou
     *offs_out = NULL;
     if (n_ranks < 256 || n_ranks > (1ll << 30))
         return base_fail(err, errlen, STRATA_EINVAL, "gen: %lld BPE ranks: need 256 .. 2^30", (long long)n_ranks);
-    const uint8_t *text = (const uint8_t *)k_corpus;
-    const size_t tn = sizeof k_corpus - 1;
+    /* the corpus is stored in paragraphs (C99 caps string literals at 4095) */
+    size_t tn = 0;
+    for (int i = 0; k_corpus[i]; i++) tn += strlen(k_corpus[i]);
+    uint8_t *text = base_alloc(tn + 1, MEM_TOK);
+    if (!text) return base_fail(err, errlen, STRATA_ENOMEM, "gen: out of memory");
+    tn = 0;
+    for (int i = 0; k_corpus[i]; i++) { memcpy(text + tn, k_corpus[i], strlen(k_corpus[i])); tn += strlen(k_corpus[i]); }
     toktab t = {0};
     words ws = {0};
     pairmap pm = {0};
@@ -470,6 +476,7 @@ fail:
     base_free(ws.wlen);
     base_free(ws.wfreq);
     base_free(piece_word);
+    base_free(text);
     base_free(pm.key);
     base_free(pm.cnt);
     base_free(pm.stamp);
@@ -518,7 +525,8 @@ static int write_tokenizer(const char *dir, const cfg *c, int64_t n_ranks, char 
         put_b64(&b, bytes + offs[i], (size_t)(offs[i + 1] - offs[i]));
         sbuf_printf(&b, " %lld\n", (long long)i);
     }
-    snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+    if (snprintf(path, sizeof path, "%s/tiktoken.model", dir) >= (int)sizeof path)
+        b.len = 0, base_free(b.s), b.s = NULL;
     rc = b.s ? base_write_file_atomic(path, b.s, b.len, err, errlen)
              : base_fail(err, errlen, STRATA_ENOMEM, "gen: out of memory");
     sbuf_free(&b);
@@ -537,7 +545,8 @@ static int write_tokenizer(const char *dir, const cfg *c, int64_t n_ranks, char 
     sbuf_printf(&b, "  \"pad_token\": \"%s\",\n", gen_special_name(c->vocab - 1 - n_ranks, name, sizeof name));
     sbuf_printf(&b, "  \"unk_token\": null,\n  \"clean_up_tokenization_spaces\": false,\n");
     sbuf_printf(&b, "  \"model_max_length\": %lld,\n  \"tokenizer_class\": \"TikTokenTokenizer\"\n}\n", (long long)c->max_ctx);
-    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    if (snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= (int)sizeof path)
+        b.len = 0, base_free(b.s), b.s = NULL;
     rc = b.s ? base_write_file_atomic(path, b.s, b.len, err, errlen)
              : base_fail(err, errlen, STRATA_ENOMEM, "gen: out of memory");
     sbuf_free(&b);
@@ -565,7 +574,8 @@ static int write_config(const char *dir, const cfg *c, const gen_opts *o, char *
     sbuf_printf(&b, "%s", after_tc);
     base_free(js);
     char path[4200];
-    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (snprintf(path, sizeof path, "%s/config.json", dir) >= (int)sizeof path)
+        b.len = 0, base_free(b.s), b.s = NULL;
     int rc = b.s ? base_write_file_atomic(path, b.s, b.len, err, errlen)
                  : base_fail(err, errlen, STRATA_ENOMEM, "gen: out of memory");
     sbuf_free(&b);
@@ -944,7 +954,7 @@ static void clean_stale(const char *parent, const char *base) {
     DIR *d = opendir(parent);
     if (!d) return;
     char pfx[512];
-    snprintf(pfx, sizeof pfx, "%s.partial-", base);
+    if (snprintf(pfx, sizeof pfx, "%s.partial-", base) >= (int)sizeof pfx) { closedir(d); return; }
     size_t pl = strlen(pfx);
     struct dirent *de;
     while ((de = readdir(d))) {
@@ -1068,7 +1078,8 @@ static int write_index(const char *dir, const plan *p, char *err, size_t errlen)
     }
     sbuf_printf(&b, "\n  }\n}\n");
     char path[4200];
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    if (snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir) >= (int)sizeof path)
+        b.len = 0, base_free(b.s), b.s = NULL;
     int rc = b.s ? base_write_file_atomic(path, b.s, b.len, err, errlen)
                  : base_fail(err, errlen, STRATA_ENOMEM, "gen: out of memory");
     sbuf_free(&b);
@@ -1126,10 +1137,12 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
     const char *sl = strrchr(out, '/');
     if (sl) {
         snprintf(parent, sizeof parent, "%.*s", (int)(sl == out ? 1 : sl - out), out);
-        snprintf(base, sizeof base, "%s", sl + 1);
+        if (snprintf(base, sizeof base, "%s", sl + 1) >= (int)sizeof base)
+            return base_fail(err, errlen, STRATA_EINVAL, "gen: %s: name too long", out);
     } else {
         snprintf(parent, sizeof parent, ".");
-        snprintf(base, sizeof base, "%s", out);
+        if (snprintf(base, sizeof base, "%s", out) >= (int)sizeof base)
+            return base_fail(err, errlen, STRATA_EINVAL, "gen: %s: name too long", out);
     }
     if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
         return base_fail(err, errlen, STRATA_EINVAL, "gen: %s: not a usable directory name", out_dir);
@@ -1158,7 +1171,10 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
         }
     }
 
-    snprintf(tmp, sizeof tmp, "%s/%s.partial-%d", parent, base, (int)getpid());
+    if (snprintf(tmp, sizeof tmp, "%s/%s.partial-%d", parent, base, (int)getpid()) >= (int)sizeof tmp) {
+        rc = base_fail(err, errlen, STRATA_EINVAL, "gen: %s: path too long", out);
+        goto done;
+    }
     base_rm_rf(tmp);
     if (mkdir(tmp, 0755)) { rc = base_fail(err, errlen, STRATA_EIO, "gen: %s: %s", tmp, strerror(errno)); goto done; }
 
