@@ -16,6 +16,11 @@
 # config), ref-bf16experts (plain expert weights), ref-9l (9 layers, AttnRes block 2).
 #
 # Usage: tools/conformance.sh [model ...]      (default: all models below)
+# The 'f32_yard' column is a yardstick, not a verdict: the error of the reference
+# itself with every matmul/norm output rounded to float32 (k3ref --sim-f32) along
+# the same ids, i.e. how much this model amplifies float32 activation rounding. An
+# engine error within a small factor of it is float32 noise.
+#
 # Env:   CONF_TOL (default 1e-3), CONF_GEN (32), CONF_OUT (build/conformance),
 #        STRATA (./strata), PY (/usr/bin/python3)
 # Exit:  0 all pass, 1 a failure or the engine is missing.
@@ -46,7 +51,7 @@ fi
 
 mkdir -p "$OUT" build/models
 fail=0
-printf '%-18s %7s %12s %10s %9s %9s  %s\n' model steps max_rel_err ids_match eng_s ref_s verdict
+printf '%-18s %7s %12s %10s %10s %9s %9s  %s\n' model steps max_rel_err f32_yard ids_match eng_s ref_s verdict
 for p in $PRESETS; do
   M=build/models/$p
   if [ ! -f "$M/config.json" ]; then
@@ -89,6 +94,13 @@ print(','.join(str(int(x) % v) for x in '$PROMPT_BASE'.split(',')))" 2>"$OUT/$p.
       --dump-logits "$OUT/$p.ref-forced.bin" >/dev/null 2>>"$OUT/$p.ref.log" \
       && cmp_ref="$OUT/$p.ref-forced.bin"
   fi
+  yard=n/a
+  if [ -n "$eng_ids" ] && "$PY" "$REF" "$M" --ids "$prompt" --gen "$GEN" --force-ids "$eng_ids" \
+       --sim-f32 --quiet --dump-logits "$OUT/$p.ref-f32sim.bin" >/dev/null 2>>"$OUT/$p.ref.log"; then
+    yard=$("$PY" "$CMP" --vocab "$vocab" "$OUT/$p.ref-f32sim.bin" "$cmp_ref" --json 2>/dev/null \
+           | "$PY" -c 'import json,sys; print("%.3e" % json.load(sys.stdin)["logits"]["max_rel"])' 2>/dev/null) \
+      || yard=n/a
+  fi
   json=$("$PY" "$CMP" --vocab "$vocab" "$OUT/$p.engine.bin" "$cmp_ref" \
          --ids-a "$eng_ids" --ids-b "$ref_ids" --tol "$TOL" --allow-tie-flip --json 2>&1)
   rc=$?
@@ -110,7 +122,7 @@ print('%d %.3e %d/%d%s' % (lg['steps'], lg['max_rel'], ids['equal'], max(ids['le
   steps=${line%% *}; rest=${line#* }; err=${rest%% *}; rest=${rest#* }; match=${rest%% *}
   note=${rest#"$match"}
   verdict=PASS; [ $rc -eq 0 ] || { verdict=FAIL; fail=1; }
-  printf '%-18s %7s %12s %10s %9.2f %9.2f  %s%s\n' "$p" "$steps" "$err" "$match" \
+  printf '%-18s %7s %12s %10s %10s %9.2f %9.2f  %s%s\n' "$p" "$steps" "$err" "$yard" "$match" \
     "$(awk "BEGIN{print $t1 - $t0}")" "$(awk "BEGIN{print $t2 - $t1}")" "$verdict" "$note"
 done
 echo "tolerance: max relative logit error <= $TOL; outputs in $OUT/"

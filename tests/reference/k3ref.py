@@ -30,6 +30,7 @@ import math
 import os
 import sys
 import time
+from collections import OrderedDict
 
 import numpy as np
 
@@ -329,6 +330,8 @@ MXFP4_GROUP = 32
 # Magnitudes of codes 0..7; bit 3 is the sign (code 8 is -0).
 E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                  -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0], dtype=np.float64)
+# Per byte: (element 2i from the LOW nibble, element 2i+1 from the HIGH nibble).
+E2M1_BYTE = np.stack([E2M1[np.arange(256) & 0x0F], E2M1[np.arange(256) >> 4]], axis=1)
 
 
 def mxfp4_groups(cols):
@@ -353,10 +356,7 @@ def mxfp4_decode(packed, scale, name='?'):
         r, g = bad[0]
         raise RefError('%s: E8M0 scale 255 (NaN) at row %d group %d (%d such groups)'
                        % (name, r, g, len(bad)))
-    codes = np.empty((rows, cols), dtype=np.uint8)
-    codes[:, 0::2] = packed & 0x0F
-    codes[:, 1::2] = packed >> 4
-    vals = E2M1[codes]
+    vals = E2M1_BYTE[packed].reshape(rows, cols)                # (low, high) per byte
     mult = np.ldexp(1.0, scale.astype(np.int64) - 127)          # exact powers of two
     return vals * np.repeat(mult, MXFP4_GROUP, axis=1)[:, :cols]
 
@@ -365,16 +365,38 @@ def mxfp4_decode(packed, scale, name='?'):
 # 4. Weights
 # ============================================================================
 
-class _Lazy:
-    """A matrix computed on first call and then kept."""
+class _ExpertCache:
+    """LRU of decoded (float64) expert matrices, bounded in bytes: decoding every
+    expert of even a demo-sized model would take tens of GB."""
 
-    def __init__(self, fn):
-        self.fn, self.val = fn, None
+    def __init__(self, budget):
+        self.budget, self.used, self.items = budget, 0, OrderedDict()
+
+    def get(self, key, fn):
+        a = self.items.get(key)
+        if a is not None:
+            self.items.move_to_end(key)
+            return a
+        a = fn()
+        self.items[key] = a
+        self.used += a.nbytes
+        while self.used > self.budget and len(self.items) > 1:
+            _, old = self.items.popitem(last=False)
+            self.used -= old.nbytes
+        return a
+
+
+EXPERT_CACHE_BYTES = int(os.environ.get('K3REF_EXPERT_CACHE_MB', '1024')) << 20
+
+
+class _Lazy:
+    """An expert matrix decoded on call, through its model's bounded cache."""
+
+    def __init__(self, cache, key, fn):
+        self.cache, self.key, self.fn = cache, key, fn
 
     def __call__(self):
-        if self.val is None:
-            self.val = self.fn()
-        return self.val
+        return self.cache.get(self.key, self.fn)
 
 
 LM_HEAD_KEEP = 1 << 26       # lm_head widened once and kept up to this many elements (512 MB)
@@ -389,6 +411,7 @@ class Weights:
     def __init__(self, cfg, tensors):
         self.cfg, self.t = cfg, tensors
         self.used = set()
+        self.cache = _ExpertCache(EXPERT_CACHE_BYTES)
         c = cfg
         d = c.hidden
         self.embed_t = self.table(PFX + 'embed_tokens.weight', (c.vocab, d))
@@ -472,12 +495,12 @@ class Weights:
             scale = ts.as_u8()
             if np.any(scale == 255):
                 mxfp4_decode(tp.as_u8(), scale, pre)          # raises, naming the tensor
-            return _Lazy(lambda: mxfp4_decode(tp.as_u8(), scale, pre))
+            return _Lazy(self.cache, pre, lambda: mxfp4_decode(tp.as_u8(), scale, pre))
         t = self.get(pre + '.weight')
         if t.shape != (rows, cols):
             raise RefError('%s.weight: shape %s, expected %s' % (pre, t.shape, (rows, cols)))
         t._typed()
-        return _Lazy(t.as_f64)
+        return _Lazy(self.cache, pre, t.as_f64)
 
     def bind_layer(self, L):
         c = self.cfg
@@ -549,9 +572,18 @@ class Weights:
 # 5. Building blocks (x: [..., n] float64)
 # ============================================================================
 
+# Diagnostic only (--sim-f32): round every matmul and norm output to float32, to
+# measure how much a model amplifies float32 activation rounding. Never the reference.
+SIM_F32 = False
+
+
+def _f32(y):
+    return y.astype(np.float32).astype(np.float64) if SIM_F32 else y
+
+
 def linear(x, W):
     """y = W x for each row of x; W is [out, in]."""
-    return x @ W.T
+    return _f32(x @ W.T)
 
 
 def sigmoid(x):
@@ -570,7 +602,7 @@ def silu(x):
 
 def rmsnorm(x, w, eps):
     """w * x / sqrt(mean(x^2) + eps) over the last axis."""
-    return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+    return _f32(w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps)))
 
 
 def l2norm(x, eps=1e-6):
@@ -936,6 +968,8 @@ def main(argv=None):
                     help='MLA attention form in incremental mode (default absorbed)')
     ap.add_argument('--dump-layers', metavar='FILE.npz',
                     help='float64 intermediates of the prompt prefill (see Model.forward)')
+    ap.add_argument('--sim-f32', action='store_true',
+                    help='DIAGNOSTIC, not the reference: round matmul/norm outputs to float32')
     ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
     ap.add_argument('--quiet', action='store_true')
     a = ap.parse_args(argv)
@@ -945,6 +979,8 @@ def main(argv=None):
         ap.error('--gen must be >= 0 and --chunk >= 1')
     if not a.ids:
         ap.error('--ids is empty')
+    global SIM_F32
+    SIM_F32 = a.sim_f32
     try:
         t0 = time.time()
         model = Model(a.model_dir)
