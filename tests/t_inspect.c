@@ -401,3 +401,25 @@ TEST(bind_layout_facts) {
     sbuf_free(&wb);
     base_free(lay);
 }
+
+/* Models from the generator (several shards, mixed trunk dtypes, plain experts):
+ * inspect must find them sound, with the layout the generator promises. */
+TEST(inspect_generated_models) {
+    static const char *const presets[] = {"tiny-shards", "tiny-mixed", "tiny-bf16experts"};
+    for (int i = 0; i < 3; i++) {
+        char cmd[2048], *out;
+        snprintf(cmd, sizeof cmd, "%s gen-model %s/gen-%s --preset %s --quiet", t_strata(), t_tmpdir, presets[i], presets[i]);
+        int rc = t_run(cmd, &out);
+        CHECK_MSG(rc == 0, "%s: %s", presets[i], out);
+        base_free(out);
+        if (rc) continue;
+        snprintf(cmd, sizeof cmd, "%s/gen-%s --scan", t_tmpdir, presets[i]);
+        CHECK(run_inspect(cmd, &out) == 0);
+        CHECK_MSG(strstr(out, "experts contiguous: yes") && strstr(out, "layer trunks contiguous: yes") &&
+                  strstr(out, "problems: none"), "%s: %s", presets[i], out);
+        if (i == 0) CHECK(strstr(out, "16 shards,"));
+        if (i == 2) CHECK(strstr(out, "experts stored as plain weights"));
+        else CHECK(strstr(out, "with scale 255 (0 bytes)"));
+        base_free(out);
+    }
+}
