@@ -14,6 +14,17 @@ kern_table K = {
     .name = "scalar", .matmul = NULL, .matmul_mxfp4 = NULL, .dot = NULL,
 };
 
+/* 2^(s-127) built from exact double powers of two at compile time; 255 -> 0. */
+#define E8M0_P(s) ((((s) & 1) ? 0x1p1 : 1.0) * (((s) & 2) ? 0x1p2 : 1.0) * (((s) & 4) ? 0x1p4 : 1.0) * \
+                   (((s) & 8) ? 0x1p8 : 1.0) * (((s) & 16) ? 0x1p16 : 1.0) * \
+                   (((s) & 32) ? 0x1p32 : 1.0) * (((s) & 64) ? 0x1p64 : 1.0) * \
+                   (((s) & 128) ? 0x1p128 : 1.0))
+#define E8M0(s) ((s) == 255 ? 0.0f : (float)(0x1p-127 * E8M0_P(s)))
+#define E8M0_4(s) E8M0(s), E8M0((s) + 1), E8M0((s) + 2), E8M0((s) + 3)
+#define E8M0_16(s) E8M0_4(s), E8M0_4((s) + 4), E8M0_4((s) + 8), E8M0_4((s) + 12)
+#define E8M0_64(s) E8M0_16(s), E8M0_16((s) + 16), E8M0_16((s) + 32), E8M0_16((s) + 48)
+const float kern_e8m0_table[256] = {E8M0_64(0), E8M0_64(64), E8M0_64(128), E8M0_64(192)};
+
 typedef struct { const kern_table *t; int (*supported)(void); } kern_cand;
 
 static int cand_always(void) { return 1; }

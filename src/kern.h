@@ -48,6 +48,9 @@ static inline float kern_e8m0_f32(uint8_t s) {
     v.u = s == 0 ? 0x00400000u : s == 255 ? 0u : (uint32_t)s << 23;
     return v.f;
 }
+/* The same 256 values as a table (kern.c): the SIMD paths broadcast straight from
+ * it, one load instead of a compare-and-branch per row and group. */
+extern const float kern_e8m0_table[256];
 
 #if defined(__x86_64__)
 extern const kern_table kern_avx2_table;   /* AVX2 + FMA + F16C */

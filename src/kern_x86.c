@@ -149,7 +149,7 @@ AVBMI INL __m512i idx_vbmi(const uint8_t *p, __m512i ctrl) {
         __m512 lut[4];                                                                        \
         UNROLL for (int i = 0; i < RB; i++) {                                                 \
             if (TB == 1) _mm_prefetch((const char *)pr[i] + g * 16 + PF_DIST / 2, _MM_HINT_T0); \
-            lut[i] = _mm512_mul_ps(e2m1, _mm512_set1_ps(kern_e8m0_f32(sr[i][g])));            \
+            lut[i] = _mm512_mul_ps(e2m1, _mm512_set1_ps(kern_e8m0_table[sr[i][g]]));            \
         }                                                                                     \
         UNROLL for (int h = 0; h < 2; h++) {                                                  \
             __m512 w[4];                                                                      \
@@ -361,7 +361,7 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
         __m256 lut[4];
         UNROLL for (int i = 0; i < RB; i++) {
             if (TB == 1) _mm_prefetch((const char *)pr[i] + g * 16 + PF_DIST / 2, _MM_HINT_T0);
-            lut[i] = _mm256_mul_ps(mag, _mm256_set1_ps(kern_e8m0_f32(sr[i][g])));
+            lut[i] = _mm256_mul_ps(mag, _mm256_set1_ps(kern_e8m0_table[sr[i][g]]));
         }
         UNROLL for (int h = 0; h < 2; h++) {
             v16 w[4];
