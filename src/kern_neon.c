@@ -160,13 +160,6 @@ INL v16 fp4_wn(const uint8_t *p, float32x4_t half_sf) {
     return w;
 }
 
-/* 2^(s-128): half the E8M0 factor (2^-128 for s = 0 is an exact subnormal). */
-INL float half_e8m0(uint8_t s) {
-    union { uint32_t u; float f; } v;
-    v.u = s == 255 ? 0u : s == 0 ? 0x00200000u : s == 1 ? 0x00400000u : (uint32_t)(s - 1) << 23;
-    return v.f;
-}
-
 INL void fp4blkn(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
                  const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
     const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
@@ -181,7 +174,7 @@ INL void fp4blkn(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int6
         float32x4_t hs[4];
         UNROLL for (int i = 0; i < RB; i++) {
             if (TB == 1) __builtin_prefetch(pr[i] + g * 16 + PF_DIST / 2);
-            hs[i] = vdupq_n_f32(half_e8m0(sr[i][g]));
+            hs[i] = vdupq_n_f32(kern_e8m0_table[sr[i][g]] * 0.5f); /* 2^(s-128), exact */
         }
         UNROLL for (int h = 0; h < 2; h++) {
             v16 w[4];
