@@ -146,6 +146,7 @@ typedef struct layout {
 } layout;
 
 typedef struct collect {
+    const cfg *c;
     const st_index *ix;
     lregion *r;
     int cap;
@@ -157,6 +158,8 @@ static int collect_fn(void *ud, const tspec *t) {
     collect *c = ud;
     if (c->cls_mask && !((1 << t->cls) & c->cls_mask)) return 0;
     const st_tensor *s = st_find(c->ix, t->name);
+    /* tensors the config switches off may be absent (as in wsrc_resident) */
+    if (!s && ((t->role == R_MLA_G && !c->c->mla_out_gate) || (t->role == R_MOE_LAT_NORM && !c->c->latent_norm))) return 0;
     if (!s) { sbuf_line(c->missing, "tensor %s is missing", t->name); return 0; }
     if (c->r->n == c->cap) {
         int cap = c->cap ? c->cap * 2 : 32;
@@ -184,14 +187,14 @@ static int layout_build(const cfg *c, const st_index *ix, layout *l, char *err, 
     if (!l->units) return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
     sbuf missing = {0};
     int rc = 0;
-    collect cl = {.ix = ix, .r = &l->embed, .cls_mask = 1 << TC_EMBED, .missing = &missing};
+    collect cl = {.c = c, .ix = ix, .r = &l->embed, .cls_mask = 1 << TC_EMBED, .missing = &missing};
     rc = schema_walk(c, 0, collect_fn, &cl);
     for (int64_t L = 0; L < c->n_layers && !rc; L++) {
-        cl = (collect){.ix = ix, .r = &l->units[L], .missing = &missing};
+        cl = (collect){.c = c, .ix = ix, .r = &l->units[L], .missing = &missing};
         rc = schema_walk_layer(c, L, collect_fn, &cl);
     }
     if (!rc) {
-        cl = (collect){.ix = ix, .r = &l->units[c->n_layers], .cls_mask = (1 << TC_FINAL) | (1 << TC_LM_HEAD), .missing = &missing};
+        cl = (collect){.c = c, .ix = ix, .r = &l->units[c->n_layers], .cls_mask = (1 << TC_FINAL) | (1 << TC_LM_HEAD), .missing = &missing};
         rc = schema_walk(c, 0, collect_fn, &cl);
     }
     if (rc || missing.n) {

@@ -57,6 +57,7 @@ typedef struct place_opts {
     int no_uring;             /* 1: pread fallback even when io_uring works */
     int no_readahead;         /* 1: no reader thread (every streamed unit read on demand) */
     int mem_limit;            /* 1: also cap base_alloc at the planned bytes (STRATA_EBUDGET) */
+    uint64_t overhead_bytes;  /* process baseline; 0 = measure (VmRSS now + stacks + slack) */
 } place_opts;
 
 place_opts place_opts_default(void);

@@ -154,7 +154,8 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
      * plus thread stacks and allocator slack; the tensor index for `--config`; the
      * manifest when a pack is used */
     uint64_t base = rss_now();
-    p->overhead_bytes = base + (uint64_t)(o->n_threads > 0 ? o->n_threads + 3 : 8) * (256u << 10) + (24u << 20);
+    p->overhead_bytes = o->overhead_bytes ? o->overhead_bytes
+                                          : base + (uint64_t)(o->n_threads > 0 ? o->n_threads + 3 : 8) * (256u << 10) + (24u << 20);
     p->index_bytes = lay ? 0 : (uint64_t)n_tensors_all * 256;
     if (p->has_pack) p->index_bytes += (uint64_t)n_tensors_all * 48 + (uint64_t)p->n_units * 4096;
     p->session_bytes = o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);

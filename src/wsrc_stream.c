@@ -1,0 +1,963 @@
+/*
+ * wsrc_stream.c: the streaming weight source (place_open in place.h).
+ *
+ * Owns: the trunk units (layers 0..n-1 and the head), pinned in their own buffers
+ * or streamed through one arena; the expert cache (cache.h) and its reads; the
+ * embedding table (resident or read by row). Does not interpret weights: views are
+ * built from the schema exactly as wsrc_resident builds them, over the same bytes.
+ *
+ * Records: a unit or an expert is a list of segments, each one aligned read of a
+ * file range into the buffer at an aligned offset; tensors are views into them. From
+ * a pack a unit is one segment (its padded run in trunk.bin); in place, the
+ * tensors are sorted by (shard, offset) and neighbours less than 64 KB apart share
+ * a segment, so a contiguous layer is one read there too.
+ *
+ * Threads: the caller (forward thread) and one reader thread that loads trunk
+ * units ahead of use, each with its own io ring. One mutex guards unit states and
+ * the arena. Invariants (the seed engine's two worst bugs): a unit whose read is in
+ * flight is never handed out (layer_get waits for READY); a held unit is never
+ * dropped or overwritten (arena space is only reused after layer_put, and the
+ * prefetch that makes room only drops units with held == 0, after their read).
+ * Experts are read on the caller's ring: all misses of a layer are submitted at
+ * once (many in flight), expert_wait consumes completions as they land.
+ */
+#define XXH_STATIC_LINKING_ONLY
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include "cache.h"
+#include "io.h"
+#include "num.h"
+#include "pack.h"
+#include "place.h"
+
+#define SEG_GAP (64u << 10)   /* coalesce tensors closer than this into one read */
+#define MAX_XT 8              /* tensors of one expert */
+#define EMB_BATCH 64          /* embedding rows in flight */
+
+enum { U_IDLE = 0, U_QUEUED, U_LOADING, U_READY, U_ERROR };
+
+typedef struct seg {
+    int32_t file;
+    uint64_t off, len, need;   /* aligned file range; bytes that must exist */
+    uint64_t buf_off;          /* where it lands in the record's buffer */
+} seg;
+
+typedef struct tref {
+    int16_t role;
+    int32_t seg;
+    uint64_t rel;              /* offset of the tensor's bytes in the buffer */
+    wt view;                   /* p relative to the buffer start until bound */
+} tref;
+
+typedef struct unit {
+    int32_t n_seg, n_t;
+    seg *segs;
+    tref *t;
+    uint64_t buf_bytes, data_bytes;
+    uint64_t xxh3;
+    int has_sum;
+    int pinned;
+    uint8_t *buf;              /* pinned buffer, or arena position while placed */
+    int state, held;
+    int in_arena;
+    uint64_t a_off;            /* arena offset while placed */
+    int64_t a_seq;             /* allocation order in the arena */
+    int qnext;                 /* reader queue link (-1 none) */
+    char err[400];
+    wt roles[R_COUNT];
+} unit;
+
+typedef struct xslot {         /* per cache slot: the expert being read into it */
+    int n_seg, n_t, pending, rc;
+    seg segs[MAX_XT];
+    tref t[MAX_XT];
+    io_req reqs[MAX_XT];
+    uint64_t xxh3_want;
+    int has_sum;
+    int64_t L, E;
+    wt roles[R_COUNT];
+} xslot;
+
+typedef struct stream {
+    wsrc base;
+    const cfg *c;
+    const st_index *ix;
+    place_plan plan;
+    pack *pk;
+    int n_files;
+    io_file *files;            /* shards, then trunk.bin (if packed) */
+    int64_t n_units;
+    unit *u;
+    /* arena */
+    uint8_t *arena;
+    uint64_t arena_bytes;
+    int64_t a_seq;
+    /* reader */
+    pthread_t th;
+    int th_started, stop;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int q_head, q_tail;
+    io_ring *rring, *xring;
+    int head_follows;          /* 1 if the last pass used the head after the last layer */
+    int64_t last_get;
+    /* experts */
+    cache *xc;
+    xslot *xs;
+    int64_t n_moe, NE;
+    int experts_bf16;
+    int64_t req_L;             /* layer of the open request (-1 none) */
+    int32_t *req_slot;         /* expert id -> slot for req_L, -1 */
+    int32_t *req_list;         /* ids requested, in order */
+    int n_req;
+    uint64_t xslot_bytes;
+    /* embeddings */
+    int32_t emb_file;
+    uint64_t emb_off, emb_row;
+    int emb_dtype;
+    uint8_t *emb;              /* resident table or NULL */
+    uint8_t *emb_bounce;       /* EMB_BATCH row buffers */
+    uint64_t emb_slot;
+    /* stats (under mu) */
+    place_stats st;
+    int io_active;
+    double io_t0;
+    char err[1024];
+} stream;
+
+static const wsrc_ops k_stream_ops;
+
+/* ============================================================ small helpers */
+
+/* Wall time with at least one read in flight, over both threads (under mu). */
+static void io_enter(stream *s) {
+    if (s->io_active++ == 0) s->io_t0 = base_now();
+}
+static void io_leave(stream *s) {
+    if (--s->io_active == 0) s->st.read_s += base_now() - s->io_t0;
+}
+/* The caller's thread: same, taking mu; bytes/reads/wait accounted with it. */
+static void io_enter_l(stream *s) {
+    pthread_mutex_lock(&s->mu);
+    io_enter(s);
+    pthread_mutex_unlock(&s->mu);
+}
+static void io_leave_l(stream *s, uint64_t *counter, uint64_t bytes, uint64_t reads, double waited) {
+    pthread_mutex_lock(&s->mu);
+    if (reads) io_leave(s);
+    if (counter) *counter += bytes;
+    s->st.n_reads += reads;
+    s->st.wait_s += waited;
+    pthread_mutex_unlock(&s->mu);
+}
+
+static wt view_of(const tspec *t, int dtype) {
+    wt v = {NULL, dtype, t->shape[0], t->ndim > 1 ? t->shape[1] : t->shape[0]};
+    if (t->kind == TK_VECTOR) { v.rows = 1; v.cols = t->numel; }
+    if (t->kind == TK_CONV) { v.rows = t->shape[0]; v.cols = t->shape[1] * t->shape[2]; }
+    if (t->kind == TK_PACKED) v.cols = t->shape[1] * 2;
+    return v;
+}
+
+/* ====================================================== building records */
+
+typedef struct pend { const st_tensor *s; int role; wt view; } pend;
+typedef struct gather {
+    const cfg *c;
+    const st_index *ix;
+    pend *p;
+    int n, cap;
+    int cls_mask;
+    char *err;
+    size_t errlen;
+    int rc;
+} gather;
+
+static int gather_fn(void *ud, const tspec *t) {
+    gather *g = ud;
+    if (g->cls_mask && !((1 << t->cls) & g->cls_mask)) return 0;
+    const st_tensor *s = st_find(g->ix, t->name);
+    if (!s && ((t->role == R_MLA_G && !g->c->mla_out_gate) || (t->role == R_MOE_LAT_NORM && !g->c->latent_norm))) return 0;
+    if (!s) return g->rc = base_fail(g->err, g->errlen, STRATA_EFORMAT, "stream: tensor %s missing", t->name);
+    int64_t numel = 1;
+    for (int i = 0; i < s->ndim; i++) numel *= s->shape[i];
+    if (numel != t->numel)
+        return g->rc = base_fail(g->err, g->errlen, STRATA_EFORMAT, "stream: tensor %s has %lld elements, expected %lld",
+                                 t->name, (long long)numel, (long long)t->numel);
+    if (g->n == g->cap) {
+        if (!g->p) return g->rc = base_fail(g->err, g->errlen, STRATA_EINVAL, "stream: too many tensors in a record");
+        int cap = g->cap * 2;
+        pend *np = base_realloc(g->p, (size_t)cap * sizeof *np, MEM_INDEX);
+        if (!np) return g->rc = base_fail(g->err, g->errlen, STRATA_ENOMEM, "stream: out of memory");
+        g->p = np;
+        g->cap = cap;
+    }
+    g->p[g->n++] = (pend){s, t->role, view_of(t, s->dtype)};
+    return 0;
+}
+
+static int pend_cmp(const void *a, const void *b) {
+    const pend *x = a, *y = b;
+    if (x->s->shard != y->s->shard) return x->s->shard < y->s->shard ? -1 : 1;
+    return x->s->off < y->s->off ? -1 : x->s->off > y->s->off;
+}
+
+/* Lays out tensors read in place: segments of near neighbours, aligned. Writes at
+ * most max_seg segments / n tensors; returns the buffer bytes or 0 on overflow. */
+static uint64_t layout_inplace(pend *p, int n, seg *segs, int max_seg, int *n_seg, tref *t) {
+    qsort(p, (size_t)n, sizeof *p, pend_cmp);
+    int ns = 0;
+    uint64_t buf = 0;
+    for (int i = 0; i < n; i++) {
+        const st_tensor *s = p[i].s;
+        seg *g = ns ? &segs[ns - 1] : NULL;
+        uint64_t end = s->off + s->nbytes;
+        if (g && g->file == s->shard && s->off >= g->off && s->off <= g->off + g->need + SEG_GAP) {
+            uint64_t need = end - g->off;
+            if (need > g->need) g->need = need;
+            buf -= g->len;
+            g->len = io_align_up(g->off + g->need) - g->off;
+            buf += g->len;
+        } else {
+            if (ns == max_seg) return 0;
+            g = &segs[ns++];
+            g->file = s->shard;
+            g->off = io_align_down(s->off);
+            g->need = end - g->off;
+            g->len = io_align_up(end) - g->off;
+            g->buf_off = buf;
+            buf += g->len;
+        }
+        t[i].role = (int16_t)p[i].role;
+        t[i].seg = ns - 1;
+        t[i].rel = g->buf_off + (s->off - g->off);
+        t[i].view = p[i].view;
+    }
+    *n_seg = ns;
+    return buf;
+}
+
+/* Records of every trunk unit, from the pack or in place. */
+static int build_units(stream *s, char *err, size_t errlen) {
+    const cfg *c = s->c;
+    int rc = 0;
+    gather g = {.c = c, .ix = s->ix, .cap = 64, .err = err, .errlen = errlen};
+    g.p = base_alloc((size_t)g.cap * sizeof *g.p, MEM_INDEX);
+    if (!g.p) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
+    for (int64_t u = 0; u < s->n_units && !rc; u++) {
+        unit *x = &s->u[u];
+        g.n = 0;
+        g.rc = 0;
+        if (u < c->n_layers) { g.cls_mask = 0; schema_walk_layer(c, u, gather_fn, &g); }
+        else { g.cls_mask = (1 << TC_FINAL) | (1 << TC_LM_HEAD); schema_walk(c, 0, gather_fn, &g); }
+        if ((rc = g.rc)) break;
+        x->t = base_calloc((size_t)g.n + 1, sizeof *x->t, MEM_INDEX);
+        x->segs = base_calloc((size_t)g.n + 1, sizeof *x->segs, MEM_INDEX);
+        if (!x->t || !x->segs) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); break; }
+        x->n_t = g.n;
+        x->data_bytes = 0;
+        for (int i = 0; i < g.n; i++) x->data_bytes += g.p[i].s->nbytes;
+        if (s->pk) {
+            const pack_region *r = &s->pk->units[u];
+            x->n_seg = 1;
+            x->segs[0] = (seg){.file = s->n_files - 1, .off = r->off, .len = r->nbytes, .need = r->nbytes};
+            for (int i = 0; i < g.n; i++) {
+                int k = -1;
+                for (int j = 0; j < r->n_tensors; j++) if (r->t[j].name == g.p[i].s->name) { k = j; break; }
+                if (k < 0) { rc = base_fail(err, errlen, STRATA_EFORMAT, "stream: pack lacks %s", g.p[i].s->name); break; }
+                x->t[i] = (tref){.role = (int16_t)g.p[i].role, .seg = 0, .rel = r->t[k].off, .view = g.p[i].view};
+            }
+            x->buf_bytes = r->nbytes;
+            x->xxh3 = r->xxh3;
+            x->has_sum = 1;
+        } else {
+            x->buf_bytes = layout_inplace(g.p, g.n, x->segs, g.n, &x->n_seg, x->t);
+        }
+        x->pinned = s->plan.pinned[u];
+        x->qnext = -1;
+        if (!x->pinned && x->buf_bytes > s->arena_bytes && !rc)
+            rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: unit %lld needs %llu bytes, the arena holds %llu (plan mismatch)",
+                           (long long)u, (unsigned long long)x->buf_bytes, (unsigned long long)s->arena_bytes);
+    }
+    base_free(g.p);
+    return rc;
+}
+
+/* ========================================================== reading records */
+
+/* Reads a record's segments into buf on ring r (many in flight), then checks the
+ * checksum when asked. Called without the mutex. Returns 0 or an error in err. */
+static int read_record(stream *s, io_ring *r, const seg *segs, int n_seg, uint8_t *buf, uint64_t want_sum,
+                       int check, const char *what, char *err, size_t errlen) {
+    io_req q[16];
+    int rc = 0;
+    for (int i0 = 0; i0 < n_seg && !rc; i0 += 16) {
+        int n = n_seg - i0 < 16 ? n_seg - i0 : 16;
+        for (int i = 0; i < n; i++) {
+            const seg *g = &segs[i0 + i];
+            q[i] = (io_req){.f = &s->files[g->file], .off = g->off, .len = g->len, .need = g->need, .dst = buf + g->buf_off};
+            io_submit(r, &q[i]);
+        }
+        for (int i = 0; i < n; i++) {
+            io_req *d;
+            if (io_reap(r, 1, &d) != 1) { rc = base_fail(err, errlen, STRATA_EIO, "%s: lost read", what); break; }
+            if (d->rc && !rc) {
+                char e2[512];
+                io_req_errstr(d, e2, sizeof e2);
+                rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", what, e2);
+            }
+        }
+    }
+    if (!rc && check) {
+        uint64_t got = XXH3_64bits(buf + segs[0].buf_off + (0), segs[0].need);
+        if (got != want_sum)
+            rc = base_fail(err, errlen, STRATA_ECORRUPT, "%s: checksum mismatch (expected %016llx, got %016llx): run strata pack --verify",
+                           what, (unsigned long long)want_sum, (unsigned long long)got);
+    }
+    return rc;
+}
+
+static void bind_unit(unit *x) {
+    memset(x->roles, 0, sizeof x->roles);
+    for (int i = 0; i < x->n_t; i++) {
+        wt v = x->t[i].view;
+        v.p = x->buf + x->t[i].rel;
+        x->roles[x->t[i].role] = v;
+    }
+}
+
+static void unit_name(const stream *s, int64_t u, char *b, size_t n) {
+    if (u < s->c->n_layers) snprintf(b, n, "layer %lld", (long long)u);
+    else snprintf(b, n, "head");
+}
+
+/* Loads unit u (state LOADING, buffer placed) on ring r. Takes and returns with mu held. */
+static void load_unit_locked(stream *s, int64_t u, io_ring *r) {
+    unit *x = &s->u[u];
+    uint8_t *buf = x->buf;
+    io_enter(s);
+    pthread_mutex_unlock(&s->mu);
+    char what[64];
+    unit_name(s, u, what, sizeof what);
+    int rc = read_record(s, r, x->segs, x->n_seg, buf, x->xxh3, x->has_sum && s->plan.verify_reads, what, x->err, sizeof x->err);
+    pthread_mutex_lock(&s->mu);
+    io_leave(s);
+    if (u < s->c->n_layers) s->st.bytes_trunk += x->buf_bytes; else s->st.bytes_head += x->buf_bytes;
+    s->st.n_reads += (uint64_t)x->n_seg;
+    if (!rc) bind_unit(x);
+    x->state = rc ? U_ERROR : U_READY;
+    pthread_cond_broadcast(&s->cv);
+}
+
+static void *reader_main(void *arg) {
+    stream *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (s->q_head < 0 && !s->stop) pthread_cond_wait(&s->cv, &s->mu);
+        if (s->stop) break;
+        int64_t u = s->q_head;
+        s->q_head = s->u[u].qnext;
+        if (s->q_head < 0) s->q_tail = -1;
+        s->u[u].qnext = -1;
+        s->u[u].state = U_LOADING;
+        load_unit_locked(s, u, s->rring);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void enqueue_locked(stream *s, int64_t u) {
+    unit *x = &s->u[u];
+    x->state = U_QUEUED;
+    x->qnext = -1;
+    if (s->q_tail >= 0) s->u[s->q_tail].qnext = (int)u; else s->q_head = (int)u;
+    s->q_tail = (int)u;
+    pthread_cond_broadcast(&s->cv);
+}
+
+static void dequeue_locked(stream *s, int64_t u) {
+    int prev = -1;
+    for (int i = s->q_head; i >= 0; prev = i, i = s->u[i].qnext)
+        if (i == u) {
+            if (prev >= 0) s->u[prev].qnext = s->u[i].qnext; else s->q_head = s->u[i].qnext;
+            if (s->q_tail == i) s->q_tail = prev;
+            s->u[i].qnext = -1;
+            return;
+        }
+}
+
+/* ===================================================================== arena */
+
+/* First and last placed units (by allocation order); -1 when the arena is empty. */
+static void arena_ends(const stream *s, int64_t *first, int64_t *last) {
+    *first = *last = -1;
+    for (int64_t i = 0; i < s->n_units; i++) {
+        const unit *x = &s->u[i];
+        if (!x->in_arena) continue;
+        if (*first < 0 || x->a_seq < s->u[*first].a_seq) *first = i;
+        if (*last < 0 || x->a_seq > s->u[*last].a_seq) *last = i;
+    }
+}
+
+/* Places u in the arena as a ring: after the newest unit, or wrapped to the start
+ * when the oldest has moved past it. Never touches placed units. */
+static int arena_alloc_locked(stream *s, int64_t u) {
+    unit *x = &s->u[u];
+    int64_t f, l;
+    arena_ends(s, &f, &l);
+    uint64_t off;
+    if (f < 0) off = 0;
+    else {
+        uint64_t first = s->u[f].a_off, tail = s->u[l].a_off + s->u[l].buf_bytes;
+        if (tail > first || (tail == first && f == l)) {
+            if (tail + x->buf_bytes <= s->arena_bytes) off = tail;
+            else if (x->buf_bytes <= first) off = 0;
+            else return -1;
+        } else {
+            if (tail + x->buf_bytes <= first) off = tail;
+            else return -1;
+        }
+    }
+    x->in_arena = 1;
+    x->a_off = off;
+    x->a_seq = ++s->a_seq;
+    x->buf = s->arena + off;
+    return 0;
+}
+
+static void arena_free_locked(stream *s, int64_t u) {
+    unit *x = &s->u[u];
+    ST_ASSERT(x->held == 0);
+    x->in_arena = 0;
+    x->buf = NULL;
+    x->state = U_IDLE;
+}
+
+/* Drops placed units nobody holds (prefetched, then skipped): a queued one leaves
+ * the queue; a loading one is waited for first (its buffer is being written). */
+static void arena_drop_unheld_locked(stream *s, int64_t keep) {
+    for (int64_t i = 0; i < s->n_units; i++) {
+        unit *x = &s->u[i];
+        if (!x->in_arena || x->held || i == keep) continue;
+        if (x->state == U_QUEUED) dequeue_locked(s, i);
+        while (x->state == U_LOADING) pthread_cond_wait(&s->cv, &s->mu);
+        if (x->held || !x->in_arena) continue;
+        arena_free_locked(s, i);
+    }
+}
+
+/* Read-ahead: from unit `from` on in walk order, queue pinned units not yet loaded
+ * and place streamed ones while the arena has room (never evicting). */
+static void schedule_locked(stream *s, int64_t from) {
+    if (!s->th_started) return;
+    const int64_t n = s->n_units, nl = s->c->n_layers;
+    int64_t u = from;
+    for (int64_t k = 0; k < n; k++) {
+        if (u > nl) u = 0;
+        if (u == nl && !s->head_follows) u = 0; /* last passes skipped the head */
+        unit *x = &s->u[u];
+        if (x->pinned) {
+            if (x->state == U_IDLE) enqueue_locked(s, u);
+        } else if (!x->in_arena) {
+            if (x->state == U_ERROR) break;
+            if (arena_alloc_locked(s, u)) break;
+            enqueue_locked(s, u);
+        }
+        u++;
+    }
+}
+
+/* ================================================================ trunk ops */
+
+static int st_layer_get(wsrc *w, int64_t L, const wt **roles) {
+    stream *s = (stream *)w;
+    if (L < 0 || L >= s->n_units) return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: layer %lld out of range", (long long)L);
+    double t0 = base_now();
+    pthread_mutex_lock(&s->mu);
+    unit *x = &s->u[L];
+    s->st.layer_gets++;
+    if (x->pinned && x->state == U_READY) s->st.layer_gets_pinned++;
+    /* the head predictor: did the walk go from the last layer to the head? */
+    if (L == s->c->n_layers) s->head_follows = 1;
+    else if (L == 0 && s->last_get == s->c->n_layers - 1) s->head_follows = 0;
+    s->last_get = L;
+    if (x->state == U_ERROR) x->state = U_IDLE; /* a failed read is retried, never served */
+    if (!x->pinned && !x->in_arena) {
+        arena_drop_unheld_locked(s, L);
+        if (arena_alloc_locked(s, L)) {
+            pthread_mutex_unlock(&s->mu);
+            return base_fail(s->err, sizeof s->err, STRATA_EBUDGET,
+                             "stream: layer %lld (%llu bytes) does not fit the arena (%llu bytes) next to the units held",
+                             (long long)L, (unsigned long long)x->buf_bytes, (unsigned long long)s->arena_bytes);
+        }
+    } else if (!x->pinned) {
+        /* units placed before L were prefetched and skipped: free their space */
+        for (int64_t i = 0; i < s->n_units; i++)
+            if (s->u[i].in_arena && !s->u[i].held && s->u[i].a_seq < x->a_seq) {
+                unit *y = &s->u[i];
+                if (y->state == U_QUEUED) dequeue_locked(s, i);
+                while (y->state == U_LOADING) pthread_cond_wait(&s->cv, &s->mu);
+                if (!y->held && y->in_arena) arena_free_locked(s, i);
+            }
+    }
+    if (x->state == U_IDLE) {
+        if (s->th_started) enqueue_locked(s, L);
+        else { x->state = U_LOADING; load_unit_locked(s, L, s->rring); }
+    }
+    while (x->state == U_QUEUED || x->state == U_LOADING) pthread_cond_wait(&s->cv, &s->mu);
+    int rc = 0;
+    if (x->state == U_ERROR) {
+        rc = base_fail(s->err, sizeof s->err, x->err[0] && strstr(x->err, "checksum") ? STRATA_ECORRUPT : STRATA_EIO, "%s", x->err);
+        if (!x->pinned) arena_free_locked(s, L);
+        else x->state = U_IDLE;
+    } else {
+        x->held++;
+        *roles = x->roles;
+        schedule_locked(s, L + 1);
+    }
+    s->st.wait_s += base_now() - t0;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+static void st_layer_put(wsrc *w, int64_t L) {
+    stream *s = (stream *)w;
+    if (L < 0 || L >= s->n_units) return;
+    pthread_mutex_lock(&s->mu);
+    unit *x = &s->u[L];
+    ST_ASSERT(x->held > 0);
+    if (--x->held == 0 && !x->pinned) arena_free_locked(s, L);
+    schedule_locked(s, L + 1);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void st_hint_layer(wsrc *w, int64_t L) {
+    stream *s = (stream *)w;
+    if (L < 0) return;
+    pthread_mutex_lock(&s->mu);
+    schedule_locked(s, L > s->c->n_layers ? 0 : L);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* ============================================================== expert ops */
+
+typedef struct xg { const st_index *ix; pend p[MAX_XT]; int n; int bad; } xg;
+static int xg_fn(void *ud, const tspec *t) {
+    xg *g = ud;
+    const st_tensor *s = st_find(g->ix, t->name);
+    if (!s || g->n == MAX_XT) { g->bad = 1; return 0; }
+    g->p[g->n++] = (pend){s, t->role, view_of(t, s->dtype)};
+    return 0;
+}
+
+/* Fills slot sl's record for expert (L, E) and submits its reads. */
+static int expert_submit(stream *s, int sl, int64_t L, int64_t E) {
+    xslot *x = &s->xs[sl];
+    xg g = {.ix = s->ix};
+    schema_walk_expert(s->c, L, E, s->experts_bf16, xg_fn, &g);
+    if (g.bad) return base_fail(s->err, sizeof s->err, STRATA_EFORMAT, "stream: layer %lld expert %lld: tensor missing", (long long)L, (long long)E);
+    /* the checksum covers the tensors in schema order: remember it before sorting */
+    int contiguous = 1;
+    for (int i = 1; i < g.n; i++)
+        if (g.p[i].s->shard != g.p[0].s->shard || g.p[i].s->off != g.p[i - 1].s->off + g.p[i - 1].s->nbytes) contiguous = 0;
+    x->has_sum = s->pk && s->plan.verify_reads && contiguous;
+    if (x->has_sum) x->xxh3_want = s->pk->expert_xxh3[(L - s->c->first_dense) * s->NE + E];
+    uint64_t need = layout_inplace(g.p, g.n, x->segs, MAX_XT, &x->n_seg, x->t);
+    if (!need || need > s->xslot_bytes)
+        return base_fail(s->err, sizeof s->err, STRATA_EFORMAT, "stream: layer %lld expert %lld needs %llu bytes, the slot holds %llu",
+                         (long long)L, (long long)E, (unsigned long long)need, (unsigned long long)s->xslot_bytes);
+    x->n_t = g.n;
+    x->L = L;
+    x->E = E;
+    x->rc = 0;
+    x->pending = x->n_seg;
+    uint8_t *buf = cache_data(s->xc, sl);
+    if (x->pending) io_enter_l(s);
+    for (int i = 0; i < x->n_seg; i++) {
+        const seg *q = &x->segs[i];
+        x->reqs[i] = (io_req){.f = &s->files[q->file], .off = q->off, .len = q->len, .need = q->need, .dst = buf + q->buf_off,
+                              .ud = (void *)(intptr_t)sl};
+        io_submit(s->xring, &x->reqs[i]);
+    }
+    return 0;
+}
+
+/* One expert read landed: when the slot is complete, bind or fail it. */
+static void expert_landed(stream *s, io_req *d) {
+    int sl = (int)(intptr_t)d->ud;
+    xslot *x = &s->xs[sl];
+    if (d->rc && !x->rc) x->rc = d->rc;
+    int last = --x->pending == 0;
+    io_leave_l(s, &s->st.bytes_experts, d->got, 0, 0);
+    if (!last) return;
+    io_leave_l(s, NULL, 0, (uint64_t)x->n_seg, 0);
+    uint8_t *buf = cache_data(s->xc, sl);
+    if (!x->rc && x->has_sum) { /* contiguous: the expert's bytes start at its first tensor */
+        uint64_t got = XXH3_64bits(buf + x->t[0].rel, x->segs[0].need - (x->t[0].rel - x->segs[0].buf_off));
+        if (got != x->xxh3_want) x->rc = STRATA_ECORRUPT;
+    }
+    if (x->rc) {
+        if (x->rc == STRATA_ECORRUPT)
+            base_fail(s->err, sizeof s->err, STRATA_ECORRUPT, "layer %lld expert %lld: checksum mismatch against the pack manifest",
+                      (long long)x->L, (long long)x->E);
+        else {
+            char e2[600];
+            for (int i = 0; i < x->n_seg; i++) if (x->reqs[i].rc) { io_req_errstr(&x->reqs[i], e2, sizeof e2); break; }
+            base_fail(s->err, sizeof s->err, STRATA_EIO, "layer %lld expert %lld unreadable: %s", (long long)x->L, (long long)x->E, e2);
+        }
+        cache_fail(s->xc, sl);
+        return;
+    }
+    memset(x->roles, 0, sizeof x->roles);
+    for (int i = 0; i < x->n_t; i++) {
+        wt v = x->t[i].view;
+        v.p = buf + x->t[i].rel;
+        x->roles[x->t[i].role] = v;
+    }
+    cache_publish(s->xc, sl);
+}
+
+static void release_request(stream *s) {
+    io_req *d;
+    while (io_pending(s->xring) && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+    for (int i = 0; i < s->n_req; i++) {
+        int32_t id = s->req_list[i];
+        cache_unpin(s->xc, s->req_slot[id]);
+        s->req_slot[id] = -1;
+    }
+    s->n_req = 0;
+    s->req_L = -1;
+}
+
+static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
+    stream *s = (stream *)w;
+    if (L < s->c->first_dense || L >= s->c->n_layers)
+        return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: layer %lld has no routed experts", (long long)L);
+    if (s->req_L >= 0 && s->req_L != L) release_request(s); /* the caller skipped experts_put */
+    s->req_L = L;
+    for (int i = 0; i < n; i++) {
+        int32_t id = ids[i];
+        if (id < 0 || id >= s->NE) {
+            release_request(s);
+            return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: expert %d of layer %lld out of range", id, (long long)L);
+        }
+        if (s->req_slot[id] >= 0) continue; /* already requested in this layer */
+        int kind;
+        int sl = cache_pin(s->xc, (L - s->c->first_dense) * s->NE + id, &kind);
+        if (sl < 0) {
+            int64_t held = s->n_req;
+            release_request(s);
+            return base_fail(s->err, sizeof s->err, STRATA_EBUDGET,
+                             "stream: the expert cache (%lld slots) cannot lease %lld experts of layer %lld at once: "
+                             "use the plan's prefill chunk (%lld)", (long long)cache_n_slots(s->xc), (long long)held + (n - i),
+                             (long long)L, (long long)s->plan.prefill_chunk);
+        }
+        s->req_slot[id] = sl;
+        s->req_list[s->n_req++] = id;
+        if (kind == CACHE_MISS) {
+            int rc = expert_submit(s, sl, L, id);
+            if (rc) { cache_fail(s->xc, sl); release_request(s); return rc; }
+        }
+    }
+    return 0;
+}
+
+static int st_expert_wait(wsrc *w, int64_t L, int32_t id, const wt **roles) {
+    stream *s = (stream *)w;
+    if (L != s->req_L || id < 0 || id >= s->NE || s->req_slot[id] < 0)
+        return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: expert %d of layer %lld was not requested", id, (long long)L);
+    int sl = s->req_slot[id];
+    double t0 = base_now();
+    io_req *d;
+    while (cache_state(s->xc, sl) == 1 /* INFLIGHT */ && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+    io_leave_l(s, NULL, 0, 0, base_now() - t0);
+    if (cache_state(s->xc, sl) != 2) {
+        if (!s->err[0]) base_fail(s->err, sizeof s->err, STRATA_EIO, "layer %lld expert %d: read failed", (long long)L, id);
+        return strstr(s->err, "checksum") ? STRATA_ECORRUPT : STRATA_EIO;
+    }
+    *roles = s->xs[sl].roles;
+    return 0;
+}
+
+static void st_experts_put(wsrc *w, int64_t L) {
+    stream *s = (stream *)w;
+    if (s->req_L == L) release_request(s);
+}
+
+/* =============================================================== embeddings */
+
+static int st_embed_rows(wsrc *w, int n, const int32_t *ids, float *out) {
+    stream *s = (stream *)w;
+    const int64_t H = s->c->hidden;
+    for (int i = 0; i < n; i++)
+        if (ids[i] < 0 || ids[i] >= s->c->vocab)
+            return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: token id %d outside the vocabulary (%lld)", ids[i],
+                             (long long)s->c->vocab);
+    if (s->emb) {
+        for (int i = 0; i < n; i++) num_to_f32(out + (int64_t)i * H, s->emb + (uint64_t)ids[i] * s->emb_row, s->emb_dtype, (size_t)H);
+        return 0;
+    }
+    double t0 = base_now();
+    io_req q[EMB_BATCH];
+    int rc = 0;
+    for (int i0 = 0; i0 < n && !rc; i0 += EMB_BATCH) {
+        int m = n - i0 < EMB_BATCH ? n - i0 : EMB_BATCH;
+        uint64_t got = 0;
+        io_enter_l(s);
+        for (int i = 0; i < m; i++) {
+            uint64_t off = s->emb_off + (uint64_t)ids[i0 + i] * s->emb_row;
+            uint64_t a0 = io_align_down(off), a1 = io_align_up(off + s->emb_row);
+            q[i] = (io_req){.f = &s->files[s->emb_file], .off = a0, .len = a1 - a0, .need = off + s->emb_row - a0,
+                            .dst = s->emb_bounce + (uint64_t)i * s->emb_slot, .ud = (void *)(intptr_t)(off - a0)};
+            io_submit(s->xring, &q[i]);
+        }
+        for (int i = 0; i < m; i++) {
+            io_req *d;
+            if (io_reap(s->xring, 1, &d) != 1) { rc = STRATA_EIO; break; }
+            if (d->rc && !rc) {
+                char e2[600];
+                io_req_errstr(d, e2, sizeof e2);
+                rc = base_fail(s->err, sizeof s->err, STRATA_EIO, "embedding row: %s", e2);
+            }
+            got += d->got;
+        }
+        io_leave_l(s, &s->st.bytes_embed, got, (uint64_t)m, 0);
+        for (int i = 0; i < m && !rc; i++)
+            num_to_f32(out + (int64_t)(i0 + i) * H, q[i].dst + (uint64_t)(intptr_t)q[i].ud, s->emb_dtype, (size_t)H);
+    }
+    io_leave_l(s, NULL, 0, 0, base_now() - t0);
+    return rc;
+}
+
+/* ==================================================================== close */
+
+static void ws_close(wsrc *w) {
+    stream *s = (stream *)w;
+    if (!s) return;
+    if (s->th_started) {
+        pthread_mutex_lock(&s->mu);
+        s->stop = 1;
+        pthread_cond_broadcast(&s->cv);
+        pthread_mutex_unlock(&s->mu);
+        pthread_join(s->th, NULL);
+    }
+    if (s->xring && s->xc) {
+        io_req *d;
+        while (io_pending(s->xring) && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+    }
+    io_ring_free(s->rring);
+    io_ring_free(s->xring);
+    if (s->u) {
+        for (int64_t u = 0; u < s->n_units; u++) {
+            if (s->u[u].pinned) base_free(s->u[u].buf);
+            base_free(s->u[u].t);
+            base_free(s->u[u].segs);
+        }
+    }
+    base_free(s->u);
+    base_free(s->arena);
+    cache_free(s->xc);
+    base_free(s->xs);
+    base_free(s->req_slot);
+    base_free(s->req_list);
+    base_free(s->emb);
+    base_free(s->emb_bounce);
+    if (s->files) for (int i = 0; i < s->n_files; i++) io_file_close(&s->files[i]);
+    base_free(s->files);
+    pack_close(s->pk);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    base_free(s);
+}
+
+static const char *st_errmsg(wsrc *w) { return ((stream *)w)->err; }
+
+static const wsrc_ops k_stream_ops = {
+    st_layer_get, st_layer_put, st_experts_request, st_expert_wait, st_experts_put,
+    st_embed_rows, st_hint_layer, ws_close, st_errmsg,
+};
+
+/* ===================================================================== open */
+
+static int experts_are_bf16(const cfg *c, const st_index *ix) {
+    char name[200];
+    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight", (long long)c->first_dense);
+    return st_find(ix, name) != NULL;
+}
+
+int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_dir, const place_plan *p, char *err,
+               size_t errlen) {
+    *out = NULL;
+    stream *s = base_calloc(1, sizeof *s, MEM_INDEX);
+    if (!s) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
+    s->base.ops = &k_stream_ops;
+    s->base.c = c;
+    s->c = c;
+    s->ix = ix;
+    s->plan = *p;
+    s->q_head = s->q_tail = -1;
+    s->req_L = -1;
+    s->last_get = -1;
+    s->head_follows = 1;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    int rc = 0;
+    if (p->n_layers != c->n_layers) { rc = base_fail(err, errlen, STRATA_EINVAL, "stream: the plan is for another model"); goto fail; }
+    if (p->has_pack && (rc = pack_open(&s->pk, p->pack_dir, model_dir, c, ix, err, errlen))) goto fail;
+    s->n_files = st_n_shards(ix) + (s->pk ? 1 : 0);
+    s->files = base_calloc((size_t)s->n_files, sizeof *s->files, MEM_IO);
+    if (!s->files) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
+    for (int i = 0; i < s->n_files; i++) s->files[i].fd_direct = s->files[i].fd_buf = -1;
+    for (int i = 0; i < s->n_files && !rc; i++)
+        rc = io_file_open(&s->files[i], i < st_n_shards(ix) ? st_shard_path(ix, i) : s->pk->trunk_path, err, errlen);
+    if (rc) goto fail;
+    if ((rc = io_ring_create(&s->xring, IO_DEPTH, 0, p->no_uring, err, errlen))) goto fail;
+    /* trunk */
+    s->n_units = c->n_layers + 1;
+    s->arena_bytes = p->ring_bytes;
+    s->u = base_calloc((size_t)s->n_units, sizeof *s->u, MEM_INDEX);
+    if (!s->u) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
+    if ((rc = build_units(s, err, errlen))) goto fail;
+    for (int64_t u = 0; u < s->n_units; u++) {
+        unit *x = &s->u[u];
+        if (!x->pinned) continue;
+        x->buf = base_alloc_aligned(x->buf_bytes ? x->buf_bytes : IO_ALIGN, IO_ALIGN, MEM_TRUNK);
+        if (!x->buf) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate pinned layer %lld", (long long)u); goto fail; }
+    }
+    if (s->arena_bytes) {
+        s->arena = base_alloc_aligned(s->arena_bytes, 1u << 20, MEM_TRUNK);
+        if (!s->arena) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the %llu-byte arena", (unsigned long long)s->arena_bytes); goto fail; }
+    }
+    /* experts */
+    s->NE = c->n_experts;
+    s->n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0;
+    s->experts_bf16 = experts_are_bf16(c, ix);
+    s->xslot_bytes = p->expert_slot_bytes;
+    if (s->n_moe > 0) {
+        if ((rc = cache_create(&s->xc, s->n_moe * s->NE, p->n_expert_slots, p->expert_slot_bytes,
+                               p->cache_policy == PLACE_POLICY_LRU ? CACHE_LRU : CACHE_S3FIFO, 1, err, errlen)))
+            goto fail;
+        s->xs = base_calloc((size_t)p->n_expert_slots, sizeof *s->xs, MEM_CACHE);
+        s->req_slot = base_alloc((size_t)s->NE * sizeof *s->req_slot, MEM_CACHE);
+        s->req_list = base_alloc((size_t)s->NE * sizeof *s->req_list, MEM_CACHE);
+        if (!s->xs || !s->req_slot || !s->req_list) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
+        for (int64_t i = 0; i < s->NE; i++) s->req_slot[i] = -1;
+    }
+    /* embeddings: a row is embed_row bytes at a known offset (pack region or the shard) */
+    {
+        const char *en = "language_model.model.embed_tokens.weight";
+        const st_tensor *t = st_find(ix, en);
+        if (!t || t->ndim != 2 || t->shape[0] != c->vocab || t->shape[1] != c->hidden) {
+            rc = base_fail(err, errlen, STRATA_EFORMAT, "stream: %s missing or misshapen", en);
+            goto fail;
+        }
+        s->emb_dtype = t->dtype;
+        s->emb_row = t->nbytes / (uint64_t)c->vocab;
+        if (s->pk) { s->emb_file = s->n_files - 1; s->emb_off = s->pk->embed.off + s->pk->embed.t[0].off; }
+        else { s->emb_file = t->shard; s->emb_off = t->off; }
+        if (p->embed_resident) {
+            s->emb = base_alloc_aligned(io_align_up(t->nbytes) + 2 * IO_ALIGN, IO_ALIGN, MEM_WEIGHTS);
+            if (!s->emb) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the embedding table"); goto fail; }
+            uint64_t a0 = io_align_down(s->emb_off), a1 = io_align_up(s->emb_off + t->nbytes);
+            io_req q = {.f = &s->files[s->emb_file], .off = a0, .len = a1 - a0, .need = s->emb_off + t->nbytes - a0, .dst = s->emb};
+            io_submit(s->xring, &q);
+            io_req *d;
+            io_reap(s->xring, 1, &d);
+            if (q.rc) { io_req_errstr(&q, err, errlen); rc = STRATA_EIO; goto fail; }
+            s->st.bytes_embed += q.got;
+            if (a0 != s->emb_off) memmove(s->emb, s->emb + (s->emb_off - a0), t->nbytes);
+        } else {
+            s->emb_slot = io_align_up(s->emb_row) + 2 * IO_ALIGN;
+            s->emb_bounce = base_alloc_aligned(s->emb_slot * EMB_BATCH, IO_ALIGN, MEM_IO);
+            if (!s->emb_bounce) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
+        }
+    }
+    /* reader thread: read-ahead of the trunk (needs an arena or pinned units) */
+    if ((rc = io_ring_create(&s->rring, IO_DEPTH, 0, p->no_uring, err, errlen))) goto fail;
+    if (!p->no_readahead && pthread_create(&s->th, NULL, reader_main, s) == 0) s->th_started = 1;
+    *out = &s->base;
+    return STRATA_OK;
+fail:
+    ws_close(&s->base);
+    return rc;
+}
+
+/* ==================================================================== stats */
+
+void place_stats_get(wsrc *w, place_stats *o) {
+    memset(o, 0, sizeof *o);
+    o->peak_rss = base_peak_rss();
+    if (!w || w->ops != &k_stream_ops) return;
+    stream *s = (stream *)w;
+    pthread_mutex_lock(&s->mu);
+    *o = s->st;
+    if (s->io_active) o->read_s += base_now() - s->io_t0;
+    pthread_mutex_unlock(&s->mu);
+    if (s->xc) {
+        cache_stats cs;
+        cache_get_stats(s->xc, &cs);
+        o->expert_requests = cs.requests;
+        o->expert_hits = cs.hits;
+        o->expert_misses = cs.misses;
+        o->expert_evictions = cs.evictions;
+        o->hit_rate = cs.requests ? (double)cs.hits / (double)cs.requests : 0;
+    }
+    uint64_t bytes = o->bytes_trunk + o->bytes_head + o->bytes_embed + o->bytes_experts;
+    o->bw = o->read_s > 0 ? (double)bytes / o->read_s : 0;
+    o->peak_rss = base_peak_rss();
+}
+
+void place_stats_reset(wsrc *w) {
+    if (!w || w->ops != &k_stream_ops) return;
+    stream *s = (stream *)w;
+    pthread_mutex_lock(&s->mu);
+    memset(&s->st, 0, sizeof s->st);
+    if (s->io_active) s->io_t0 = base_now();
+    pthread_mutex_unlock(&s->mu);
+    if (s->xc) cache_reset_stats(s->xc);
+}
+
+void place_stats_print(const place_stats *s, const place_plan *p, FILE *f) {
+    uint64_t bytes = s->bytes_trunk + s->bytes_head + s->bytes_embed + s->bytes_experts;
+    fprintf(f, "io: read %.3f GB (trunk %.3f, head %.3f, embeddings %.4f, experts %.3f) in %llu reads, %.2f GB/s while reading\n",
+            (double)bytes / 1e9, (double)s->bytes_trunk / 1e9, (double)s->bytes_head / 1e9, (double)s->bytes_embed / 1e9,
+            (double)s->bytes_experts / 1e9, (unsigned long long)s->n_reads, s->bw / 1e9);
+    fprintf(f, "io: %.2f s with reads in flight, %.2f s waited on I/O; layer gets %llu (%llu pinned)\n", s->read_s, s->wait_s,
+            (unsigned long long)s->layer_gets, (unsigned long long)s->layer_gets_pinned);
+    fprintf(f, "experts: %llu requests, %llu true resident hits (%.1f%%), %llu misses, %llu evictions\n",
+            (unsigned long long)s->expert_requests, (unsigned long long)s->expert_hits, 100 * s->hit_rate,
+            (unsigned long long)s->expert_misses, (unsigned long long)s->expert_evictions);
+    if (p && p->budget_bytes)
+        fprintf(f, "memory: peak RSS %.3f GB, budget %.3f GB (planned %.3f GB)\n", (double)s->peak_rss / 1e9,
+                (double)p->budget_bytes / 1e9, (double)p->total_bytes / 1e9);
+    else
+        fprintf(f, "memory: peak RSS %.3f GB (no budget)\n", (double)s->peak_rss / 1e9);
+}
+
+json_t *place_stats_json(const place_stats *s) {
+    json_t *j = json_object();
+#define I(k, v) json_object_set_new(j, k, json_integer((json_int_t)(v)))
+#define R(k, v) json_object_set_new(j, k, json_real(v))
+    I("bytes_trunk", s->bytes_trunk);
+    I("bytes_head", s->bytes_head);
+    I("bytes_embed", s->bytes_embed);
+    I("bytes_experts", s->bytes_experts);
+    I("n_reads", s->n_reads);
+    R("read_s", s->read_s);
+    R("wait_s", s->wait_s);
+    R("bw", s->bw);
+    I("layer_gets", s->layer_gets);
+    I("layer_gets_pinned", s->layer_gets_pinned);
+    I("expert_requests", s->expert_requests);
+    I("expert_hits", s->expert_hits);
+    I("expert_misses", s->expert_misses);
+    I("expert_evictions", s->expert_evictions);
+    R("hit_rate", s->hit_rate);
+    I("peak_rss", s->peak_rss);
+#undef I
+#undef R
+    return j;
+}

@@ -1,0 +1,346 @@
+/* t_stream.c: the streaming weight source serves the bytes the shards hold, at
+ * every budget, with and without a pack; plan refusals; end-to-end determinism. */
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include "gen.h"
+#include "infer.h"
+#include "pack.h"
+#include "place.h"
+#include "preset.h"
+#include "test.h"
+
+const char *tpack_model(const char *name, const char *dir, uint64_t seed); /* t_pack.c */
+
+typedef struct model {
+    cfg c;
+    st_index *ix;
+    model_layout lay;
+    wsrc *res;       /* resident oracle */
+} model;
+
+static int model_open(model *m, const char *dir) {
+    char path[1100], err[1024];
+    memset(m, 0, sizeof *m);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (cfg_load(&m->c, path, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
+    if (st_open(&m->ix, dir, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
+    sbuf pr = {0};
+    int rc = model_bind_check(&m->c, m->ix, &m->lay, &pr);
+    if (rc) fprintf(stderr, "%s", pr.s ? pr.s : "");
+    sbuf_free(&pr);
+    if (rc) return -1;
+    if (wsrc_resident_open(&m->res, &m->c, m->ix, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
+    return 0;
+}
+
+static void model_close(model *m) {
+    if (m->res) m->res->ops->close(m->res);
+    st_close(m->ix);
+}
+
+static int same_view(const wt *a, const wt *b, int role) {
+    if (!a->p != !b->p) return 0;
+    if (!a->p) return 1;
+    if (a->dtype != b->dtype || a->rows != b->rows || a->cols != b->cols) return 0;
+    uint64_t n = (uint64_t)a->rows * (uint64_t)a->cols * st_dtype_size(a->dtype);
+    if (role == R_EXP_W1P || role == R_EXP_W2P || role == R_EXP_W3P) n /= 2; /* logical width, 2 codes a byte */
+    return memcmp(a->p, b->p, (size_t)n) == 0;
+}
+
+/* Every unit (twice, so streamed units are re-read), every expert, some embedding
+ * rows: the stream's views equal the resident oracle's. Returns mismatches. */
+static int compare_all(model *m, wsrc *w, int shuffle) {
+    const cfg *c = &m->c;
+    int bad = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int64_t k = 0; k <= c->n_layers; k++) {
+            int64_t L = shuffle && pass ? (k * 5 + 3) % (c->n_layers + 1) : k;
+            const wt *a, *b;
+            if (w->ops->hint_layer) w->ops->hint_layer(w, L + 1);
+            if (w->ops->layer_get(w, L, &a)) { fprintf(stderr, "layer_get %lld: %s\n", (long long)L, w->ops->errmsg(w)); bad++; continue; }
+            m->res->ops->layer_get(m->res, L, &b);
+            for (int r = 0; r < R_COUNT; r++) {
+                if (r == R_EMBED) continue; /* the resident source parks the table in the head */
+                if (!same_view(&a[r], &b[r], r)) { bad++; fprintf(stderr, "  unit %lld role %s differs\n", (long long)L, schema_role_name(r)); }
+            }
+            w->ops->layer_put(w, L);
+        }
+    for (int64_t L = c->first_dense; L < c->n_layers; L++) {
+        for (int32_t e0 = 0; e0 < c->n_experts; e0 += (int32_t)c->topk) {
+            int32_t ids[CFG_MAX_TOPK];
+            int n = 0;
+            for (int32_t e = e0; e < c->n_experts && n < c->topk; e++) ids[n++] = (e * 7 + (int32_t)L) % (int32_t)c->n_experts;
+            if (w->ops->experts_request(w, L, n, ids)) { fprintf(stderr, "request: %s\n", w->ops->errmsg(w)); bad++; continue; }
+            for (int i = n - 1; i >= 0; i--) {
+                const wt *a, *b;
+                if (w->ops->expert_wait(w, L, ids[i], &a)) { bad++; continue; }
+                m->res->ops->expert_wait(m->res, L, ids[i], &b);
+                for (int r = R_EXP_W1P; r < R_COUNT; r++)
+                    if (!same_view(&a[r], &b[r], r)) { bad++; fprintf(stderr, "  layer %lld expert %d role %s differs\n", (long long)L, ids[i], schema_role_name(r)); }
+            }
+            w->ops->experts_put(w, L);
+        }
+    }
+    int32_t ids[] = {0, 1, (int32_t)c->vocab - 1, 5, 5, 77};
+    float *x = base_alloc(sizeof ids / sizeof *ids * (size_t)c->hidden * sizeof(float), MEM_MISC);
+    float *y = base_alloc(sizeof ids / sizeof *ids * (size_t)c->hidden * sizeof(float), MEM_MISC);
+    CHECK(w->ops->embed_rows(w, 6, ids, x) == 0);
+    m->res->ops->embed_rows(m->res, 6, ids, y);
+    if (memcmp(x, y, 6 * (size_t)c->hidden * sizeof(float))) { bad++; fprintf(stderr, "  embedding rows differ\n"); }
+    int32_t badid = (int32_t)c->vocab;
+    CHECK(w->ops->embed_rows(w, 1, &badid, x) == STRATA_EINVAL);
+    base_free(x);
+    base_free(y);
+    return bad;
+}
+
+static place_opts opts_for(uint64_t ram) {
+    place_opts o = place_opts_default();
+    o.ram_bytes = ram;
+    o.ctx = 64;
+    o.prefill_chunk = 4;
+    o.session_bytes = infer_session_bytes;
+    o.engine_bytes = infer_engine_bytes;
+    o.overhead_bytes = 32u << 20; /* fixed, so budgets computed here stay comparable */
+    return o;
+}
+
+static void budgets_for(model *m, const char *dir, uint64_t b[3]) {
+    place_plan p;
+    place_opts o = opts_for(1ull << 40);
+    char err[1024];
+    place_plan_compute(&m->c, &m->lay, dir, &o, &p, err, sizeof err);
+    uint64_t all = p.total_bytes; /* the floor plus everything pinned and cached */
+    b[0] = p.min_bytes;
+    b[1] = p.min_bytes + (all - p.min_bytes) / 3;
+    b[2] = 0;
+}
+
+static void stream_budgets(const char *preset, const char *dirname, int packed, int no_uring) {
+    const char *dir = tpack_model(preset, dirname, 11);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    model m;
+    if (model_open(&m, dir)) { CHECK(0); return; }
+    char err[2048];
+    if (packed) {
+        pack_result pr;
+        CHECK_MSG(pack_build(dir, &m.c, m.ix, NULL, 0, NULL, NULL, &pr, err, sizeof err) == 0, "%s", err);
+    }
+    uint64_t b[3];
+    budgets_for(&m, dir, b);
+    for (int i = 0; i < 3; i++) {
+        for (int ra = 0; ra < 2; ra++) {
+            place_opts o = opts_for(b[i]);
+            o.pack_dir = packed ? NULL : "";
+            o.no_uring = no_uring;
+            o.no_readahead = ra;
+            o.verify_reads = packed;
+            place_plan p;
+            int rc = place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err);
+            CHECK_MSG(rc == 0, "%s", err);
+            if (rc) continue;
+            CHECK(p.has_pack == packed);
+            if (i == 0) CHECK(p.n_pinned == 0 && !p.embed_resident);
+            if (i == 2) CHECK(p.resident);
+            wsrc *w = NULL;
+            rc = place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err);
+            CHECK_MSG(rc == 0, "%s", err);
+            if (rc) continue;
+            int bad = compare_all(&m, w, i == 1);
+            CHECK_MSG(bad == 0, "%s budget %llu packed %d: %d mismatches", preset, (unsigned long long)b[i], packed, bad);
+            place_stats st;
+            place_stats_get(w, &st);
+            CHECK(st.expert_requests > 0 && st.expert_hits + st.expert_misses == st.expert_requests);
+            if (i == 0) CHECK(st.bytes_trunk > 0);
+            w->ops->close(w);
+        }
+    }
+    model_close(&m);
+}
+
+TEST(stream_bytes_in_place) { stream_budgets("tiny-shards", "st_shards", 0, 0); }
+TEST(stream_bytes_packed) { stream_budgets("tiny", "st_tiny", 1, 0); }
+TEST(stream_bytes_pread) { stream_budgets("tiny-bf16experts", "st_bf16x", 0, 1); }
+TEST(stream_bytes_mixed_packed) { stream_budgets("tiny-mixed", "st_mixed", 1, 0); }
+
+TEST(stream_plan_refusal) {
+    cfg c;
+    cfg_k3(&c);
+    place_opts o = opts_for(4000000000ull);
+    o.ctx = 4096;
+    o.prefill_chunk = 64;
+    static place_plan p;
+    char err[1024];
+    /* the real K3 at 4 GB: a valid plan, peak within the budget */
+    CHECK_MSG(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.total_bytes <= 4000000000ull && p.min_bytes < 4000000000ull);
+    CHECK(p.ring_bytes >= p.ring_min_bytes && p.n_expert_slots >= c.topk);
+    CHECK(p.prefill_chunk >= 1 && p.n_expert_slots >= p.prefill_chunk * c.topk);
+    CHECK(p.pred_s_per_token > 0);
+    /* below the floor: refused, the minimum named */
+    o.ram_bytes = 1000000000ull;
+    CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == STRATA_EBUDGET);
+    CHECK(strstr(err, "needs at least") != NULL);
+    CHECK(p.min_bytes > 1000000000ull && p.min_bytes < 4000000000ull);
+    /* more RAM pins more layers, largest first */
+    o.ram_bytes = 24000000000ull;
+    CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0);
+    CHECK(p.n_pinned > 0 && p.pinned[0]); /* layer 0 (dense, the largest) first */
+    CHECK(p.total_bytes <= 24000000000ull);
+    /* CLI: exit 2 with the minimum; exit 0 with a plan */
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s plan --config /dev/null --ram-gb 1", t_strata());
+    CHECK(t_run(cmd, NULL) == 1); /* not a config */
+    const char *cj = t_write("k3.json", "", 0);
+    char *js = cfg_to_json(&c);
+    cj = t_write("k3.json", js, strlen(js));
+    base_free(js);
+    snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 1", t_strata(), cj);
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK_MSG(out && strstr(out, "needs at least"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 4", t_strata(), cj);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "predicted decode"), "%s", out ? out : "");
+    base_free(out);
+}
+
+TEST(stream_errors) {
+    /* a copy of a tiny model whose shards we damage after opening */
+    const char *src = tpack_model("tiny", "st_err_src", 21);
+    if (!src) { CHECK(0); return; }
+    char dir[1100], cmd[2400];
+    snprintf(dir, sizeof dir, "%s/st_err", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dir, src, dir);
+    CHECK(t_run(cmd, NULL) == 0);
+    model m;
+    if (model_open(&m, dir)) { CHECK(0); return; }
+    char err[2048];
+    pack_result pr;
+    CHECK(pack_build(dir, &m.c, m.ix, NULL, 0, NULL, NULL, &pr, err, sizeof err) == 0);
+    /* 1. a flipped byte in a streamed layer of the pack: ECORRUPT naming the layer */
+    uint64_t b[3];
+    budgets_for(&m, dir, b);
+    place_opts o = opts_for(b[0]);
+    o.verify_reads = 1;
+    place_plan p;
+    CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
+    pack *pk = NULL;
+    CHECK(pack_open(&pk, p.pack_dir, dir, &m.c, m.ix, err, sizeof err) == 0);
+    if (!pk) { model_close(&m); return; }
+    int fd = open(pk->trunk_path, O_RDWR);
+    uint8_t byte;
+    off_t at = (off_t)(pk->units[2].off + 10);
+    CHECK(pread(fd, &byte, 1, at) == 1);
+    byte ^= 1;
+    CHECK(pwrite(fd, &byte, 1, at) == 1);
+    wsrc *w = NULL;
+    CHECK(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0);
+    const wt *v;
+    if (w) {
+        CHECK(w->ops->layer_get(w, 0, &v) == 0);
+        w->ops->layer_put(w, 0);
+        CHECK(w->ops->layer_get(w, 2, &v) == STRATA_ECORRUPT);
+        CHECK_MSG(strstr(w->ops->errmsg(w), "layer 2: checksum mismatch") != NULL, "%s", w->ops->errmsg(w));
+        w->ops->close(w);
+    }
+    byte ^= 1;
+    CHECK(pwrite(fd, &byte, 1, at) == 1);
+    close(fd);
+    pack_close(pk);
+    /* 2. an unreadable expert (the shard truncated under us): an error, never data */
+    o.pack_dir = "";
+    CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
+    w = NULL;
+    CHECK(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0);
+    char name[200];
+    int64_t L = m.c.n_layers - 1;
+    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.3.w1.weight_packed", (long long)L);
+    const st_tensor *t = st_find(m.ix, name);
+    CHECK(t != NULL);
+    if (w && t) {
+        CHECK(truncate(st_shard_path(m.ix, t->shard), (off_t)t->off) == 0);
+        int32_t id = 3;
+        int rc = w->ops->experts_request(w, L, 1, &id);
+        if (!rc) rc = w->ops->expert_wait(w, L, id, &v);
+        CHECK(rc == STRATA_EIO);
+        CHECK_MSG(strstr(w->ops->errmsg(w), "expert 3 unreadable") != NULL, "%s", w->ops->errmsg(w));
+        w->ops->experts_put(w, L);
+        /* asking again is still an error (the failed slot was not published) */
+        rc = w->ops->experts_request(w, L, 1, &id);
+        if (!rc) rc = w->ops->expert_wait(w, L, id, &v);
+        CHECK(rc == STRATA_EIO);
+        w->ops->experts_put(w, L);
+    }
+    if (w) w->ops->close(w);
+    model_close(&m);
+}
+
+/* Greedy decode through the engine at several budgets: the same ids and logits
+ * bits as the resident source. */
+static int decode(model *m, wsrc *w, int64_t chunk, int32_t *ids_out, int n_gen, float *last_logits) {
+    char err[1024];
+    engine *e = NULL;
+    session *s = NULL;
+    engine_opts eo = {.n_threads = 2, .prefill_chunk = chunk};
+    if (engine_create(&e, &m->c, w, &eo, err, sizeof err)) { fprintf(stderr, "%s\n", err); return -1; }
+    if (session_create(&s, e, 64, err, sizeof err)) { engine_free(e); fprintf(stderr, "%s\n", err); return -1; }
+    int32_t prompt[7] = {1, 17, 42, 99, 3, 250, 8};
+    float *lg = base_alloc((size_t)m->c.vocab * sizeof(float), MEM_MISC);
+    int rc = session_eval(s, prompt, 7, lg);
+    for (int g = 0; g < n_gen && !rc; g++) {
+        int32_t best = 0;
+        for (int64_t i = 1; i < m->c.vocab; i++) if (lg[i] > lg[best]) best = (int32_t)i;
+        ids_out[g] = best;
+        rc = session_eval(s, &best, 1, lg);
+    }
+    if (rc) fprintf(stderr, "eval: %s\n", session_errmsg(s));
+    memcpy(last_logits, lg, (size_t)m->c.vocab * sizeof(float));
+    base_free(lg);
+    session_free(s);
+    engine_free(e);
+    return rc;
+}
+
+TEST(stream_decode_identical) {
+    const char *dir = tpack_model("tiny", "st_dec", 5);
+    if (!dir) { CHECK(0); return; }
+    model m;
+    if (model_open(&m, dir)) { CHECK(0); return; }
+    enum { G = 6 };
+    int32_t want[G], got[G];
+    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
+    CHECK(decode(&m, m.res, 4, want, G, wl) == 0);
+    uint64_t b[3];
+    budgets_for(&m, dir, b);
+    char err[1024];
+    for (int packed = 0; packed < 2; packed++) {
+        if (packed) {
+            pack_result pr;
+            CHECK(pack_build(dir, &m.c, m.ix, NULL, 0, NULL, NULL, &pr, err, sizeof err) == 0);
+        }
+        budgets_for(&m, dir, b); /* a pack changes the unit sizes */
+        for (int i = 0; i < 3; i++) {
+            place_opts o = opts_for(b[i]);
+            place_plan p;
+            if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err)) { CHECK_MSG(0, "%s", err); continue; }
+            wsrc *w = NULL;
+            if (place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) { CHECK_MSG(0, "%s", err); continue; }
+            memset(got, 0, sizeof got);
+            CHECK(decode(&m, w, p.prefill_chunk, got, G, gl) == 0);
+            CHECK_MSG(!memcmp(want, got, sizeof want), "budget %llu packed %d: ids differ", (unsigned long long)b[i], packed);
+            CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu packed %d: logits bits differ",
+                      (unsigned long long)b[i], packed);
+            w->ops->close(w);
+        }
+    }
+    base_free(wl);
+    base_free(gl);
+    model_close(&m);
+}
