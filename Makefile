@@ -121,3 +121,19 @@ bench-tokenizer: $(BUILD)/bench_tok
 	@for e in o200k cl100k; do ./$(BUILD)/bench_tok $(TOKB)/$$e.tiktoken $$e $(TOKB)/corpus.txt || exit 1; \
 	  node bench/tokenizer/bench.mjs $${e}_base $(TOKB)/corpus.txt || exit 1; done
 	@./$(BUILD)/bench_tok $(TOKB)/o200k.tiktoken kimi $(TOKB)/corpus.txt
+
+# Memory ladder (bench/ladder): generates + packs the ~30 GB `ladder` model once, measures
+# disk/memory bandwidth, runs one prompt at 1, 2, 4, 8, 16 GB and resident; table, CSV, PNG.
+# bench-io: disk read bandwidth at the engine's read sizes (in-place vs aligned experts).
+.PHONY: bench-io
+$(BUILD)/place_run: bench/ladder/place_run.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+$(BUILD)/bench_io: bench/ladder/bench_io.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+bench: strata $(BUILD)/place_run
+	BUILD=$(BUILD) bash bench/ladder/run.sh
+bench-io: strata $(BUILD)/bench_io
+	@test -f $(BUILD)/models/ladder/config.json || ./strata gen-model $(BUILD)/models/ladder --preset ladder
+	./$(BUILD)/bench_io $(BUILD)/models/ladder $(ARGS)
