@@ -13,6 +13,15 @@
  * shape non-negative integers, byte length == product(shape) x dtype size,
  * offsets inside the file, no overlaps, names unique (also across shards), and an
  * index that names a missing shard or a tensor not in its shard is refused.
+ * Stricter than the letter of the format on purpose: shape entries and offsets
+ * must be JSON integers (2.0 is refused), a tensor entry has exactly the keys
+ * dtype/shape/data_offsets, "__metadata__" is an object of strings, a tensor in a
+ * shard but absent from the index is refused, and gaps between tensors are allowed.
+ * Shard numbers follow the lexical order of the shard file names (with or without
+ * an index); shard files the index does not name are ignored.
+ *
+ * Thread-safety: after st_open returns, every query (st_find, st_at, st_read, ...)
+ * is read-only and may be called from any number of threads.
  */
 #ifndef STRATA_ST_H
 #define STRATA_ST_H
@@ -35,7 +44,7 @@ typedef struct st_tensor {
     int32_t ndim;
     int64_t shape[ST_MAX_DIMS];
     uint64_t off;       /* absolute byte offset in the shard file */
-    uint64_t nbytes;
+    uint64_t nbytes;    /* == product(shape) x st_dtype_size(dtype); rank 0 = 1 element */
 } st_tensor;
 
 typedef struct st_index st_index;
@@ -46,8 +55,16 @@ typedef struct st_index st_index;
  * in messages. Used by st_open_dir and by the fuzz target. */
 int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
                     uint64_t file_size, const char *what, char *err, size_t errlen);
+/* On failure st_parse_header leaves ix as it was (tensors added by earlier calls
+ * stay). Tensor pointers from st_at/st_find are invalidated by the next
+ * st_parse_header on the same index; after st_open they stay valid until st_close. */
 /* Pure: parses model.safetensors.index.json bytes; calls fn(ud, tensor, shard_file)
- * for each weight_map entry; shard file names must be plain names (no '/'). */
+ * for each weight_map entry; shard file names must be plain names (no '/').
+ * Streaming: fn sees entries in file order as they are read, so it may have been
+ * called for earlier entries before a later syntax error is reported. The strings
+ * passed to fn are valid only during the call. A non-zero return from fn stops the
+ * parse and is returned. Duplicate tensor keys are passed through (st_open refuses
+ * them); "metadata" must be an object if present; other top-level keys are ignored. */
 int st_parse_index_json(const uint8_t *buf, size_t len, const char *what,
                         int (*fn)(void *ud, const char *tensor, const char *file), void *ud,
                         char *err, size_t errlen);
@@ -58,13 +75,18 @@ int st_open(st_index **out, const char *path, char *err, size_t errlen);
 void st_close(st_index *ix);         /* accepts NULL; closes fds, frees everything */
 
 size_t st_count(const st_index *ix);
-const st_tensor *st_at(const st_index *ix, size_t i);        /* i < st_count; in file order */
+/* i < st_count; in file order: shard number, then data offset (ties: empty tensor
+ * first, then name). NULL when i >= st_count. */
+const st_tensor *st_at(const st_index *ix, size_t i);
 const st_tensor *st_find(const st_index *ix, const char *name); /* NULL if absent */
 int st_n_shards(const st_index *ix);
 const char *st_shard_path(const st_index *ix, int shard);
 uint64_t st_shard_size(const st_index *ix, int shard);
-int st_shard_fd(const st_index *ix, int shard);  /* buffered read-only fd, owned by ix */
-/* Reads nbytes at tensor-relative offset rel into dst (pread loop; short read = EIO). */
+/* Read-only fd (O_RDONLY|O_CLOEXEC, opened once at st_open), owned by ix: use
+ * pread on it, never close it or move its offset. -1 if shard is out of range. */
+int st_shard_fd(const st_index *ix, int shard);
+/* Reads nbytes at tensor-relative offset rel into dst (pread loop; short read = EIO).
+ * rel + nbytes beyond the tensor's bytes = EINVAL. Thread-safe. */
 int st_read(const st_index *ix, const st_tensor *t, uint64_t rel, void *dst, uint64_t nbytes,
             char *err, size_t errlen);
 
