@@ -204,3 +204,36 @@ TEST(kern_select) {
     kern_init(NULL);
     CHECK(K.matmul && K.matmul_mxfp4 && K.dot);
 }
+
+/* Prefill shapes that cross the fast paths' panel boundaries (1024 columns, 64
+ * activations): results must still equal the reference bit for bit. */
+TEST(kern_prefill_panels) {
+    const kern_table *const *av = kern_available();
+    const int64_t rows = 6, T = 67, cols = 2080, ldx = cols + 16, ldy = rows;
+    uint16_t *W = base_alloc((size_t)(rows * cols) * 2, MEM_MISC);
+    float *wf = base_alloc((size_t)(rows * cols) * 4, MEM_MISC);
+    uint8_t *P = base_alloc((size_t)(rows * cols / 2), MEM_MISC), S[6 * 65];
+    float *X = base_alloc((size_t)(T * ldx) * 4, MEM_MISC);
+    float *Yr = base_alloc((size_t)(T * ldy) * 4, MEM_MISC), *Y = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
+    fill_w(W, wf, DT_BF16, rows * cols);
+    for (int64_t i = 0; i < rows * cols / 2; i++) P[i] = (uint8_t)rnd();
+    for (int i = 0; i < 6 * 65; i++) S[i] = (uint8_t)(110 + rnd() % 30);
+    for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(30);
+    static const int64_t colsd[] = {2056, 2080};
+    for (int c = 0; c < 2; c++) {
+        kern_ref_table.matmul(Yr, ldy, W, DT_BF16, colsd[c], X, ldx, T, 0, rows);
+        for (int k = 0; av[k]; k++) {
+            memset(Y, 0, (size_t)(T * ldy) * 4);
+            av[k]->matmul(Y, ldy, W, DT_BF16, colsd[c], X, ldx, T, 0, rows);
+            CHECK_MSG(memcmp(Y, Yr, (size_t)(T * ldy) * 4) == 0, "%s bf16 cols %lld", av[k]->name,
+                      (long long)colsd[c]);
+        }
+    }
+    kern_ref_table.matmul_mxfp4(Yr, ldy, P, S, cols, X, ldx, T, 0, rows);
+    for (int k = 0; av[k]; k++) {
+        memset(Y, 0, (size_t)(T * ldy) * 4);
+        av[k]->matmul_mxfp4(Y, ldy, P, S, cols, X, ldx, T, 0, rows);
+        CHECK_MSG(memcmp(Y, Yr, (size_t)(T * ldy) * 4) == 0, "%s mxfp4 prefill", av[k]->name);
+    }
+    base_free(W); base_free(wf); base_free(P); base_free(X); base_free(Yr); base_free(Y);
+}
