@@ -267,11 +267,11 @@ static void attn_res(float *out, float *const *src, int64_t nsrc, int64_t t, int
     }
     for (int64_t s = 0; s < nsrc; s++) { sc[s] = exp(sc[s] - mx); den += sc[s]; }
     float *o = out + t * n;
-    for (int64_t s = 0; s < nsrc; s++) {
-        const float *x = src[s] + t * n;
-        float p = (float)(sc[s] / den);
-        if (s == 0) for (int64_t i = 0; i < n; i++) o[i] = p * x[i];
-        else for (int64_t i = 0; i < n; i++) o[i] += p * x[i];
+    for (int64_t s = 0; s < nsrc; s++) sc[s] /= den;
+    for (int64_t i = 0; i < n; i++) {
+        double a = 0;
+        for (int64_t s = 0; s < nsrc; s++) a += sc[s] * src[s][t * n + i];
+        o[i] = (float)a;
     }
 }
 
@@ -500,7 +500,8 @@ static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     const cfg *c = e->c;
     const int64_t D = c->kda_head_dim, P = e->P, ck = c->conv_k, T = x->T;
     float *tw = e->thr + (int64_t)tid * e->thr_floats;
-    float *alpha = tw, *u = tw + D, *o = tw + 2 * D;
+    float *alpha = tw, *o = tw + D;
+    double *u = (double *)(void *)(tw + 2 * D), *od = u + D; /* 2 D doubles = 4 D floats */
     const float qscale = (float)(1.0 / sqrt((double)D));
     const float lb = (float)c->gate_lb;
     for (int64_t h = h0; h < h1; h++) {
@@ -533,16 +534,19 @@ static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
             for (int64_t j = 0; j < D; j++) u[j] = 0;
             for (int64_t i = 0; i < D; i++) {
                 float *Si = S + i * D;
-                const float a = alpha[i], ki = vk[i];
+                const float a = alpha[i];
+                const double ki = vk[i];
                 for (int64_t j = 0; j < D; j++) { Si[j] *= a; u[j] += Si[j] * ki; }
             }
             /* S += k (beta (v - u))^T; o = S^T q with the updated S */
-            for (int64_t j = 0; j < D; j++) { u[j] = beta * (vv[j] - u[j]); o[j] = 0; }
+            for (int64_t j = 0; j < D; j++) { o[j] = (float)(beta * ((double)vv[j] - u[j])); od[j] = 0; }
             for (int64_t i = 0; i < D; i++) {
                 float *Si = S + i * D;
-                const float ki = vk[i], qi = vq[i];
-                for (int64_t j = 0; j < D; j++) { Si[j] += ki * u[j]; o[j] += Si[j] * qi; }
+                const float ki = vk[i];
+                const double qi = vq[i];
+                for (int64_t j = 0; j < D; j++) { Si[j] += ki * o[j]; od[j] += Si[j] * qi; }
             }
+            for (int64_t j = 0; j < D; j++) o[j] = (float)od[j];
             /* per-head RMSNorm (o_norm) first, then the sigmoid output gate */
             float *ot = e->k.o + t * P + h * D;
             const float *gt = e->k.g + t * P + h * D;
