@@ -124,7 +124,8 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
         int64_t tn = T - ts < PAN_T ? T - ts : PAN_T;                                         \
         for (int64_t r = r0; r < r1;) {                                                       \
             int rbn = r + 4 <= r1 ? 4 : 1;                                                    \
-            memset(st_, 0, sizeof st_);                                                       \
+            for (int i = 0; i < rbn; i++) /* +0 start, as the unpanelled path */             \
+                memset(st_ + i * PAN_T * 16, 0, (size_t)tn * 16 * sizeof(float));            \
             for (int64_t k0 = 0; k0 < cols; k0 += PAN_K) {                                    \
                 int64_t k1 = cols - k0 < PAN_K ? cols : k0 + PAN_K;                           \
                 for (int64_t t = ts; t < ts + tn;) {                                          \

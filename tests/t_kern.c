@@ -177,11 +177,20 @@ TEST(kern_dot) {
             CHECK_MSG(memcmp(&v, &w, 4) == 0, "%s dot n=%lld", av[j]->name, (long long)ns[k]);
         }
     }
-    /* -0 accumulators meet the zero padding: the padded lanes' fmaf(0, 0, -0) = +0 */
-    float m[3] = {-1e-30f, 1e-30f, 0.0f}, o[3] = {1e-30f, -1e-30f, 0.0f};
+    /* -0 accumulators meet the zero padding: every lane underflows to -0 in the first
+     * chunk; with n = 17, lanes 1-15 are padded in the second, and fmaf(0, 0, -0) = +0
+     * turns the result into +0 (an implementation that skips padding returns -0) */
+    float m[17], o[17];
+    for (int i = 0; i < 17; i++) { m[i] = -1e-30f; o[i] = 1e-30f; }
+    CHECK(kern_ref_table.dot(m, o, 16) == 0.0f && signbit(kern_ref_table.dot(m, o, 16)));
+    CHECK(kern_ref_table.dot(m, o, 17) == 0.0f && !signbit(kern_ref_table.dot(m, o, 17)));
     for (int j = 0; av[j]; j++) {
-        float v = av[j]->dot(m, o, 2), w = kern_ref_table.dot(m, o, 2);
+        float v = av[j]->dot(m, o, 17), w = kern_ref_table.dot(m, o, 17);
         CHECK_MSG(memcmp(&v, &w, 4) == 0, "%s -0 tail", av[j]->name);
+        float y[2];
+        av[j]->matmul(y, 1, m, DT_F32, 17, o, 17, 1, 0, 1);
+        av[j]->matmul(y + 1, 1, m, DT_F32, 16, o, 16, 1, 0, 1);
+        CHECK_MSG(!signbit(y[0]) && signbit(y[1]), "%s -0 tail (matmul)", av[j]->name);
     }
     base_free(a); base_free(b);
 }
