@@ -565,6 +565,7 @@ static void hash_rebuild(st_index *ix) {
 
 int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
                     uint64_t file_size, const char *what, char *err, size_t errlen) {
+    if (!what) what = "safetensors";
     if (!ix || shard < 0 || (!buf && len))
         return base_fail(err, errlen, STRATA_EINVAL, "%s: bad arguments to st_parse_header", what);
     uint64_t hlen;
@@ -697,6 +698,7 @@ static int plain_name(const char *s, size_t len) {
 int st_parse_index_json(const uint8_t *buf, size_t len, const char *what,
                         int (*fn)(void *ud, const char *tensor, const char *file), void *ud,
                         char *err, size_t errlen) {
+    if (!what) what = "model.safetensors.index.json";
     jcur c = {.p = buf, .end = buf + len, .base = buf, .what = what, .err = err, .errlen = errlen};
     jstr key = {0}, val = {0};
     int rc, seen_map = 0;
