@@ -57,6 +57,8 @@ typedef struct gen_stats {
     int n_shards;
     double secs;
     double mb_per_s;          /* total_bytes / secs / 1e6 */
+    double io_secs;           /* writer inside write(2) */
+    double gen_wait_secs;     /* writer waiting for the generator thread */
 } gen_stats;
 
 /* Writes the model for c into out_dir (see the file comment). c's special ids and

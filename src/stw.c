@@ -133,6 +133,7 @@ uint8_t *stw_header(const stw_entry *e, size_t n, const char *const *meta, size_
 
 int stw_file_create(stw_file *f, const char *path, char *err, size_t errlen) {
     f->written = 0;
+    f->direct = 0;
     f->fd = -1;
     if (snprintf(f->path, sizeof f->path, "%s", path) >= (int)sizeof f->path)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
@@ -141,11 +142,21 @@ int stw_file_create(stw_file *f, const char *path, char *err, size_t errlen) {
     return STRATA_OK;
 }
 
+int stw_file_direct(stw_file *f, int on) {
+    int fl = fcntl(f->fd, F_GETFL);
+    if (fl < 0) return f->direct = 0;
+    if (fcntl(f->fd, F_SETFL, on ? fl | O_DIRECT : fl & ~O_DIRECT)) on = 0;
+    return f->direct = on;
+}
+
 int stw_file_write(stw_file *f, const void *p, size_t n, char *err, size_t errlen) {
     const uint8_t *c = p;
+    if (f->direct && ((uintptr_t)c % STW_DIRECT_ALIGN || n % STW_DIRECT_ALIGN || f->written % STW_DIRECT_ALIGN))
+        stw_file_direct(f, 0);
     while (n) {
         ssize_t w = write(f->fd, c, n);
         if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && errno == EINVAL && f->direct) { stw_file_direct(f, 0); continue; }
         if (w <= 0)
             return base_fail(err, errlen, STRATA_EIO, "%s: write failed at byte %llu: %s", f->path,
                              (unsigned long long)f->written, w < 0 ? strerror(errno) : "no progress");

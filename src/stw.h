@@ -44,13 +44,21 @@ uint8_t *stw_header(const stw_entry *e, size_t n, const char *const *meta, size_
 /* One file written sequentially. */
 typedef struct stw_file {
     int fd;
+    int direct;         /* O_DIRECT is on */
     uint64_t written;
     char path[4096];
 } stw_file;
 
 /* Creates (truncates) path. */
 int stw_file_create(stw_file *f, const char *path, char *err, size_t errlen);
+/* Appends n bytes. With direct I/O on, an unaligned write (pointer, length or
+ * file offset not a multiple of STW_DIRECT_ALIGN) or one the filesystem refuses
+ * turns it off and goes through the page cache, so callers never need to care. */
 int stw_file_write(stw_file *f, const void *p, size_t n, char *err, size_t errlen);
+/* Asks for O_DIRECT writes (on = 1) or buffered ones; returns the new state (0 if
+ * the filesystem does not support it). */
+int stw_file_direct(stw_file *f, int on);
+#define STW_DIRECT_ALIGN 4096
 /* Extends the file to final_size with a hole when final_size > written (sparse
  * files), fsyncs and closes. */
 int stw_file_finish(stw_file *f, uint64_t final_size, char *err, size_t errlen);
