@@ -484,3 +484,125 @@ TEST(st_k3_scale) {
     CHECK(t && t->shard == 1 && t->dtype == DT_U8 && t->shape[0] == 3584 && t->shape[1] == 96);
     st_close(ix);
 }
+
+/* ---- the pure parsers on byte buffers ---- */
+
+/* st_parse_header over "8-byte length + hdr + data_len zero bytes". */
+static int parse_buf(const char *hdr, size_t hl, size_t data_len, st_index *ix, char *err, size_t errlen) {
+    uint8_t b[1024] = {0};
+    if (8 + hl + data_len > sizeof b) return -100;
+    for (int i = 0; i < 8; i++) b[i] = (uint8_t)((uint64_t)hl >> (8 * i));
+    memcpy(b + 8, hdr, hl);
+    return st_parse_header(ix, 0, b, 8 + hl + data_len, 8 + hl + data_len, "buf.safetensors", err, errlen);
+}
+
+TEST(st_json_strict) {
+    static const struct { const char *hdr; const char *phrase; } k_cases[] = {
+        /* accepted (phrase NULL) */
+        {"{}", NULL},
+        {" \t\r\n{ } \n  ", NULL},
+        {"{\"__metadata__\":{}}", NULL},
+        {"{\"a\\u00e9\\ud83d\\ude00\\n\\\"\\\\\\/\\b\\f\\r\\t\":{\"dtype\":\"I8\",\"shape\":[2],\"data_offsets\":[0,2]}}", NULL},
+        {"{\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\":{\"dtype\":\"U8\",\"shape\":[],\"data_offsets\":[0,1]}}", NULL},
+        {"{\"w\":{\"data_offsets\":[0,1],\"shape\":[-0],\"dtype\":\"U8\"}}", "data_offsets [0, 1] but shape [0]"},
+        /* refused */
+        {"", "invalid JSON at byte 8: the header is not a JSON object"},
+        {"{", "invalid JSON"},
+        {"{,}", "invalid JSON"},
+        {"{\"a\":{}", "tensor 'a': missing \"dtype\""},
+        {"{\"a\":{\"dtype\":\"U8\"", "tensor 'a': invalid JSON"},
+        {"{}}", "trailing bytes"},
+        {"{\"a\" {}}", "expected ':'"},
+        {"{'a':{}}", "expected a string"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1],}}", "tensor 'a': invalid JSON"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1,],\"data_offsets\":[0,1]}}", "shape[1] is not an integer"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[01],\"data_offsets\":[0,1]}}", "invalid JSON"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1e0],\"data_offsets\":[0,1]}}", "shape[0] is not an integer"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[1.],\"data_offsets\":[0,1]}}", "bad number"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[9223372036854775808],\"data_offsets\":[0,1]}}", "shape[0] is out of range"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[-9223372036854775808],\"data_offsets\":[0,1]}}", "shape[0] is negative"},
+        {"{\"a\":{\"dtype\":\"U8\",\"shape\":[NaN],\"data_offsets\":[0,1]}}", "shape[0] is not an integer"},
+        {"{\"a\":{\"dtype\":\"U8\",\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}", "duplicate key 'dtype'"},
+        {"{\"a\":{\"dtype\":\"U\\u00008\",\"shape\":[1],\"data_offsets\":[0,1]}}", "unknown dtype"},
+        {"{\"a\\ud800\":{}}", "lone high surrogate"},
+        {"{\"a\\udc00\":{}}", "lone low surrogate"},
+        {"{\"a\\ud800\\u0041\":{}}", "bad surrogate pair"},
+        {"{\"a\\x\":{}}", "bad escape"},
+        {"{\"a\\u12G4\":{}}", "bad \\u escape"},
+        {"{\"a\tb\":{}}", "control character"},
+        {"{\"a\xc0\x80\":{}}", "invalid UTF-8"},
+        {"{\"a\xed\xa0\x80\":{}}", "invalid UTF-8"},
+        {"{\"a\xf4\x90\x80\x80\":{}}", "invalid UTF-8"},
+        {"{\"a\xe2\x82\":{}}", "invalid UTF-8"},
+        {"{\"a", "unterminated string"},
+        {"{\"__metadata__\":{},\"__metadata__\":{}}", "duplicate __metadata__"},
+        {"{\"__metadata__\":{\"a\":null}}", "__metadata__ value 'a' is not a string"},
+    };
+    for (size_t i = 0; i < sizeof k_cases / sizeof k_cases[0]; i++) {
+        st_index *ix = st_index_create();
+        char err[512] = "";
+        int rc = parse_buf(k_cases[i].hdr, strlen(k_cases[i].hdr), 8, ix, err, sizeof err);
+        if (!k_cases[i].phrase) CHECK_MSG(rc == 0, "case %zu: %s", i, err);
+        else CHECK_MSG(rc == STRATA_EFORMAT && strstr(err, "buf.safetensors") && strstr(err, k_cases[i].phrase),
+                       "case %zu: rc %d '%s' (want '%s')", i, rc, err, k_cases[i].phrase);
+        if (!rc) {
+            for (size_t k = 0; k < st_count(ix); k++) CHECK(st_find(ix, st_at(ix, k)->name) == st_at(ix, k));
+        } else {
+            CHECK(st_count(ix) == 0);
+        }
+        st_close(ix);
+    }
+    /* A NUL inside the header is a control character, not the end of the string. */
+    {
+        st_index *ix = st_index_create();
+        char err[512] = "";
+        static const char h[] = "{\"a\0\":{}}";
+        CHECK(parse_buf(h, sizeof h - 1, 0, ix, err, sizeof err) == STRATA_EFORMAT && strstr(err, "control character"));
+        st_close(ix);
+    }
+    /* Failure leaves the index as it was: a good header, then a bad one that
+     * would duplicate a name, then a good one again. */
+    st_index *ix = st_index_create();
+    char err[512] = "";
+    const char *first = "{\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+    CHECK(parse_buf(first, strlen(first), 1, ix, err, sizeof err) == 0);
+    const char *bad = "{\"y\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                      "\"x\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}";
+    CHECK(parse_buf(bad, strlen(bad), 2, ix, err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, "tensor 'x': duplicate tensor name, also in an earlier shard"), "%s", err);
+    CHECK(st_count(ix) == 1 && st_find(ix, "y") == NULL && st_find(ix, "x") == st_at(ix, 0));
+    const char *good = "{\"y\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]}}";
+    CHECK(parse_buf(good, strlen(good), 1, ix, err, sizeof err) == 0);
+    CHECK(st_count(ix) == 2 && st_find(ix, "y") == st_at(ix, 1));
+    const char *dup = "{\"z\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                      "\"z\\u0020\":{\"dtype\":\"U8\",\"shape\":[0],\"data_offsets\":[1,1]}}";
+    CHECK(parse_buf(dup, strlen(dup), 1, ix, err, sizeof err) == 0);
+    CHECK(st_find(ix, "z ") != NULL && st_find(ix, "z") != NULL);
+    st_close(ix);
+}
+
+static int count_entries(void *ud, const char *tensor, const char *file) {
+    (void)tensor;
+    (void)file;
+    return ++*(int *)ud == 3 ? STRATA_EINVAL : 0;
+}
+
+TEST(st_index_json) {
+    int n = 0;
+    char err[256] = "";
+    const char *j = "{\"weight_map\":{\"a\":\"f.safetensors\",\"b\":\"f.safetensors\",\"c\":\"g\",\"d\":\"g\"}}";
+    CHECK(st_parse_index_json((const uint8_t *)j, strlen(j), "ix.json", count_entries, &n, err, sizeof err) == STRATA_EINVAL);
+    CHECK(n == 3 && strstr(err, "ix.json") && strstr(err, "tensor 'c'"));
+    n = 0;
+    char deep[400];
+    snprintf(deep, sizeof deep, "{\"metadata\":{\"x\":%.66s%.66s},\"weight_map\":{}}",
+             "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[",
+             "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]");
+    CHECK(st_parse_index_json((const uint8_t *)deep, strlen(deep), "ix.json", count_entries, &n, err, sizeof err) == STRATA_EFORMAT);
+    CHECK(strstr(err, "nesting deeper than 64"));
+    const char *skip = "{\"extra\":[1,-2.5e3,true,false,null,\"s\",{\"k\":{}}],\"metadata\":{\"total_size\":1},"
+                       "\"weight_map\":{\"a\":\"m.safetensors\"}}";
+    CHECK(st_parse_index_json((const uint8_t *)skip, strlen(skip), "ix.json", count_entries, &n, err, sizeof err) == 0);
+    CHECK(n == 1);
+    CHECK(st_parse_index_json(NULL, 0, "ix.json", count_entries, &n, err, sizeof err) == STRATA_EFORMAT);
+}
