@@ -95,7 +95,7 @@ static void close_tag(emitter *e, const char *tag) {
     ctl(e, "<|sep|>");
 }
 
-static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, int add_gen, char *err, size_t errlen) {
+static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, int flags, char *err, size_t errlen) {
     if (effort < CHAT_THINK_OFF || effort > CHAT_THINK_MAX)
         return base_fail(err, errlen, STRATA_EINVAL, "chat: thinking effort must be off, low, high or max");
     for (size_t i = 0; i < n_msgs; i++) {
@@ -105,7 +105,7 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
             return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu (%s) has reasoning; only assistant turns may",
                              i + 1, chat_role_name(msgs[i].role));
     }
-    if (effort != CHAT_THINK_OFF) {
+    if (effort != CHAT_THINK_OFF && !(flags & CHAT_CONTINUE)) {
         char body[sizeof k_effort_body + 8];
         snprintf(body, sizeof body, k_effort_body, chat_effort_name(effort));
         open_tag(e, "message", " role=\"system\" type=\"thinking-effort\"");
@@ -133,7 +133,7 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
         close_tag(e, "message");
         ctl(e, "<|end_of_msg|>");
     }
-    if (add_gen) {
+    if (flags & CHAT_GEN) {
         open_tag(e, "message", " role=\"assistant\"");
         open_tag(e, effort != CHAT_THINK_OFF ? "think" : "response", NULL);
     }
@@ -141,19 +141,19 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
     return STRATA_OK;
 }
 
-int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int add_gen, int32_t **ids, size_t *n,
+int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int flags, int32_t **ids, size_t *n,
                 size_t *cap, char *err, size_t errlen) {
     chat_ids c;
     int rc = chat_ids_init(&c, t, err, errlen);
     if (rc) return rc;
     emitter e = {.t = t, .ids = ids, .n = n, .cap = cap};
-    return render(&e, msgs, n_msgs, effort, add_gen, err, errlen);
+    return render(&e, msgs, n_msgs, effort, flags, err, errlen);
 }
 
-int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int add_gen, char **out, size_t *len, char *err,
+int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int flags, char **out, size_t *len, char *err,
                      size_t errlen) {
     emitter e = {0};
-    int rc = render(&e, msgs, n_msgs, effort, add_gen, err, errlen);
+    int rc = render(&e, msgs, n_msgs, effort, flags, err, errlen);
     if (!rc && !e.txt) {
         e.txt = base_alloc(1, MEM_TOK);
         if (!e.txt) rc = base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
@@ -278,4 +278,112 @@ fail:
     base_free(resp.s);
     base_free(tag.s);
     return rc;
+}
+
+/* ===== following a reply as it is generated ===== */
+
+#define FOLLOW_TAG_MAX 32 /* ids of one tag name; longer is not a tag */
+
+struct chat_follow {
+    const tok *t;
+    chat_ids c;
+    int st;                          /* P_* */
+    int32_t tag[FOLLOW_TAG_MAX + 2]; /* the marker, the tag name ids, one more */
+    int n_tag;                       /* 0: not inside a tag */
+    int closed, ended;
+    tok_stream *ts;
+    bytes out;                       /* text handed back when a broken tag is replayed */
+};
+
+int chat_follow_open(chat_follow **out, const tok *t, int thinking, char *err, size_t errlen) {
+    *out = NULL;
+    chat_follow *f = base_calloc(1, sizeof *f, MEM_TOK);
+    if (!f) return base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
+    int rc = chat_ids_init(&f->c, t, err, errlen);
+    if (!rc && tok_stream_open(&f->ts, t)) rc = base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
+    if (rc) { chat_follow_close(f); return rc; }
+    f->t = t;
+    f->st = thinking ? P_THINK : P_RESPONSE;
+    *out = f;
+    return STRATA_OK;
+}
+
+void chat_follow_close(chat_follow *f) {
+    if (!f) return;
+    tok_stream_close(f->ts);
+    base_free(f->out.s);
+    base_free(f);
+}
+
+int chat_follow_closed(const chat_follow *f) { return f->closed; }
+
+static int follow_channel(const chat_follow *f) {
+    return f->st == P_THINK ? CHAT_CH_THINK : f->st == P_RESPONSE ? CHAT_CH_RESPONSE : CHAT_CH_NONE;
+}
+
+/* A tag that turned out not to be one: its ids are shown as text (specials as
+ * their markers) so nothing the model wrote is silently dropped. */
+static void follow_replay(chat_follow *f, const uint8_t **p, size_t *n) {
+    f->out.n = 0;
+    for (int i = 0; i < f->n_tag; i++) {
+        const uint8_t *q;
+        size_t qn;
+        if (tok_stream_push(f->ts, f->tag[i], &q, &qn) == 0 && bytes_add(&f->out, q, qn)) break;
+    }
+    f->n_tag = 0;
+    *p = (const uint8_t *)f->out.s;
+    *n = f->out.n;
+}
+
+int chat_follow_push(chat_follow *f, int32_t id, int *channel, const uint8_t **p, size_t *n) {
+    static const uint8_t empty[1];
+    *p = empty;
+    *n = 0;
+    *channel = follow_channel(f);
+    if (f->ended) return 1;
+    if (f->n_tag) { /* inside a tag: collect up to <|sep|> */
+        if (id != f->c.sep) {
+            if (f->n_tag > FOLLOW_TAG_MAX || tok_is_special(f->t, id)) {
+                f->tag[f->n_tag++] = id;
+                follow_replay(f, p, n);
+                return STRATA_EFORMAT;
+            }
+            f->tag[f->n_tag++] = id;
+            return 0;
+        }
+        bytes name = {0};
+        int rc = add_ids(f->t, &name, f->tag + 1, (size_t)f->n_tag - 1);
+        if (!rc) rc = bytes_add(&name, NULL, 0);
+        int is_open = f->tag[0] == f->c.open, next = -1;
+        if (!rc) {
+            if (!is_open && f->st == P_THINK && !strcmp(name.s, "think")) next = P_AFTER_THINK;
+            else if (is_open && f->st == P_AFTER_THINK && !strcmp(name.s, "response")) next = P_RESPONSE;
+            else if (!is_open && f->st == P_RESPONSE && !strcmp(name.s, "response")) next = P_AFTER_RESPONSE;
+            else if (!is_open && f->st == P_AFTER_RESPONSE && !strcmp(name.s, "message")) next = P_CLOSED;
+        }
+        base_free(name.s);
+        if (next < 0) {
+            f->tag[f->n_tag++] = id;
+            follow_replay(f, p, n);
+            return STRATA_EFORMAT;
+        }
+        f->n_tag = 0;
+        f->st = next;
+        f->closed = next == P_CLOSED;
+        *channel = follow_channel(f);
+        return 0;
+    }
+    if (id == f->c.eos || id == f->c.eom) { f->ended = 1; return 1; }
+    if (id == f->c.open || id == f->c.close) {
+        f->tag[0] = id;
+        f->n_tag = 1;
+        return 0;
+    }
+    if (tok_stream_push(f->ts, id, p, n)) return STRATA_EINVAL;
+    return tok_is_special(f->t, id) || (f->st != P_THINK && f->st != P_RESPONSE) ? STRATA_EFORMAT : 0;
+}
+
+void chat_follow_flush(chat_follow *f, int *channel, const uint8_t **p, size_t *n) {
+    *channel = follow_channel(f);
+    tok_stream_flush(f->ts, p, n);
 }

@@ -48,15 +48,20 @@ typedef struct chat_ids {
  * <|close|>, <|sep|> and <|end_of_msg|> are special tokens of t. */
 int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen);
 
-/* Appends the ids of msgs (and the generation prompt when add_gen) to *ids / *n /
+/* Render flags. CHAT_GEN appends the generation prompt. CHAT_CONTINUE renders a
+ * continuation of a conversation already rendered (no thinking-effort message):
+ * a REPL with retained state appends each new user turn this way. */
+enum { CHAT_GEN = 1, CHAT_CONTINUE = 2 };
+
+/* Appends the ids of msgs (and the generation prompt with CHAT_GEN) to *ids / *n /
  * *cap (caller-owned MEM_TOK array, may be reallocated; see tok_encode_append).
  * Errors: STRATA_EINVAL for a bad role/effort or reasoning on a non-assistant
  * message, STRATA_EFORMAT if t lacks the control tokens, ENOMEM/EBUDGET. */
-int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int add_gen,
+int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int flags,
                 int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen);
 /* The same conversation as text (control markers spelled out). *out is MEM_TOK,
  * NUL-terminated, caller base_free()s it. */
-int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int add_gen,
+int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int flags,
                      char **out, size_t *len, char *err, size_t errlen);
 
 /* A generated assistant turn, parsed. Strings are MEM_TOK, NUL-terminated; free
@@ -80,5 +85,21 @@ typedef struct chat_reply {
 int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, chat_reply *out,
                      char *err, size_t errlen);
 void chat_reply_free(chat_reply *r);
+
+/* Following a reply while it is generated (the REPL): the same state machine as
+ * chat_parse_reply, one id at a time, with streaming UTF-8 decode. */
+enum { CHAT_CH_NONE = 0, CHAT_CH_THINK = 1, CHAT_CH_RESPONSE = 2 };
+typedef struct chat_follow chat_follow;
+/* thinking: whether the generation prompt opened the think channel. MEM_TOK. */
+int chat_follow_open(chat_follow **out, const tok *t, int thinking, char *err, size_t errlen);
+/* Feeds one generated id. *channel and *p / *n give text to show (valid until the
+ * next call; may be empty). Returns 1 when the turn has ended (an end id), 0 to go
+ * on, STRATA_EFORMAT when the reply breaks the format (the caller may stop or keep
+ * going; the id is then shown as text in the current channel). */
+int chat_follow_push(chat_follow *f, int32_t id, int *channel, const uint8_t **p, size_t *n);
+/* Bytes still held by the UTF-8 decoder at the end of a turn. */
+void chat_follow_flush(chat_follow *f, int *channel, const uint8_t **p, size_t *n);
+int chat_follow_closed(const chat_follow *f); /* 1: </response></message> seen */
+void chat_follow_close(chat_follow *f);
 
 #endif

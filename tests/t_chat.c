@@ -228,3 +228,52 @@ TEST(chat_parse) {
     base_free(ids);
     tok_close(t);
 }
+
+/* chat_follow sees the same channels and text as chat_parse_reply, one id at a time. */
+TEST(chat_follow) {
+    tok *t = chat_tok();
+    if (!t) return;
+    int32_t a[] = {HI, ' ', 'x', CLOSE, THINK, SEP, OPEN, RESPONSE, SEP, 0xe4, 0xb8, 0xad, '!', CLOSE, RESPONSE, SEP,
+                   CLOSE, MESSAGE, SEP, EOS};
+    chat_follow *f;
+    char err[256];
+    CHECK(chat_follow_open(&f, t, 1, err, sizeof err) == 0);
+    char think[64] = "", resp[64] = "";
+    int ended = 0, bad = 0;
+    for (size_t i = 0; i < sizeof a / sizeof a[0] && !ended; i++) {
+        int ch;
+        const uint8_t *p;
+        size_t n;
+        int rc = chat_follow_push(f, a[i], &ch, &p, &n);
+        bad += rc < 0;
+        ended = rc == 1;
+        char *dst = ch == CHAT_CH_THINK ? think : resp;
+        if (n) strncat(dst, (const char *)p, n);
+    }
+    CHECK(ended && !bad && chat_follow_closed(f));
+    CHECK(!strcmp(think, "Hi x") && !strcmp(resp, "\xe4\xb8\xad!"));
+    chat_follow_close(f);
+    /* a broken tag is shown as text, with an error code */
+    CHECK(chat_follow_open(&f, t, 0, err, sizeof err) == 0);
+    int32_t b[] = {HI, OPEN, 'z', SEP, HI};
+    int saw_err = 0;
+    resp[0] = 0;
+    for (size_t i = 0; i < 5; i++) {
+        int ch;
+        const uint8_t *p;
+        size_t n;
+        saw_err |= chat_follow_push(f, b[i], &ch, &p, &n) == STRATA_EFORMAT;
+        if (n) strncat(resp, (const char *)p, n);
+    }
+    CHECK(saw_err && !strcmp(resp, "Hi<|open|>z<|sep|>Hi"));
+    chat_follow_close(f);
+    /* CHAT_CONTINUE: no effort preamble, just the turn and the prompt */
+    chat_msg u[] = {{CHAT_USER, "Hi", NULL}};
+    char *txt;
+    size_t len;
+    CHECK(chat_render_text(u, 1, CHAT_THINK_MAX, CHAT_GEN | CHAT_CONTINUE, &txt, &len, err, sizeof err) == 0);
+    CHECK(txt && !strcmp(txt, "<|open|>message role=\"user\"<|sep|>Hi<|close|>message<|sep|><|end_of_msg|>"
+                              "<|open|>message role=\"assistant\"<|sep|><|open|>think<|sep|>"));
+    base_free(txt);
+    tok_close(t);
+}
