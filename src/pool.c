@@ -31,6 +31,7 @@ struct pool {
     atomic_uint gen;        /* bumped once per job (and once for shutdown) */
     atomic_int pending;     /* workers that have not finished the current job */
     atomic_int stop;
+    atomic_int busy;        /* a pool_for is running (misuse check) */
     /* the current job: written by the caller before gen is released */
     pool_fn fn;
     void *ctx;
@@ -39,6 +40,11 @@ struct pool {
 };
 
 typedef struct { pool *p; int tid; } worker_arg;
+
+/* Set while a thread runs a range of a threaded pool_for: a nested threaded
+ * pool_for would deadlock (the workers are busy with the outer call), so it is
+ * asserted against. Inline calls (NULL pool, 1 thread, one range) may nest. */
+static _Thread_local int t_in_pool;
 
 /* Spin iteration s: a pause, and every 64th a sched_yield so that with more
  * threads than cores (a shared machine, or a test asking for 4 threads on 2 cores)
@@ -78,7 +84,9 @@ static void *worker_main(void *arg) {
         }
         seen = g;
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
+        t_in_pool = 1;
         run_chunk(p, tid);
+        t_in_pool = 0;
         if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
             pthread_mutex_lock(&p->mu);
             pthread_cond_signal(&p->cv_done);
@@ -100,6 +108,7 @@ int pool_create(pool **out, int n_threads) {
     atomic_init(&p->gen, 0);
     atomic_init(&p->pending, 0);
     atomic_init(&p->stop, 0);
+    atomic_init(&p->busy, 0);
     if (n_threads > 1) {
         /* one block: thread handles, then the per-worker argument records */
         size_t nw = (size_t)n_threads - 1;
@@ -143,6 +152,8 @@ void pool_for(pool *p, int64_t n, int64_t grain, pool_fn fn, void *ctx) {
     if (grain < 1) grain = 1;
     int64_t want = (n + grain - 1) / grain;
     if (!p || p->n == 1 || want <= 1) { fn(ctx, 0, n, 0); return; }
+    ST_ASSERT(!t_in_pool); /* pool_for from inside a threaded pool_for callback */
+    ST_ASSERT(atomic_exchange(&p->busy, 1) == 0); /* two threads driving one pool */
     p->fn = fn;
     p->ctx = ctx;
     p->n_items = n;
@@ -152,15 +163,21 @@ void pool_for(pool *p, int64_t n, int64_t grain, pool_fn fn, void *ctx) {
     atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
     pthread_cond_broadcast(&p->cv_work);
     pthread_mutex_unlock(&p->mu);
+    t_in_pool = 1;
     run_chunk(p, 0);
-    for (int s = 0; s < POOL_SPIN; s++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) return;
+    t_in_pool = 0;
+    int s = 0;
+    for (; s < POOL_SPIN; s++) {
+        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) break;
         spin_wait(s);
     }
-    pthread_mutex_lock(&p->mu);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
-        pthread_cond_wait(&p->cv_done, &p->mu);
-    pthread_mutex_unlock(&p->mu);
+    if (s == POOL_SPIN) {
+        pthread_mutex_lock(&p->mu);
+        while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
+            pthread_cond_wait(&p->cv_done, &p->mu);
+        pthread_mutex_unlock(&p->mu);
+    }
+    atomic_store_explicit(&p->busy, 0, memory_order_release);
 }
 
 /* Physical cores: distinct (package, core) pairs in sysfs topology; falls back to
