@@ -600,8 +600,9 @@ int pack_build(const char *model_dir, const cfg *c, const st_index *ix, const ch
         while (d && (e = readdir(d))) {
             const char *n = e->d_name;
             if (!strcmp(n, ".") || !strcmp(n, "..") || !strncmp(n, "trunk.bin", 9) || !strncmp(n, "manifest.json", 13)) continue;
+            rc = base_fail(err, errlen, STRATA_EINVAL, "%s is not empty (holds %s) and has no strata manifest; refusing to write there", dir, n);
             closedir(d);
-            return base_fail(err, errlen, STRATA_EINVAL, "%s is not empty (holds %s) and has no strata manifest; refusing to write there", dir, n);
+            return rc;
         }
         if (d) closedir(d);
     }

@@ -7,7 +7,8 @@
  * a GB of expert cache at the margin):
  *   1. the floor: process baseline + session + engine scratch + I/O buffers + an
  *      arena holding the largest trunk unit + one token's experts (top-k slots);
- *      the prefill chunk is halved until its expert union fits;
+ *      the prefill chunk (engine scratch) is halved until it fits; the chunk's
+ *      expert union is settled last, from the slots the cache got (step 6);
  *   2. an arena of two consecutive streamed units, so the reader thread loads
  *      layer L+1 while L computes (the seed measured 71.75 -> 42.27 s/token);
  *   3. trunk units pinned largest-first, iterated to a fixed point (pinning the
@@ -15,7 +16,8 @@
  *      against 1.29 GB for a MoE layer);
  *   4. the embedding table resident once the whole trunk is pinned (it saves only
  *      a row per token);
- *   5. everything left to the expert cache.
+ *   5. everything left to the expert cache;
+ *   6. the prefill chunk is lowered until its expert union fits the cache.
  * The walk is cyclic, so pinning K of N units saves exactly K/N of the streamed
  * bytes every token; an LRU over layers would save nothing.
  */
@@ -170,7 +172,9 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         for (int64_t T = pass ? chunk : 1;; T /= 2) {
             p->prefill_chunk = T;
             p->engine_bytes = o->engine_bytes ? o->engine_bytes(c, T, o->n_threads) : est_engine(c, T, o->n_threads);
-            int64_t need = T * c->topk < c->n_experts ? T * c->topk : c->n_experts;
+            /* while placing, reserve one token's experts; the chunk's union is
+             * settled last from what the cache gets (trunk first) */
+            int64_t need = c->topk < c->n_experts ? c->topk : c->n_experts;
             p->min_expert_slots = n_moe ? need : 0;
             p->n_expert_slots = p->min_expert_slots;
             p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
@@ -180,12 +184,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
             p->ring_bytes = p->ring_min_bytes = ring_need(p, 0);
             p->total_bytes = plan_total(p);
             if (!pass) { p->min_bytes = p->total_bytes; break; }
-            /* The chunk's expert union is leased for a whole layer, so it costs
-             * min(T * topk, n_experts) slots. Cap it at a quarter of the budget: on
-             * K3 at 24 GB a 64-token chunk would lease all 896 experts (15.7 GB) that
-             * pinned trunk layers save every decode token. */
-            if (T <= 1 || (!budget && p->total_bytes <= base_mem_available()) ||
-                (budget && p->total_bytes <= budget && p->cache_bytes <= budget / 4)) break;
+            if (T <= 1 || !budget || p->total_bytes <= budget) break;
         }
     }
     if (budget && p->total_bytes > budget) {
@@ -262,6 +261,14 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all > p->min_expert_slots ? n_expert_all : p->min_expert_slots;
         p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
     }
+    /* The chunk's expert union is leased for a whole layer: min(T * topk,
+     * n_experts) slots. It gets what the cache got after the trunk, not more: on K3
+     * at 24 GB a 64-token chunk would lease all 896 experts (15.7 GB), RAM that
+     * pinned layers save on every decode token. */
+    while (p->prefill_chunk > 1 && n_moe &&
+           (p->prefill_chunk * c->topk < c->n_experts ? p->prefill_chunk * c->topk : c->n_experts) > p->n_expert_slots)
+        p->prefill_chunk--;
+    if (n_moe) p->min_expert_slots = p->prefill_chunk * c->topk < c->n_experts ? p->prefill_chunk * c->topk : c->n_experts;
     p->streamed_bytes = 0;
     for (int64_t u = 0; u < p->n_units; u++) if (!p->pinned[u]) p->streamed_bytes += p->unit_bytes[u];
     p->total_bytes = plan_total(p);

@@ -1,0 +1,82 @@
+/* t_plan.c: the memory plan's invariants over a sweep of budgets (real K3 config
+ * and a tiny model), its JSON form and the CLI. */
+#include <string.h>
+#include "infer.h"
+#include "place.h"
+#include "test.h"
+
+const char *tpack_model(const char *name, const char *dir, uint64_t seed); /* t_pack.c */
+
+static place_opts k3_opts(uint64_t ram) {
+    place_opts o = place_opts_default();
+    o.ram_bytes = ram;
+    o.ctx = 4096;
+    o.prefill_chunk = 64;
+    o.session_bytes = infer_session_bytes;
+    o.engine_bytes = infer_engine_bytes;
+    o.overhead_bytes = 64u << 20;
+    return o;
+}
+
+TEST(plan_k3_sweep) {
+    static cfg c;
+    cfg_k3(&c);
+    static place_plan p;
+    char err[1024];
+    int64_t prev_pinned = -1;
+    double prev_read = 1e30;
+    uint64_t min = 0;
+    for (double gb = 3.0; gb <= 200; gb *= 1.35) {
+        place_opts o = k3_opts((uint64_t)(gb * 1e9));
+        int rc = place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err);
+        if (!min) min = p.min_bytes;
+        CHECK(p.min_bytes == min); /* the floor does not depend on the budget */
+        if (o.ram_bytes < min) { CHECK(rc == STRATA_EBUDGET); continue; }
+        CHECK_MSG(rc == 0, "%.1f GB: %s", gb, err);
+        if (rc) continue;
+        /* within the budget; the arena holds every unpinned unit; leases fit */
+        CHECK(p.total_bytes <= o.ram_bytes);
+        uint64_t largest = 0;
+        for (int64_t u = 0; u < p.n_units; u++) if (!p.pinned[u] && p.unit_bytes[u] > largest) largest = p.unit_bytes[u];
+        CHECK(p.ring_bytes >= largest && p.ring_min_bytes == largest);
+        CHECK(p.n_expert_slots >= p.prefill_chunk * c.topk || p.n_expert_slots >= c.n_experts);
+        /* more RAM never pins fewer units nor reads more per token */
+        CHECK(p.n_pinned >= prev_pinned);
+        CHECK((double)p.read_bytes_per_token <= prev_read * 1.0000001);
+        prev_pinned = p.n_pinned;
+        prev_read = (double)p.read_bytes_per_token;
+        /* largest first: any unpinned unit larger than a pinned one must not have fit */
+        uint64_t smallest_pinned = UINT64_MAX;
+        for (int64_t u = 0; u < p.n_units; u++) if (p.pinned[u] && p.unit_bytes[u] < smallest_pinned) smallest_pinned = p.unit_bytes[u];
+        if (p.n_pinned && largest > smallest_pinned) CHECK(p.total_bytes + largest - smallest_pinned > o.ram_bytes || largest > o.ram_bytes);
+    }
+    CHECK(min > 2000000000ull && min < 4000000000ull); /* K3's floor sits under 4 GB (the seed engine's: 8.24 GB) */
+    /* 4 GB: the prefill chunk shrinks so its expert union fits */
+    place_opts o = k3_opts(4000000000ull);
+    CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0);
+    CHECK(p.prefill_chunk < 64 && p.prefill_chunk >= 1);
+    json_t *j = place_plan_json(&p);
+    CHECK(json_integer_value(json_object_get(j, "total_bytes")) == (json_int_t)p.total_bytes);
+    CHECK(json_is_array(json_object_get(j, "pinned_units")));
+    json_decref(j);
+}
+
+TEST(plan_model_cli) {
+    const char *m = tpack_model("tiny", "pl_tiny", 2);
+    if (!m) { CHECK(0); return; }
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s plan %s --ram-gb 50 --json", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "\"n_pinned\": 9") && strstr(out, "\"embed_resident\": true"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s plan %s --ram-gb 0.001", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK(out && strstr(out, "needs at least"));
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s plan %s", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 2); /* no budget given */
+    snprintf(cmd, sizeof cmd, "%s plan %s --ram auto", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK(out && strstr(out, "trunk pinned"));
+    base_free(out);
+}
