@@ -261,9 +261,12 @@ static void print_human(const report *r) {
         uint64_t big2 = 0;
         for (int64_t L = 0; L < c->n_layers; L++) if (l->layer_bytes[L] > big2) big2 = l->layer_bytes[L];
         printf("  largest layer trunk as stored: %s\n", bytes3(big2, a, sizeof a));
-        if (l->n_unused) {
-            printf("  warnings: %lld checkpoint tensors not used by the model (%s)\n", (long long)l->n_unused,
-                   base_fmt_bytes(l->unused_bytes, a, sizeof a));
+        if (r->warnings.n) {
+            printf("  warnings:");
+            if (l->n_unused)
+                printf(" %lld checkpoint tensors not used by the model (%s)", (long long)l->n_unused,
+                       base_fmt_bytes(l->unused_bytes, a, sizeof a));
+            printf("\n");
             print_lines(stdout, "    ", r->warnings.s);
         }
     }

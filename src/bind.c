@@ -314,6 +314,11 @@ int model_bind_check_ex(const cfg *c, const st_index *ix, model_layout *lay, sbu
         if (cfg_is_moe(c, L)) n_experts += c->n_experts;
     lay->experts_contiguous = n_experts > 0 && lay->n_expert_noncontig == 0;
     lay->layers_contiguous = lay->n_layer_noncontig == 0;
+    /* A config that declares MXFP4 experts over plain weights is a mislabelled
+     * checkpoint; the bytes decide, but say so. */
+    if (warnings && c->mxfp4_experts && lay->experts_bf16)
+        sbuf_line(warnings, "config declares quantization_config.format mxfp4 but the experts are plain %s weights",
+                  b->expert_dtype >= 0 ? st_dtype_name(b->expert_dtype) : "float");
     report_unused(b, warnings);
     if (b->n_prob > BIND_MAX_LINES)
         sbuf_printf(b->pb, "  - and %lld more problems\n", (long long)(b->n_prob - BIND_MAX_LINES));
