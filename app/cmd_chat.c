@@ -1,8 +1,321 @@
-/* cmd_chat.c: placeholder until the module lands. */
+/*
+ * cmd_chat.c: `strata chat MODEL_DIR`: an interactive K3 chat with retained state.
+ *
+ * The session keeps its KDA/conv state and MLA cache across turns: each user line
+ * is rendered as a continuation (chat.h CHAT_CONTINUE: the turn plus the
+ * generation prompt) and only those ids are prefilled; the reply's ids, including
+ * its end id, are already in the session when the next turn starts. Nothing is
+ * re-prefilled except after /reset. /save and /load write and read the session
+ * state (infer.h session_save/_load), so a conversation resumes exactly.
+ *
+ * stdout carries the response channel only; the think channel goes to stderr
+ * (or to stdout between <think> lines with --show-think), so `echo hi | strata
+ * chat M` prints just the answer. Exit: 0 ok, 1 model/IO failure, 2 usage.
+ */
+#include <string.h>
+#include <unistd.h>
+#include "chat.h"
 #include "cli.h"
+#include "cfg.h"
+#include "infer.h"
+#include "kern.h"
+#include "model.h"
+#include "pool.h"
+#include "sample.h"
+#include "st.h"
+#include "tok.h"
+
+#define CMD "chat"
+#define CHAT_DEFAULT_GEN 4096
+#define CHAT_DEFAULT_CTX 32768
+
+static void usage(FILE *f) {
+    fprintf(f,
+        "usage: strata chat MODEL_DIR [options]\n"
+        "\n"
+        "Each line on stdin is one user message; the reply streams to stdout.\n"
+        "REPL commands: /help, /reset (forget the conversation, keep --system),\n"
+        "  /save FILE (session state), /load FILE, /exit (or end of input).\n"
+        "\n"
+        "  --system TEXT        system message\n"
+        "  --think EFFORT       low, high, max (default) or off (no think channel)\n"
+        "  --show-think         print the think channel to stdout between <think> lines\n"
+        "                       (default: to stderr)\n"
+        "  --gen N              max tokens per reply (default %d)\n"
+        "  --ctx N              context positions for the whole chat (default min(model, %d))\n"
+        "  --temp T             temperature, 0 = greedy (default 0)\n"
+        "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S   sampling (see run)\n"
+        "  --threads N          compute threads (default: physical cores)\n",
+        CHAT_DEFAULT_GEN, CHAT_DEFAULT_CTX);
+}
+
+typedef struct chat_opts {
+    const char *model_dir, *system;
+    int effort, show_think;
+    int64_t gen, ctx, threads;
+    sample_opts so;
+} chat_opts;
+
+static int parse_args(int argc, char **argv, chat_opts *o) {
+    sample_opts sd = SAMPLE_OPTS_DEFAULT;
+    memset(o, 0, sizeof *o);
+    o->so = sd;
+    o->gen = CHAT_DEFAULT_GEN;
+    o->effort = CHAT_THINK_MAX;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        double d;
+        int64_t n;
+#define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
+#define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
+        if (!strcmp(a, "--system")) { NEED(); o->system = v; }
+        else if (!strcmp(a, "--think")) {
+            NEED();
+            if ((o->effort = chat_effort_parse(v)) < 0) BAD("low, high, max or off; the K3 encoder refuses medium");
+        }
+        else if (!strcmp(a, "--show-think")) o->show_think = 1;
+        else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, 1 << 20, &o->gen)) BAD("an integer >= 1"); }
+        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
+        else if (!strcmp(a, "--temp")) { NEED(); if (base_parse_f64(v, 0, 1e6, &o->so.temp)) BAD(">= 0"); }
+        else if (!strcmp(a, "--top-k")) { NEED(); if (base_parse_i64(v, 0, INT32_MAX, &o->so.top_k)) BAD("an integer >= 0"); }
+        else if (!strcmp(a, "--top-p")) { NEED(); if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); o->so.top_p = d; }
+        else if (!strcmp(a, "--min-p")) { NEED(); if (base_parse_f64(v, 0, 1, &o->so.min_p)) BAD("in [0, 1]"); }
+        else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("> 0"); o->so.repeat_penalty = d; }
+        else if (!strcmp(a, "--seed")) { NEED(); if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); o->so.seed = (uint64_t)n; }
+        else if (!strcmp(a, "--threads")) { NEED(); if (base_parse_i64(v, 1, 256, &o->threads)) BAD("1..256"); }
+        else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
+        else if (!o->model_dir) o->model_dir = a;
+        else return cli_usage_error(CMD, "unexpected argument '%s'", a);
+#undef NEED
+#undef BAD
+    }
+    if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
+    return 0;
+}
+
+typedef struct chat_state {
+    cfg c;
+    st_index *ix;
+    wsrc *w;
+    engine *e;
+    session *s;
+    sampler *sm;
+    tok *tk;
+    float *logits;
+    int32_t *ids; /* render buffer (MEM_TOK, grows) */
+    size_t n_ids, cap_ids;
+    char *line;   /* input line (MEM_MISC, grows) */
+    size_t line_cap;
+} chat_state;
+
+static void chat_release(chat_state *r) {
+    base_free(r->line);
+    base_free(r->ids);
+    base_free(r->logits);
+    tok_close(r->tk);
+    sampler_free(r->sm);
+    session_free(r->s);
+    engine_free(r->e);
+    if (r->w) r->w->ops->close(r->w);
+    st_close(r->ix);
+}
+
+/* One line from stdin without its newline; 0 at end of input. */
+static int read_line(chat_state *r, size_t *len) {
+    size_t n = 0;
+    int ch, any = 0;
+    while ((ch = getchar()) != EOF) {
+        any = 1;
+        if (ch == '\n') break;
+        if (n + 2 > r->line_cap) {
+            size_t cap = r->line_cap ? r->line_cap * 2 : 1024;
+            char *nl = base_realloc(r->line, cap, MEM_MISC);
+            if (!nl) return 0;
+            r->line = nl;
+            r->line_cap = cap;
+        }
+        r->line[n++] = (char)ch;
+    }
+    if (!any) return 0;
+    if (!r->line) { r->line = base_alloc(1, MEM_MISC); if (!r->line) return 0; r->line_cap = 1; }
+    if (n && r->line[n - 1] == '\r') n--;
+    r->line[n] = 0;
+    *len = n;
+    return 1;
+}
+
+/* Renders msgs with flags into r->ids and prefills them. */
+static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int flags) {
+    char err[512];
+    r->n_ids = 0;
+    if (chat_render(r->tk, msgs, n, effort, flags, &r->ids, &r->n_ids, &r->cap_ids, err, sizeof err)) {
+        fprintf(stderr, "strata chat: %s\n", err);
+        return -1;
+    }
+    if (r->n_ids == 0) return 0;
+    if (session_pos(r->s) + (int64_t)r->n_ids >= session_max_ctx(r->s)) {
+        fprintf(stderr, "strata chat: the context is full (%lld positions); /reset or a larger --ctx\n",
+                (long long)session_max_ctx(r->s));
+        return 1;
+    }
+    for (size_t i = 0; i < r->n_ids; i++)
+        if (r->ids[i] >= r->c.vocab) {
+            fprintf(stderr, "strata chat: id %d is outside the model's vocabulary\n", r->ids[i]);
+            return -1;
+        }
+    if (session_eval(r->s, r->ids, (int64_t)r->n_ids, r->logits)) {
+        fprintf(stderr, "strata chat: %s\n", session_errmsg(r->s));
+        return -1;
+    }
+    return 0;
+}
+
+/* The preamble: thinking-effort message and --system, evaluated from empty. */
+static int preamble(chat_state *r, const chat_opts *o) {
+    session_reset(r->s);
+    chat_msg sys = {CHAT_SYSTEM, o->system, NULL};
+    return feed(r, &sys, o->system ? 1 : 0, o->effort, 0);
+}
+
+static void show(const chat_opts *o, int ch, int *cur, const uint8_t *p, size_t n) {
+    if (!n) return;
+    FILE *f = ch == CHAT_CH_THINK && !o->show_think ? stderr : stdout;
+    if (o->show_think && ch != *cur) {
+        if (*cur == CHAT_CH_THINK) fputs("\n</think>\n", stdout);
+        if (ch == CHAT_CH_THINK) fputs("<think>\n", stdout);
+    }
+    *cur = ch;
+    fwrite(p, 1, n, f);
+    fflush(f);
+}
+
+/* Generates one reply; its ids (end id included) stay in the session. */
+static int reply(chat_state *r, const chat_opts *o) {
+    char err[512];
+    chat_follow *f;
+    if (chat_follow_open(&f, r->tk, o->effort != CHAT_THINK_OFF, err, sizeof err)) {
+        fprintf(stderr, "strata chat: %s\n", err);
+        return -1;
+    }
+    int cur = CHAT_CH_NONE, ended = 0, ret = 0;
+    int64_t n = 0;
+    while (n < o->gen) {
+        base_mem_guard(1);
+        int32_t id = sampler_next(r->sm, r->logits, session_tokens(r->s), session_pos(r->s));
+        base_mem_guard(0);
+        n++;
+        int ch;
+        const uint8_t *p;
+        size_t pn;
+        int rc = chat_follow_push(f, id, &ch, &p, &pn);
+        show(o, ch, &cur, p, pn);
+        if (session_pos(r->s) + 1 >= session_max_ctx(r->s)) {
+            fprintf(stderr, "\nstrata chat: the context is full; /reset or a larger --ctx\n");
+            break;
+        }
+        /* the chosen id joins the state, end ids too: the next turn continues after it */
+        if (session_eval(r->s, &id, 1, r->logits)) {
+            fprintf(stderr, "\nstrata chat: %s\n", session_errmsg(r->s));
+            ret = -1;
+            break;
+        }
+        if (rc == 1) { ended = 1; break; }
+    }
+    int ch;
+    const uint8_t *p;
+    size_t pn;
+    chat_follow_flush(f, &ch, &p, &pn);
+    show(o, ch, &cur, p, pn);
+    if (o->show_think && cur == CHAT_CH_THINK) fputs("\n</think>", stdout);
+    fputc('\n', stdout);
+    fflush(stdout);
+    if (!ended && !ret) fprintf(stderr, "strata chat: (reply cut at %lld tokens)\n", (long long)n);
+    chat_follow_close(f);
+    return ret;
+}
 
 int cmd_chat(int argc, char **argv) {
-    if (argc > 1 && cli_is_help(argv[1])) { printf("strata %s: not implemented yet\n", argv[0]); return 0; }
-    fprintf(stderr, "strata %s: not implemented yet\n", argv[0]);
-    return 1;
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) { usage(stdout); return 0; }
+    chat_opts o;
+    int rc = parse_args(argc, argv, &o);
+    if (rc) return rc;
+    chat_state r;
+    memset(&r, 0, sizeof r);
+    char err[4096], path[4096], tc[4096];
+    int ret = 1;
+    kern_init(NULL);
+    snprintf(path, sizeof path, "%s/config.json", o.model_dir);
+    if (cfg_load(&r.c, path, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if (st_open(&r.ix, o.model_dir, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    {
+        static model_layout lay;
+        sbuf pb = {0};
+        if (model_bind_check(&r.c, r.ix, &lay, &pb)) {
+            fprintf(stderr, "strata chat: %s: the model does not match its config (%d problems):\n%s", o.model_dir,
+                    pb.n, pb.s ? pb.s : "");
+            sbuf_free(&pb);
+            goto out;
+        }
+        sbuf_free(&pb);
+    }
+    snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
+    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
+    if (tok_open(&r.tk, path, tc, TOK_PAT_KIMI, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    chat_ids ci;
+    if (chat_ids_init(&ci, r.tk, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    int64_t ctx = o.ctx ? o.ctx : (r.c.max_ctx < CHAT_DEFAULT_CTX ? r.c.max_ctx : CHAT_DEFAULT_CTX);
+    int threads = o.threads ? (int)o.threads : pool_default_threads();
+    if (wsrc_resident_open(&r.w, &r.c, r.ix, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    engine_opts eo = {threads, 0};
+    if (engine_create(&r.e, &r.c, r.w, &eo, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if (session_create(&r.s, r.e, ctx, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if (sampler_create(&r.sm, r.c.vocab, &o.so, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    r.logits = base_alloc((size_t)r.c.vocab * sizeof(float), MEM_SCRATCH);
+    if (!r.logits) { fprintf(stderr, "strata chat: out of memory\n"); goto out; }
+    if (preamble(&r, &o)) goto out;
+    const int tty = isatty(0);
+    if (tty)
+        fprintf(stderr, "strata chat: %lld layers, ctx %lld, thinking %s, %d threads. /help for commands.\n",
+                (long long)r.c.n_layers, (long long)ctx, chat_effort_name(o.effort), threads);
+    size_t len;
+    for (;;) {
+        if (tty) { fputs("> ", stderr); fflush(stderr); }
+        if (!read_line(&r, &len)) break;
+        if (len == 0) continue;
+        if (r.line[0] == '/') {
+            char *arg = strchr(r.line, ' ');
+            if (arg) { *arg++ = 0; while (*arg == ' ') arg++; }
+            if (!strcmp(r.line, "/exit") || !strcmp(r.line, "/quit")) break;
+            if (!strcmp(r.line, "/help")) {
+                fputs("/reset  forget the conversation\n/save FILE  write the session state\n"
+                      "/load FILE  resume a saved session\n/exit\n", stderr);
+            } else if (!strcmp(r.line, "/reset")) {
+                if (preamble(&r, &o)) goto out;
+                fputs("strata chat: conversation reset\n", stderr);
+            } else if (!strcmp(r.line, "/save") && arg && *arg) {
+                if (session_save(r.s, arg, err, sizeof err)) fprintf(stderr, "strata chat: %s\n", err);
+                else fprintf(stderr, "strata chat: saved %lld positions to %s\n", (long long)session_pos(r.s), arg);
+            } else if (!strcmp(r.line, "/load") && arg && *arg) {
+                if (session_load(r.s, arg, err, sizeof err)) {
+                    fprintf(stderr, "strata chat: %s (the conversation was reset)\n", err);
+                    if (preamble(&r, &o)) goto out;
+                } else {
+                    fprintf(stderr, "strata chat: loaded %lld positions from %s\n", (long long)session_pos(r.s), arg);
+                }
+            } else {
+                fprintf(stderr, "strata chat: unknown command '%s' (/help)\n", r.line);
+            }
+            continue;
+        }
+        chat_msg m = {CHAT_USER, r.line, NULL};
+        rc = feed(&r, &m, 1, o.effort, CHAT_GEN | CHAT_CONTINUE);
+        if (rc < 0) goto out;
+        if (rc > 0) continue;
+        if (reply(&r, &o)) goto out;
+    }
+    ret = 0;
+out:
+    chat_release(&r);
+    return ret;
 }
