@@ -4,7 +4,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include "gen.h"
@@ -343,4 +342,50 @@ TEST(stream_decode_identical) {
     base_free(wl);
     base_free(gl);
     model_close(&m);
+}
+
+/* A child process decodes at a budget computed in the child (its own baseline
+ * RSS): its peak RSS stays within the budget, and its ids equal the resident run's. */
+TEST(stream_child_rss) {
+    const char *dir = tpack_model("tiny", "st_rss", 9);
+    if (!dir) { CHECK(0); return; }
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        model m;
+        uint64_t out[2] = {0, 0};
+        if (model_open(&m, dir) == 0) {
+            int32_t want[4], got[4];
+            float *l = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
+            decode(&m, m.res, 4, want, 4, l);
+            place_opts o = opts_for(1ull << 40);
+            o.overhead_bytes = 0; /* measure this process */
+            place_plan p;
+            char err[512];
+            place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err);
+            o.ram_bytes = p.min_bytes + (p.total_bytes - p.min_bytes) / 4;
+            wsrc *w = NULL;
+            if (!place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) &&
+                !place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) && !decode(&m, w, p.prefill_chunk, got, 4, l) &&
+                !memcmp(want, got, sizeof want))
+                out[0] = o.ram_bytes;
+            if (w) w->ops->close(w);
+            out[1] = base_peak_rss();
+        }
+        if (write(fds[1], out, sizeof out) != sizeof out) _exit(3);
+        _exit(0);
+    }
+    close(fds[1]);
+    uint64_t got[2] = {0, 0};
+    CHECK(read(fds[0], got, sizeof got) == sizeof got);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK_MSG(WIFEXITED(st) && got[0] > 0, "child failed");
+    /* the child's getrusage(RUSAGE_SELF) peak: RUSAGE_CHILDREN in this runner would
+     * also cover every earlier child (CLI runs of other suites) */
+    CHECK_MSG(got[1] <= got[0], "peak RSS %llu over the budget %llu", (unsigned long long)got[1], (unsigned long long)got[0]);
 }
