@@ -21,6 +21,7 @@ static uint64_t rng(uint64_t *s) { *s ^= *s << 13; *s ^= *s >> 7; *s ^= *s << 17
 
 static double run(io_ring *r, io_file *f, const xr *x, int n, int depth, int aligned_mode, uint8_t *buf, uint64_t slot) {
     io_req q[64];
+    memset(q, 0, sizeof q);
     int next = 0, inflight = 0;
     uint64_t bytes = 0;
     double t0 = base_now();
