@@ -148,9 +148,14 @@ int cmd_gen_model(int argc, char **argv) {
     int rc = gen_model(out, &c, &o, &st, err, sizeof err);
     if (rc) { fprintf(stderr, "strata gen-model: %s\n", err); return 1; }
     char hb[32];
+    if (sparse) {
+        printf("wrote %s: %s (sparse: headers and holes) in %d shard%s, %llu tensors, %.2f s\n", out,
+               base_fmt_bytes(st.total_bytes, hb, sizeof hb), st.n_shards, st.n_shards == 1 ? "" : "s",
+               (unsigned long long)st.n_tensors, st.secs);
+        return 0;
+    }
     printf("wrote %s: %s in %d shard%s, %llu tensors, %.2f s, %.0f MB/s (write %.2f s, waiting for the generator %.2f s)%s\n",
            out, base_fmt_bytes(st.total_bytes, hb, sizeof hb), st.n_shards, st.n_shards == 1 ? "" : "s",
-           (unsigned long long)st.n_tensors, st.secs, st.mb_per_s, st.io_secs, st.gen_wait_secs,
-           sparse ? " (sparse)" : "");
+           (unsigned long long)st.n_tensors, st.secs, st.mb_per_s, st.io_secs, st.gen_wait_secs, "");
     return 0;
 }

@@ -442,25 +442,45 @@ int gen_tokenizer_ranks(int64_t n_ranks, uint8_t **bytes_out, uint64_t **offs_ou
         if (!ok) goto fail;
     }
 
-    /* Stage 3, when the corpus is exhausted (large vocabularies): deterministic
-     * concatenations of two existing multi-byte or printable tokens, at most 16
-     * bytes, so every rank is still a merge of two lower ranks. */
+    /* Stage 3, when the corpus is exhausted (large vocabularies): pseudo-words,
+     * deterministic concatenations of a word-like token (letters, optional
+     * leading space) and a letters-only one, at most 14 bytes, so every rank is
+     * still a merge of two lower ranks and decoded text still looks like text. */
     {
         rng r = {0x746f6b656e697a65ull, 0};
         uint8_t tmp[32];
-        int64_t tries = 0;
+        int64_t tries = 0, n_word = 0, n_tail = 0;
+        int32_t *word = base_alloc((size_t)n_ranks * sizeof *word, MEM_TOK);
+        int32_t *tail = base_alloc((size_t)n_ranks * sizeof *tail, MEM_TOK);
+        if (!word || !tail) { base_free(word); base_free(tail); goto fail; }
+        for (int64_t id = 0; id < t.n; id++) {
+            const uint8_t *b = t.bytes + t.offs[id];
+            size_t l = toklen(&t, id), k = b[0] == ' ' ? 1 : 0;
+            int letters = l > k;
+            for (size_t q = k; q < l; q++) letters &= (unsigned)((b[q] | 32) - 'a') < 26u;
+            if (letters) word[n_word++] = (int32_t)id;
+            if (letters && !k) tail[n_tail++] = (int32_t)id;
+        }
         while (t.n < n_ranks) {
-            int64_t lo = t.n > 512 ? 256 : 32;
-            int64_t a = lo + (int64_t)rng_below(&r, (uint64_t)(t.n - lo));
-            int64_t b = lo + (int64_t)rng_below(&r, (uint64_t)(t.n - lo));
+            int64_t a, b;
+            if (++tries > n_ranks * 1000) { base_free(word); base_free(tail); goto fail; }
+            if (n_word > 16 && n_tail > 16 && tries < n_ranks * 100) {
+                a = word[rng_below(&r, (uint64_t)n_word)];
+                b = tail[rng_below(&r, (uint64_t)n_tail)];
+            } else { /* degenerate corpus: any two printable tokens */
+                a = 32 + (int64_t)rng_below(&r, (uint64_t)(t.n - 32));
+                b = 32 + (int64_t)rng_below(&r, (uint64_t)(t.n - 32));
+                if ((a < 256 && a >= 0x7F) || (b < 256 && b >= 0x7F)) continue;
+            }
             size_t la = toklen(&t, a), lb = toklen(&t, b);
-            if (++tries > n_ranks * 1000) goto fail;
-            if (la + lb > 16 || (a < 256 && t.bytes[t.offs[a]] >= 0x7F) || (b < 256 && t.bytes[t.offs[b]] >= 0x7F)) continue;
+            if (la + lb > 14) continue;
             memcpy(tmp, t.bytes + t.offs[a], la);
             memcpy(tmp + la, t.bytes + t.offs[b], lb);
             if (toktab_find(&t, tmp, la + lb) >= 0) continue;
-            if (toktab_add(&t, tmp, la + lb)) goto fail;
+            if (toktab_add(&t, tmp, la + lb)) { base_free(word); base_free(tail); goto fail; }
         }
+        base_free(word);
+        base_free(tail);
     }
     *bytes_out = t.bytes;
     *offs_out = t.offs;
