@@ -464,6 +464,44 @@ static void compare_ids(const char *what, const int32_t *got, size_t ng, const i
               i < ng ? got[i] : -1, i < nw ? want[i] : -1);
 }
 
+/* Encodes each string of cases.jsonl on its own and compares with the oracle's
+ * id lines in opath (empty results have empty lines, which strtok_r skips on both
+ * sides). */
+static void compare_cases(tok *t, const char *what, const char *opath) {
+    char jpath[1200];
+    snprintf(jpath, sizeof jpath, "%s/cases.jsonl", g_dir);
+    uint8_t *jb = NULL, *ob = NULL;
+    size_t jl, ol;
+    CHECK(base_read_file(jpath, 1u << 26, &jb, &jl, NULL, 0) == 0);
+    CHECK(base_read_file(opath, 1u << 26, &ob, &ol, NULL, 0) == 0);
+    if (!jb || !ob) { base_free(jb); base_free(ob); return; }
+    char *jsave, *osave;
+    char *jline = strtok_r((char *)jb, "\n", &jsave);
+    char *oline = strtok_r((char *)ob, "\n", &osave);
+    int ncase = 0, bad = 0;
+    for (; jline; jline = strtok_r(NULL, "\n", &jsave), ncase++) {
+        json_t *s = json_line(jline);
+        CHECK(s != NULL);
+        if (!s) break;
+        int32_t *ci;
+        size_t cn;
+        CHECK(tok_encode(t, (const uint8_t *)json_string_value(s), json_string_length(s), 0, &ci, &cn) == 0);
+        if (cn) {
+            sbuf g = {0};
+            for (size_t i = 0; i < cn; i++) sbuf_printf(&g, "%s%d", i ? "," : "", ci[i]);
+            if ((!oline || strcmp(g.s, oline)) && bad++ < 3)
+                CHECK_MSG(0, "%s case %d %s: strata %s, oracle %s", what, ncase, jline, g.s, oline ? oline : "(none)");
+            oline = strtok_r(NULL, "\n", &osave);
+            sbuf_free(&g);
+        }
+        base_free(ci);
+        json_decref(s);
+    }
+    CHECK_MSG(bad == 0 && ncase > 400, "%s: %d of %d cases differ", what, bad, ncase);
+    base_free(jb);
+    base_free(ob);
+}
+
 static void oracle_vocab(const char *name, int pattern) {
     char vpath[1200], cpath[1200], cmd[8192], *out;
     snprintf(vpath, sizeof vpath, "%s/%s.tiktoken", g_dir, name);
@@ -500,43 +538,8 @@ static void oracle_vocab(const char *name, int pattern) {
         base_free(want);
         /* per-case edge inputs */
         snprintf(opath, sizeof opath, "%s/%s.%s.cases", g_dir, name, impls[k]);
-        char jpath[1200];
-        snprintf(jpath, sizeof jpath, "%s/cases.jsonl", g_dir);
-        uint8_t *jb, *ob;
-        size_t jl, ol;
-        CHECK(base_read_file(jpath, 1u << 26, &jb, &jl, NULL, 0) == 0);
-        CHECK(base_read_file(opath, 1u << 26, &ob, &ol, NULL, 0) == 0);
-        char *jsave, *osave;
-        char *jline = strtok_r((char *)jb, "\n", &jsave);
-        char *oline = strtok_r((char *)ob, "\n", &osave);
-        int ncase = 0, bad = 0;
-        /* Empty id lines vanish in strtok_r; cases.jsonl starts with "" so handle it first. */
-        for (; jline; jline = strtok_r(NULL, "\n", &jsave), ncase++) {
-            json_t *s = json_line(jline);
-            CHECK(s != NULL);
-            if (!s) break;
-            int32_t *ci;
-            size_t cn;
-            CHECK(tok_encode(t, (const uint8_t *)json_string_value(s), json_string_length(s), 0, &ci, &cn) == 0);
-            if (cn == 0) {
-                json_decref(s);
-                base_free(ci);
-                continue;
-            }
-            sbuf g = {0};
-            for (size_t i = 0; i < cn; i++) sbuf_printf(&g, "%s%d", i ? "," : "", ci[i]);
-            if (!oline || strcmp(g.s, oline)) {
-                if (bad++ < 3)
-                    CHECK_MSG(0, "%s case %d %s: strata %s, %s %s", name, ncase, jline, g.s, impls[k], oline ? oline : "(none)");
-            }
-            oline = strtok_r(NULL, "\n", &osave);
-            sbuf_free(&g);
-            base_free(ci);
-            json_decref(s);
-        }
-        CHECK(bad == 0 && ncase > 400);
-        base_free(jb);
-        base_free(ob);
+        snprintf(what, sizeof what, "%s %s", name, impls[k]);
+        compare_cases(t, what, opath);
     }
     /* the CLI gives the same ids */
     char spath[1200];
@@ -686,6 +689,31 @@ TEST(tok_kimi) {
     tok *t;
     char err[512];
     if (tok_open(&t, vpath, NULL, TOK_PAT_KIMI, err, sizeof err)) { CHECK_MSG(0, "%s", err); return; }
+    /* Ids against tiktoken's Rust core running Kimi's pat_str verbatim (the regex
+     * crate has class intersection natively) over the o200k ranks. */
+    snprintf(cmd, sizeof cmd, "node tests/tok/encode.mjs kimi-wasm %s %s/corpus.txt %s/kimi.wasm.ids %s/cases.jsonl %s/kimi.wasm.cases",
+             vpath, g_dir, g_dir, g_dir, g_dir);
+    if (t_run(cmd, &out)) {
+        CHECK_MSG(0, "encode.mjs kimi-wasm: %s", out);
+    } else {
+        uint8_t *text;
+        size_t tl;
+        snprintf(path, sizeof path, "%s/corpus.txt", g_dir);
+        CHECK(base_read_file(path, 1u << 28, &text, &tl, NULL, 0) == 0);
+        int32_t *ids, *want;
+        size_t n, nw;
+        CHECK(tok_encode(t, text, tl, 0, &ids, &n) == 0);
+        snprintf(path, sizeof path, "%s/kimi.wasm.ids", g_dir);
+        CHECK(read_ids(path, &want, &nw) == 0);
+        compare_ids("kimi corpus vs tiktoken (Rust regex)", ids, n, want, nw);
+        printf("  kimi ids: %zu ids over %zu bytes agree with tiktoken's Rust regex\n", n, tl);
+        base_free(ids);
+        base_free(want);
+        base_free(text);
+        snprintf(path, sizeof path, "%s/kimi.wasm.cases", g_dir);
+        compare_cases(t, "kimi vs tiktoken", path);
+    }
+    base_free(out);
     const char *inputs[] = {"corpus.txt", "cases.jsonl"};
     for (int k = 0; k < 2; k++) {
         snprintf(path, sizeof path, "%s/%s", g_dir, inputs[k]);
