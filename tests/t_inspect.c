@@ -150,7 +150,7 @@ static const char *write_model(const char *name, const cfg *c, const mw *m) {
 }
 
 static int run_inspect(const char *args, char **out) {
-    char cmd[2048];
+    char cmd[4200];
     snprintf(cmd, sizeof cmd, "%s inspect %s", t_strata(), args);
     return t_run(cmd, out);
 }
