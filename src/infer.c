@@ -116,7 +116,11 @@ static int64_t vec_need(const cfg *c) {
 }
 
 static int64_t thr_need(const cfg *c, int64_t T) {
-    return ATT_BLOCK + c->kv_lora + c->qk_nope * c->kv_lora + T * c->kv_lora + 6 * c->kda_head_dim + 64;
+    /* MLA: scores (ATT_BLOCK doubles), q_lat and the running sum (kv_lora doubles
+     * each), W_k[h] as f32 (nope x kv_lora), the chunk's latent outputs (T x kv_lora);
+     * KDA: 6 D. The two never run at once. */
+    int64_t mla = 2 * ATT_BLOCK + 4 * c->kv_lora + c->qk_nope * c->kv_lora + T * c->kv_lora;
+    return i64max(mla, 6 * c->kda_head_dim) + 64;
 }
 
 static void engine_carve(engine *e, carve *cv_) {
@@ -224,12 +228,12 @@ uint64_t infer_session_bytes(const cfg *c, int64_t max_ctx) {
 /* Small math helpers                                                       */
 /* ======================================================================= */
 
-static inline float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
-static inline float siluf_(float x) { return x / (1.0f + expf(-x)); }
+static inline float sigmoidf_(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
+static inline float siluf_(float x) { return (float)(x / (1.0 + exp(-(double)x))); }
 
 /* SiTU-GLU: b1 tanh(g/b1) sigmoid(g) * b2 tanh(u/b2); the sigmoid sees the uncapped g. */
 static inline float situ(float g, float u, float b1, float b2) {
-    return (b1 * tanhf(g / b1) * sigmoidf_(g)) * (b2 * tanhf(u / b2));
+    return (float)((b1 * tanh((double)g / b1) / (1.0 + exp(-(double)g))) * (b2 * tanh((double)u / b2)));
 }
 
 static inline float wload(const void *p, int dtype, int64_t i) {
@@ -506,7 +510,7 @@ static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     const float lb = (float)c->gate_lb;
     for (int64_t h = h0; h < h1; h++) {
         float *S = x->state + h * D * D;
-        const float aexp = expf(x->alog[h]);
+        const double aexp = exp((double)x->alog[h]);
         for (int64_t t = 0; t < T; t++) {
             float *vq = e->k.qkv[0] + t * P + h * D, *vk = e->k.qkv[1] + t * P + h * D;
             float *vv = e->k.qkv[2] + t * P + h * D;
@@ -529,7 +533,8 @@ static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
             const float beta = sigmoidf_(e->k.b[t * c->kda_heads + h]);
             const float *zt = e->k.z + t * P + h * D;
             const float *dtb = x->dtb + h * D;
-            for (int64_t i = 0; i < D; i++) alpha[i] = expf(lb * sigmoidf_(aexp * (zt[i] + dtb[i])));
+            for (int64_t i = 0; i < D; i++)
+                alpha[i] = (float)exp(lb / (1.0 + exp(-aexp * ((double)zt[i] + dtb[i]))));
             /* S = diag(alpha) S; u = S^T k */
             for (int64_t j = 0; j < D; j++) u[j] = 0;
             for (int64_t i = 0; i < D; i++) {
@@ -617,8 +622,9 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     const int64_t NH = c->n_heads, nope = c->qk_nope, rope = c->qk_rope, vh = c->v_head;
     const int64_t R = c->kv_lora, C = e->C, qh = e->qh, T = x->T;
     float *tw = e->thr + (int64_t)tid * e->thr_floats;
-    float *sc = tw, *ql = tw + ATT_BLOCK, *wk = ql + R, *ol = wk + nope * R;
-    const float scale = (float)(1.0 / sqrt((double)(nope + rope)));
+    double *sc = (double *)(void *)tw, *ql = sc + ATT_BLOCK, *acc = ql + R;
+    float *wk = (float *)(void *)(acc + R), *ol = wk + nope * R;
+    const double scale = 1.0 / sqrt((double)(nope + rope));
     const int dt = x->kvb->dtype;
     const size_t esz = st_dtype_size(dt);
     for (int64_t h = h0; h < h1; h++) {
@@ -630,39 +636,42 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
             /* q_lat = W_k[h]^T q_nope, rows of W_k accumulated in order */
             for (int64_t r = 0; r < R; r++) ql[r] = 0;
             for (int64_t n = 0; n < nope; n++) {
-                const float a = qn[n], *wr = wk + n * R;
+                const double a = qn[n];
+                const float *wr = wk + n * R;
                 for (int64_t r = 0; r < R; r++) ql[r] += a * wr[r];
             }
             /* causal softmax over positions 0..pos0+t, in fixed blocks of ATT_BLOCK */
             const int64_t ns = x->pos0 + t + 1;
-            float *acc = ol + t * R;
-            float m = -INFINITY;
-            double den = 0;
+            double m = -INFINITY, den = 0;
             for (int64_t b0 = 0; b0 < ns; b0 += ATT_BLOCK) {
                 int64_t nb = ns - b0 < ATT_BLOCK ? ns - b0 : ATT_BLOCK;
-                float bm = -INFINITY;
+                double bm = -INFINITY;
                 for (int64_t i = 0; i < nb; i++) {
                     const float *cr = x->cache + (b0 + i) * C;
-                    sc[i] = (K.dot(ql, cr, R) + K.dot(qr, cr + R, rope)) * scale;
+                    double d = 0;
+                    for (int64_t r = 0; r < R; r++) d += ql[r] * cr[r];
+                    for (int64_t r = 0; r < rope; r++) d += (double)qr[r] * cr[R + r];
+                    sc[i] = d * scale;
                     if (sc[i] > bm) bm = sc[i];
                 }
                 if (b0 == 0) {
                     m = bm;
                     for (int64_t r = 0; r < R; r++) acc[r] = 0;
                 } else if (bm > m) {
-                    float f = expf(m - bm);
+                    double f = exp(m - bm);
                     for (int64_t r = 0; r < R; r++) acc[r] *= f;
                     den *= f;
                     m = bm;
                 }
                 for (int64_t i = 0; i < nb; i++) {
-                    const float p = expf(sc[i] - m), *cr = x->cache + (b0 + i) * C;
+                    const double p = exp(sc[i] - m);
+                    const float *cr = x->cache + (b0 + i) * C;
                     den += p;
                     for (int64_t r = 0; r < R; r++) acc[r] += p * cr[r];
                 }
             }
-            const float inv = (float)(1.0 / den);
-            for (int64_t r = 0; r < R; r++) acc[r] *= inv;
+            float *o = ol + t * R;
+            for (int64_t r = 0; r < R; r++) o[r] = (float)(acc[r] / den);
         }
         /* o[t][h] = W_v[h] ol[t]: rows nope..nope+v of head h's kv_b block */
         const uint8_t *wv = (const uint8_t *)x->kvb->p + (size_t)((rk + nope) * R) * esz;
