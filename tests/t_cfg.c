@@ -155,6 +155,12 @@ TEST(cfg_missing_keys_all_reported) {
     /* Not even JSON, or an empty object: one line each key, still all of them. */
     rc = parse_str(&c, "{}", "empty.json", err, sizeof err);
     CHECK(rc == STRATA_EFORMAT && count_lines(err) == 26);
+    /* Every line names the file. */
+    for (const char *q = err; *q; ) {
+        CHECK(!strncmp(q, "empty.json: missing required key '", strlen("empty.json: missing required key '")));
+        const char *nl = strchr(q, '\n');
+        q = nl ? nl + 1 : q + strlen(q);
+    }
     rc = parse_str(&c, "{\"a\":1,}", "bad.json", err, sizeof err);
     CHECK(rc == STRATA_EFORMAT && strstr(err, "bad.json") && strstr(err, "line 1"));
     rc = parse_str(&c, "[1]", "arr.json", err, sizeof err);

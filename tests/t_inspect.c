@@ -35,6 +35,7 @@ typedef struct mw {
     int scale255;           /* one scale byte of 255 in layer 2 expert 1 w2 */
     int split_expert;       /* move layer 1 expert 0's w3.weight_scale to the end */
     int truncate;           /* cut the file short by 100 bytes */
+    int vec2d;              /* vectors stored as [1, n] */
 } mw;
 
 typedef struct ent {
@@ -67,6 +68,7 @@ static int collect(void *ud, const tspec *t) {
     for (int i = 0; i < 3; i++) e->shape[i] = t->shape[i];
     e->dtype = (t->kind == TK_PACKED || t->kind == TK_SCALE) ? DT_U8 : DT_BF16;
     if (es->m->reshape && !strcmp(t->name, es->m->reshape)) e->shape[0] *= 2;
+    if (es->m->vec2d && t->kind == TK_VECTOR) { e->ndim = 2; e->shape[1] = e->shape[0]; e->shape[0] = 1; }
     if (es->m->retype && !strcmp(t->name, es->m->retype)) e->dtype = e->dtype == DT_U8 ? DT_BF16 : DT_U8;
     int64_t n = 1;
     for (int i = 0; i < e->ndim; i++) n *= e->shape[i];
@@ -385,6 +387,15 @@ TEST(bind_layout_facts) {
     CHECK(wb.n == 1 && strstr(wb.s, "declares quantization_config.format mxfp4 but the experts are plain BF16"));
     sbuf_free(&wb);
     CHECK(lay->expert_bytes == (uint64_t)(3 * c.latent * c.moe_inter * 2));
+    st_close(ix);
+    sbuf_free(&pb);
+
+    /* Vectors as [1, n] are accepted. */
+    mw v2 = {0};
+    v2.vec2d = 1;
+    dir = write_model("lay_vec2d", &c, &v2);
+    CHECK(st_open(&ix, dir, err, sizeof err) == 0);
+    CHECK(model_bind_check(&c, ix, lay, &pb) == 0 && pb.n == 0);
     st_close(ix);
     sbuf_free(&pb);
 
