@@ -19,9 +19,11 @@
 # The 'f32_yard' column is a yardstick, not a verdict: the error of the reference
 # itself with every matmul/norm output rounded to float32 (k3ref --sim-f32) along
 # the same ids, i.e. how much this model amplifies float32 activation rounding. An
-# engine error within a small factor of it is float32 noise.
+# engine error within a small factor of it is float32 noise. It costs a second
+# reference run, so by default it is computed only for models under 200 MB
+# (CONF_YARD=1 always, CONF_YARD=0 never).
 #
-# Env:   CONF_TOL (default 1e-3), CONF_GEN (32), CONF_OUT (build/conformance),
+# Env:   CONF_TOL (default 1e-3), CONF_GEN (32), CONF_OUT (build/conformance), CONF_YARD,
 #        STRATA (./strata), PY (/usr/bin/python3)
 # Exit:  0 all pass, 1 a failure or the engine is missing.
 set -u
@@ -31,6 +33,7 @@ STRATA=${STRATA:-./strata}
 PY=${PY:-/usr/bin/python3}
 TOL=${CONF_TOL:-1e-3}
 GEN=${CONF_GEN:-32}
+YARD=${CONF_YARD:-auto}
 OUT=${CONF_OUT:-build/conformance}
 REF=tests/reference/k3ref.py
 CMP=tests/reference/compare.py
@@ -95,7 +98,12 @@ print(','.join(str(int(x) % v) for x in '$PROMPT_BASE'.split(',')))" 2>"$OUT/$p.
       && cmp_ref="$OUT/$p.ref-forced.bin"
   fi
   yard=n/a
-  if [ -n "$eng_ids" ] && "$PY" "$REF" "$M" --ids "$prompt" --gen "$GEN" --force-ids "$eng_ids" \
+  want_yard=$YARD
+  if [ "$want_yard" = auto ]; then
+    kb=$(du -sk "$M" | cut -f1)
+    if [ "$kb" -lt 204800 ]; then want_yard=1; else want_yard=0; fi
+  fi
+  if [ "$want_yard" = 1 ] && [ -n "$eng_ids" ] && "$PY" "$REF" "$M" --ids "$prompt" --gen "$GEN" --force-ids "$eng_ids" \
        --sim-f32 --quiet --dump-logits "$OUT/$p.ref-f32sim.bin" >/dev/null 2>>"$OUT/$p.ref.log"; then
     yard=$("$PY" "$CMP" --vocab "$vocab" "$OUT/$p.ref-f32sim.bin" "$cmp_ref" --json 2>/dev/null \
            | "$PY" -c 'import json,sys; print("%.3e" % json.load(sys.stdin)["logits"]["max_rel"])' 2>/dev/null) \
