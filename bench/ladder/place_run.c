@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "infer.h"
+#include "kern.h"
 #include "place.h"
 
 int main(int argc, char **argv) {
@@ -36,6 +37,8 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: place_run MODEL_DIR (--ram-gb X | --resident) [--gen N] [--prompt-len N] [--csv FILE]\n");
         return 2;
     }
+    const char *kname = kern_init(NULL); /* the fastest kernels this CPU has */
+    fprintf(stderr, "place_run: kernels %s\n", kname);
     char err[2048], path[2048];
     static cfg c;
     static model_layout lay;
