@@ -266,6 +266,144 @@ def test_plain_vs_mxfp4(tmp):
     check('experts MXFP4 == same values as BF16 weight (3 shards)', maxabs(l1, l2), 0.0)
 
 
+# ---------------------------------------------------------------------------- naive oracle
+
+def naive_logits(m, ids):
+    """A second forward, written separately from k3ref's math: token by token, head by
+    head, expert by expert, with explicit loops and only 1-D numpy vector ops, straight
+    from MODEL.md. Shares only the weight binding. Returns logits [T, vocab]."""
+    c, W = m.cfg, m.w
+    eps = c.rms_eps
+
+    def sig(x):
+        return 1.0 / (1.0 + np.exp(-x))
+
+    def rms(x, w):
+        return w * x / np.sqrt(np.dot(x, x) / len(x) + eps)
+
+    def situ(g, u):
+        return c.situ_b1 * np.tanh(g / c.situ_b1) * sig(g) * c.situ_b2 * np.tanh(u / c.situ_b2)
+
+    def ares(srcs, f):
+        sc = [np.dot(s / np.sqrt(np.dot(s, s) / len(s) + eps), f) for s in srcs]
+        mx = max(sc)
+        e = [np.exp(x - mx) for x in sc]
+        tot = sum(e)
+        out = np.zeros_like(srcs[0])
+        for wi, s in zip(e, srcs):
+            out = out + (wi / tot) * s
+        return out
+
+    H, D, K = c.kda_heads, c.kda_head_dim, c.conv_k
+    hist = {L: {s: [np.zeros(H * D) for _ in range(K - 1)] for s in 'qkv'}
+            for L in range(c.n_layers) if not c.is_mla[L]}
+    S = {L: [np.zeros((D, D)) for _ in range(H)] for L in hist}
+    cache = {L: [] for L in range(c.n_layers) if c.is_mla[L]}       # (k_nope[h], v[h], rope)
+    rows = []
+    for tok in ids:
+        P = W.embed([tok])[0].copy()
+        B = []
+        for L in range(c.n_layers):
+            w = W.layers[L]
+            h = ares(B + [P], w['f_attn']) if B else P
+            if L % c.attn_res_block == 0:
+                B.append(P)
+                P = None
+            x = rms(h, w['in_norm'])
+            if not c.is_mla[L]:
+                act = {}
+                for sname in 'qkv':
+                    a = w[sname] @ x
+                    win = hist[L][sname] + [a]                       # oldest .. newest
+                    y = np.zeros(H * D)
+                    for j in range(K):
+                        y = y + w[sname + '_conv'][:, j] * win[j]
+                    hist[L][sname] = win[1:]
+                    act[sname] = y * sig(y)
+                beta = sig(w['b'] @ x)
+                zz = w['f_b'] @ (w['f_a'] @ x)
+                gate = sig(w['g'] @ x)
+                o_all = np.zeros(H * D)
+                for hh in range(H):
+                    sl = slice(hh * D, (hh + 1) * D)
+                    q = act['q'][sl] / np.sqrt(np.dot(act['q'][sl], act['q'][sl]) + 1e-6) / np.sqrt(D)
+                    k = act['k'][sl] / np.sqrt(np.dot(act['k'][sl], act['k'][sl]) + 1e-6)
+                    v = act['v'][sl]
+                    alpha = np.exp(c.gate_lb * sig(np.exp(w['A_log'][hh]) * (zz[sl] + w['dt_bias'][sl])))
+                    St = S[L][hh]
+                    for i in range(D):
+                        St[i, :] = St[i, :] * alpha[i]
+                    u = np.zeros(D)
+                    for i in range(D):
+                        u = u + St[i, :] * k[i]
+                    for i in range(D):
+                        St[i, :] = St[i, :] + k[i] * beta[hh] * (v - u)
+                    o = np.zeros(D)
+                    for i in range(D):
+                        o = o + St[i, :] * q[i]
+                    o_all[sl] = rms(o, w['o_norm']) * gate[sl]
+                a_out = w['o'] @ o_all
+            else:
+                Hm, dn, dr, dv, r = c.n_heads, c.qk_nope, c.qk_rope, c.v_head, c.kv_lora
+                q = w['q_b'] @ rms(w['q_a'] @ x, w['q_a_norm'])
+                kv_a = w['kv_a'] @ x
+                lat = rms(kv_a[:r], w['kv_a_norm'])
+                rope = kv_a[r:]
+                kv = w['kv_b'] @ lat
+                step = dn + dv
+                kn = [kv[hh * step:hh * step + dn] for hh in range(Hm)]
+                vv = [kv[hh * step + dn:(hh + 1) * step] for hh in range(Hm)]
+                cache[L].append((kn, vv, rope))
+                o_all = np.zeros(Hm * dv)
+                for hh in range(Hm):
+                    qh = q[hh * (dn + dr):(hh + 1) * (dn + dr)]
+                    sc = [(np.dot(qh[:dn], e[0][hh]) + np.dot(qh[dn:], e[2])) / np.sqrt(dn + dr)
+                          for e in cache[L]]
+                    mx = max(sc)
+                    pe = [np.exp(x_ - mx) for x_ in sc]
+                    tot = sum(pe)
+                    oh = np.zeros(dv)
+                    for pi, e in zip(pe, cache[L]):
+                        oh = oh + (pi / tot) * e[1][hh]
+                    o_all[hh * dv:(hh + 1) * dv] = oh
+                if c.mla_out_gate:
+                    o_all = sig(w['g'] @ x) * o_all
+                a_out = w['o'] @ o_all
+            P = a_out if P is None else P + a_out
+            h = ares(B + [P], w['f_mlp'])
+            x = rms(h, w['post_norm'])
+            if c.is_dense[L]:
+                mo = w['mlp_down'] @ situ(w['mlp_gate'] @ x, w['mlp_up'] @ x)
+            else:
+                s_ = sig(w['router'] @ x)
+                biased = list(s_ + w['router_bias'])
+                chosen = []
+                for _ in range(c.topk):                                # repeated max, lowest index
+                    best = None
+                    for e in range(c.n_experts):
+                        if e not in chosen and (best is None or biased[e] > biased[best]):
+                            best = e
+                    chosen.append(best)
+                wts = [s_[e] for e in chosen]
+                if c.moe_renorm and c.topk > 1:
+                    tot = sum(wts) + 1e-20
+                    wts = [x_ / tot for x_ in wts]
+                wts = [x_ * c.routed_scale for x_ in wts]
+                z = w['lat_down'] @ x
+                u = np.zeros(c.latent)
+                for e, we in zip(chosen, wts):
+                    u = u + we * (w['w2'][e]() @ situ(w['w1'][e]() @ z, w['w3'][e]() @ z))
+                if c.latent_norm:
+                    u = rms(u, w['lat_norm'])
+                mo = w['lat_up'] @ u
+                if c.n_shared > 0:
+                    mo = mo + w['sh_down'] @ situ(w['sh_gate'] @ x, w['sh_up'] @ x)
+            P = P + mo
+        h = ares(B + [P], W.f_out)
+        rows.append(W.logits(rms(h, W.norm)[None])[0])
+    return np.stack(rows)
+
+
 # ---------------------------------------------------------------------------- model level
 
 def test_model(d, label, prompt, n_gen):
@@ -273,6 +411,8 @@ def test_model(d, label, prompt, n_gen):
     c = m.cfg
     ref_all = m.forward(prompt, m.new_state(), kda='recurrent', mla='expanded', all_logits=True)
     scale = max(1.0, np.max(np.abs(ref_all)))
+    check('%s: naive loop forward (separate code) == k3ref prefill' % label,
+          maxabs(naive_logits(m, prompt), ref_all) / scale, 1e-11)
     for kda, chunk, mla in (('chunked', 64, 'absorbed'), ('chunked', 3, 'absorbed'),
                             ('recurrent', 64, 'absorbed'), ('chunked', 5, 'expanded')):
         got = m.forward(prompt, m.new_state(), kda=kda, chunk=chunk, mla=mla, all_logits=True)
