@@ -194,7 +194,24 @@ def parse_config(obj):
     return cfg
 
 
+def tokenizer_eos_ids(model_dir):
+    """Id of tokenizer_config.json's eos_token (a string or {content: ...}) looked up
+    in its added_tokens_decoder; [] when absent or unresolvable."""
+    path = os.path.join(model_dir, 'tokenizer_config.json')
+    try:
+        with open(path, 'rb') as f:
+            tc = json.loads(f.read().decode('utf-8'))
+        eos = tc.get('eos_token')
+        if isinstance(eos, dict):
+            eos = eos.get('content')
+        return sorted(int(k) for k, v in tc.get('added_tokens_decoder', {}).items()
+                      if isinstance(v, dict) and eos is not None and v.get('content') == eos)
+    except (OSError, ValueError, AttributeError, TypeError):
+        return []
+
+
 def load_config(model_dir):
+    """Config of a model directory; eos_ids = config eos ids plus tokenizer_config's."""
     path = os.path.join(model_dir, 'config.json')
     try:
         with open(path, 'rb') as f:
@@ -203,7 +220,9 @@ def load_config(model_dir):
         raise RefError('%s: %s' % (path, e))
     except ValueError as e:
         raise RefError('%s: invalid JSON: %s' % (path, e))
-    return parse_config(obj)
+    cfg = parse_config(obj)
+    cfg.eos_ids = sorted(set(cfg.eos_ids) | set(tokenizer_eos_ids(model_dir)))
+    return cfg
 
 
 # ============================================================================
