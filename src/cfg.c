@@ -258,14 +258,14 @@ static int64_t read_layer_list(rd *r, const char *name, int required, int64_t n_
     for (size_t i = 0; i < json_array_size(v); i++) {
         const json_t *e = json_array_get(v, i);
         if (!json_is_integer(e)) {
-            problem(r, "'%s'[%zu] must be an integer, got %s", path, i, jtype(e, tb, sizeof tb));
+            /* A fuzzed list can hold thousands of entries: cap the lines. */
+            if (shown++ < 8) problem(r, "'%s'[%zu] must be an integer, got %s", path, i, jtype(e, tb, sizeof tb));
             bad = 1;
             continue;
         }
         int64_t x = json_integer_value(e);
         if (n_layers < 1) continue;
         if (x < 1 || x > n_layers) {
-            /* A fuzzed list can hold thousands of entries: cap the lines. */
             if (shown++ < 8)
                 problem(r, "'%s' entry %lld is out of range 1..%lld (the list is one-based)", path,
                         (long long)x, (long long)n_layers);
@@ -311,14 +311,22 @@ static void cfg_defaults(cfg *c) {
 
 static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb);
 
-/* Copies the collected problems into err (truncated at errlen). */
+/* Copies the collected problems into err; when they do not fit, cuts at a line
+ * boundary and says so rather than stopping mid-sentence. */
 static int flush_problems(sbuf *pb, char *err, size_t errlen) {
+    static const char more[] = "\n(more problems not shown)";
     if (err && errlen) {
         size_t n = pb->len;
         while (n && pb->s[n - 1] == '\n') n--; /* no trailing newline */
-        if (n >= errlen) n = errlen - 1;
+        const char *tail = "";
+        if (n >= errlen) {
+            n = errlen > sizeof more ? errlen - sizeof more : 0;
+            while (n && pb->s[n] != '\n') n--;
+            if (n) tail = more;
+            else n = errlen - 1; /* not even one line fits: its start, raw */
+        }
         if (n) memcpy(err, pb->s, n);
-        err[n] = 0;
+        memcpy(err + n, tail, strlen(tail) + 1);
     }
     sbuf_free(pb);
     return STRATA_EFORMAT;

@@ -284,3 +284,25 @@ TEST(cfg_census_k3) {
     uint64_t mla_attn = s.layer_bytes_bf16[3] / 2 - 189927808 - 43008;
     CHECK(mla_attn == 232195584 + 512);
 }
+
+TEST(cfg_err_truncation) {
+    cfg c;
+    char small[200];
+    /* 26 missing keys do not fit in 200 bytes: whole lines, then a marker. */
+    CHECK(parse_str(&c, "{}", "empty.json", small, sizeof small) == STRATA_EFORMAT);
+    CHECK(strlen(small) < sizeof small);
+    CHECK_MSG(strstr(small, "\n(more problems not shown)") != NULL, "%s", small);
+    CHECK(!strncmp(small, "empty.json: missing required key", 32));
+    char tiny[8];
+    CHECK(parse_str(&c, "{}", "empty.json", tiny, sizeof tiny) == STRATA_EFORMAT && !strcmp(tiny, "empty.j"));
+    /* A long list of bad entries is capped. */
+    sbuf b = {0};
+    sbuf_printf(&b, "{\"full_attn_layers\": [");
+    for (int i = 0; i < 5000; i++) sbuf_printf(&b, "%s\"x\"", i ? "," : "");
+    sbuf_printf(&b, "]}");
+    char *err = base_alloc(1 << 20, MEM_MISC);
+    CHECK(parse_str(&c, b.s, "long.json", err, 1 << 20) == STRATA_EFORMAT);
+    CHECK(count_lines(err) < 40);
+    base_free(err);
+    sbuf_free(&b);
+}
