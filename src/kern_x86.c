@@ -15,6 +15,7 @@
 #include "kern.h"
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
@@ -455,8 +456,10 @@ A256 static void mxfp4_avx2(float *Y, int64_t ldy, const uint8_t *P, const uint8
 
 int kern_x86_has_avx2(void) {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
+    /* F16C through cpuid: clang's __builtin_cpu_supports does not know "f16c" */
+    unsigned a, b, c, d;
+    int f16c = __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && f16c;
 }
 
 int kern_x86_has_avx512vbmi(void) {
