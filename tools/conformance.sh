@@ -13,7 +13,9 @@
 # Models named ref-* are written by the reference's own independent generator
 # (tests/reference/make_tiny.py), so the engine's reader also meets a checkpoint
 # it did not write: ref-tiny (nested config, 2 shards, MXFP4), ref-flat (flat
-# config), ref-bf16experts (plain expert weights), ref-9l (9 layers, AttnRes block 2).
+# config), ref-bf16experts (plain expert weights), ref-9l (9 layers, AttnRes block 2),
+# ref-ties (exact ties in router top-k and in every greedy argmax: lowest index wins).
+# NAME@long runs model NAME with a 150-token prompt (several prefill chunks).
 #
 # Usage: tools/conformance.sh [model ...]      (default: all models below)
 # The 'f32_yard' column is a yardstick, not a verdict: the error of the reference
@@ -40,7 +42,7 @@ CMP=tests/reference/compare.py
 PROMPT_BASE="1,17,42,9,250,3,88,130"
 if [ $# -gt 0 ]; then PRESETS="$*"; else
   PRESETS="tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo"
-  PRESETS="$PRESETS ref-tiny ref-flat ref-bf16experts ref-9l"
+  PRESETS="$PRESETS ref-tiny ref-flat ref-bf16experts ref-9l ref-ties tiny@long ref-tiny@long"
 fi
 
 die() { echo "conformance: $*" >&2; exit 1; }
@@ -56,24 +58,32 @@ mkdir -p "$OUT" build/models
 fail=0
 printf '%-18s %7s %12s %10s %10s %9s %9s  %s\n' model steps max_rel_err f32_yard ids_match eng_s ref_s verdict
 for p in $PRESETS; do
-  M=build/models/$p
+  name=${p%@long}
+  long=0; [ "$name" != "$p" ] && long=1
+  M=build/models/$name
   if [ ! -f "$M/config.json" ]; then
     case $p in
       ref-tiny)        gen=("$PY" tests/reference/make_tiny.py "$M" --seed 101) ;;
       ref-flat)        gen=("$PY" tests/reference/make_tiny.py "$M" --seed 102 --flat-config) ;;
       ref-bf16experts) gen=("$PY" tests/reference/make_tiny.py "$M" --seed 103 --plain-experts) ;;
       ref-9l)          gen=("$PY" tests/reference/make_tiny.py "$M" --seed 104 --layers 9 --block 2) ;;
-      *)               gen=("$STRATA" gen-model "$M" --preset "$p") ;;
+      ref-ties)        gen=("$PY" tests/reference/make_tiny.py "$M" --seed 105 --ties) ;;
+      *)               gen=("$STRATA" gen-model "$M" --preset "$name") ;;
     esac
     if ! "${gen[@]}" >"$OUT/$p.gen.log" 2>&1; then
       printf '%-18s %s\n' "$p" "FAIL: gen-model failed (see $OUT/$p.gen.log)"; fail=1; continue
     fi
   fi
-  # Prompt ids reduced modulo the model's vocab.
+  # Prompt ids reduced modulo the model's vocab; @long: 150 ids from a fixed LCG.
   prompt=$("$PY" -c "
 import sys; sys.path.insert(0, 'tests/reference'); import k3ref
 v = k3ref.load_config('$M').vocab
-print(','.join(str(int(x) % v) for x in '$PROMPT_BASE'.split(',')))" 2>"$OUT/$p.cfg.log") \
+ids = [int(x) for x in '$PROMPT_BASE'.split(',')]
+x = 12345
+while $long and len(ids) < 150:
+    x = (x * 1103515245 + 12345) % 2**31
+    ids.append(x >> 8)
+print(','.join(str(i % v) for i in ids))" 2>"$OUT/$p.cfg.log") \
     || { printf '%-18s %s\n' "$p" "FAIL: reference cannot read config (see $OUT/$p.cfg.log)"; fail=1; continue; }
   vocab=$("$PY" -c "import sys; sys.path.insert(0, 'tests/reference'); import k3ref; print(k3ref.load_config('$M').vocab)")
 

@@ -172,8 +172,25 @@ class Writer:
             json.dump({'metadata': {}, 'weight_map': wm}, f, indent=1, sort_keys=True)
 
 
+def make_ties(W, tc):
+    """Exact ties everywhere a tie rule matters: router rows (and biases) of experts
+    2j+1 copy those of 2j, so top-k meets equal scores (lowest index must win), and
+    lm_head rows 2i+1 copy 2i, so every greedy argmax is a tie (the even id must win)."""
+    for name in list(W.tensors):
+        if name.endswith('block_sparse_moe.gate.weight') or name == 'language_model.lm_head.weight':
+            dt, shape, raw = W.tensors[name]
+            a = np.frombuffer(raw, dtype='<u2' if dt == 'BF16' else '<f4').reshape(shape).copy()
+            a[1::2] = a[0:a.shape[0] - a.shape[0] % 2:2][:a[1::2].shape[0]]
+            W.tensors[name] = (dt, shape, a.tobytes())
+        if name.endswith('gate.e_score_correction_bias'):
+            dt, shape, raw = W.tensors[name]
+            a = np.frombuffer(raw, dtype='<f4').copy()
+            a[1::2] = a[0::2][:a[1::2].shape[0]]
+            W.tensors[name] = (dt, shape, a.tobytes())
+
+
 def make_tiny(out_dir, seed=1234, layers=7, block=3, plain_experts=False, flat=False,
-              shape='tiny'):
+              shape='tiny', ties=False):
     os.makedirs(out_dir, exist_ok=True)
     tc = tiny_config(layers, block, shape)
     layers = tc['num_hidden_layers']
@@ -251,6 +268,8 @@ def make_tiny(out_dir, seed=1234, layers=7, block=3, plain_experts=False, flat=F
                         W.mat(pre + '.weight', r, c, gain=2.0)
                     else:
                         W.mxfp4(pre, r, c)
+    if ties:
+        make_ties(W, tc)
     W.save(out_dir)
     if flat:
         cfg = dict(tc)
@@ -281,8 +300,11 @@ def main():
     ap.add_argument('--plain-experts', action='store_true', help='bf16 experts instead of MXFP4')
     ap.add_argument('--flat-config', action='store_true', help='flat config.json (fixture shape)')
     ap.add_argument('--shape', choices=sorted(SHAPES), default='tiny')
+    ap.add_argument('--ties', action='store_true',
+                    help='duplicate router rows (pairs of experts) and lm_head rows (pairs of ids)')
     a = ap.parse_args()
-    make_tiny(a.out_dir, a.seed, a.layers, a.block, a.plain_experts, a.flat_config, a.shape)
+    make_tiny(a.out_dir, a.seed, a.layers, a.block, a.plain_experts, a.flat_config, a.shape,
+              a.ties)
     print(a.out_dir)
     return 0
 

@@ -481,6 +481,12 @@ def main():
         test_model(d, 'make_tiny seed13 shape', prompt[:9], a.gen)
         d = MT.make_tiny(os.path.join(tmp, 'variant'), seed=5, shape='variant')
         test_model(d, 'make_tiny variant (top-1, conv 1, no gates/norm)', prompt[:6], a.gen)
+        d = MT.make_tiny(os.path.join(tmp, 'ties'), seed=5, ties=True)
+        m = R.Model(d)
+        ids_t, _ = R.generate(m, prompt, a.gen)
+        check_true('ties model: every greedy pick is the lower (even) id of a tied pair',
+                   all(i % 2 == 0 for i in ids_t), ','.join(map(str, ids_t[:10])) + '...')
+        test_model(d, 'make_tiny ties', prompt, 8)
         for md in a.model:
             vocab = R.load_config(md).vocab
             test_model(md, os.path.basename(md.rstrip('/')), [x % vocab for x in prompt], a.gen)
