@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "st.h"
+#include "stw.h"
 #include "test.h"
 
 /* ---- writers ---- */
@@ -605,4 +606,52 @@ TEST(st_index_json) {
     CHECK(st_parse_index_json((const uint8_t *)skip, strlen(skip), "ix.json", count_entries, &n, err, sizeof err) == 0);
     CHECK(n == 1);
     CHECK(st_parse_index_json(NULL, 0, "ix.json", count_entries, &n, err, sizeof err) == STRATA_EFORMAT);
+}
+
+/* Round trip through the independent writer (stw.c): whatever it writes, the
+ * reader accepts, with the same names, shapes, dtypes and bytes. */
+TEST(st_stw_roundtrip) {
+    static const char *names[] = {"language_model.model.embed_tokens.weight", "q\"uote\\back\xc3\xa9",
+                                  "experts.0.w1.weight_packed", "scalar", "f8", "ctl\x01\x1f"};
+    stw_entry e[6] = {
+        {names[0], DT_BF16, 2, {3, 5, 0, 0}, 30},
+        {names[1], DT_F16, 1, {7, 0, 0, 0}, 14},
+        {names[2], DT_U8, 2, {4, 3, 0, 0}, 12},
+        {names[3], DT_F32, 1, {1, 0, 0, 0}, 4},
+        {names[4], DT_F8_E4M3, 3, {2, 2, 2, 0}, 8},
+        {names[5], DT_I64, 1, {2, 0, 0, 0}, 16},
+    };
+    uint8_t bytes[6][32];
+    const void *data[6];
+    for (int i = 0; i < 6; i++) {
+        for (int k = 0; k < 32; k++) bytes[i][k] = (uint8_t)(i * 31 + k);
+        data[i] = bytes[i];
+    }
+    const char *meta[] = {"format", "pt", "note", "x\"y"};
+    static const size_t aligns[] = {8, 4096};
+    for (int a = 0; a < 2; a++) {
+        char err[512] = "", name[64];
+        snprintf(name, sizeof name, "rt%d.safetensors", a);
+        const char *p = tpath(name);
+        int rc = stw_save(p, e, 6, data, meta, 2, aligns[a], err, sizeof err);
+        CHECK_MSG(rc == 0, "%s", err);
+        if (rc) continue;
+        st_index *ix;
+        rc = st_open(&ix, p, err, sizeof err);
+        CHECK_MSG(rc == 0, "%s", err);
+        if (rc) continue;
+        CHECK(st_count(ix) == 6);
+        for (int i = 0; i < 6; i++) {
+            const st_tensor *t = st_find(ix, names[i]);
+            CHECK_MSG(t != NULL, "%s", names[i]);
+            if (!t) continue;
+            CHECK(t->dtype == e[i].dtype && t->ndim == e[i].ndim && t->nbytes == e[i].nbytes);
+            for (int d = 0; d < t->ndim; d++) CHECK(t->shape[d] == e[i].shape[d]);
+            uint8_t got[32];
+            CHECK(st_read(ix, t, 0, got, t->nbytes, err, sizeof err) == 0);
+            CHECK(!memcmp(got, bytes[i], (size_t)t->nbytes));
+            if (i == 0) CHECK(t->off % aligns[a] == 0);
+        }
+        st_close(ix);
+    }
 }
