@@ -1053,6 +1053,19 @@ int st_open(st_index **out, const char *path, char *err, size_t errlen) {
             rc = scan_dir(ix, path, err, errlen);
             for (int i = 0; !rc && i < ix->n_shards; i++) rc = open_shard(ix, i, err, errlen);
         }
+    } else if (base_is_file(path) && has_suffix(path, ".index.json")) {
+        /* The index file itself: its shards sit next to it. */
+        char dir[4096];
+        const char *slash = strrchr(path, '/');
+        size_t dl = slash ? (size_t)(slash - path) : 1;
+        if (dl >= sizeof dir) {
+            rc = base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
+            goto fail;
+        }
+        memcpy(dir, slash ? path : ".", dl);
+        dir[dl] = 0;
+        if (slash == path) strcpy(dir, "/");
+        rc = open_with_index(ix, dir, path, err, errlen);
     } else if (base_is_file(path)) {
         rc = add_shard(ix, path) ? base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", path)
                                  : open_shard(ix, 0, err, errlen);

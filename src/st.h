@@ -70,7 +70,8 @@ int st_parse_index_json(const uint8_t *buf, size_t len, const char *what,
                         char *err, size_t errlen);
 
 st_index *st_index_create(void);     /* empty index (for st_parse_header); NULL on OOM */
-/* Opens a model directory (or a single .safetensors file). *out NULL on failure. */
+/* Opens a model directory (or a single .safetensors file, or a *.index.json file
+ * whose shards sit next to it). *out NULL on failure; release with st_close. */
 int st_open(st_index **out, const char *path, char *err, size_t errlen);
 void st_close(st_index *ix);         /* accepts NULL; closes fds, frees everything */
 

@@ -174,6 +174,12 @@ TEST(st_dir) {
         CHECK(t && t->shard == i / 3);
     }
     st_close(ix);
+    /* the index file path itself works too */
+    rc = st_open(&ix, tpath("dir1/model.safetensors.index.json"), err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    if (rc) return;
+    CHECK(st_n_shards(ix) == 2 && st_count(ix) == 6 && st_find(ix, "a2")->shard == 1);
+    st_close(ix);
 }
 
 /* ---- refusals ---- */
