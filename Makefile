@@ -132,7 +132,10 @@ $(BUILD)/place_run: bench/ladder/place_run.c $(BUILD)/libstrata.a
 $(BUILD)/bench_io: bench/ladder/bench_io.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
-bench: strata $(BUILD)/place_run
+$(BUILD)/cache_replay: bench/ladder/cache_replay.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+bench: strata $(BUILD)/place_run $(BUILD)/cache_replay
 	BUILD=$(BUILD) bash bench/ladder/run.sh
 bench-io: strata $(BUILD)/bench_io
 	@test -f $(BUILD)/models/ladder/config.json || ./strata gen-model $(BUILD)/models/ladder --preset ladder

@@ -58,6 +58,8 @@ typedef struct place_opts {
     int no_readahead;         /* 1: no reader thread (every streamed unit read on demand) */
     int mem_limit;            /* 1: also cap base_alloc at the planned bytes (STRATA_EBUDGET) */
     uint64_t overhead_bytes;  /* process baseline; 0 = measure (VmRSS now + stacks + slack) */
+    const char *trace_path;   /* NULL = off; else every expert request is appended as two
+                                 int32 LE (layer, expert) for offline policy replay */
 } place_opts;
 
 place_opts place_opts_default(void);
@@ -103,6 +105,7 @@ typedef struct place_plan {
     double pred_s_per_token;
     /* options carried to place_open */
     int verify_reads, no_uring, no_readahead, mem_limit;
+    char trace_path[1024];
 } place_plan;
 
 /* Computes the plan. lay may be NULL (sizes from the config's census: `plan

@@ -121,6 +121,7 @@ typedef struct stream {
     uint8_t *emb;              /* resident table or NULL */
     uint8_t *emb_bounce;       /* EMB_BATCH row buffers */
     uint64_t emb_slot;
+    FILE *trace;               /* expert request trace, or NULL */
     /* stats (under mu) */
     place_stats st;
     int io_active;
@@ -645,6 +646,10 @@ static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
             return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: expert %d of layer %lld out of range", id, (long long)L);
         }
         if (s->req_slot[id] >= 0) continue; /* already requested in this layer */
+        if (s->trace) {
+            int32_t rec[2] = {(int32_t)L, id};
+            fwrite(rec, sizeof rec, 1, s->trace); /* stdio buffer from open: no allocation here */
+        }
         int kind;
         int sl = cache_pin(s->xc, (L - s->c->first_dense) * s->NE + id, &kind);
         if (sl < 0) {
@@ -768,6 +773,7 @@ static void ws_close(wsrc *w) {
     if (s->files) for (int i = 0; i < s->n_files; i++) io_file_close(&s->files[i]);
     base_free(s->files);
     pack_close(s->pk);
+    if (s->trace) fclose(s->trace);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     base_free(s);
@@ -876,6 +882,10 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
         }
     }
     /* reader thread: read-ahead of the trunk (needs an arena or pinned units) */
+    if (p->trace_path[0] && !(s->trace = fopen(p->trace_path, "wb"))) {
+        rc = base_fail(err, errlen, STRATA_EIO, "stream: cannot write the trace %s", p->trace_path);
+        goto fail;
+    }
     if ((rc = io_ring_create(&s->rring, IO_DEPTH, 0, p->no_uring, err, errlen))) goto fail;
     if (!p->no_readahead && pthread_create(&s->th, NULL, reader_main, s) == 0) s->th_started = 1;
     *out = &s->base;

@@ -15,7 +15,7 @@
 #include "place.h"
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *csv = NULL;
+    const char *dir = NULL, *csv = NULL, *trace = NULL;
     double ram_gb = -1;
     int gen = 8, plen = 16, threads = 0, chunk = 64, policy = PLACE_POLICY_S3FIFO, no_ra = 0;
     for (int i = 1; i < argc; i++) {
@@ -30,6 +30,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--policy")) { policy = !strcmp(v, "lru") ? PLACE_POLICY_LRU : PLACE_POLICY_S3FIFO; i++; }
         else if (!strcmp(a, "--no-readahead")) no_ra = 1;
         else if (!strcmp(a, "--csv")) { csv = v; i++; }
+        else if (!strcmp(a, "--trace")) { trace = v; i++; }
         else if (!dir) dir = a;
         else { fprintf(stderr, "place_run: unexpected %s\n", a); return 2; }
     }
@@ -56,6 +57,7 @@ int main(int argc, char **argv) {
     po.n_threads = threads;
     po.cache_policy = policy;
     po.no_readahead = no_ra;
+    po.trace_path = trace;
     po.session_bytes = infer_session_bytes;
     po.engine_bytes = infer_engine_bytes;
     int rc = place_plan_compute(&c, &lay, dir, &po, &plan, err, sizeof err);
