@@ -23,6 +23,7 @@
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <pthread.h>
 #include <string.h>
 #include <xxhash.h>
 #include "base.h"
@@ -141,6 +142,9 @@ struct tok {
     pcre2_match_context *mctx;
     pcre2_jit_stack *jstack;
     int jit;
+    /* encode state below (match data, scratch, cache) is shared: one encode at a time */
+    pthread_mutex_t mu;
+    int mu_init;
     /* BPE scratch (grown on demand) */
     uint32_t *s_start, *s_next, *s_prev;
     int32_t *s_rank;
@@ -248,6 +252,7 @@ void tok_close(tok *t) {
     if (t->jstack) pcre2_jit_stack_free(t->jstack);
     if (t->re) pcre2_code_free(t->re);
     if (t->gctx) pcre2_general_context_free(t->gctx);
+    if (t->mu_init) pthread_mutex_destroy(&t->mu);
     base_free(t->pool);
     base_free(t->id_off);
     base_free(t->id_len);
@@ -519,6 +524,8 @@ int tok_open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *
     tok *t = base_calloc(1, sizeof *t, MEM_TOK);
     if (!t) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
     t->pattern = pattern;
+    if (pthread_mutex_init(&t->mu, NULL)) { tok_close(t); return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: no mutex"); }
+    t->mu_init = 1;
     int rc = parse_vocab(t, vocab, vocab_len, name, err, errlen);
     if (!rc && tokcfg) rc = parse_tokcfg(t, tokcfg, tokcfg_len, tokcfg_name ? tokcfg_name : "tokenizer_config.json", err, errlen);
     if (!rc) rc = compile_pattern(t, pattern, err, errlen);
@@ -821,7 +828,10 @@ static int emit_split(void *ud, const uint8_t *p, size_t n) {
 
 int tok_split(tok *t, const uint8_t *text, size_t len, void (*fn)(void *ud, size_t off, size_t n), void *ud) {
     split_ctx c = {text, fn, ud};
-    return split(t, text, len, emit_split, &c);
+    pthread_mutex_lock(&t->mu);
+    int rc = split(t, text, len, emit_split, &c);
+    pthread_mutex_unlock(&t->mu);
+    return rc;
 }
 
 /* Leftmost special at or after from; longest wins at a position. */
@@ -843,6 +853,7 @@ int tok_encode_append(tok *t, const uint8_t *text, size_t len, int allow_special
     enc_ctx c = {t, &o};
     int rc = STRATA_OK;
     size_t pos = 0;
+    pthread_mutex_lock(&t->mu);
     while (pos < len) {
         size_t at = len;
         const special *sp = allow_special ? find_special(t, text, len, pos, &at) : NULL;
@@ -851,6 +862,7 @@ int tok_encode_append(tok *t, const uint8_t *text, size_t len, int allow_special
         if ((rc = idvec_push(&o, sp->id))) break;
         pos = at + sp->len;
     }
+    pthread_mutex_unlock(&t->mu);
     *ids = o.v;
     *n = o.n;
     *cap = o.cap;

@@ -13,10 +13,10 @@
  * as text; with allow_special the special contents are matched longest-first and
  * emitted as their ids.
  *
- * Threading: a tok is immutable after tok_open except for the encode cache and
- * the regex match state, so tok_encode must not run concurrently on one tok
- * (open one tok per thread, they are cheap relative to a model). tok_decode,
- * tok_token_bytes, tok_special_id and tok_n_vocab are safe from any thread.
+ * Threading: every call is safe from any thread. Encoding (tok_encode*,
+ * tok_split) shares the regex match state, BPE scratch and piece cache of the tok,
+ * so it holds the tok's mutex: concurrent encodes on one tok serialize (open one
+ * tok per thread for parallel encoding). tok_add_special must not race encodes.
  */
 #ifndef STRATA_TOK_H
 #define STRATA_TOK_H

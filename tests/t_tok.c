@@ -12,6 +12,7 @@
  */
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "jsonx.h"
@@ -768,6 +769,35 @@ TEST(tok_kimi) {
         }
         base_free(text);
         base_free(want);
+    }
+    tok_close(t);
+}
+
+/* Concurrent encodes on one tok serialize on its mutex and agree. */
+typedef struct { tok *t; const char *text; int32_t *ids; size_t n; int rc; } enc_job;
+static void *enc_thread(void *p) {
+    enc_job *j = p;
+    for (int i = 0; i < 50 && !j->rc; i++) {
+        base_free(j->ids);
+        j->rc = tok_encode(j->t, (const uint8_t *)j->text, strlen(j->text), i & 1, &j->ids, &j->n);
+    }
+    return NULL;
+}
+
+TEST(tok_small_threads) {
+    tok *t = small_tok(TOK_PAT_KIMI);
+    if (!t) return;
+    const char *text = "hello world <|open|> aaaa abcabc \xe4\xb8\xad\xe6\x96\x87 hello\n\n  world 12345 \xff";
+    enc_job j[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        j[i] = (enc_job){t, text, NULL, 0, 0};
+        CHECK(pthread_create(&th[i], NULL, enc_thread, &j[i]) == 0);
+    }
+    for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
+    for (int i = 0; i < 4; i++) {
+        CHECK(j[i].rc == 0 && j[i].n == j[0].n && !memcmp(j[i].ids, j[0].ids, j[0].n * sizeof(int32_t)));
+        base_free(j[i].ids);
     }
     tok_close(t);
 }
