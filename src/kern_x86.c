@@ -302,19 +302,23 @@ A256 INL float red256(__m256 a, __m256 b) {
     return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
 }
 
-/* RB x TB block as in blk512; 16 ymm registers allow 4x1 and 2x2 (8 accumulators). */
+/* RB x TB block over columns [k0, k1) with blk512's state convention; 16 ymm
+ * registers allow 4x1 and 2x2 (8 accumulators). */
 A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
-                     const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+                     const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB,
+                     int64_t k0, int64_t k1, float *st, int64_t sts) {
     const size_t esz = dt == DT_F32 ? 4 : 2;
     const char *wr[4];
     const float *xr[4];
     __m256 acc[4][4][2];
     UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i) * cols) * esz;
     UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
-        acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
-    int64_t k = 0;
-    for (; k + 16 <= cols; k += 16) {
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
+        acc[i][j][0] = st ? _mm256_load_ps(st + (i * sts + j) * 16) : _mm256_setzero_ps();
+        acc[i][j][1] = st ? _mm256_load_ps(st + (i * sts + j) * 16 + 8) : _mm256_setzero_ps();
+    }
+    int64_t k = k0;
+    for (; k + 16 <= k1; k += 16) {
         v16 w[4];
         UNROLL for (int i = 0; i < RB; i++) {
             if (TB == 1) _mm_prefetch(wr[i] + (size_t)k * esz + PF_DIST, _MM_HINT_T0);
@@ -328,38 +332,73 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
             }
         }
     }
-    if (k < cols) {
+    if (k < k1) {
         v16 w[4];
-        UNROLL for (int i = 0; i < RB; i++) w[i] = w256_tail(wr[i], dt, k, cols - k);
+        UNROLL for (int i = 0; i < RB; i++) w[i] = w256_tail(wr[i], dt, k, k1 - k);
         UNROLL for (int j = 0; j < TB; j++) {
-            v16 x = w256_tail(xr[j], DT_F32, k, cols - k);
+            v16 x = w256_tail(xr[j], DT_F32, k, k1 - k);
             UNROLL for (int i = 0; i < RB; i++) {
                 acc[i][j][0] = _mm256_fmadd_ps(w[i].a, x.a, acc[i][j][0]);
                 acc[i][j][1] = _mm256_fmadd_ps(w[i].b, x.b, acc[i][j][1]);
             }
         }
     }
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
-        Y[(t + j) * ldy + r + i] = red256(acc[i][j][0], acc[i][j][1]);
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
+        if (st) {
+            _mm256_store_ps(st + (i * sts + j) * 16, acc[i][j][0]);
+            _mm256_store_ps(st + (i * sts + j) * 16 + 8, acc[i][j][1]);
+        } else {
+            Y[(t + j) * ldy + r + i] = red256(acc[i][j][0], acc[i][j][1]);
+        }
+    }
 }
+
+/* DRIVER512's walk with AVX2 block shapes: decode 4x1, otherwise 2x2 blocks in
+ * PAN_T x PAN_K panels. */
+#define DRIVER256(BLK)                                                                        \
+    if (T == 1) {                                                                             \
+        int64_t r = r0;                                                                       \
+        const int64_t t = 0;                                                                  \
+        for (; r + 4 <= r1; r += 4) BLK(4, 1, 0, cols, NULL, 0);                              \
+        for (; r < r1; r++) BLK(1, 1, 0, cols, NULL, 0);                                      \
+        return;                                                                               \
+    }                                                                                         \
+    float st_[2 * PAN_T * 16] __attribute__((aligned(32)));                                   \
+    for (int64_t ts = 0; ts < T; ts += PAN_T) {                                               \
+        int64_t tn = T - ts < PAN_T ? T - ts : PAN_T;                                         \
+        for (int64_t r = r0; r < r1;) {                                                       \
+            int rbn = r + 2 <= r1 ? 2 : 1;                                                    \
+            for (int i = 0; i < rbn; i++)                                                     \
+                memset(st_ + i * PAN_T * 16, 0, (size_t)tn * 16 * sizeof(float));            \
+            for (int64_t k0 = 0; k0 < cols; k0 += PAN_K) {                                    \
+                int64_t k1 = cols - k0 < PAN_K ? cols : k0 + PAN_K;                           \
+                for (int64_t t = ts; t < ts + tn;) {                                          \
+                    float *s_ = st_ + (t - ts) * 16;                                          \
+                    if (t + 2 <= ts + tn) {                                                   \
+                        if (rbn == 2) BLK(2, 2, k0, k1, s_, PAN_T);                           \
+                        else BLK(1, 2, k0, k1, s_, PAN_T);                                    \
+                        t += 2;                                                               \
+                    } else {                                                                  \
+                        if (rbn == 2) BLK(2, 1, k0, k1, s_, PAN_T);                           \
+                        else BLK(1, 1, k0, k1, s_, PAN_T);                                    \
+                        t += 1;                                                               \
+                    }                                                                         \
+                }                                                                             \
+            }                                                                                 \
+            for (int i = 0; i < rbn; i++)                                                     \
+                for (int64_t j = 0; j < tn; j++) {                                            \
+                    const float *q_ = st_ + (i * PAN_T + j) * 16;                             \
+                    Y[(ts + j) * ldy + r + i] = red256(_mm256_load_ps(q_), _mm256_load_ps(q_ + 8)); \
+                }                                                                             \
+            r += rbn;                                                                         \
+        }                                                                                     \
+    }
 
 A256 INL void drv256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
                      const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
-    int64_t r = r0;
-    if (T == 1) {
-        for (; r + 4 <= r1; r += 4) blk256(Y, ldy, W, dt, cols, X, ldx, r, 0, 4, 1);
-    } else {
-        for (; r + 2 <= r1; r += 2) {
-            int64_t t = 0;
-            for (; t + 2 <= T; t += 2) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, 2, 2);
-            for (; t < T; t++) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, 2, 1);
-        }
-    }
-    for (; r < r1; r++) {
-        int64_t t = 0;
-        for (; t + 2 <= T; t += 2) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, 1, 2);
-        for (; t < T; t++) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, 1, 1);
-    }
+#define BLK_D(RB, TB, k0, k1, st, sts) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, RB, TB, k0, k1, st, sts)
+    DRIVER256(BLK_D)
+#undef BLK_D
 }
 
 A256 static void matmul_avx2(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
@@ -374,7 +413,7 @@ A256 static void matmul_avx2(float *Y, int64_t ldy, const void *W, int dt, int64
 
 A256 static float dot_avx2(const float *a, const float *b, int64_t n) {
     float y;
-    blk256(&y, 1, a, DT_F32, n, b, n, 0, 0, 1, 1);
+    blk256(&y, 1, a, DT_F32, n, b, n, 0, 0, 1, 1, 0, n, NULL, 0);
     return y;
 }
 
@@ -398,7 +437,8 @@ A256 INL v16 fp4_w256(const uint8_t *p, __m256 lut) {
 }
 
 A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
-                        const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+                        const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB,
+                        int64_t k0, int64_t k1, float *st, int64_t sts) {
     const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
     const __m256 mag = _mm256_loadu_ps(k_e2m1);
     const uint8_t *pr[4], *sr[4];
@@ -406,9 +446,11 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
     __m256 acc[4][4][2];
     UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i) * rb; sr[i] = S + (r + i) * ng; }
     UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
-        acc[i][j][0] = acc[i][j][1] = _mm256_setzero_ps();
-    for (int64_t g = 0; g < ng; g++) {
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
+        acc[i][j][0] = st ? _mm256_load_ps(st + (i * sts + j) * 16) : _mm256_setzero_ps();
+        acc[i][j][1] = st ? _mm256_load_ps(st + (i * sts + j) * 16 + 8) : _mm256_setzero_ps();
+    }
+    for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {
         __m256 lut[4];
         UNROLL for (int i = 0; i < RB; i++) {
             if (TB == 1) _mm_prefetch((const char *)pr[i] + g * 16 + PF_DIST / 2, _MM_HINT_T0);
@@ -427,29 +469,23 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
             }
         }
     }
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
-        Y[(t + j) * ldy + r + i] = red256(acc[i][j][0], acc[i][j][1]);
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
+        if (st) {
+            _mm256_store_ps(st + (i * sts + j) * 16, acc[i][j][0]);
+            _mm256_store_ps(st + (i * sts + j) * 16 + 8, acc[i][j][1]);
+        } else {
+            Y[(t + j) * ldy + r + i] = red256(acc[i][j][0], acc[i][j][1]);
+        }
+    }
 }
 
 A256 static void mxfp4_avx2(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
                             int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
                             int64_t r1) {
     ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
-    int64_t r = r0;
-    if (T == 1) {
-        for (; r + 4 <= r1; r += 4) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, 0, 4, 1);
-    } else {
-        for (; r + 2 <= r1; r += 2) {
-            int64_t t = 0;
-            for (; t + 2 <= T; t += 2) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, 2, 2);
-            for (; t < T; t++) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, 2, 1);
-        }
-    }
-    for (; r < r1; r++) {
-        int64_t t = 0;
-        for (; t + 2 <= T; t += 2) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, 1, 2);
-        for (; t < T; t++) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, 1, 1);
-    }
+#define BLK_F(RB, TB, k0, k1, st, sts) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, RB, TB, k0, k1, st, sts)
+    DRIVER256(BLK_F)
+#undef BLK_F
 }
 
 /* ======================= tables ======================= */
