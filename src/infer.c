@@ -15,9 +15,11 @@
  *
  * KDA prefill is the sequential delta rule, not the chunked WY/UT form: the
  * recurrence costs ~8 D^2 flops per head per token (12.6 MFLOP for a K3 layer vs
- * ~700 MFLOP of projections, under 2%), the 64 KB per-head state stays in L2 while
- * a head walks its T tokens, and prefill then equals decode bit for bit. Measured
- * on this box (tiny-blocks preset, 64-token prompt): see tests/t_infer.c bench note.
+ * ~700 MFLOP of projections, under 2%), the per-head state (64 KB at D = 128)
+ * stays in L2 while a head walks its T tokens, and prefill then equals decode bit
+ * for bit. Measured (perf, 512-token prefill of the demo preset, 1 thread):
+ * kda_heads_fn 5.9% of CPU samples against 33% in the matmul kernels, so the
+ * chunked form could save at most a few percent here.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -116,10 +118,9 @@ static int64_t vec_need(const cfg *c) {
 }
 
 static int64_t thr_need(const cfg *c, int64_t T) {
-    /* MLA: scores (ATT_BLOCK doubles), q_lat and the running sum (kv_lora doubles
-     * each), W_k[h] as f32 (nope x kv_lora), the chunk's latent outputs (T x kv_lora);
-     * KDA: 6 D. The two never run at once. */
-    int64_t mla = 2 * ATT_BLOCK + 4 * c->kv_lora + c->qk_nope * c->kv_lora + T * c->kv_lora;
+    /* MLA: scores (ATT_BLOCK), q_lat (kv_lora), W_k[h] as f32 (nope x kv_lora), the
+     * chunk's latent outputs (T x kv_lora); KDA: 6 D. The two never run at once. */
+    int64_t mla = ATT_BLOCK + c->kv_lora + c->qk_nope * c->kv_lora + T * c->kv_lora;
     return i64max(mla, 6 * c->kda_head_dim) + 64;
 }
 
@@ -233,7 +234,7 @@ static inline float siluf_(float x) { return (float)(x / (1.0 + exp(-(double)x))
 
 /* SiTU-GLU: b1 tanh(g/b1) sigmoid(g) * b2 tanh(u/b2); the sigmoid sees the uncapped g. */
 static inline float situ(float g, float u, float b1, float b2) {
-    return (float)((b1 * tanh((double)g / b1) / (1.0 + exp(-(double)g))) * (b2 * tanh((double)u / b2)));
+    return (b1 * tanhf(g / b1) * (1.0f / (1.0f + expf(-g)))) * (b2 * tanhf(u / b2));
 }
 
 static inline float wload(const void *p, int dtype, int64_t i) {
@@ -622,9 +623,8 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     const int64_t NH = c->n_heads, nope = c->qk_nope, rope = c->qk_rope, vh = c->v_head;
     const int64_t R = c->kv_lora, C = e->C, qh = e->qh, T = x->T;
     float *tw = e->thr + (int64_t)tid * e->thr_floats;
-    double *sc = (double *)(void *)tw, *ql = sc + ATT_BLOCK, *acc = ql + R;
-    float *wk = (float *)(void *)(acc + R), *ol = wk + nope * R;
-    const double scale = 1.0 / sqrt((double)(nope + rope));
+    float *sc = tw, *ql = tw + ATT_BLOCK, *wk = ql + R, *ol = wk + nope * R;
+    const float scale = (float)(1.0 / sqrt((double)(nope + rope)));
     const int dt = x->kvb->dtype;
     const size_t esz = st_dtype_size(dt);
     for (int64_t h = h0; h < h1; h++) {
@@ -636,42 +636,38 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
             /* q_lat = W_k[h]^T q_nope, rows of W_k accumulated in order */
             for (int64_t r = 0; r < R; r++) ql[r] = 0;
             for (int64_t n = 0; n < nope; n++) {
-                const double a = qn[n];
-                const float *wr = wk + n * R;
+                const float a = qn[n], *wr = wk + n * R;
                 for (int64_t r = 0; r < R; r++) ql[r] += a * wr[r];
             }
             /* causal softmax over positions 0..pos0+t, in fixed blocks of ATT_BLOCK */
             const int64_t ns = x->pos0 + t + 1;
-            double m = -INFINITY, den = 0;
+            float *acc = ol + t * R, m = -INFINITY;
+            double den = 0;
             for (int64_t b0 = 0; b0 < ns; b0 += ATT_BLOCK) {
                 int64_t nb = ns - b0 < ATT_BLOCK ? ns - b0 : ATT_BLOCK;
-                double bm = -INFINITY;
+                float bm = -INFINITY;
                 for (int64_t i = 0; i < nb; i++) {
                     const float *cr = x->cache + (b0 + i) * C;
-                    double d = 0;
-                    for (int64_t r = 0; r < R; r++) d += ql[r] * cr[r];
-                    for (int64_t r = 0; r < rope; r++) d += (double)qr[r] * cr[R + r];
-                    sc[i] = d * scale;
+                    sc[i] = (K.dot(ql, cr, R) + K.dot(qr, cr + R, rope)) * scale;
                     if (sc[i] > bm) bm = sc[i];
                 }
                 if (b0 == 0) {
                     m = bm;
                     for (int64_t r = 0; r < R; r++) acc[r] = 0;
                 } else if (bm > m) {
-                    double f = exp(m - bm);
+                    float f = expf(m - bm);
                     for (int64_t r = 0; r < R; r++) acc[r] *= f;
                     den *= f;
                     m = bm;
                 }
                 for (int64_t i = 0; i < nb; i++) {
-                    const double p = exp(sc[i] - m);
-                    const float *cr = x->cache + (b0 + i) * C;
+                    const float p = expf(sc[i] - m), *cr = x->cache + (b0 + i) * C;
                     den += p;
                     for (int64_t r = 0; r < R; r++) acc[r] += p * cr[r];
                 }
             }
-            float *o = ol + t * R;
-            for (int64_t r = 0; r < R; r++) o[r] = (float)(acc[r] / den);
+            const float inv = (float)(1.0 / den);
+            for (int64_t r = 0; r < R; r++) acc[r] *= inv;
         }
         /* o[t][h] = W_v[h] ol[t]: rows nope..nope+v of head h's kv_b block */
         const uint8_t *wv = (const uint8_t *)x->kvb->p + (size_t)((rk + nope) * R) * esz;
@@ -729,9 +725,19 @@ static int mla_layer(session *s, int64_t L, const wt *W, int64_t T) {
 /* FFN: dense SiTU-GLU and Stable LatentMoE                                 */
 /* ======================================================================= */
 
-static void situ_rows(float *g, const float *u, int64_t n, const cfg *c) {
-    const float b1 = (float)c->situ_b1, b2 = (float)c->situ_b2;
-    for (int64_t i = 0; i < n; i++) g[i] = situ(g[i], u[i], b1, b2);
+typedef struct { float *g; const float *u; float b1, b2; } situ_ctx;
+
+static void situ_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const situ_ctx *x = ctx;
+    for (int64_t i = i0; i < i1; i++) x->g[i] = situ(x->g[i], x->u[i], x->b1, x->b2);
+}
+
+/* g = SiTU(g, u) elementwise, split over the pool (tanhf/expf cost ~10 ns each:
+ * 9% of a 512-token demo prefill when it ran on one thread in double). */
+static void situ_rows(engine *e, float *g, const float *u, int64_t n) {
+    situ_ctx x = {g, u, (float)e->c->situ_b1, (float)e->c->situ_b2};
+    pool_for(e->pool, n, 4096, situ_fn, &x);
 }
 
 static int dense_layer(session *s, int64_t L, const wt *W, int64_t T) {
@@ -744,7 +750,7 @@ static int dense_layer(session *s, int64_t L, const wt *W, int64_t T) {
     mm_add(&j, &W[R_DENSE_UP], I, Hd, e->xn, Hd, e->f.du, I, "mlp.up_proj");
     if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
-    situ_rows(e->f.dg, e->f.du, T * I, c);
+    situ_rows(e, e->f.dg, e->f.du, T * I);
     mm_init(&j, T);
     mm_add(&j, &W[R_DENSE_DOWN], Hd, I, e->f.dg, I, e->y, Hd, "mlp.down_proj");
     if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
@@ -839,7 +845,7 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
         }
         if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld expert %d: %s", (long long)L, id, j.what); }
         mm_run(e, &j);
-        situ_rows(e->f.h1, e->f.h3, m * I, c);
+        situ_rows(e, e->f.h1, e->f.h3, m * I);
         mm_init(&j, m);
         if (ER[R_EXP_W2P].p) mm_add_mxfp4(&j, &ER[R_EXP_W2P], &ER[R_EXP_W2S], Z, I, e->f.h1, I, e->f.oe, Z, "expert w2");
         else mm_add(&j, &ER[R_EXP_W2], Z, I, e->f.h1, I, e->f.oe, Z, "expert w2");
@@ -860,7 +866,7 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
         }
         if (c->latent_norm) rmsnorm(u, u, lnorm, Z, c->rms_eps);
     }
-    if (S > 0) situ_rows(e->f.sg, e->f.su, T * S, c);
+    if (S > 0) situ_rows(e, e->f.sg, e->f.su, T * S);
     mm_init(&j, T);
     mm_add(&j, &W[R_MOE_LAT_UP], Hd, Z, e->f.u, Z, e->y, Hd, "routed_expert_up_proj");
     if (S > 0) mm_add(&j, &W[R_MOE_SH_DOWN], Hd, S, e->f.sg, S, e->f.tmp, Hd, "shared.down_proj");
