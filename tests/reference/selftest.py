@@ -214,6 +214,22 @@ def test_config(tmp):
         check_true('config: 0 in one-based full_attn_layers refused', True)
 
 
+def test_k3_config():
+    """The released K3 config (spec folder) gives MODEL.md's layer map."""
+    path = '/work/shared/spec/k3-config.json'
+    if not os.path.exists(path):
+        print('skip K3 config (no %s)' % path)
+        return
+    with open(path) as f:
+        c = R.parse_config(json.load(f))
+    want = list(range(3, 91, 4)) + [91, 92]
+    check_true('K3 config: 69 KDA + 24 MLA, MLA at 3,7,...,87,91,92, dense only layer 0',
+               c.mla_layers == want and len(want) == 24 and sum(c.is_dense) == 1 and c.is_dense[0]
+               and (c.kda_heads, c.kda_head_dim, c.n_heads, c.kv_lora, c.latent, c.topk)
+               == (96, 128, 96, 512, 3584, 16),
+               '%d MLA' % len(c.mla_layers))
+
+
 def test_scale255(tmp):
     """A scale byte of 255 inside a real shard is reported with the tensor name."""
     d = os.path.join(tmp, 'bad255')
@@ -464,6 +480,7 @@ def main():
         test_short_conv()
         test_kda_forms()
         test_config(tmp)
+        test_k3_config()
         test_scale255(tmp)
         test_plain_vs_mxfp4(tmp)
         prompt = [1, 17, 42, 9, 250, 3, 3, 88, 130, 7, 64, 201]
