@@ -7,6 +7,7 @@
  *    the MoE step runs them), for every kernel table, with 1 and 2 threads:
  *    GB/s of weights streamed and the fraction of the measured read bandwidth.
  * 3. Prefill (T = 8, 64): GFLOP/s of the same kernels as matrix-matrix products.
+ * 4. In-cache compute per core (CPU time, so other processes matter less).
  *
  * `make bench-kernels` builds and runs it. Matrices are far larger than the caches,
  * so decode numbers are DRAM numbers. Other processes on the machine disturb the
@@ -15,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "base.h"
 #include "kern.h"
 #include "num.h"
@@ -118,6 +120,12 @@ static void print_load(const char *what) {
     double l1 = -1;
     if (f) { if (fscanf(f, "%lf", &l1) != 1) l1 = -1; fclose(f); }
     if (l1 >= 0) printf("%s: 1-minute load average %.2f\n", what, l1);
+}
+
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static uint32_t g_rng = 1;
@@ -251,6 +259,32 @@ int main(int argc, char **argv) {
                 double flops = fmt == 0 ? 2.0 * (double)rows * C * T
                                         : 2.0 * 3.0 * EX_INTER * EX_LATENT * n_e * T;
                 printf(" %7.1f GF/s", flops / best / 1e9);
+            }
+        printf("\n");
+    }
+    /* 4. compute bound: a 64 x 3584 matrix that stays in L2, one thread, CPU time
+     * (robust against other processes): what the kernel could do if memory were free */
+    printf("\nin-cache compute (64 x 3584, 1 thread, CPU time): G weight-activation products/s\n");
+    printf("%-11s | %9s %9s %9s | %9s %9s %9s\n", "table", "bf16 T=1", "T=8", "T=64", "mxfp4 T=1", "T=8", "T=64");
+    for (const kern_table *const *a = kern_available(); *a; a++) {
+        if (!strcmp((*a)->name, "scalar")) continue;
+        printf("%-11s |", (*a)->name);
+        for (int fmt = 0; fmt < 2; fmt++)
+            for (int ti = 0; ti < 3; ti++) {
+                int64_t T = ti == 0 ? 1 : ti == 1 ? 8 : 64, rows = 64, reps = 2048 / T;
+                double best = 1e30;
+                for (int k = 0; k < 5; k++) {
+                    double t0 = cpu_now();
+                    for (int64_t q = 0; q < reps; q++) {
+                        if (fmt == 0) (*a)->matmul(Y, rows, W, DT_BF16, EX_LATENT, X, EX_LATENT, T, 0, rows);
+                        else (*a)->matmul_mxfp4(Y, rows, e.mem, e.mem + (size_t)EX_INTER * EX_LATENT,
+                                                EX_LATENT, X, EX_LATENT, T, 0, rows);
+                    }
+                    double dt = cpu_now() - t0;
+                    if (dt < best) best = dt;
+                }
+                printf(" %9.1f", (double)rows * EX_LATENT * T * reps / best / 1e9);
+                if (ti == 2 && fmt == 0) printf(" |");
             }
         printf("\n");
     }
