@@ -17,6 +17,7 @@
 #include "jsonx.h"
 #include "kern.h"
 #include "model.h"
+#include "place.h"
 #include "pool.h"
 #include "sample.h"
 #include "st.h"
@@ -52,6 +53,10 @@ static void usage(FILE *f) {
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
         "  --json FILE          write a JSON run report\n"
+        "  --ram-gb X           RAM budget in GB (10^9 B): weights beyond it are streamed\n"
+        "  --ram SIZE|auto      budget as a size (24G = GiB) or auto = MemAvailable\n"
+        "  --pack DIR           read the trunk from this pack (default: the model's own)\n"
+        "  --plan               print the memory plan and exit\n"
         "  --stop-eos           with --ids: also stop at an end id (text prompts always do)\n"
         "  --ignore-eos         never stop at an end id\n"
         "\n"
@@ -60,7 +65,9 @@ static void usage(FILE *f) {
 }
 
 typedef struct run_opts {
-    const char *model_dir, *ids, *prompt, *prompt_file, *dump_logits, *json_path;
+    const char *model_dir, *ids, *prompt, *prompt_file, *dump_logits, *json_path, *pack_dir;
+    uint64_t ram_bytes;
+    int have_ram, plan_only;
     int64_t gen, threads, ctx, chunk;
     sample_opts so;
     int print_ids, stop_eos, ignore_eos;
@@ -92,6 +99,20 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->chunk)) BAD("1..4096"); }
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
         else if (!strcmp(a, "--json")) { NEED(); o->json_path = v; }
+        else if (!strcmp(a, "--ram-gb")) {
+            NEED();
+            if (base_parse_f64(v, 0.001, 1e6, &d)) BAD("a positive number of GB");
+            o->ram_bytes = (uint64_t)(d * 1e9);
+            o->have_ram = 1;
+        } else if (!strcmp(a, "--ram")) {
+            NEED();
+            if (!strcmp(v, "auto")) o->ram_bytes = base_mem_available();
+            else if (base_parse_size(v, &o->ram_bytes) || !o->ram_bytes) BAD("a size like 24G, or auto");
+            if (!o->ram_bytes) return cli_usage_error(CMD, "--ram auto: MemAvailable is unknown here; give a size");
+            o->have_ram = 1;
+        }
+        else if (!strcmp(a, "--pack")) { NEED(); o->pack_dir = v; }
+        else if (!strcmp(a, "--plan")) o->plan_only = 1;
         else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
         else if (!strcmp(a, "--stop-eos")) o->stop_eos = 1;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
@@ -103,7 +124,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     }
     if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
     int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL);
-    if (np != 1) return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file");
+    if (np != 1 && !(o->plan_only && np == 0)) return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file");
     return 0;
 }
 
@@ -211,8 +232,8 @@ int cmd_run(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/config.json", o.model_dir);
     if (cfg_load(&r.c, path, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     if (st_open(&r.ix, o.model_dir, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
+    static model_layout lay; /* large (per-layer byte table): not on the stack */
     {
-        static model_layout lay;
         sbuf pb = {0};
         if (model_bind_check(&r.c, r.ix, &lay, &pb)) {
             fprintf(stderr, "strata run: %s: the model does not match its config (%d problems):\n%s", o.model_dir, pb.n,
@@ -234,7 +255,7 @@ int cmd_run(int argc, char **argv) {
         }
     }
     int64_t n_prompt = 0;
-    if ((rc = load_prompt(&r, &o, &n_prompt))) { ret = rc; goto out; }
+    if ((o.ids || o.prompt || o.prompt_file) && (rc = load_prompt(&r, &o, &n_prompt))) { ret = rc; goto out; }
 
     /* context */
     int64_t ctx = o.ctx;
@@ -259,12 +280,40 @@ int cmd_run(int argc, char **argv) {
     if (n_stop < 0) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     const int use_stop = !o.ignore_eos && (!o.ids || o.stop_eos);
 
-    /* weights, engine, session, sampler */
+    /* placement: a budget (or a pack) goes through the planner and the streaming
+     * source; otherwise every weight is read into RAM */
     int threads = o.threads ? (int)o.threads : pool_default_threads();
+    const int placed = o.have_ram || o.pack_dir || o.plan_only;
+    static place_plan plan;
+    int64_t chunk = o.chunk ? o.chunk : INFER_DEFAULT_CHUNK;
+    if (placed) {
+        place_opts po = place_opts_default();
+        po.ram_bytes = o.have_ram ? o.ram_bytes : 0;
+        po.pack_dir = o.pack_dir;
+        po.ctx = ctx;
+        po.prefill_chunk = chunk;
+        po.n_threads = threads;
+        po.session_bytes = infer_session_bytes;
+        po.engine_bytes = infer_engine_bytes;
+        rc = place_plan_compute(&r.c, &lay, o.model_dir, &po, &plan, err, sizeof err);
+        if (rc) {
+            fprintf(stderr, "strata run: %s\n", err);
+            ret = rc == STRATA_EBUDGET ? EXIT_USAGE : 1;
+            goto out;
+        }
+        if (o.plan_only) {
+            place_plan_print(&plan, stdout);
+            ret = 0;
+            goto out;
+        }
+        chunk = plan.prefill_chunk;
+    }
     double t_load = base_now();
-    if (wsrc_resident_open(&r.w, &r.c, r.ix, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
+    rc = placed ? place_open(&r.w, &r.c, r.ix, o.model_dir, &plan, err, sizeof err)
+                : wsrc_resident_open(&r.w, &r.c, r.ix, err, sizeof err);
+    if (rc) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     t_load = base_now() - t_load;
-    engine_opts eo = {threads, o.chunk};
+    engine_opts eo = {threads, chunk};
     if (engine_create(&r.e, &r.c, r.w, &eo, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     if (session_create(&r.s, r.e, ctx, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     if (sampler_create(&r.sm, r.c.vocab, &o.so, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
@@ -278,8 +327,9 @@ int cmd_run(int argc, char **argv) {
     const int stream_text = !o.print_ids && r.tk;
     if (stream_text && tok_stream_open(&r.ts, r.tk)) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
     fprintf(stderr, "strata run: %lld layers (%lld MLA), vocab %lld, %d threads, kernels %s, ctx %lld, "
-                    "weights resident (%.2f s)\n",
-            (long long)r.c.n_layers, (long long)r.c.n_mla, (long long)r.c.vocab, threads, kname, (long long)ctx, t_load);
+                    "weights %s (%.2f s)\n",
+            (long long)r.c.n_layers, (long long)r.c.n_mla, (long long)r.c.vocab, threads, kname, (long long)ctx,
+            placed ? (plan.resident ? "placed, all resident" : "placed, streamed") : "resident", t_load);
 
     /* prefill, then one token per step */
     double t0 = base_now();
@@ -349,6 +399,12 @@ int cmd_run(int argc, char **argv) {
             (long long)n_prompt, (long long)n_gen, stopped ? " (end id)" : "", pf, pf > 0 ? 1 / pf : 0, dc,
             dc > 0 ? 1 / dc : 0, (unsigned long long)infer_mla_cache_bytes_per_pos(&r.c), base_fmt_bytes(rss, b1, sizeof b1),
             base_fmt_bytes(base_mem_peak(), b2, sizeof b2), (unsigned long long)lhash);
+    place_stats pst;
+    memset(&pst, 0, sizeof pst);
+    if (placed) {
+        place_stats_get(r.w, &pst);
+        place_stats_print(&pst, &plan, stderr);
+    }
     if (base_mem_guard_violations())
         fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
                 (unsigned long long)base_mem_guard_violations());
@@ -379,7 +435,14 @@ int cmd_run(int argc, char **argv) {
         json_object_set_new(j, "kernel", json_string(kname));
         json_object_set_new(j, "ctx", json_integer(ctx));
         json_object_set_new(j, "logits_hash", json_string(hx));
-        json_object_set_new(j, "placement", json_pack("{s:s}", "plan", "resident"));
+        if (placed) {
+            json_t *pl = json_object();
+            json_object_set_new(pl, "plan", place_plan_json(&plan));
+            json_object_set_new(pl, "stats", place_stats_json(&pst));
+            json_object_set_new(j, "placement", pl);
+        } else {
+            json_object_set_new(j, "placement", json_pack("{s:s}", "plan", "resident"));
+        }
         char *txt = json_dumps(j, JSON_INDENT(2));
         json_decref(j);
         if (!txt || base_write_file_atomic(o.json_path, txt, strlen(txt), err, sizeof err)) {

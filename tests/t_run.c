@@ -79,6 +79,36 @@ TEST(run_contract) {
     base_free(out);
 }
 
+TEST(run_placed) {
+    const char *d = run_model();
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    char a[2048], cmd[4096], *o1 = NULL, *o2 = NULL, *o3 = NULL;
+    snprintf(a, sizeof a, "%s --ids 1,2,3,4 --gen 6 --print-ids --dump-logits %s/pa.bin 2>/dev/null", d, t_tmpdir);
+    CHECK(run(a, &o1) == 0);
+    /* a budget just above the planner's minimum streams the trunk and experts */
+    snprintf(a, sizeof a, "%s --ids 1,2,3,4 --gen 6 --plan --ram-gb 1000 2>/dev/null", d);
+    CHECK(run(a, &o3) == 0);
+    CHECK(o3 && strstr(o3, "minimum budget"));
+    double mn = 0;
+    const char *m = o3 ? strstr(o3, "minimum budget") : NULL;
+    if (m) sscanf(m, "minimum budget %lf", &mn);
+    CHECK(mn > 0);
+    snprintf(a, sizeof a, "%s --ids 1,2,3,4 --gen 6 --print-ids --ram-gb %.4f --dump-logits %s/pb.bin 2>/dev/null", d,
+             mn * 1.05, t_tmpdir);
+    CHECK(run(a, &o2) == 0);
+    CHECK(o1 && o2 && !strcmp(o1, o2));
+    snprintf(cmd, sizeof cmd, "cmp -s %s/pa.bin %s/pb.bin", t_tmpdir, t_tmpdir);
+    CHECK_MSG(t_run(cmd, NULL) == 0, "streamed logits differ from resident");
+    /* below the minimum: a clear refusal, exit 2 */
+    snprintf(a, sizeof a, "%s --ids 1 --ram-gb %.4f 2>&1", d, mn * 0.5);
+    char *o4 = NULL;
+    CHECK(run(a, &o4) == 2);
+    base_free(o1);
+    base_free(o2);
+    base_free(o3);
+    base_free(o4);
+}
+
 TEST(run_errors) {
     const char *d = run_model();
     if (!d) { printf("  SKIP: no model\n"); return; }
