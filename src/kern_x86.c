@@ -29,8 +29,12 @@
 #define A256 __attribute__((target("avx2,fma,f16c")))
 #define UNROLL _Pragma("GCC unroll 4")
 
-/* Bytes ahead of the current chunk that decode prefetches each weight row:
- * 4 rows x 1 KB ahead keeps ~64 lines in flight per core. */
+/* Bytes ahead of the current chunk that decode prefetches each dense weight row:
+ * 4 rows x 1 KB ahead keeps ~64 lines in flight per core.
+ * MXFP4 rows are short (1.5-1.8 KB for expert matrices) and compute per byte is
+ * 4x higher, so MXFP4 decode instead prefetches the next row block at the same
+ * column (one prefetch per line): in an interleaved A/B over a 421 MB expert stack
+ * (1 thread, loaded machine) best 12-13 GB/s vs 5-10 GB/s, mean 3.4-3.8 vs 2.1-2.2. */
 #define PF_DIST 1024
 
 /* ======================= AVX-512 ======================= */
@@ -203,7 +207,8 @@ AVBMI INL __m512i idx_vbmi(const uint8_t *p, __m512i ctrl) {
     for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {                 \
         __m512 lut[4];                                                                        \
         UNROLL for (int i = 0; i < RB; i++) {                                                 \
-            if (TB == 1) _mm_prefetch((const char *)pr[i] + g * 16 + PF_DIST / 2, _MM_HINT_T0); \
+            if (TB == 1 && (g & 3) == 0) /* the next row block, once per line */             \
+                _mm_prefetch((const char *)pr[i] + RB * rb + g * 16, _MM_HINT_T0);            \
             lut[i] = _mm512_mul_ps(e2m1, _mm512_set1_ps(kern_e8m0_table[sr[i][g]]));          \
         }                                                                                     \
         UNROLL for (int h = 0; h < 2; h++) {                                                  \
@@ -453,7 +458,8 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
     for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {
         __m256 lut[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1) _mm_prefetch((const char *)pr[i] + g * 16 + PF_DIST / 2, _MM_HINT_T0);
+            if (TB == 1 && (g & 3) == 0) /* the next row block, once per line */
+                _mm_prefetch((const char *)pr[i] + RB * rb + g * 16, _MM_HINT_T0);
             lut[i] = _mm256_mul_ps(mag, _mm256_set1_ps(kern_e8m0_table[sr[i][g]]));
         }
         UNROLL for (int h = 0; h < 2; h++) {
