@@ -173,7 +173,8 @@ INL void fp4blkn(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int6
     for (int64_t g = 0; g < ng; g++) {
         float32x4_t hs[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1) __builtin_prefetch(pr[i] + g * 16 + PF_DIST / 2);
+            if (TB == 1 && (g & 3) == 0) /* next row block, as kern_x86.c explains */
+                __builtin_prefetch(pr[i] + RB * rb + g * 16);
             hs[i] = vdupq_n_f32(kern_e8m0_table[sr[i][g]] * 0.5f); /* 2^(s-128), exact */
         }
         UNROLL for (int h = 0; h < 2; h++) {
