@@ -70,6 +70,9 @@ typedef struct cfg_census {
     uint64_t mla_cache_elems_per_pos;   /* n_mla * (kv_lora + qk_rope) */
     uint64_t kda_state_elems;           /* n_kda * (heads*D*D + 3*P*(conv_k-1)) */
 } cfg_census;
+/* Walks the schema (one expert per MoE layer stands for all). Trunk and embedding
+ * bytes are at bf16 whatever the checkpoint stores; expert bytes are MXFP4.
+ * *out is all zeros if c does not pass cfg_validate. */
 void cfg_census_compute(const cfg *c, cfg_census *out);
 
 #endif
