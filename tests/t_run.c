@@ -109,6 +109,36 @@ TEST(run_placed) {
     base_free(o4);
 }
 
+TEST(run_text) {
+    const char *d = run_model();
+    char tk[700];
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    snprintf(tk, sizeof tk, "%s/tiktoken.model", d);
+    if (!base_is_file(tk)) { printf("  SKIP: model has no tokenizer\n"); return; }
+    char a[2048], *o1 = NULL, *o2 = NULL;
+    snprintf(a, sizeof a, "%s --prompt 'Hello world, this is a test' --gen 5 --json %s/t.json 2>/dev/null", d, t_tmpdir);
+    CHECK(run(a, &o1) == 0);
+    const char *pf = t_write("prompt.txt", "Hello world, this is a test", 27);
+    snprintf(a, sizeof a, "%s --prompt-file %s --gen 5 2>/dev/null", d, pf);
+    CHECK(run(a, &o2) == 0);
+    CHECK(o1 && o2 && !strcmp(o1, o2)); /* same text either way */
+    uint8_t *b;
+    size_t len;
+    char js[700];
+    snprintf(js, sizeof js, "%s/t.json", t_tmpdir);
+    CHECK(base_read_file(js, 1u << 20, &b, &len, NULL, 0) == 0 && strstr((char *)b, "\"prompt_ids\": ["));
+    base_free(b);
+    const char *ef = t_write("empty.txt", "", 0);
+    snprintf(a, sizeof a, "%s --prompt-file %s >/dev/null 2>&1", d, ef);
+    CHECK(run(a, NULL) == 2);
+    snprintf(a, sizeof a, "%s --prompt '' >/dev/null 2>&1", d);
+    CHECK(run(a, NULL) == 2);
+    snprintf(a, sizeof a, "%s --prompt-file %s/nope.txt >/dev/null 2>&1", d, t_tmpdir);
+    CHECK(run(a, NULL) == 2);
+    base_free(o1);
+    base_free(o2);
+}
+
 TEST(run_errors) {
     const char *d = run_model();
     if (!d) { printf("  SKIP: no model\n"); return; }
