@@ -154,8 +154,10 @@ int cmd_gen_model(int argc, char **argv) {
                (unsigned long long)st.n_tensors, st.secs);
         return 0;
     }
-    printf("wrote %s: %s in %d shard%s, %llu tensors, %.2f s, %.0f MB/s (write %.2f s, waiting for the generator %.2f s)%s\n",
+    printf("wrote %s: %s in %d shard%s, %llu tensors, %.2f s, %.0f MB/s "
+           "(prepare %.2f s, write %.2f s, waiting for the generators %.2f s, fsync %.2f s)\n",
            out, base_fmt_bytes(st.total_bytes, hb, sizeof hb), st.n_shards, st.n_shards == 1 ? "" : "s",
-           (unsigned long long)st.n_tensors, st.secs, st.mb_per_s, st.io_secs, st.gen_wait_secs, "");
+           (unsigned long long)st.n_tensors, st.secs, st.mb_per_s, st.prep_secs, st.io_secs, st.gen_wait_secs,
+           st.sync_secs);
     return 0;
 }

@@ -58,7 +58,9 @@ typedef struct gen_stats {
     double secs;
     double mb_per_s;          /* total_bytes / secs / 1e6 */
     double io_secs;           /* writer inside write(2) */
-    double gen_wait_secs;     /* writer waiting for the generator thread */
+    double gen_wait_secs;     /* writer waiting for the generator threads */
+    double prep_secs;         /* plan, config, tokenizer training, index */
+    double sync_secs;         /* shard fsyncs and the final rename */
 } gen_stats;
 
 /* Writes the model for c into out_dir (see the file comment). c's special ids and
