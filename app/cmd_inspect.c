@@ -164,8 +164,8 @@ static void print_human(const report *r) {
            "renormalize %s, latent norm %s\n",
            (long long)c->n_experts, (long long)c->topk, (long long)c->n_shared, (long long)c->latent,
            (long long)c->moe_inter, c->routed_scale, c->moe_renorm ? "on" : "off", c->latent_norm ? "on" : "off");
-    printf("  dense: first %lld layer(s), intermediate %lld; AttnRes block %lld; SiTU betas %g / %g\n",
-           (long long)c->first_dense, (long long)c->dense_inter, (long long)c->attn_res_block, c->situ_b1, c->situ_b2);
+    printf("  dense: first %lld layer(s), intermediate %s; AttnRes block %lld; SiTU betas %g / %g\n",
+           (long long)c->first_dense, commas((uint64_t)c->dense_inter, a, sizeof a), (long long)c->attn_res_block, c->situ_b1, c->situ_b2);
     printf("  ids: bos %lld, eos", (long long)c->bos_id);
     if (!c->n_eos) printf(" none");
     for (int64_t i = 0; i < c->n_eos; i++) printf("%s%lld", i ? "," : " ", (long long)c->eos_ids[i]);
@@ -192,7 +192,9 @@ static void print_human(const report *r) {
         printf("  experts: %s experts x %s bytes = %s (%s bytes, MXFP4)\n", commas(s->n_expert_total, a, sizeof a),
                commas(s->expert_bytes, b, sizeof b), bytes3(s->experts_bytes, d, sizeof d),
                commas(s->experts_bytes, f, sizeof f));
-        printf("  one expert: %s bytes (%s)\n", commas(s->expert_bytes, a, sizeof a), base_fmt_bytes(s->expert_bytes, b, sizeof b));
+        uint64_t pe = s->params_experts / s->n_expert_total;
+        printf("  one expert: %s bytes (%s), %s parameters (%s)\n", commas(s->expert_bytes, a, sizeof a),
+               base_fmt_bytes(s->expert_bytes, b, sizeof b), params_h(pe, d, sizeof d), commas(pe, f, sizeof f));
     } else {
         printf("  experts: none (no MoE layer)\n");
     }
