@@ -7,10 +7,15 @@
  * default build needs no -m flags.
  *
  * Blocking: a block is RB weight rows x TB activation rows with RB*TB accumulators.
- * Decode (T = 1) uses 4 rows x 1: four independent weight streams keep enough loads
- * in flight to approach DRAM bandwidth. Prefill (T > 1) uses 4 x 4: every decoded
- * weight chunk feeds 4 activations and every activation chunk feeds 4 rows, while
- * the 4 weight rows stay in L1/L2 across all T activations.
+ * Decode (T = 1) uses 4 rows x 1: four weight streams plus software prefetch reach
+ * 94-98% of the measured read bandwidth for bf16 on the dev VM (best runs of
+ * `make bench-kernels`). Prefill uses 4 x 4 (AVX-512) or 2 x 2 (AVX2): every
+ * decoded weight chunk feeds several activations and every activation chunk
+ * several rows; for larger T the walk is in panels (PAN_T x PAN_K below) so the
+ * activations stay in L2. 8-row decode blocks were tried and measured no faster
+ * (in-L2 MXFP4 ~33 G weights/s per core either way), so the shapes stay small.
+ * In-L2 compute per core (Zen 5 VM, CPU time): bf16 T=1 ~32, T=8 ~70 G weight x
+ * activation products/s; MXFP4 T=1 ~24 (F decoder) / ~29 (VBMI decoder), T=8 ~55.
  */
 #include "kern.h"
 
