@@ -200,6 +200,7 @@ TEST(kern_select) {
     char saved[64] = {0};
     if (env) snprintf(saved, sizeof saved, "%s", env);
     unsetenv("STRATA_KERNEL");
+    const kern_table saved_k = K; /* other suites keep whatever table was selected */
     const kern_table *const *av = kern_available();
     CHECK(strcmp(kern_init("scalar"), "scalar") == 0);
     CHECK(strcmp(kern_init(NULL), av[0]->name) == 0);        /* best first */
@@ -210,7 +211,7 @@ TEST(kern_select) {
     base_log_level(LOG_WARN);
     if (saved[0]) setenv("STRATA_KERNEL", saved, 1);
     else unsetenv("STRATA_KERNEL");
-    kern_init(NULL);
+    K = saved_k;
     CHECK(K.matmul && K.matmul_mxfp4 && K.dot);
 }
 
