@@ -11,7 +11,8 @@
  * r = d[0] + d[1]. A tail (n % 16) is handled as if zero-padded to 16.
  * MXFP4 rows decode each weight exactly as E2M1[code] * 2^(scale-127) (in f32; a
  * power-of-two scaling is exact except overflow) and use the same lane contract.
- * Every implementation (scalar, AVX2, AVX-512, NEON) therefore returns identical bits.
+ * Every implementation (scalar, AVX2, AVX-512, NEON) therefore returns identical bits
+ * (for NaN inputs the result is NaN everywhere, but the NaN payload may differ).
  */
 /*
  * Speed notes for callers (measured on the 2-core Zen 5 dev VM, see bench/b_kern.c):
