@@ -79,7 +79,10 @@ INL void blkn(float *Y, int64_t ldy, const void *W, int dt, int64_t cols, const 
     for (; k + 16 <= cols; k += 16) {
         v16 w[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1) __builtin_prefetch(wr[i] + (size_t)k * esz + PF_DIST);
+            if (TB == 1) { /* PF_DIST ahead, wrapping into the next block (kern_x86.c) */
+                size_t o = (size_t)k * esz + PF_DIST, rbytes = (size_t)cols * esz;
+                __builtin_prefetch(wr[i] + (o >= rbytes ? o + (size_t)(RB - 1) * rbytes : o));
+            }
             w[i] = wn(wr[i], dt, k);
         }
         UNROLL for (int j = 0; j < TB; j++) {

@@ -42,6 +42,16 @@
  * (1 thread, loaded machine) best 12-13 GB/s vs 5-10 GB/s, mean 3.4-3.8 vs 2.1-2.2. */
 #define PF_DIST 1024
 
+/* Prefetch offset from row start for decode: PF_DIST bytes ahead in the row, and
+ * past the row's end into the same row of the next block (rows of a block are
+ * adjacent, so the plain offset would land on a row already streaming). A/B on a
+ * 205 MB bf16 matrix with 7 KB rows, 1 thread, 5 interleaved runs: mean 6.6-11.4
+ * GB/s vs 5.4-9.8 GB/s without the wrap (+12-20%). */
+static inline size_t pf_off(int64_t k, size_t esz, int64_t cols, int RB) {
+    size_t o = (size_t)k * esz + PF_DIST, rbytes = (size_t)cols * esz;
+    return o >= rbytes ? o + (size_t)(RB - 1) * rbytes : o;
+}
+
 /* ======================= AVX-512 ======================= */
 
 /* 16 weights at element i of a row (masked: lanes beyond the tail read as 0). */
@@ -89,7 +99,7 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
     for (; k + 16 <= k1; k += 16) {
         __m512 w[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1) _mm_prefetch(wr[i] + (size_t)k * esz + PF_DIST, _MM_HINT_T0);
+            if (TB == 1) _mm_prefetch(wr[i] + pf_off(k, esz, cols, RB), _MM_HINT_T0);
             w[i] = w512(wr[i], dt, k, 0xFFFF);
         }
         UNROLL for (int j = 0; j < TB; j++) {
@@ -331,7 +341,7 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
     for (; k + 16 <= k1; k += 16) {
         v16 w[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1) _mm_prefetch(wr[i] + (size_t)k * esz + PF_DIST, _MM_HINT_T0);
+            if (TB == 1) _mm_prefetch(wr[i] + pf_off(k, esz, cols, RB), _MM_HINT_T0);
             w[i] = w256(wr[i], dt, k);
         }
         UNROLL for (int j = 0; j < TB; j++) {
