@@ -849,7 +849,9 @@ static int has_suffix(const char *s, const char *suf) {
     return n > m && !strcmp(s + n - m, suf);
 }
 
-/* Every *.safetensors regular file in dir, lexical order. */
+/* Every *.safetensors regular file in dir (symlinks followed, as in a Hugging Face
+ * cache snapshot), lexical order. Names starting with '.' are skipped: macOS "._"
+ * droppings and partial downloads are not shards. */
 static int scan_dir(st_index *ix, const char *dir, char *err, size_t errlen) {
     DIR *d = opendir(dir);
     if (!d) return base_fail(err, errlen, STRATA_EIO, "%s: %s", dir, strerror(errno));
