@@ -847,21 +847,83 @@ static const special *find_special(const tok *t, const uint8_t *text, size_t len
     return NULL;
 }
 
+/* Specials (when allowed) cut the text; the rest goes through split + BPE. */
+static int encode_segment(tok *t, const uint8_t *text, size_t len, int allow_special, enc_ctx *c) {
+    size_t pos = 0;
+    while (pos < len) {
+        size_t at = len;
+        const special *sp = allow_special ? find_special(t, text, len, pos, &at) : NULL;
+        int rc = split(t, text + pos, at - pos, emit_bpe, c);
+        if (rc) return rc;
+        if (!sp) return STRATA_OK;
+        if ((rc = idvec_push(c->o, sp->id))) return rc;
+        pos = at + sp->len;
+    }
+    return STRATA_OK;
+}
+
+/* Kimi's shipped encode (tokenization_kimi.py, from Llama 3's tokenizer) does
+ * not hand the whole text to tiktoken: it cuts it into 400,000-character chunks
+ * and cuts each chunk wherever a run of whitespace or of non-whitespace (Python
+ * str.isspace) would exceed 25,000 characters, then encodes the pieces one by
+ * one. The cuts are BPE boundaries, so ids differ from plain tiktoken at each
+ * seam; K3 saw the chunked ids, so TOK_PAT_KIMI encodes the same way. Counts are
+ * code points; an invalid UTF-8 byte counts as one non-space character. */
+#define KIMI_CHUNK_CHARS 400000
+#define KIMI_RUN_CHARS 25000
+
+static int py_isspace(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || (c >= 0x1C && c <= 0x20) || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+/* Code point at p (n > 0 bytes left) and its byte length; invalid -> (0xFFFFFFFF, 1). */
+static uint32_t utf8_next(const uint8_t *p, size_t n, size_t *len) {
+    size_t k = utf8_valid_prefix(p, n < 4 ? n : 4);
+    if (k == 0) { *len = 1; return 0xFFFFFFFFu; }
+    uint8_t c = p[0];
+    if (c < 0x80) { *len = 1; return c; }
+    if (c < 0xE0) { *len = 2; return (uint32_t)(c & 0x1F) << 6 | (p[1] & 0x3F); }
+    if (c < 0xF0) { *len = 3; return (uint32_t)(c & 0x0F) << 12 | (uint32_t)(p[1] & 0x3F) << 6 | (p[2] & 0x3F); }
+    *len = 4;
+    return (uint32_t)(c & 0x07) << 18 | (uint32_t)(p[1] & 0x3F) << 12 | (uint32_t)(p[2] & 0x3F) << 6 | (p[3] & 0x3F);
+}
+
+static int encode_kimi_chunked(tok *t, const uint8_t *text, size_t len, int allow_special, enc_ctx *c) {
+    size_t pos = 0;
+    while (pos < len) {
+        /* one chunk of up to KIMI_CHUNK_CHARS characters, cut at long runs */
+        size_t start = pos, chars = 0, run = 0;
+        int run_space = 0;
+        while (pos < len && chars < KIMI_CHUNK_CHARS) {
+            size_t cl;
+            int sp = py_isspace(utf8_next(text + pos, len - pos, &cl));
+            if (chars == 0) run_space = sp;
+            if (sp != run_space) {
+                run = 1;
+                run_space = sp;
+            } else if (++run > KIMI_RUN_CHARS) {
+                int rc = encode_segment(t, text + start, pos - start, allow_special, c);
+                if (rc) return rc;
+                start = pos;
+                run = 1;
+            }
+            pos += cl;
+            chars++;
+        }
+        int rc = encode_segment(t, text + start, pos - start, allow_special, c);
+        if (rc) return rc;
+    }
+    return STRATA_OK;
+}
+
 int tok_encode_append(tok *t, const uint8_t *text, size_t len, int allow_special, int32_t **ids, size_t *n,
                       size_t *cap) {
     idvec o = {*ids, *n, *cap};
     enc_ctx c = {t, &o};
-    int rc = STRATA_OK;
-    size_t pos = 0;
     pthread_mutex_lock(&t->mu);
-    while (pos < len) {
-        size_t at = len;
-        const special *sp = allow_special ? find_special(t, text, len, pos, &at) : NULL;
-        if ((rc = split(t, text + pos, at - pos, emit_bpe, &c))) break;
-        if (!sp) break;
-        if ((rc = idvec_push(&o, sp->id))) break;
-        pos = at + sp->len;
-    }
+    int rc = t->pattern == TOK_PAT_KIMI ? encode_kimi_chunked(t, text, len, allow_special, &c)
+                                        : encode_segment(t, text, len, allow_special, &c);
     pthread_mutex_unlock(&t->mu);
     *ids = o.v;
     *n = o.n;

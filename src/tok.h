@@ -9,7 +9,10 @@
  *
  * Encoding = pre-tokenizer regex split (TOK_PAT_*), then rank-based BPE on each
  * piece (repeatedly merge the adjacent pair whose concatenation has the lowest
- * rank), which is what tiktoken does. Ordinary encoding treats special-token text
+ * rank), which is what tiktoken does. With TOK_PAT_KIMI the text is first cut the
+ * way Kimi's shipped encode (tokenization_kimi.py) cuts it: 400,000-character
+ * chunks, and a cut wherever a whitespace or non-whitespace run passes 25,000
+ * characters; each cut is a BPE boundary (ids differ from plain tiktoken there). Ordinary encoding treats special-token text
  * as text; with allow_special the special contents are matched longest-first and
  * emitted as their ids.
  *
@@ -75,9 +78,10 @@ int tok_encode_append(tok *t, const uint8_t *text, size_t len, int allow_special
  * NUL is not counted), caller base_free()s it. STRATA_EINVAL on an unknown id. */
 int tok_decode(const tok *t, const int32_t *ids, size_t n, uint8_t **out, size_t *len);
 
-/* Pre-tokenizer only: calls fn for each piece (offset, length) of text in order,
- * the same pieces tok_encode feeds to BPE (special tokens are not recognized
- * here). For tests and the regex equivalence proof. */
+/* Pre-tokenizer only: calls fn for each piece (offset, length) of text in order:
+ * the regex split alone (no special tokens, no Kimi chunking), i.e. the pieces
+ * tok_encode feeds to BPE for text without long runs. For tests and the regex
+ * equivalence proof. */
 int tok_split(tok *t, const uint8_t *text, size_t len,
               void (*fn)(void *ud, size_t off, size_t n), void *ud);
 

@@ -463,9 +463,10 @@ static int oracle_setup(void) {
              "$E wasm o200k_base %s/corpus.txt %s/o200k.wasm.ids %s/cases.jsonl %s/o200k.wasm.cases & b=$!; "
              "$E js cl100k_base %s/corpus.txt %s/cl100k.js.ids %s/cases.jsonl %s/cl100k.js.cases & c=$!; "
              "$E wasm cl100k_base %s/corpus.txt %s/cl100k.wasm.ids %s/cases.jsonl %s/cl100k.wasm.cases & d=$!; "
-             "$E kimi-wasm %s/o200k.tiktoken %s/corpus.txt %s/kimi.wasm.ids %s/cases.jsonl %s/kimi.wasm.cases & e=$!; "
+             "$E kimi-wasm %s/o200k.tiktoken %s/corpus.txt %s/kimi.wasm.ids %s/cases.jsonl %s/kimi.wasm.cases "
+             "%s/chunky.txt %s/chunky.wasm.ids & e=$!; "
              "wait $a && wait $b && wait $c && wait $d && wait $e",
-             D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D);
+             D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D, D);
     if (t_run(cmd, &out)) { CHECK_MSG(0, "oracle runs failed: %s", out); base_free(out); return g_ready; }
     base_free(out);
     g_ready = 0;
@@ -719,6 +720,16 @@ TEST(tok_kimi) {
         base_free(text);
         snprintf(path, sizeof path, "%s/kimi.wasm.cases", g_dir);
         compare_cases(t, "kimi vs tiktoken", path);
+        /* the shipped encode's 400k/25k-character chunking, seams included */
+        snprintf(path, sizeof path, "%s/chunky.txt", g_dir);
+        CHECK(base_read_file(path, 1u << 28, &text, &tl, NULL, 0) == 0);
+        CHECK(tok_encode(t, text, tl, 0, &ids, &n) == 0);
+        snprintf(path, sizeof path, "%s/chunky.wasm.ids", g_dir);
+        CHECK(read_ids(path, &want, &nw) == 0);
+        compare_ids("kimi chunked encode vs tokenization_kimi.py's chunking", ids, n, want, nw);
+        base_free(ids);
+        base_free(want);
+        base_free(text);
     }
     const char *inputs[] = {"corpus.txt", "cases.jsonl"};
     for (int k = 0; k < 2; k++) {

@@ -1,9 +1,9 @@
 // encode.mjs IMPL NAME IN OUT [IN OUT ...]: encodes each file IN with IMPL (js =
 // js-tiktoken, wasm = tiktoken, the Rust core compiled to WASM) and encoding NAME
 // (cl100k_base, o200k_base); writes "id,id,...\n" to OUT ("-" = stdout).
-// IMPL kimi-wasm: tiktoken's Rust core with Kimi's pat_str exactly as released
-// (the regex crate has [..&&[^..]] natively) over the vocab file NAME: the
-// reference semantics of the Kimi split, with any ranks. An IN
+// IMPL kimi-wasm: tokenization_kimi.py's encode: its 400k/25k-character chunking,
+// then tiktoken's Rust core with Kimi's pat_str exactly as released (the regex
+// crate has [..&&[^..]] natively) over the vocab file NAME (any ranks). An IN
 // ending in .jsonl holds one JSON string per line: each is encoded on its own,
 // one id line each. Special-token text is encoded as ordinary text, as
 // `strata tokenize` does without --special. Several files per run share the
@@ -36,7 +36,27 @@ if (impl === "js") {
     String.raw`\s+`,
   ].join("|");
   const enc = new Tiktoken(fs.readFileSync(name, "utf8"), {}, pat);
-  encode = (s) => enc.encode_ordinary(s);
+  // tokenization_kimi.py's encode: 400,000-character chunks, each cut where a run
+  // of whitespace / non-whitespace (Python str.isspace) passes 25,000 characters.
+  const pyspace = (ch) => {
+    const c = ch.codePointAt(0);
+    return (c >= 0x09 && c <= 0x0d) || (c >= 0x1c && c <= 0x20) || c === 0x85 || c === 0xa0 || c === 0x1680 ||
+      (c >= 0x2000 && c <= 0x200a) || c === 0x2028 || c === 0x2029 || c === 0x202f || c === 0x205f || c === 0x3000;
+  };
+  function* chunks(s) {
+    const cps = Array.from(s);
+    for (let i = 0; i < cps.length; i += 400000) {
+      const c = cps.slice(i, i + 400000);
+      let run = 0, isSp = c.length ? pyspace(c[0]) : false, start = 0;
+      for (let k = 0; k < c.length; k++) {
+        const now = pyspace(c[k]);
+        if (isSp !== now) { run = 1; isSp = now; }
+        else if (++run > 25000) { yield c.slice(start, k).join(""); start = k; run = 1; }
+      }
+      yield c.slice(start).join("");
+    }
+  }
+  encode = (s) => { const ids = []; for (const c of chunks(s)) for (const id of enc.encode_ordinary(c)) ids.push(id); return ids; };
   done = () => enc.free();
 } else {
   console.error("usage: encode.mjs js|wasm|kimi-wasm NAME IN OUT [IN OUT ...]"); process.exit(2);

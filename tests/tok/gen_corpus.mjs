@@ -2,6 +2,7 @@
 // same bytes for the same seed on any machine (own PRNG, no Math.random):
 //   corpus.txt  >= BYTES (default 1.2 MB) of mixed text, valid UTF-8
 //   cases.jsonl one JSON string per line: edge cases encoded one by one
+//   chunky.txt  ~400k characters aimed at the seams of Kimi's encode chunking
 //
 // Excluded on purpose, because the oracles disagree among themselves there
 // (documented in tok.c / t_tok.c): U+0085 and U+FEFF (JS \s differs from
@@ -154,3 +155,16 @@ const cases = ["", " ", "  ", "\n", "\r\n", "\r", "\t", "a", "A", "0", "!", "'",
 for (let c = 0x20; c < 0x7f; c++) cases.push(String.fromCharCode(c));
 for (let i = 0; i < 300; i++) cases.push(chunk());
 fs.writeFileSync(path.join(outDir, "cases.jsonl"), cases.map((c) => JSON.stringify(c)).join("\n") + "\n");
+
+// chunky.txt: exercises the Kimi encode's chunking (tok.c encode_kimi_chunked):
+// a 30,000-character non-whitespace run (cut at 25,000, inside a piece) and a word
+// straddling character 400,000 (the chunk seam).
+{
+  const out = ["ab,".repeat(10000) + " "];
+  let chars = 30001; // code points so far (all words below are BMP: length == code points)
+  while (chars < 399990) { const w = pick(["hello ", "world ", "中文 ", "Привет ", "x\n"]); out.push(w); chars += w.length; }
+  out.push("internationalization of everything");
+  const s = out.join("");
+  fs.mkdirSync(outDir, { recursive: true });
+  fs.writeFileSync(path.join(outDir, "chunky.txt"), s);
+}
