@@ -552,6 +552,7 @@ static int cmp_off(const void *a, const void *b) {
 
 /* Rebuilds the hash over the first ix->n tensors (after a failed insertion). */
 static void hash_rebuild(st_index *ix) {
+    if (!ix->slots) return;
     memset(ix->slots, 0, ix->n_slots * sizeof *ix->slots);
     for (size_t i = 0; i < ix->n; i++) {
         const char *nm = ix->t[i].name;
@@ -637,7 +638,7 @@ int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
      * Empty tensors occupy no bytes and never overlap. */
     size_t n_new = ix->n - n0;
     st_tensor *nt = ix->t + n0;
-    qsort(nt, n_new, sizeof *nt, cmp_off);
+    if (n_new > 1) qsort(nt, n_new, sizeof *nt, cmp_off); /* nt may be NULL when n_new == 0 */
     const st_tensor *last = NULL;
     for (size_t i = 0; i < n_new; i++) {
         if (!nt[i].nbytes) continue;
