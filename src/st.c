@@ -174,9 +174,10 @@ static const char *fmt_shape(const st_tensor *t, char *buf, size_t n) {
  *
  * The header grammar is narrow (an object of objects of strings and integer
  * arrays), so it is read by a cursor instead of a jansson tree: on a K3-like
- * 787 KB header with 5,200 tensors jansson alone took ~35 ms of the 47 ms per
- * shard (tree of ~60k nodes, each through the budgeted allocator); the cursor
- * needs no per-node allocation. It also lets model.safetensors.index.json
+ * 787 KB header with 5,200 tensors, building the jansson tree alone took 26-39 ms
+ * CPU (~60k nodes, each through the budgeted allocator), while this cursor parses,
+ * validates and indexes the same header in 2.5-6.5 ms CPU (bench/b_index.c and a
+ * side-by-side microbenchmark). It also lets model.safetensors.index.json
  * (~497k entries) stream through a callback without a ~100 MB tree, and makes
  * allocation failures exact (jansson's lexer drops a byte when its string
  * buffer cannot grow). Accepts RFC 8259 JSON only: UTF-8 validated, no
