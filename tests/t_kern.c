@@ -23,6 +23,7 @@ static float rnd_val(int emax) {
     float sgn = (rnd() & 1) ? -1.0f : 1.0f;
     if (k == 0) return sgn * 0.0f;
     if (k == 1) return sgn * ldexpf(1.0f + (float)(rnd() % 1024) / 1024.0f, -70 - (int)(rnd() % 40));
+    if (k == 2) return sgn * ldexpf(1.0f + (float)(rnd() % 1024) / 1024.0f, -127 - (int)(rnd() % 20)); /* f32 subnormal */
     float m = 1.0f + (float)(rnd() & 0xFFFFFF) * 0x1p-24f;
     return sgn * ldexpf(m, (int)(rnd() % (2 * emax + 1)) - emax);
 }
@@ -34,6 +35,8 @@ static void fill_w(void *W, float *wf, int dtype, int64_t n) {
         if (dtype == DT_F32) ((float *)W)[i] = v;
         else if (dtype == DT_BF16) ((uint16_t *)W)[i] = num_f32_to_bf16(v);
         else ((uint16_t *)W)[i] = num_f32_to_f16(v);
+        if (dtype != DT_F32 && rnd() % 16 == 0) /* subnormal 16-bit patterns, either sign */
+            ((uint16_t *)W)[i] = (uint16_t)(rnd() & (dtype == DT_F16 ? 0x83FFu : 0x807Fu));
     }
     num_to_f32(wf, W, dtype, (size_t)n);
 }
