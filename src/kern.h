@@ -23,6 +23,10 @@
  * - Prefill: pass all T activations in one call (the x86 tables walk 64-activation
  *   x 1024-column panels, so activations stay in L2); per-(row, t) bits equal the
  *   T = 1 result.
+ * - One dot is one FMA chain per register (the contract fixes the lanes), so K.dot
+ *   tops out near 4 elements per cycle whatever the ISA. Many dots against the
+ *   same vector (attention scores over cached keys) are a K.matmul with the keys as
+ *   rows and the query as X: 4 rows per block run 4 chains at once.
  * - Kernels use up to 16 KB of stack (panel state) and never allocate.
  */
 #ifndef STRATA_KERN_H
