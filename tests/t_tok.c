@@ -806,9 +806,8 @@ TEST(tok_small_threads) {
         CHECK(pthread_create(&th[i], NULL, enc_thread, &j[i]) == 0);
     }
     for (int i = 0; i < 4; i++) pthread_join(th[i], NULL);
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < 4; i++)
         CHECK(j[i].rc == 0 && j[i].n == j[0].n && !memcmp(j[i].ids, j[0].ids, j[0].n * sizeof(int32_t)));
-        base_free(j[i].ids);
-    }
+    for (int i = 0; i < 4; i++) base_free(j[i].ids);
     tok_close(t);
 }
