@@ -1,6 +1,6 @@
 /*
  * fuzz.h: a fuzz target is `FUZZ_ENTRY(name) { ... }` in fuzz/fz_name.c. The test
- * runner replays fuzz/corpus/name/* through it on every `make test`; built with
+ * runner replays fuzz/corpus/name/ files through it on every `make test`; built with
  * -DFUZZ_TARGET (make fuzz T=name) the same function is the libFuzzer entry.
  * A target must return 0 and never crash, leak or trip a sanitizer.
  */
