@@ -140,19 +140,3 @@ bench: strata $(BUILD)/place_run $(BUILD)/cache_replay
 bench-io: strata $(BUILD)/bench_io
 	@test -f $(BUILD)/models/ladder/config.json || ./strata gen-model $(BUILD)/models/ladder --preset ladder
 	./$(BUILD)/bench_io $(BUILD)/models/ladder $(ARGS)
-
-# Tokenizer throughput (single thread, MB/s of UTF-8 input): strata beside js-tiktoken
-# and tiktoken (WASM) on the generated 1.2 MB corpus, o200k and cl100k (bench/tokenizer/).
-TOKB := $(BUILD)/bench-tok
-$(BUILD)/bench_tok: bench/tokenizer/bench_tok.c $(BUILD)/libstrata.a
-	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
-bench-tokenizer: $(BUILD)/bench_tok
-	@test -d tests/tok/node_modules/tiktoken || npm ci --prefix tests/tok --no-audit --no-fund --loglevel=error
-	@mkdir -p $(TOKB)
-	@node tests/tok/gen_corpus.mjs $(TOKB)
-	@node tests/tok/export_vocab.mjs cl100k_base $(TOKB)/cl100k.tiktoken
-	@node tests/tok/export_vocab.mjs o200k_base $(TOKB)/o200k.tiktoken
-	@for e in o200k cl100k; do ./$(BUILD)/bench_tok $(TOKB)/$$e.tiktoken $$e $(TOKB)/corpus.txt || exit 1; \
-	  node bench/tokenizer/bench.mjs $${e}_base $(TOKB)/corpus.txt || exit 1; done
-	@./$(BUILD)/bench_tok $(TOKB)/o200k.tiktoken kimi $(TOKB)/corpus.txt
