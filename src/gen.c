@@ -3,7 +3,7 @@
  * weights, streamed to disk at any size (see gen.h for the guarantees).
  *
  * Pipeline: two generator threads fill a ring of 16 MB buffers (any buffer can
- * be generated from the plan alone) while the calling thread keeps up to four
+ * be generated from the plan alone) while the calling thread keeps up to eight
  * O_DIRECT writes in flight through io_uring into preallocated shard files, so
  * generation and I/O overlap and memory stays at a few buffers whatever the
  * model size. Every value is a pure function of (seed, tensor name, element
@@ -963,9 +963,9 @@ static size_t gen_fill(const gitem *t, const cfg *c, uint64_t pos, uint8_t *dst,
  * GEN_NPROD threads fill them in any order while the writer keeps up to GEN_QD
  * O_DIRECT writes in flight through io_uring and releases slots in order.
  * Memory: GEN_NBUF x 16 MB whatever the model size. */
-#define GEN_NBUF 8
+#define GEN_NBUF 12
 #define GEN_NPROD 2
-#define GEN_QD 4
+#define GEN_QD 8
 #define GEN_BUF_BYTES (16u << 20) /* fewer wake-ups: on a loaded 2-core box each costs ms */
 
 typedef struct gpipe {
