@@ -33,7 +33,8 @@ static void usage(FILE *f) {
             "  --reserved N      special ids at the end of the vocab (default: preset, 256)\n"
             "  --quiet           no progress\n"
             "  --list-presets    print the presets with their sizes\n\n"
-            "env (tests only): STRATA_GEN_ABORT_AFTER_BYTES=N exits mid-way (simulated crash)\n");
+            "env (tests only): STRATA_GEN_ABORT_AFTER_BYTES=N exits mid-way (simulated crash),\n"
+            "  STRATA_GEN_NO_URING=1 writes with pwrite instead of io_uring\n");
 }
 
 typedef struct {

@@ -1427,7 +1427,9 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
             }
             n_threads++;
         }
-        q.uring = io_uring_queue_init(GEN_QD * 2, &q.ring, 0) == 0;
+        /* STRATA_GEN_NO_URING (tests): the synchronous fallback path */
+        const char *nu = getenv("STRATA_GEN_NO_URING");
+        q.uring = !(nu && *nu) && io_uring_queue_init(GEN_QD * 2, &q.ring, 0) == 0;
     }
 
     wctx wc = {&g, &q, o, -1, 0, NULL, 0, data_total, abort_after, t0};

@@ -17,7 +17,8 @@
  * partial directories of dead processes are removed on the next run for OUT.
  *
  * Test hook (env, tests only): STRATA_GEN_ABORT_AFTER_BYTES=N makes the generator
- * _exit(99) after about N data bytes, to simulate a kill -9 mid-way.
+ * _exit(99) after about N data bytes, to simulate a kill -9 mid-way;
+ * STRATA_GEN_NO_URING=1 uses the synchronous pwrite path instead of io_uring.
  */
 #ifndef STRATA_GEN_H
 #define STRATA_GEN_H

@@ -81,6 +81,18 @@ TEST(gen_deterministic) {
     CHECK(hash_dir(a, ".safetensors") != hash_dir(c, ".safetensors"));
     /* the tokenizer does not depend on the seed */
     CHECK(hash_dir(a, ".model") == hash_dir(c, ".model"));
+    /* the synchronous write path (no io_uring) writes the same bytes, also
+     * across several shards */
+    setenv("STRATA_GEN_NO_URING", "1", 1);
+    CHECK(gen_preset("tiny", b, 7, 0) == 0);
+    unsetenv("STRATA_GEN_NO_URING");
+    CHECK(hash_dir(b, NULL) == ha);
+    CHECK(gen_preset("tiny-shards", c, 7, 0) == 0);
+    uint64_t hs = hash_dir(c, NULL);
+    setenv("STRATA_GEN_NO_URING", "1", 1);
+    CHECK(gen_preset("tiny-shards", c, 7, 0) == 0);
+    unsetenv("STRATA_GEN_NO_URING");
+    CHECK(hash_dir(c, NULL) == hs);
     /* replacing with --force gives the same bytes again */
     CHECK(gen_preset("tiny", a, 7, 0) == 0);
     CHECK(hash_dir(a, NULL) == hb);
