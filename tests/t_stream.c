@@ -389,3 +389,59 @@ TEST(stream_child_rss) {
      * also cover every earlier child (CLI runs of other suites) */
     CHECK_MSG(got[1] <= got[0], "peak RSS %llu over the budget %llu", (unsigned long long)got[1], (unsigned long long)got[0]);
 }
+
+/* strata run at three budgets from the floor to resident, packed: the same ids and
+ * the same logits bits as the resident source, peak RSS (/usr/bin/time) within each
+ * budget. */
+TEST(stream_run_cli) {
+    const char *m = tpack_model("tiny-blocks", "st_cli", 4);
+    if (!m) { CHECK(0); return; }
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), m, t_strata(), m);
+    CHECK(t_run(cmd, &out) == 0);
+    const char *a = out ? strstr(out, "\"min_bytes\": ") : NULL, *b = out ? strstr(out, "\"total_bytes\": ") : NULL;
+    CHECK(a && b);
+    if (!a || !b) { base_free(out); return; }
+    uint64_t min = strtoull(a + 13, NULL, 10), all = strtoull(b + 15, NULL, 10);
+    base_free(out);
+    uint64_t budgets[3] = {min + (4u << 20), min + (4u << 20) + (all > min ? (all - min) / 2 : 0), 0};
+    char ref[1100];
+    snprintf(ref, sizeof ref, "%s/st_cli_res.bin", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2,3,4,5,6,7 --gen 5 --print-ids --dump-logits %s 2>/dev/null", t_strata(), m, ref);
+    char *want = NULL;
+    CHECK(t_run(cmd, &want) == 0);
+    int have_time = base_is_file("/usr/bin/time");
+    for (int i = 0; i < 3; i++) {
+        char lg[1100], ram[64];
+        snprintf(lg, sizeof lg, "%s/st_cli_%d.bin", t_tmpdir, i);
+        if (budgets[i]) snprintf(ram, sizeof ram, "--ram %llu", (unsigned long long)budgets[i]);
+        else snprintf(ram, sizeof ram, "--ram auto");
+        if (have_time) {
+            snprintf(cmd, sizeof cmd, "/usr/bin/time -f 'rss_kb %%M' -o %s.rss %s run %s --ids 1,2,3,4,5,6,7 --gen 5 --print-ids %s --dump-logits %s 2>%s.err",
+                     lg, t_strata(), m, ram, lg, lg);
+        } else {
+            snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2,3,4,5,6,7 --gen 5 --print-ids %s --dump-logits %s 2>%s.err", t_strata(), m, ram, lg, lg);
+        }
+        char *got = NULL;
+        CHECK_MSG(t_run(cmd, &got) == 0, "%s", cmd);
+        CHECK_MSG(want && got && !strcmp(want, got), "budget %llu: ids %s vs %s", (unsigned long long)budgets[i], got ? got : "",
+                  want ? want : "");
+        base_free(got);
+        snprintf(cmd, sizeof cmd, "cmp -s %s %s", ref, lg);
+        CHECK_MSG(t_run(cmd, NULL) == 0, "budget %llu: logits bits differ", (unsigned long long)budgets[i]);
+        if (have_time && budgets[i]) {
+            char rp[1200];
+            snprintf(rp, sizeof rp, "%s.rss", lg);
+            uint8_t *rb;
+            size_t rn;
+            if (!base_read_file(rp, 4096, &rb, &rn, NULL, 0)) {
+                const char *k = strstr((char *)rb, "rss_kb ");
+                uint64_t kb = k ? strtoull(k + 7, NULL, 10) : 0;
+                CHECK_MSG(kb > 0 && kb * 1024 <= budgets[i], "peak RSS %llu KB over %llu B", (unsigned long long)kb,
+                          (unsigned long long)budgets[i]);
+                base_free(rb);
+            }
+        }
+    }
+    base_free(want);
+}
