@@ -11,7 +11,10 @@
  * Policies: LRU, and S3-FIFO (a small FIFO of 10% of the slots for first-time
  * keys, a main FIFO with a 2-bit frequency for keys seen again, and a ghost FIFO of
  * recently evicted keys that admits a returning key straight to main). Hits are
- * TRUE resident hits: the key was READY when it was requested.
+ * TRUE resident hits: the key was READY when it was requested. Replay of a ladder
+ * decode trace (8,033 requests, 37 layers x 448 experts, ceiling 67.6%):
+ * S3-FIFO / LRU = 13.0% / 0.0% at 256 slots, 44.5% / 38.6% at 1024, 65.2% / 64.9%
+ * at 2048 (bench/ladder/cache_replay): S3-FIFO is the default.
  * Not thread-safe: one caller (the forward thread) owns a cache.
  */
 #ifndef STRATA_CACHE_H

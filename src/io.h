@@ -20,6 +20,8 @@
 #include <stdint.h>
 
 #define IO_ALIGN 4096u
+/* bench-io, 256 MB trunk-like runs on this disk (loaded): 4 MiB chunks at depth 32
+ * 1.44 GB/s, the best of 1/4/8 MiB x 8/16/32 (1 MiB: 1.18, 8 MiB: 0.54-0.87). */
 #define IO_CHUNK (4u << 20)
 #define IO_DEPTH 32u
 
