@@ -26,7 +26,6 @@
 #define CMD "run"
 #define RUN_DEFAULT_GEN 32
 #define RUN_MAX_GEN (1 << 20)
-#define RUN_DEFAULT_CTX 4096 /* cap on the default context (the MLA cache is sized by it) */
 #define RUN_MAX_STOP 16
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -48,7 +47,7 @@ static void usage(FILE *f) {
         "  --repeat-penalty R   penalise the last 64 ids (1 = off)\n"
         "  --seed S             sampling seed (default 0; same seed, same tokens)\n"
         "  --threads N          compute threads (default: physical cores)\n"
-        "  --ctx N              context positions (default min(model max, max(prompt + gen, %d)))\n"
+        "  --ctx N              context positions (default prompt + gen, at most the model's maximum)\n"
         "  --chunk N            prefill tokens per batched forward (default %d)\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
@@ -61,7 +60,7 @@ static void usage(FILE *f) {
         "  --ignore-eos         never stop at an end id\n"
         "\n"
         "End ids: config eos ids plus tokenizer_config.json's. Env: STRATA_KERNEL=scalar|avx2|...\n",
-        RUN_DEFAULT_GEN, RUN_DEFAULT_CTX, INFER_DEFAULT_CHUNK);
+        RUN_DEFAULT_GEN, INFER_DEFAULT_CHUNK);
 }
 
 typedef struct run_opts {
@@ -260,9 +259,8 @@ int cmd_run(int argc, char **argv) {
     /* context */
     int64_t ctx = o.ctx;
     if (!ctx) {
+        /* exactly what the run needs: the MLA cache and the memory plan are sized by it */
         ctx = n_prompt + o.gen;
-        if (ctx < RUN_DEFAULT_CTX) ctx = RUN_DEFAULT_CTX;
-        if (ctx > n_prompt + o.gen) ctx = n_prompt + o.gen;
         if (ctx > r.c.max_ctx) ctx = r.c.max_ctx;
     }
     if (n_prompt > ctx) {
