@@ -46,7 +46,13 @@ $(BUILD)/libstrata.a: $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-strata: $(BUILD)/app/strata.o $(APP_OBJ) $(BUILD)/libstrata.a
+# ./strata is a copy of $(BUILD)/strata, refreshed on every make: after `make check`
+# (whose tests drive the sanitizer build through ./strata) a plain `make` restores
+# the optimised binary.
+.PHONY: strata
+strata: $(BUILD)/strata
+	@cp -f $< $@.tmp && mv -f $@.tmp $@
+$(BUILD)/strata: $(BUILD)/app/strata.o $(APP_OBJ) $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # Test and fuzz registration tables are generated from TEST(name) / FUZZ_ENTRY(name)
