@@ -1356,7 +1356,8 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
     }
     if (!base[0] || !strcmp(base, ".") || !strcmp(base, ".."))
         return base_fail(err, errlen, STRATA_EINVAL, "gen: %s: not a usable directory name", out_dir);
-    if (!base_is_dir(parent)) return base_fail(err, errlen, STRATA_EIO, "gen: %s: parent directory does not exist", parent);
+    /* Like mkdir -p for the parents: only OUT itself is built crash-safely. */
+    if (!base_is_dir(parent) && (rc = base_mkdir_p(parent, err, errlen))) return rc;
     clean_stale(parent, base);
     struct stat sst;
     if (lstat(out, &sst) == 0 && !o->force)
