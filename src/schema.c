@@ -94,7 +94,8 @@ static void walk_layer(const cfg *c, int64_t L, walker *w) {
         VEC(R_MLA_KVA_NORM, c->kv_lora, "%s.%lld.%s.kv_a_layernorm.weight", lp, (long long)L, a);
         MAT(R_MLA_KVB, NH * (c->qk_nope + c->v_head), c->kv_lora, "%s.%lld.%s.kv_b_proj.weight", lp, (long long)L, a);
         MAT(R_MLA_O, H, NH * c->v_head, "%s.%lld.%s.o_proj.weight", lp, (long long)L, a);
-        MAT(R_MLA_G, NH * c->v_head, H, "%s.%lld.%s.g_proj.weight", lp, (long long)L, a);
+        if (c->mla_out_gate) /* no output gate, no g_proj (mla_use_output_gate false) */
+            MAT(R_MLA_G, NH * c->v_head, H, "%s.%lld.%s.g_proj.weight", lp, (long long)L, a);
     }
     if (!cfg_is_moe(c, L)) {
         MAT(R_DENSE_GATE, c->dense_inter, H, "%s.%lld.mlp.gate_proj.weight", lp, (long long)L);
@@ -107,7 +108,8 @@ static void walk_layer(const cfg *c, int64_t L, walker *w) {
         VEC(R_MOE_BIAS, c->n_experts, "%s.%lld.%s.gate.e_score_correction_bias", lp, (long long)L, m);
         MAT(R_MOE_LAT_DOWN, c->latent, H, "%s.%lld.%s.routed_expert_down_proj.weight", lp, (long long)L, m);
         MAT(R_MOE_LAT_UP, H, c->latent, "%s.%lld.%s.routed_expert_up_proj.weight", lp, (long long)L, m);
-        VEC(R_MOE_LAT_NORM, c->latent, "%s.%lld.%s.routed_expert_norm.weight", lp, (long long)L, m);
+        if (c->latent_norm) /* latent_moe_use_norm false: the checkpoint has no norm */
+            VEC(R_MOE_LAT_NORM, c->latent, "%s.%lld.%s.routed_expert_norm.weight", lp, (long long)L, m);
         if (S > 0) {
             MAT(R_MOE_SH_GATE, S, H, "%s.%lld.%s.shared_experts.gate_proj.weight", lp, (long long)L, m);
             MAT(R_MOE_SH_UP, S, H, "%s.%lld.%s.shared_experts.up_proj.weight", lp, (long long)L, m);
