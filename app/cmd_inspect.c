@@ -8,6 +8,7 @@
  * Numbers are printed both human-friendly and exact ("2.78T parameters
  * (2,779,487,...)") so scripts can grep either.
  */
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 #include "cfg.h"
@@ -192,6 +193,14 @@ static void print_human(const report *r) {
         printf("  experts: %s experts x %s bytes = %s (%s bytes, MXFP4)\n", commas(s->n_expert_total, a, sizeof a),
                commas(s->expert_bytes, b, sizeof b), bytes3(s->experts_bytes, d, sizeof d),
                commas(s->experts_bytes, f, sizeof f));
+        /* Release notes multiply the per-expert size rounded to 0.01 MB (K3: 17.55 MB x
+         * 82,432 = 1.447 TB against the exact 1.446 TB); show that figure too when the
+         * rounding moves the third decimal, so both quotes can be found here. */
+        double mb = floor((double)s->expert_bytes / 1e4 + 0.5) / 100.0;
+        double tb_rounded = mb * (double)s->n_expert_total / 1e6;
+        if (s->experts_bytes >= 1000000000000ull &&
+            floor(tb_rounded * 1000 + 0.5) != floor((double)s->experts_bytes / 1e9 + 0.5))
+            printf("  (= %.3f TB at the rounded %.2f MB per expert, as release notes quote it)\n", tb_rounded, mb);
         uint64_t pe = s->params_experts / s->n_expert_total;
         printf("  one expert: %s bytes (%s), %s parameters (%s)\n", commas(s->expert_bytes, a, sizeof a),
                base_fmt_bytes(s->expert_bytes, b, sizeof b), params_h(pe, d, sizeof d), commas(pe, f, sizeof f));
