@@ -31,8 +31,13 @@ help:
 	@echo "make test       unit, kernel, end-to-end tests and fuzz-corpus replay (< 5 min)"
 	@echo "make check      the same tests under ASan+UBSan (build-san/)"
 	@echo "make fuzz T=st  libFuzzer target fuzz/fz_T.c (clang); T in: $(patsubst fuzz/fz_%.c,%,$(FUZZ_SRC))"
-	@echo "make bench      long benchmarks (bench/)"
+	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG)"
+	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
+	@echo "make bench-io   disk read bandwidth at the engine's read sizes"
+	@echo "make bench-index    safetensors indexing on K3-shaped shards"
+	@echo "make bench-tokenizer  strata vs js-tiktoken vs tiktoken (WASM), MB/s"
 	@echo "make conformance engine vs the Python reference on generated models"
+	@echo "make reference-selftest  the reference's internal equivalences"
 	@echo "make deps       install Debian packages (scripts/install-deps.sh)"
 
 deps:
