@@ -386,7 +386,7 @@ TEST(gen_weights_alive) {
     read_f32(ix, "language_model.model.layers.2.self_attention_res_norm.weight", nr, (size_t)H);
     double ss = 0;
     for (int64_t i = 0; i < H; i++) ss += (double)pr[i] * nr[i] * pr[i] * nr[i];
-    CHECK(sqrt(ss) > 1.5); /* ||f|| of ~3: softmax over sources far from uniform */
+    CHECK(sqrt(ss) > 0.8); /* ||f|| of ~1: softmax over sources far from uniform */
     /* MXFP4 scales: never 255, centred near 127 - log2(sqrt(cols)), some big rows */
     const st_tensor *sc3 = st_find(ix, "language_model.model.layers.2.block_sparse_moe.experts.5.w3.weight_scale");
     CHECK(sc3 != NULL);

@@ -25,7 +25,7 @@
 # reference run, so by default it is computed only for models under 200 MB
 # (CONF_YARD=1 always, CONF_YARD=0 never).
 #
-# Env:   CONF_TOL (default 1e-3), CONF_GEN (32), CONF_OUT (build/conformance), CONF_YARD,
+# Env:   CONF_TOL (default 1e-4), CONF_GEN (32), CONF_OUT (build/conformance), CONF_YARD,
 #        STRATA (./strata), PY (/usr/bin/python3)
 # Exit:  0 all pass, 1 a failure or the engine is missing.
 set -u
@@ -33,7 +33,7 @@ cd "$(dirname "$0")/.."
 
 STRATA=${STRATA:-./strata}
 PY=${PY:-/usr/bin/python3}
-TOL=${CONF_TOL:-1e-3}
+TOL=${CONF_TOL:-1e-4}
 GEN=${CONF_GEN:-32}
 YARD=${CONF_YARD:-auto}
 OUT=${CONF_OUT:-build/conformance}
