@@ -43,7 +43,15 @@ help:
 deps:
 	bash scripts/install-deps.sh
 
-$(BUILD)/%.o: %.c
+# A fresh machine without the Debian -dev packages gets one clear line instead of
+# a wall of "No such file" errors (checked once per build dir).
+$(BUILD)/.deps-ok:
+	@mkdir -p $(BUILD)
+	@printf '#include <jansson.h>\n#include <xxhash.h>\n#include <liburing.h>\n#define PCRE2_CODE_UNIT_WIDTH 8\n#include <pcre2.h>\n' \
+	  | $(CC) -E -x c - >/dev/null 2>&1 || { echo "strata: build dependencies are missing: run 'bash scripts/install-deps.sh' (or 'make deps') first" >&2; exit 2; }
+	@touch $@
+
+$(BUILD)/%.o: %.c | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
