@@ -9,7 +9,11 @@
  * Blocking: a block is RB weight rows x TB activation rows with RB*TB accumulators.
  * Decode (T = 1) uses 4 rows x 1: four weight streams plus software prefetch reach
  * 94-98% of the measured read bandwidth for bf16 on the dev VM (best runs of
- * `make bench-kernels`). Prefill uses 4 x 4 (AVX-512) or 2 x 2 (AVX2): every
+ * `make bench-kernels`). The four rows of a decode block are a quarter of the row
+ * range apart (r, r+q, r+2q, r+3q), so each stream is one long sequential run
+ * instead of 4 adjacent short rows: with 1-2 KB rows (hidden 512-1024, expert
+ * rows) the hardware prefetcher kept restarting, and 200 bf16 matrices of 2 MB ran
+ * at 9 GB/s on 1 thread (1024 cols) vs 17 GB/s strided; 7168-col rows 17 -> 20. Prefill uses 4 x 4 (AVX-512) or 2 x 2 (AVX2): every
  * decoded weight chunk feeds several activations and every activation chunk
  * several rows; for larger T the walk is in panels (PAN_T x PAN_K below) so the
  * activations stay in L2. 8-row decode blocks were tried and measured no faster
@@ -47,9 +51,9 @@
  * adjacent, so the plain offset would land on a row already streaming). A/B on a
  * 205 MB bf16 matrix with 7 KB rows, 1 thread, 5 interleaved runs: mean 6.6-11.4
  * GB/s vs 5.4-9.8 GB/s without the wrap (+12-20%). */
-static inline size_t pf_off(int64_t k, size_t esz, int64_t cols, int RB) {
+static inline size_t pf_off(int64_t k, size_t esz, int64_t cols, int RB, int64_t rs) {
     size_t o = (size_t)k * esz + PF_DIST, rbytes = (size_t)cols * esz;
-    return o >= rbytes ? o + (size_t)(RB - 1) * rbytes : o;
+    return o >= rbytes && rs == 1 ? o + (size_t)(RB - 1) * rbytes : o;
 }
 
 /* ======================= AVX-512 ======================= */
@@ -85,13 +89,13 @@ A512 INL float red512(__m512 a) {
  * st == NULL: start from zero, store the reduced dot products to Y.
  * st != NULL: continue from and save to the state st[(i * sts + j) * 16]. */
 A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
-                     const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB,
+                     const float *X, int64_t ldx, int64_t r, int64_t rs, int64_t t, int RB, int TB,
                      int64_t k0, int64_t k1, float *st, int64_t sts) {
     const size_t esz = dt == DT_F32 ? 4 : 2;
     const char *wr[4];
     const float *xr[4];
     __m512 acc[4][4];
-    UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i) * cols) * esz;
+    UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i * rs) * cols) * esz;
     UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
     UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
         acc[i][j] = st ? _mm512_load_ps(st + (i * sts + j) * 16) : _mm512_setzero_ps();
@@ -99,7 +103,7 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
     for (; k + 16 <= k1; k += 16) {
         __m512 w[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1) _mm_prefetch(wr[i] + pf_off(k, esz, cols, RB), _MM_HINT_T0);
+            if (TB == 1) _mm_prefetch(wr[i] + pf_off(k, esz, cols, RB, rs), _MM_HINT_T0);
             w[i] = w512(wr[i], dt, k, 0xFFFF);
         }
         UNROLL for (int j = 0; j < TB; j++) {
@@ -118,7 +122,7 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
     }
     UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
         if (st) _mm512_store_ps(st + (i * sts + j) * 16, acc[i][j]);
-        else Y[(t + j) * ldy + r + i] = red512(acc[i][j]);
+        else Y[(t + j) * ldy + r + i * rs] = red512(acc[i][j]);
     }
 }
 
@@ -126,12 +130,14 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
  * st, sts) runs one block at (r, t); KSTEP is the panel width in columns. */
 #define DRIVER512(BLK)                                                                        \
     if (T <= 4) {                                                                             \
-        int64_t r = r0;                                                                       \
-        for (; r + 4 <= r1; r += 4) {                                                         \
+        int64_t rs = (r1 - r0) / 4, r = r0;                                                   \
+        for (; r < r0 + rs; r++) {                                                            \
             int64_t t = 0;                                                                    \
             for (; t + 4 <= T; t += 4) BLK(4, 4, 0, cols, NULL, 0);                           \
             for (; t < T; t++) BLK(4, 1, 0, cols, NULL, 0);                                   \
         }                                                                                     \
+        r = r0 + 4 * rs;                                                                      \
+        rs = 1;                                                                               \
         for (; r < r1; r++) {                                                                 \
             int64_t t = 0;                                                                    \
             for (; t + 4 <= T; t += 4) BLK(1, 4, 0, cols, NULL, 0);                           \
@@ -140,6 +146,7 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
         return;                                                                               \
     }                                                                                         \
     float st_[4 * PAN_T * 16] __attribute__((aligned(64)));                                   \
+    const int64_t rs = 1;                                                                     \
     for (int64_t ts = 0; ts < T; ts += PAN_T) {                                               \
         int64_t tn = T - ts < PAN_T ? T - ts : PAN_T;                                         \
         for (int64_t r = r0; r < r1;) {                                                       \
@@ -170,7 +177,7 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
 
 A512 INL void drv512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
                      const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
-#define BLK_D(RB, TB, k0, k1, st, sts) blk512(Y, ldy, W, dt, cols, X, ldx, r, t, RB, TB, k0, k1, st, sts)
+#define BLK_D(RB, TB, k0, k1, st, sts) blk512(Y, ldy, W, dt, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER512(BLK_D)
 #undef BLK_D
 }
@@ -187,7 +194,7 @@ A512 static void matmul_avx512(float *Y, int64_t ldy, const void *W, int dt, int
 
 A512 static float dot_avx512(const float *a, const float *b, int64_t n) {
     float y;
-    blk512(&y, 1, a, DT_F32, n, b, n, 0, 0, 1, 1, 0, n, NULL, 0);
+    blk512(&y, 1, a, DT_F32, n, b, n, 0, 1, 0, 1, 1, 0, n, NULL, 0);
     return y;
 }
 
@@ -215,15 +222,15 @@ AVBMI INL __m512i idx_vbmi(const uint8_t *p, __m512i ctrl) {
     const uint8_t *pr[4], *sr[4];                                                             \
     const float *xr[4];                                                                       \
     __m512 acc[4][4];                                                                         \
-    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i) * rb; sr[i] = S + (r + i) * ng; } \
+    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i * rs) * rb; sr[i] = S + (r + i * rs) * ng; } \
     UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;                            \
     UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)                   \
         acc[i][j] = st ? _mm512_load_ps(st + (i * sts + j) * 16) : _mm512_setzero_ps();       \
     for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {                 \
         __m512 lut[4];                                                                        \
         UNROLL for (int i = 0; i < RB; i++) {                                                 \
-            if (TB == 1 && (g & 3) == 0) /* the next row block, once per line */             \
-                _mm_prefetch((const char *)pr[i] + RB * rb + g * 16, _MM_HINT_T0);            \
+            if (TB == 1 && (g & 3) == 0) /* the stream's next row, once per line */          \
+                _mm_prefetch((const char *)pr[i] + (rs == 1 ? RB : 1) * rb + g * 16, _MM_HINT_T0); \
             lut[i] = _mm512_mul_ps(e2m1, _mm512_set1_ps(kern_e8m0_table[sr[i][g]]));          \
         }                                                                                     \
         UNROLL for (int h = 0; h < 2; h++) {                                                  \
@@ -238,11 +245,11 @@ AVBMI INL __m512i idx_vbmi(const uint8_t *p, __m512i ctrl) {
     }                                                                                         \
     UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {                 \
         if (st) _mm512_store_ps(st + (i * sts + j) * 16, acc[i][j]);                          \
-        else Y[(t + j) * ldy + r + i] = red512(acc[i][j]);                                    \
+        else Y[(t + j) * ldy + r + i * rs] = red512(acc[i][j]);                               \
     }
 
 A512 INL void fp4blk512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
-                        const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB,
+                        const float *X, int64_t ldx, int64_t r, int64_t rs, int64_t t, int RB, int TB,
                         int64_t k0, int64_t k1, float *st, int64_t sts) {
 #define IDX_F(p) idx_f(p)
     FP4_BLOCK_BODY(IDX_F)
@@ -250,7 +257,7 @@ A512 INL void fp4blk512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
 }
 
 AVBMI INL void fp4blk_vbmi(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
-                           const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB,
+                           const float *X, int64_t ldx, int64_t r, int64_t rs, int64_t t, int RB, int TB,
                            int64_t k0, int64_t k1, float *st, int64_t sts) {
     /* qword j of the control: byte 0 <- bits 8j.., byte 4 <- bits 8j+4.. */
     const __m512i ctrl = _mm512_set_epi64(0x3C00000038ll, 0x3400000030ll, 0x2C00000028ll,
@@ -265,7 +272,7 @@ A512 static void mxfp4_avx512(float *Y, int64_t ldy, const uint8_t *P, const uin
                               int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
                               int64_t r1) {
     ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
-#define BLK_F(RB, TB, k0, k1, st, sts) fp4blk512(Y, ldy, P, S, cols, X, ldx, r, t, RB, TB, k0, k1, st, sts)
+#define BLK_F(RB, TB, k0, k1, st, sts) fp4blk512(Y, ldy, P, S, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER512(BLK_F)
 #undef BLK_F
 }
@@ -274,7 +281,7 @@ AVBMI static void mxfp4_vbmi(float *Y, int64_t ldy, const uint8_t *P, const uint
                              int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
                              int64_t r1) {
     ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
-#define BLK_V(RB, TB, k0, k1, st, sts) fp4blk_vbmi(Y, ldy, P, S, cols, X, ldx, r, t, RB, TB, k0, k1, st, sts)
+#define BLK_V(RB, TB, k0, k1, st, sts) fp4blk_vbmi(Y, ldy, P, S, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER512(BLK_V)
 #undef BLK_V
 }
@@ -325,13 +332,13 @@ A256 INL float red256(__m256 a, __m256 b) {
 /* RB x TB block over columns [k0, k1) with blk512's state convention; 16 ymm
  * registers allow 4x1 and 2x2 (8 accumulators). */
 A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
-                     const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB,
+                     const float *X, int64_t ldx, int64_t r, int64_t rs, int64_t t, int RB, int TB,
                      int64_t k0, int64_t k1, float *st, int64_t sts) {
     const size_t esz = dt == DT_F32 ? 4 : 2;
     const char *wr[4];
     const float *xr[4];
     __m256 acc[4][4][2];
-    UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i) * cols) * esz;
+    UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i * rs) * cols) * esz;
     UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
     UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
         acc[i][j][0] = st ? _mm256_load_ps(st + (i * sts + j) * 16) : _mm256_setzero_ps();
@@ -341,7 +348,7 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
     for (; k + 16 <= k1; k += 16) {
         v16 w[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1) _mm_prefetch(wr[i] + pf_off(k, esz, cols, RB), _MM_HINT_T0);
+            if (TB == 1) _mm_prefetch(wr[i] + pf_off(k, esz, cols, RB, rs), _MM_HINT_T0);
             w[i] = w256(wr[i], dt, k);
         }
         UNROLL for (int j = 0; j < TB; j++) {
@@ -368,7 +375,7 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
             _mm256_store_ps(st + (i * sts + j) * 16, acc[i][j][0]);
             _mm256_store_ps(st + (i * sts + j) * 16 + 8, acc[i][j][1]);
         } else {
-            Y[(t + j) * ldy + r + i] = red256(acc[i][j][0], acc[i][j][1]);
+            Y[(t + j) * ldy + r + i * rs] = red256(acc[i][j][0], acc[i][j][1]);
         }
     }
 }
@@ -377,13 +384,16 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
  * PAN_T x PAN_K panels. */
 #define DRIVER256(BLK)                                                                        \
     if (T == 1) {                                                                             \
-        int64_t r = r0;                                                                       \
+        int64_t rs = (r1 - r0) / 4, r = r0;                                                   \
         const int64_t t = 0;                                                                  \
-        for (; r + 4 <= r1; r += 4) BLK(4, 1, 0, cols, NULL, 0);                              \
+        for (; r < r0 + rs; r++) BLK(4, 1, 0, cols, NULL, 0);                                 \
+        r = r0 + 4 * rs;                                                                      \
+        rs = 1;                                                                               \
         for (; r < r1; r++) BLK(1, 1, 0, cols, NULL, 0);                                      \
         return;                                                                               \
     }                                                                                         \
     float st_[2 * PAN_T * 16] __attribute__((aligned(32)));                                   \
+    const int64_t rs = 1;                                                                     \
     for (int64_t ts = 0; ts < T; ts += PAN_T) {                                               \
         int64_t tn = T - ts < PAN_T ? T - ts : PAN_T;                                         \
         for (int64_t r = r0; r < r1;) {                                                       \
@@ -416,7 +426,7 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
 
 A256 INL void drv256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
                      const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
-#define BLK_D(RB, TB, k0, k1, st, sts) blk256(Y, ldy, W, dt, cols, X, ldx, r, t, RB, TB, k0, k1, st, sts)
+#define BLK_D(RB, TB, k0, k1, st, sts) blk256(Y, ldy, W, dt, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER256(BLK_D)
 #undef BLK_D
 }
@@ -433,7 +443,7 @@ A256 static void matmul_avx2(float *Y, int64_t ldy, const void *W, int dt, int64
 
 A256 static float dot_avx2(const float *a, const float *b, int64_t n) {
     float y;
-    blk256(&y, 1, a, DT_F32, n, b, n, 0, 0, 1, 1, 0, n, NULL, 0);
+    blk256(&y, 1, a, DT_F32, n, b, n, 0, 1, 0, 1, 1, 0, n, NULL, 0);
     return y;
 }
 
@@ -457,14 +467,14 @@ A256 INL v16 fp4_w256(const uint8_t *p, __m256 lut) {
 }
 
 A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
-                        const float *X, int64_t ldx, int64_t r, int64_t t, int RB, int TB,
+                        const float *X, int64_t ldx, int64_t r, int64_t rs, int64_t t, int RB, int TB,
                         int64_t k0, int64_t k1, float *st, int64_t sts) {
     const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
     const __m256 mag = _mm256_loadu_ps(k_e2m1);
     const uint8_t *pr[4], *sr[4];
     const float *xr[4];
     __m256 acc[4][4][2];
-    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i) * rb; sr[i] = S + (r + i) * ng; }
+    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i * rs) * rb; sr[i] = S + (r + i * rs) * ng; }
     UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
     UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
         acc[i][j][0] = st ? _mm256_load_ps(st + (i * sts + j) * 16) : _mm256_setzero_ps();
@@ -473,8 +483,8 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
     for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {
         __m256 lut[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1 && (g & 3) == 0) /* the next row block, once per line */
-                _mm_prefetch((const char *)pr[i] + RB * rb + g * 16, _MM_HINT_T0);
+            if (TB == 1 && (g & 3) == 0) /* the stream's next row, once per line */
+                _mm_prefetch((const char *)pr[i] + (rs == 1 ? RB : 1) * rb + g * 16, _MM_HINT_T0);
             lut[i] = _mm256_mul_ps(mag, _mm256_set1_ps(kern_e8m0_table[sr[i][g]]));
         }
         UNROLL for (int h = 0; h < 2; h++) {
@@ -495,7 +505,7 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
             _mm256_store_ps(st + (i * sts + j) * 16, acc[i][j][0]);
             _mm256_store_ps(st + (i * sts + j) * 16 + 8, acc[i][j][1]);
         } else {
-            Y[(t + j) * ldy + r + i] = red256(acc[i][j][0], acc[i][j][1]);
+            Y[(t + j) * ldy + r + i * rs] = red256(acc[i][j][0], acc[i][j][1]);
         }
     }
 }
@@ -504,7 +514,7 @@ A256 static void mxfp4_avx2(float *Y, int64_t ldy, const uint8_t *P, const uint8
                             int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
                             int64_t r1) {
     ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
-#define BLK_F(RB, TB, k0, k1, st, sts) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, t, RB, TB, k0, k1, st, sts)
+#define BLK_F(RB, TB, k0, k1, st, sts) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER256(BLK_F)
 #undef BLK_F
 }
