@@ -17,6 +17,7 @@
 #include "jsonx.h"
 #include "kern.h"
 #include "model.h"
+#include "model_open.h"
 #include "place.h"
 #include "pool.h"
 #include "sample.h"
@@ -46,16 +47,12 @@ static void usage(FILE *f) {
         "  --min-p P            drop tokens below P x the top probability (0 = off)\n"
         "  --repeat-penalty R   penalise the last 64 ids (1 = off)\n"
         "  --seed S             sampling seed (default 0; same seed, same tokens)\n"
-        "  --threads N          compute threads (default: physical cores)\n"
         "  --ctx N              context positions (default prompt + gen, at most the model's maximum)\n"
         "  --chunk N            prefill tokens per batched forward (default %d)\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
         "  --json FILE          write a JSON run report\n"
-        "  --ram-gb X           RAM budget in GB (10^9 B): weights beyond it are streamed\n"
-        "  --ram SIZE|auto      budget as a size (24G = GiB) or auto = MemAvailable\n"
-        "  --pack DIR           read the trunk from this pack (default: the model's own)\n"
-        "  --plan               print the memory plan and exit\n"
+        MO_USAGE
         "  --stop-eos           with --ids: also stop at an end id (text prompts always do)\n"
         "  --ignore-eos         never stop at an end id\n"
         "\n"
@@ -64,10 +61,9 @@ static void usage(FILE *f) {
 }
 
 typedef struct run_opts {
-    const char *model_dir, *ids, *prompt, *prompt_file, *dump_logits, *json_path, *pack_dir;
-    uint64_t ram_bytes;
-    int have_ram, plan_only;
-    int64_t gen, threads, ctx, chunk;
+    const char *model_dir, *ids, *prompt, *prompt_file, *dump_logits, *json_path;
+    mo_opts mo;
+    int64_t gen, ctx;
     sample_opts so;
     int print_ids, stop_eos, ignore_eos;
 } run_opts;
@@ -81,6 +77,9 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         const char *a = argv[i], *v;
         double d;
         int64_t n;
+        int f = mo_flag(argc, argv, &i, CMD, &o->mo);
+        if (f == EXIT_USAGE) return f;
+        if (f == 0) continue;
 #define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
 #define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
         if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
@@ -93,25 +92,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--min-p")) { NEED(); if (base_parse_f64(v, 0, 1, &o->so.min_p)) BAD("in [0, 1]"); }
         else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("> 0"); o->so.repeat_penalty = d; }
         else if (!strcmp(a, "--seed")) { NEED(); if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); o->so.seed = (uint64_t)n; }
-        else if (!strcmp(a, "--threads")) { NEED(); if (base_parse_i64(v, 1, 256, &o->threads)) BAD("1..256"); }
         else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
-        else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->chunk)) BAD("1..4096"); }
+        else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->mo.chunk)) BAD("1..4096"); }
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
         else if (!strcmp(a, "--json")) { NEED(); o->json_path = v; }
-        else if (!strcmp(a, "--ram-gb")) {
-            NEED();
-            if (base_parse_f64(v, 0.001, 1e6, &d)) BAD("a positive number of GB");
-            o->ram_bytes = (uint64_t)(d * 1e9);
-            o->have_ram = 1;
-        } else if (!strcmp(a, "--ram")) {
-            NEED();
-            if (!strcmp(v, "auto")) o->ram_bytes = base_mem_available();
-            else if (base_parse_size(v, &o->ram_bytes) || !o->ram_bytes) BAD("a size like 24G, or auto");
-            if (!o->ram_bytes) return cli_usage_error(CMD, "--ram auto: MemAvailable is unknown here; give a size");
-            o->have_ram = 1;
-        }
-        else if (!strcmp(a, "--pack")) { NEED(); o->pack_dir = v; }
-        else if (!strcmp(a, "--plan")) o->plan_only = 1;
         else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
         else if (!strcmp(a, "--stop-eos")) o->stop_eos = 1;
         else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
@@ -123,16 +107,14 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     }
     if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
     int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL);
-    if (np != 1 && !(o->plan_only && np == 0)) return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file");
+    if (np != 1 && !(o->mo.plan_only && np == 0)) return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file");
     return 0;
 }
 
 /* Everything the run holds, released in one place. */
 typedef struct run_state {
-    cfg c;
-    st_index *ix;
-    wsrc *w;
-    engine *e;
+    mo_model m;
+    cfg c;                    /* = m.c */
     session *s;
     sampler *sm;
     tok *tk;
@@ -151,9 +133,7 @@ static void run_release(run_state *r) {
     tok_close(r->tk);
     sampler_free(r->sm);
     session_free(r->s);
-    engine_free(r->e);
-    if (r->w) r->w->ops->close(r->w);
-    st_close(r->ix);
+    mo_close(&r->m);
 }
 
 static int load_prompt(run_state *r, const run_opts *o, int64_t *n_prompt) {
@@ -225,23 +205,8 @@ int cmd_run(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     char err[4096], path[4096];
     int ret = 1;
-    const char *kname = kern_init(NULL);
-
-    /* model: config, shard index, binding check */
-    snprintf(path, sizeof path, "%s/config.json", o.model_dir);
-    if (cfg_load(&r.c, path, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    if (st_open(&r.ix, o.model_dir, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    static model_layout lay; /* large (per-layer byte table): not on the stack */
-    {
-        sbuf pb = {0};
-        if (model_bind_check(&r.c, r.ix, &lay, &pb)) {
-            fprintf(stderr, "strata run: %s: the model does not match its config (%d problems):\n%s", o.model_dir, pb.n,
-                    pb.s ? pb.s : "");
-            sbuf_free(&pb);
-            goto out;
-        }
-        sbuf_free(&pb);
-    }
+    if (mo_open(&r.m, CMD, o.model_dir)) goto out;
+    r.c = r.m.c;
     /* tokenizer (optional with --ids) */
     snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
     if (base_is_file(path)) {
@@ -278,42 +243,13 @@ int cmd_run(int argc, char **argv) {
     if (n_stop < 0) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     const int use_stop = !o.ignore_eos && (!o.ids || o.stop_eos);
 
-    /* placement: a budget (or a pack) goes through the planner and the streaming
-     * source; otherwise every weight is read into RAM */
-    int threads = o.threads ? (int)o.threads : pool_default_threads();
-    const int placed = o.have_ram || o.pack_dir || o.plan_only;
-    static place_plan plan;
-    int64_t chunk = o.chunk ? o.chunk : INFER_DEFAULT_CHUNK;
-    if (placed) {
-        place_opts po = place_opts_default();
-        po.ram_bytes = o.have_ram ? o.ram_bytes : 0;
-        po.pack_dir = o.pack_dir;
-        po.ctx = ctx;
-        po.prefill_chunk = chunk;
-        po.n_threads = threads;
-        po.session_bytes = infer_session_bytes;
-        po.engine_bytes = infer_engine_bytes;
-        rc = place_plan_compute(&r.c, &lay, o.model_dir, &po, &plan, err, sizeof err);
-        if (rc) {
-            fprintf(stderr, "strata run: %s\n", err);
-            ret = rc == STRATA_EBUDGET ? EXIT_USAGE : 1;
-            goto out;
-        }
-        if (o.plan_only) {
-            place_plan_print(&plan, stdout);
-            ret = 0;
-            goto out;
-        }
-        chunk = plan.prefill_chunk;
+    /* placement, weights, engine */
+    if ((rc = mo_place(&r.m, &o.mo, ctx))) {
+        ret = rc == MO_PLANNED ? 0 : rc;
+        goto out;
     }
-    double t_load = base_now();
-    rc = placed ? place_open(&r.w, &r.c, r.ix, o.model_dir, &plan, err, sizeof err)
-                : wsrc_resident_open(&r.w, &r.c, r.ix, err, sizeof err);
-    if (rc) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    t_load = base_now() - t_load;
-    engine_opts eo = {threads, chunk};
-    if (engine_create(&r.e, &r.c, r.w, &eo, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    if (session_create(&r.s, r.e, ctx, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
+    const int threads = r.m.threads;
+    if (session_create(&r.s, r.m.e, ctx, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     if (sampler_create(&r.sm, r.c.vocab, &o.so, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     r.logits = base_alloc((size_t)r.c.vocab * sizeof(float), MEM_SCRATCH);
     r.gen_ids = base_alloc((size_t)o.gen * sizeof(int32_t), MEM_SCRATCH);
@@ -324,10 +260,6 @@ int cmd_run(int argc, char **argv) {
     }
     const int stream_text = !o.print_ids && r.tk;
     if (stream_text && tok_stream_open(&r.ts, r.tk)) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
-    fprintf(stderr, "strata run: %lld layers (%lld MLA), vocab %lld, %d threads, kernels %s, ctx %lld, "
-                    "weights %s (%.2f s)\n",
-            (long long)r.c.n_layers, (long long)r.c.n_mla, (long long)r.c.vocab, threads, kname, (long long)ctx,
-            placed ? (plan.resident ? "placed, all resident" : "placed, streamed") : "resident", t_load);
 
     /* prefill, then one token per step */
     double t0 = base_now();
@@ -397,12 +329,7 @@ int cmd_run(int argc, char **argv) {
             (long long)n_prompt, (long long)n_gen, stopped ? " (end id)" : "", pf, pf > 0 ? 1 / pf : 0, dc,
             dc > 0 ? 1 / dc : 0, (unsigned long long)infer_mla_cache_bytes_per_pos(&r.c), base_fmt_bytes(rss, b1, sizeof b1),
             base_fmt_bytes(base_mem_peak(), b2, sizeof b2), (unsigned long long)lhash);
-    place_stats pst;
-    memset(&pst, 0, sizeof pst);
-    if (placed) {
-        place_stats_get(r.w, &pst);
-        place_stats_print(&pst, &plan, stderr);
-    }
+    mo_report(&r.m, stderr);
     if (base_mem_guard_violations())
         fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
                 (unsigned long long)base_mem_guard_violations());
@@ -418,7 +345,7 @@ int cmd_run(int argc, char **argv) {
         json_object_set_new(j, "generated_ids", ids_json(r.gen_ids, n_gen));
         json_object_set_new(j, "stopped_at_end_id", json_boolean(stopped));
         json_t *tm = json_object();
-        json_object_set_new(tm, "load_s", json_real(t_load));
+        json_object_set_new(tm, "load_s", json_real(r.m.t_load));
         json_object_set_new(tm, "prefill_s", json_real(t_prefill));
         json_object_set_new(tm, "prefill_s_per_token", json_real(pf));
         json_object_set_new(tm, "decode_s", json_real(t_decode));
@@ -427,20 +354,13 @@ int cmd_run(int argc, char **argv) {
         json_object_set_new(j, "timings", tm);
         json_object_set_new(j, "mla_cache_bytes_per_pos", json_integer((json_int_t)infer_mla_cache_bytes_per_pos(&r.c)));
         json_object_set_new(j, "session_bytes", json_integer((json_int_t)infer_session_bytes(&r.c, ctx)));
-        json_object_set_new(j, "engine_bytes", json_integer((json_int_t)infer_engine_bytes(&r.c, engine_prefill_chunk(r.e), threads)));
+        json_object_set_new(j, "engine_bytes", json_integer((json_int_t)infer_engine_bytes(&r.c, engine_prefill_chunk(r.m.e), threads)));
         json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
         json_object_set_new(j, "threads", json_integer(threads));
-        json_object_set_new(j, "kernel", json_string(kname));
+        json_object_set_new(j, "kernel", json_string(r.m.kname));
         json_object_set_new(j, "ctx", json_integer(ctx));
         json_object_set_new(j, "logits_hash", json_string(hx));
-        if (placed) {
-            json_t *pl = json_object();
-            json_object_set_new(pl, "plan", place_plan_json(&plan));
-            json_object_set_new(pl, "stats", place_stats_json(&pst));
-            json_object_set_new(j, "placement", pl);
-        } else {
-            json_object_set_new(j, "placement", json_pack("{s:s}", "plan", "resident"));
-        }
+        json_object_set_new(j, "placement", mo_placement_json(&r.m));
         char *txt = json_dumps(j, JSON_INDENT(2));
         json_decref(j);
         if (!txt || base_write_file_atomic(o.json_path, txt, strlen(txt), err, sizeof err)) {

@@ -297,7 +297,7 @@ static double gb(uint64_t b) { return (double)b / 1e9; }
 
 void place_plan_print(const place_plan *p, FILE *f) {
     fprintf(f, "plan: planned peak %.3f GB, minimum budget %.3f GB%s\n", gb(p->total_bytes), gb(p->min_bytes),
-            p->resident ? ", everything resident" : "");
+            p->resident ? ", trunk and embeddings resident" : "");
     if (p->budget_bytes) fprintf(f, "  budget            %10.3f GB\n", gb(p->budget_bytes));
     else fprintf(f, "  budget                  none  (resident: what MemAvailable holds)\n");
     fprintf(f, "  trunk pinned      %10.3f GB  %lld of %lld units (layers + head)\n", gb(p->pinned_bytes),
