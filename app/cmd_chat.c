@@ -20,6 +20,7 @@
 #include "infer.h"
 #include "kern.h"
 #include "model.h"
+#include "model_open.h"
 #include "pool.h"
 #include "sample.h"
 #include "st.h"
@@ -45,14 +46,19 @@ static void usage(FILE *f) {
         "  --ctx N              context positions for the whole chat (default min(model, %d))\n"
         "  --temp T             temperature, 0 = greedy (default 0)\n"
         "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S   sampling (see run)\n"
-        "  --threads N          compute threads (default: physical cores)\n",
+        MO_USAGE
+        "\n"
+        "With --ram-gb/--ram (or --pack) the weights go through the memory planner, as in\n"
+        "`strata run`: --ctx sizes the MLA cache in the plan; the run report (reads,\n"
+        "expert hit rate, peak RSS vs budget) is printed on stderr at the end.\n",
         CHAT_DEFAULT_GEN, CHAT_DEFAULT_CTX);
 }
 
 typedef struct chat_opts {
     const char *model_dir, *system;
     int effort, show_think;
-    int64_t gen, ctx, threads;
+    int64_t gen, ctx;
+    mo_opts mo;
     sample_opts so;
 } chat_opts;
 
@@ -66,6 +72,9 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         const char *a = argv[i], *v;
         double d;
         int64_t n;
+        int f = mo_flag(argc, argv, &i, CMD, &o->mo);
+        if (f == EXIT_USAGE) return f;
+        if (f == 0) continue;
 #define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
 #define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
         if (!strcmp(a, "--system")) { NEED(); o->system = v; }
@@ -82,7 +91,6 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         else if (!strcmp(a, "--min-p")) { NEED(); if (base_parse_f64(v, 0, 1, &o->so.min_p)) BAD("in [0, 1]"); }
         else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("> 0"); o->so.repeat_penalty = d; }
         else if (!strcmp(a, "--seed")) { NEED(); if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); o->so.seed = (uint64_t)n; }
-        else if (!strcmp(a, "--threads")) { NEED(); if (base_parse_i64(v, 1, 256, &o->threads)) BAD("1..256"); }
         else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
         else if (!o->model_dir) o->model_dir = a;
         else return cli_usage_error(CMD, "unexpected argument '%s'", a);
@@ -94,10 +102,8 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
 }
 
 typedef struct chat_state {
-    cfg c;
-    st_index *ix;
-    wsrc *w;
-    engine *e;
+    mo_model m;
+    cfg c;        /* = m.c */
     session *s;
     sampler *sm;
     tok *tk;
@@ -115,9 +121,7 @@ static void chat_release(chat_state *r) {
     tok_close(r->tk);
     sampler_free(r->sm);
     session_free(r->s);
-    engine_free(r->e);
-    if (r->w) r->w->ops->close(r->w);
-    st_close(r->ix);
+    mo_close(&r->m);
 }
 
 /* One line from stdin without its newline; 0 at end of input. */
@@ -244,32 +248,20 @@ int cmd_chat(int argc, char **argv) {
     memset(&r, 0, sizeof r);
     char err[4096], path[4096], tc[4096];
     int ret = 1;
-    kern_init(NULL);
-    snprintf(path, sizeof path, "%s/config.json", o.model_dir);
-    if (cfg_load(&r.c, path, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    if (st_open(&r.ix, o.model_dir, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    {
-        static model_layout lay;
-        sbuf pb = {0};
-        if (model_bind_check(&r.c, r.ix, &lay, &pb)) {
-            fprintf(stderr, "strata chat: %s: the model does not match its config (%d problems):\n%s", o.model_dir,
-                    pb.n, pb.s ? pb.s : "");
-            sbuf_free(&pb);
-            goto out;
-        }
-        sbuf_free(&pb);
-    }
+    if (mo_open(&r.m, CMD, o.model_dir)) goto out;
+    r.c = r.m.c;
     snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
     snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
     if (tok_open(&r.tk, path, tc, TOK_PAT_KIMI, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     chat_ids ci;
     if (chat_ids_init(&ci, r.tk, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     int64_t ctx = o.ctx ? o.ctx : (r.c.max_ctx < CHAT_DEFAULT_CTX ? r.c.max_ctx : CHAT_DEFAULT_CTX);
-    int threads = o.threads ? (int)o.threads : pool_default_threads();
-    if (wsrc_resident_open(&r.w, &r.c, r.ix, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    engine_opts eo = {threads, 0};
-    if (engine_create(&r.e, &r.c, r.w, &eo, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    if (session_create(&r.s, r.e, ctx, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if ((rc = mo_place(&r.m, &o.mo, ctx))) {
+        ret = rc == MO_PLANNED ? 0 : rc;
+        goto out;
+    }
+    const int threads = r.m.threads;
+    if (session_create(&r.s, r.m.e, ctx, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     if (sampler_create(&r.sm, r.c.vocab, &o.so, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     r.logits = base_alloc((size_t)r.c.vocab * sizeof(float), MEM_SCRATCH);
     if (!r.logits) { fprintf(stderr, "strata chat: out of memory\n"); goto out; }
@@ -314,6 +306,7 @@ int cmd_chat(int argc, char **argv) {
         if (rc > 0) continue;
         if (reply(&r, &o)) goto out;
     }
+    mo_report(&r.m, stderr);
     ret = 0;
 out:
     chat_release(&r);

@@ -298,7 +298,8 @@ TEST(chat_repl) {
     CHECK_MSG(second && b && !strcmp(second + 1, b), "after /load: '%s' vs '%s'", b ? b : "", second ? second + 1 : "");
     base_free(a);
     base_free(b);
-    snprintf(cmd, sizeof cmd, "printf 'Hi\\n' | %s chat %s --gen 6 --threads 1 2>&1", t_strata(), dir);
+    /* stdout and stderr (the think channel) twice alike; the load line's timing is not */
+    snprintf(cmd, sizeof cmd, "printf 'Hi\\n' | %s chat %s --gen 6 --threads 1 2>&1 | grep -v ' layers ('", t_strata(), dir);
     CHECK(t_run(cmd, &a) == 0);
     CHECK(t_run(cmd, &b) == 0);
     CHECK(a && b && !strcmp(a, b));
@@ -310,4 +311,46 @@ TEST(chat_repl) {
     snprintf(cmd, sizeof cmd, "%s chat --help", t_strata());
     CHECK(t_run(cmd, &a) == 0 && strstr(a, "/reset"));
     base_free(a);
+}
+
+/* Under a RAM budget the chat goes through the planner and the streaming source
+ * (as `strata run --ram-gb`): the same conversation gives the same bytes as fully
+ * resident, --plan prints the plan, and a budget below the minimum is refused with
+ * the minimum named, exit 2. */
+TEST(chat_budget) {
+    char dir[1024], cmd[8192], *a = NULL, *b = NULL, *p = NULL;
+    snprintf(dir, sizeof dir, "%s/chatb", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny-blocks --seed 4", t_strata(), dir);
+    if (t_run(cmd, &a) != 0) { CHECK_MSG(0, "gen-model: %s", a); base_free(a); return; }
+    base_free(a);
+    a = NULL;
+    snprintf(cmd, sizeof cmd, "%s chat %s --ctx 256 --plan --ram-gb 1000 </dev/null 2>/dev/null", t_strata(), dir);
+    CHECK(t_run(cmd, &p) == 0);
+    CHECK(p && strstr(p, "minimum budget"));
+    double mn = 0;
+    const char *m = p ? strstr(p, "minimum budget") : NULL;
+    if (m) sscanf(m, "minimum budget %lf", &mn);
+    CHECK(mn > 0);
+    const char *turns = "printf 'Hi there\\nTell me more.\\n/reset\\nAgain?\\n'";
+    snprintf(cmd, sizeof cmd, "%s | %s chat %s --ctx 256 --gen 12 --think off 2>/dev/null", turns, t_strata(), dir);
+    CHECK(t_run(cmd, &a) == 0);
+    snprintf(cmd, sizeof cmd, "%s | %s chat %s --ctx 256 --gen 12 --think off --threads 1 --ram-gb %.4f 2>/dev/null",
+             turns, t_strata(), dir, mn * 1.02);
+    CHECK(t_run(cmd, &b) == 0);
+    CHECK_MSG(a && b && *a && !strcmp(a, b), "budgeted chat differs:\n  resident '%s'\n  budget   '%s'", a ? a : "",
+              b ? b : "");
+    base_free(b);
+    b = NULL;
+    snprintf(cmd, sizeof cmd, "%s | %s chat %s --ctx 256 --gen 12 --think off --ram-gb %.4f 2>&1 >/dev/null", turns,
+             t_strata(), dir, mn * 1.02);
+    CHECK(t_run(cmd, &b) == 0);
+    CHECK_MSG(b && strstr(b, "peak RSS") && strstr(b, "experts:"), "no run report: '%s'", b ? b : "");
+    base_free(b);
+    b = NULL;
+    snprintf(cmd, sizeof cmd, "%s chat %s --ctx 256 --ram-gb %.4f </dev/null 2>&1", t_strata(), dir, mn * 0.5);
+    CHECK(t_run(cmd, &b) == 2);
+    CHECK_MSG(b && strstr(b, "at least"), "refusal names no minimum: '%s'", b ? b : "");
+    base_free(a);
+    base_free(b);
+    base_free(p);
 }
