@@ -23,7 +23,7 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 
-.PHONY: all help test check fuzz bench bench-kernels bench-tokenizer conformance clean deps
+.PHONY: all help test check fuzz bench bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make fuzz T=st  libFuzzer target fuzz/fz_T.c (clang); T in: $(patsubst fuzz/fz_%.c,%,$(FUZZ_SRC))"
 	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG)"
 	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
+	@echo "make bench-decode   resident decode ms/token vs the memory-bandwidth floor (demo model)"
 	@echo "make bench-io   disk read bandwidth at the engine's read sizes"
 	@echo "make bench-index    safetensors indexing on K3-shaped shards"
 	@echo "make bench-tokenizer  strata vs js-tiktoken vs tiktoken (WASM), MB/s"
@@ -116,6 +117,15 @@ $(BUILD)/b_kern: bench/b_kern.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench-kernels: $(BUILD)/b_kern
 	./$(BUILD)/b_kern
+
+# Resident decode of the demo model vs bytes/token / measured bandwidth (bench/b_decode.c);
+# ARGS="DIR --threads N --tokens N --reps N" for another model or setting.
+$(BUILD)/b_decode: bench/b_decode.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+bench-decode: strata $(BUILD)/b_decode
+	@test -f $(BUILD)/models/demo/config.json || ./strata gen-model $(BUILD)/models/demo --preset demo
+	./$(BUILD)/b_decode $(if $(ARGS),$(ARGS),$(BUILD)/models/demo)
 
 # st_open on K3-shaped sparse shards (~5,200 tensors, ~790 KB headers each): bench/b_index.c.
 .PHONY: bench-index

@@ -30,57 +30,7 @@
 #include "num.h"
 #include "pool.h"
 #include "st.h"
-
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
-
-/* ---------------------------------------------------------------- read bandwidth */
-
-typedef struct { const uint64_t *buf; int64_t n_lines; uint64_t sums[64 * 8]; } bw_ctx;
-
-#if defined(__x86_64__)
-/* Four independent 256-bit adds per 128 bytes: enough loads in flight that the
- * core, not the loop, is never the limit. */
-__attribute__((target("avx2"))) static uint64_t sum_lines(const uint64_t *p, int64_t n_lines) {
-    __m256i a = _mm256_setzero_si256(), b = a, c = a, d = a;
-    for (int64_t i = 0; i + 1 < n_lines; i += 2) {
-        const __m256i *q = (const __m256i *)(const void *)(p + i * 8);
-        a = _mm256_add_epi64(a, _mm256_load_si256(q));
-        b = _mm256_add_epi64(b, _mm256_load_si256(q + 1));
-        c = _mm256_add_epi64(c, _mm256_load_si256(q + 2));
-        d = _mm256_add_epi64(d, _mm256_load_si256(q + 3));
-    }
-    a = _mm256_add_epi64(_mm256_add_epi64(a, b), _mm256_add_epi64(c, d));
-    uint64_t t[4];
-    _mm256_storeu_si256((__m256i *)(void *)t, a);
-    return t[0] + t[1] + t[2] + t[3];
-}
-#else
-static uint64_t sum_lines(const uint64_t *p, int64_t n_lines) {
-    uint64_t a = 0, b = 0, c = 0, d = 0;
-    for (int64_t i = 0; i < n_lines * 8; i += 4) { a += p[i]; b += p[i + 1]; c += p[i + 2]; d += p[i + 3]; }
-    return a + b + c + d;
-}
-#endif
-
-static void bw_fn(void *vctx, int64_t i0, int64_t i1, int tid) {
-    bw_ctx *c = vctx;
-    c->sums[tid * 8] += sum_lines(c->buf + i0 * 8, i1 - i0);
-}
-
-/* Best-of-reps GB/s of reading the whole buffer. */
-static double read_bw(pool *p, const uint64_t *buf, size_t bytes, int reps) {
-    bw_ctx c = {.buf = buf, .n_lines = (int64_t)(bytes / 64)};
-    double best = 0;
-    for (int r = 0; r < reps; r++) {
-        double t0 = base_now();
-        pool_for(p, c.n_lines, 4096, bw_fn, &c);
-        double dt = base_now() - t0;
-        if (bytes / dt / 1e9 > best) best = bytes / dt / 1e9;
-    }
-    return best;
-}
+#include "bw.h"
 
 /* ---------------------------------------------------------------- matmul drivers */
 
@@ -121,15 +71,6 @@ static void run_experts(pool *p, const kern_table *kt, experts *e, int64_t T) {
     }
 }
 
-/* Other processes share the cores and the memory bus: the load average says how
- * much to trust a run. */
-static void print_load(const char *what) {
-    FILE *f = fopen("/proc/loadavg", "r");
-    double l1 = -1;
-    if (f) { if (fscanf(f, "%lf", &l1) != 1) l1 = -1; fclose(f); }
-    if (l1 >= 0) printf("%s: 1-minute load average %.2f\n", what, l1);
-}
-
 static double cpu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -148,7 +89,7 @@ int main(int argc, char **argv) {
     int threads[2] = {1, pool_default_threads() >= 2 ? 2 : 1};
     pool *pools[2] = {NULL, NULL};
     if (pool_create(&pools[0], threads[0]) || pool_create(&pools[1], threads[1])) return 1;
-    print_load("load before");
+    bw_print_load("load before");
     printf("strata kernel bench (tables:");
     for (const kern_table *const *a = kern_available(); *a; a++) printf(" %s", (*a)->name);
     printf("; default threads %d)\n\n", pool_default_threads());
@@ -158,7 +99,7 @@ int main(int argc, char **argv) {
     if (!buf) { fprintf(stderr, "b_kern: no memory for the bandwidth buffer\n"); return 1; }
     for (size_t i = 0; i < bw_bytes / 8; i++) buf[i] = i;
     double bw[2];
-    for (int k = 0; k < 2; k++) bw[k] = read_bw(pools[k], buf, bw_bytes, 6);
+    for (int k = 0; k < 2; k++) bw[k] = bw_read(pools[k], buf, bw_bytes, 6);
     if (base_mem_available() && base_mem_available() < (3ull << 30))
         printf("warning: less than 3 GB available; results may include paging\n");
 
@@ -203,7 +144,7 @@ int main(int argc, char **argv) {
             double best_d = 1e30, best_e = 1e30;
             mm_ctx c = {*a, W, DT_BF16, NULL, NULL, rows_d, C, 1, X, Y};
             for (int r = 0; r < reps; r++) {
-                double b = read_bw(pools[k], buf, bw_bytes, 1);
+                double b = bw_read(pools[k], buf, bw_bytes, 1);
                 if (b > bw[k]) bw[k] = b;
                 double t0 = base_now();
                 pool_for(pools[k], rows_d, 16, mm_fn, &c);
@@ -303,6 +244,6 @@ int main(int argc, char **argv) {
     base_free(e.x); base_free(e.act); base_free(e.y13); base_free(e.y2);
     pool_free(pools[0]);
     pool_free(pools[1]);
-    print_load("\nload after");
+    bw_print_load("\nload after");
     return 0;
 }

@@ -1,0 +1,171 @@
+/*
+ * b_decode.c: fully resident decode speed against the memory-bandwidth floor.
+ *
+ * The floor of one decode token is the bytes it must read once from memory
+ * divided by the machine's read bandwidth:
+ *   bytes/token = trunk of every layer (all its matrices and vectors, as stored)
+ *               + topk routed experts in every MoE layer
+ *               + the head (final vectors + lm_head) + one embedding row.
+ * Everything else (activations, KDA state, the MLA cache of a short context) is
+ * small and cache-resident. The bench loads the model into RAM (the resident
+ * source), measures read bandwidth with the decode's thread count, then runs
+ * greedy decodes of N tokens after a 3-token prompt, and prints ms/token and the
+ * ratio to the floor (the issue target is <= 1.5). Repetitions alternate
+ * bandwidth passes and decodes, so both see the same machine; figures are the
+ * best bandwidth and the median decode of the run. The ids hash must not change
+ * between builds or thread counts (determinism).
+ *
+ * usage: b_decode [MODEL_DIR] [--threads N] [--tokens N] [--reps N]
+ * `make bench-decode` runs it on build/models/demo (generated on first use).
+ *
+ * Reference run: see README's Measurements (demo model, 2 threads).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "base.h"
+#include "bw.h"
+#include "cfg.h"
+#include "infer.h"
+#include "kern.h"
+#include "model.h"
+#include "pool.h"
+#include "st.h"
+
+static int cmp_dbl(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int32_t argmax(const float *v, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (v[i] > v[best]) best = i;
+    return (int32_t)best;
+}
+
+static int parse_int(const char *s, const char *what, int lo, int hi, int *out) {
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (*s == 0 || *end || v < lo || v > hi) {
+        fprintf(stderr, "b_decode: %s must be an integer in [%d, %d]\n", what, lo, hi);
+        return -1;
+    }
+    *out = (int)v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *dir = "build/models/demo";
+    int threads = pool_default_threads(), n_tok = 64, reps = 5;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        int need = !strcmp(a, "--threads") || !strcmp(a, "--tokens") || !strcmp(a, "--reps");
+        if (need && i + 1 >= argc) { fprintf(stderr, "b_decode: %s needs a value\n", a); return 2; }
+        if (!strcmp(a, "--threads")) { if (parse_int(argv[++i], a, 1, 64, &threads)) return 2; }
+        else if (!strcmp(a, "--tokens")) { if (parse_int(argv[++i], a, 1, 4096, &n_tok)) return 2; }
+        else if (!strcmp(a, "--reps")) { if (parse_int(argv[++i], a, 1, 100, &reps)) return 2; }
+        else if (a[0] == '-') { fprintf(stderr, "usage: b_decode [MODEL_DIR] [--threads N] [--tokens N] [--reps N]\n"); return 2; }
+        else dir = a;
+    }
+    const char *kname = kern_init(NULL);
+    char err[4096], path[4096];
+    static cfg c;
+    static model_layout lay;
+    st_index *ix = NULL;
+    wsrc *w = NULL;
+    engine *e = NULL;
+    session *s = NULL;
+    pool *bp = NULL;
+    uint64_t *buf = NULL;
+    float *logits = NULL;
+    int ret = 1;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (cfg_load(&c, path, err, sizeof err) || st_open(&ix, dir, err, sizeof err)) {
+        fprintf(stderr, "b_decode: %s\n", err);
+        goto out;
+    }
+    sbuf pb = {0};
+    if (model_bind_check(&c, ix, &lay, &pb)) {
+        fprintf(stderr, "b_decode: %s does not match its config:\n%s", dir, pb.s ? pb.s : "");
+        sbuf_free(&pb);
+        goto out;
+    }
+    sbuf_free(&pb);
+
+    /* bytes one decode token reads */
+    uint64_t trunk = 0, n_moe = 0;
+    for (int64_t L = 0; L < c.n_layers; L++) {
+        trunk += lay.layer_bytes[L];
+        n_moe += cfg_is_moe(&c, L) ? 1 : 0;
+    }
+    const uint64_t experts = n_moe * (uint64_t)c.topk * lay.expert_bytes;
+    const uint64_t embed_row = lay.embed_bytes / (uint64_t)c.vocab;
+    const double tok_bytes = (double)(trunk + experts + lay.head_bytes + embed_row);
+
+    double t0 = base_now();
+    if (wsrc_resident_open(&w, &c, ix, err, sizeof err)) { fprintf(stderr, "b_decode: %s\n", err); goto out; }
+    const double t_load = base_now() - t0;
+    engine_opts eo = {threads, 0};
+    const int32_t prompt[3] = {1, 2, 3};
+    if (engine_create(&e, &c, w, &eo, err, sizeof err) ||
+        session_create(&s, e, 3 + n_tok, err, sizeof err)) {
+        fprintf(stderr, "b_decode: %s\n", err);
+        goto out;
+    }
+    const size_t bw_bytes = 512u << 20;
+    logits = base_alloc((size_t)c.vocab * sizeof(float), MEM_SCRATCH);
+    buf = base_alloc_aligned(bw_bytes, 4096, MEM_SCRATCH);
+    if (!logits || !buf || pool_create(&bp, threads)) { fprintf(stderr, "b_decode: out of memory\n"); goto out; }
+    for (size_t i = 0; i < bw_bytes / 8; i++) buf[i] = i;
+
+    bw_print_load("load before");
+    printf("strata decode bench: %s, %lld layers (%lld MoE, top-%lld), kernels %s, %d threads, loaded in %.2f s\n",
+           dir, (long long)c.n_layers, (long long)n_moe, (long long)c.topk, kname, threads, t_load);
+    printf("bytes per token: %.1f MB = trunk %.1f + experts %.1f (%lld x %lld x %.2f MB) + head %.1f + embed row\n",
+           tok_bytes / 1e6, trunk / 1e6, experts / 1e6, (long long)n_moe, (long long)c.topk,
+           lay.expert_bytes / 1e6, lay.head_bytes / 1e6);
+
+    double bw = bw_read(bp, buf, bw_bytes, 3);
+    double per_tok[100];
+    uint64_t ids_hash = 0;
+    for (int r = 0; r < reps; r++) {
+        double b = bw_read(bp, buf, bw_bytes, 2);
+        if (b > bw) bw = b;
+        session_reset(s);
+        if (session_eval(s, prompt, 3, logits)) { fprintf(stderr, "b_decode: %s\n", session_errmsg(s)); goto out; }
+        int32_t id = argmax(logits, c.vocab);
+        uint64_t h = BASE_FNV_INIT;
+        t0 = base_now();
+        for (int i = 0; i < n_tok; i++) {
+            h = base_fnv1a(&id, sizeof id, h);
+            if (session_eval(s, &id, 1, logits)) { fprintf(stderr, "b_decode: %s\n", session_errmsg(s)); goto out; }
+            id = argmax(logits, c.vocab);
+        }
+        per_tok[r] = (base_now() - t0) / n_tok;
+        if (r > 0 && h != ids_hash) { fprintf(stderr, "b_decode: ids differ between repetitions\n"); goto out; }
+        ids_hash = h;
+        printf("  rep %d: %.2f ms/token (bandwidth pass %.1f GB/s)\n", r + 1, per_tok[r] * 1e3, b);
+    }
+    qsort(per_tok, (size_t)reps, sizeof per_tok[0], cmp_dbl);
+    const double med = reps % 2 ? per_tok[reps / 2] : 0.5 * (per_tok[reps / 2 - 1] + per_tok[reps / 2]);
+    const double floor_s = tok_bytes / (bw * 1e9);
+    printf("memory read bandwidth (%d threads, best of the run): %.2f GB/s\n", threads, bw);
+    printf("decode: %.2f ms/token median of %d x %d tokens (best %.2f), %.1f GB/s of weights\n", med * 1e3, reps,
+           n_tok, per_tok[0] * 1e3, tok_bytes / med / 1e9);
+    printf("floor (bytes/token / bandwidth): %.2f ms/token; ratio %.2f (target <= 1.5)\n", floor_s * 1e3,
+           med / floor_s);
+    printf("ids hash %016llx\n", (unsigned long long)ids_hash);
+    bw_print_load("load after");
+    ret = 0;
+out:
+    base_free(buf);
+    base_free(logits);
+    pool_free(bp);
+    session_free(s);
+    engine_free(e);
+    if (w) w->ops->close(w);
+    st_close(ix);
+    return ret;
+}
