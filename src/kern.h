@@ -71,7 +71,7 @@ extern const float kern_e8m0_table[256];
 #if defined(__x86_64__)
 extern const kern_table kern_avx2_table;   /* AVX2 + FMA + F16C */
 extern const kern_table kern_avx512_table; /* AVX-512 F/BW/VL */
-extern const kern_table kern_avx512vbmi_table; /* + VBMI MXFP4 decoder */
+extern const kern_table kern_avx512vbmi_table; /* same paths as avx512 (name kept) */
 int kern_x86_has_avx2(void);               /* CPU and OS support, for kern.c */
 int kern_x86_has_avx512(void);
 int kern_x86_has_avx512vbmi(void);

@@ -20,6 +20,8 @@
  * (in-L2 MXFP4 ~33 G weights/s per core either way), so the shapes stay small.
  * In-L2 compute per core (Zen 5 VM, CPU time): bf16 T=1 ~32, T=8 ~70 G weight x
  * activation products/s; MXFP4 T=1 ~24 (F decoder) / ~29 (VBMI decoder), T=8 ~55.
+ * Those decoders are gone: the shift decoder (below) measured MXFP4 T=1 25 vs 20
+ * (VBMI) in one later run on a loaded machine.
  */
 #include "kern.h"
 
@@ -34,7 +36,6 @@
 
 #define INL static inline __attribute__((always_inline))
 #define A512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define AVBMI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vbmi,avx2,fma,f16c")))
 #define A256 __attribute__((target("avx2,fma,f16c")))
 #define UNROLL _Pragma("GCC unroll 4")
 
@@ -200,72 +201,61 @@ A512 static float dot_avx512(const float *a, const float *b, int64_t n) {
 
 /* MXFP4: per 32-group and row, the 16-entry LUT k_e2m1[c] * 2^(s-127) is one
  * exact vmulps (scale broadcast from kern_e8m0_table); 16 codes then decode with
- * one vpermps (index = low 4 bits of each dword). Index builders put byte j's low
- * nibble in dword 2j and its high nibble in dword 2j+1 (upper bits are ignored):
- *  - F:    zero-extend 8 bytes to qwords, OR each qword with itself << 28;
- *  - VBMI: broadcast the 8 bytes, vpmultishiftqb picks bit offsets 8j and 8j+4
- *          (one shuffle-port op fewer per 16 weights; measured +13% at T = 1). */
-A512 INL __m512i idx_f(const uint8_t *p) {
-    __m512i v = _mm512_cvtepu8_epi64(_mm_loadl_epi64((const __m128i *)(const void *)p));
-    return _mm512_or_si512(v, _mm512_slli_epi64(v, 28));
-}
-AVBMI INL __m512i idx_vbmi(const uint8_t *p, __m512i ctrl) {
+ * one vpermps (index = low 4 bits of each dword).
+ * Index builder: vpbroadcastq of 8 code bytes (a load-port op) puts bytes 0-3 in
+ * every even dword and bytes 4-7 in every odd one; vpsrlvd by 4i in dwords 2i and
+ * 2i+1 leaves code i in dword 2i and code 8+i in dword 2i+1. So SIMD lane 2i
+ * carries contract lane i and lane 2i+1 contract lane 8+i: a fixed relabelling of
+ * the 16 chains, each still fed its elements in order, so the bits are the
+ * contract's. x is loaded through the same permutation (one vpermps per 16
+ * columns, shared by the block's rows) and accumulators return to contract order
+ * before the reduction tree or the panel state. Shuffle-port ops per 16 weights
+ * and row: 1 + 1/RB, where the previous decoders (zero-extend + shift + or, or the
+ * VBMI vpmultishiftqb) needed 2: in-L2 T = 1 MXFP4 25 vs 20 G weights/s per core
+ * (`make bench-kernels`, same run), so the VBMI table now shares this path. */
+A512 INL __m512i idx_s(const uint8_t *p, __m512i sh) {
     uint64_t q;
     memcpy(&q, p, 8);
-    return _mm512_multishift_epi64_epi8(ctrl, _mm512_set1_epi64((long long)q));
+    return _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), sh);
 }
 
 /* Block over groups [k0/32, k1/32) with the same state convention as blk512. */
-#define FP4_BLOCK_BODY(IDX)                                                                   \
-    const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;                                \
-    const __m512 e2m1 = _mm512_loadu_ps(k_e2m1);                                              \
-    const uint8_t *pr[4], *sr[4];                                                             \
-    const float *xr[4];                                                                       \
-    __m512 acc[4][4];                                                                         \
-    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i * rs) * rb; sr[i] = S + (r + i * rs) * ng; } \
-    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;                            \
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)                   \
-        acc[i][j] = st ? _mm512_load_ps(st + (i * sts + j) * 16) : _mm512_setzero_ps();       \
-    for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {                 \
-        __m512 lut[4];                                                                        \
-        UNROLL for (int i = 0; i < RB; i++) {                                                 \
-            if (TB == 1 && (g & 3) == 0) /* the stream's next row, once per line */          \
-                _mm_prefetch((const char *)pr[i] + (rs == 1 ? RB : 1) * rb + g * 16, _MM_HINT_T0); \
-            lut[i] = _mm512_mul_ps(e2m1, _mm512_set1_ps(kern_e8m0_table[sr[i][g]]));          \
-        }                                                                                     \
-        UNROLL for (int h = 0; h < 2; h++) {                                                  \
-            __m512 w[4];                                                                      \
-            UNROLL for (int i = 0; i < RB; i++)                                               \
-                w[i] = _mm512_permutexvar_ps(IDX(pr[i] + g * 16 + h * 8), lut[i]);           \
-            UNROLL for (int j = 0; j < TB; j++) {                                             \
-                __m512 x = _mm512_loadu_ps(xr[j] + g * 32 + h * 16);                          \
-                UNROLL for (int i = 0; i < RB; i++) acc[i][j] = _mm512_fmadd_ps(w[i], x, acc[i][j]); \
-            }                                                                                 \
-        }                                                                                     \
-    }                                                                                         \
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {                 \
-        if (st) _mm512_store_ps(st + (i * sts + j) * 16, acc[i][j]);                          \
-        else Y[(t + j) * ldy + r + i * rs] = red512(acc[i][j]);                               \
-    }
-
 A512 INL void fp4blk512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
                         const float *X, int64_t ldx, int64_t r, int64_t rs, int64_t t, int RB, int TB,
                         int64_t k0, int64_t k1, float *st, int64_t sts) {
-#define IDX_F(p) idx_f(p)
-    FP4_BLOCK_BODY(IDX_F)
-#undef IDX_F
-}
-
-AVBMI INL void fp4blk_vbmi(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
-                           const float *X, int64_t ldx, int64_t r, int64_t rs, int64_t t, int RB, int TB,
-                           int64_t k0, int64_t k1, float *st, int64_t sts) {
-    /* qword j of the control: byte 0 <- bits 8j.., byte 4 <- bits 8j+4.. */
-    const __m512i ctrl = _mm512_set_epi64(0x3C00000038ll, 0x3400000030ll, 0x2C00000028ll,
-                                          0x2400000020ll, 0x1C00000018ll, 0x1400000010ll,
-                                          0x0C00000008ll, 0x0400000000ll);
-#define IDX_V(p) idx_vbmi(p, ctrl)
-    FP4_BLOCK_BODY(IDX_V)
-#undef IDX_V
+    const __m512i sh = _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
+    const __m512i fwd = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+    const __m512i inv = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
+    const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
+    const __m512 e2m1 = _mm512_loadu_ps(k_e2m1);
+    const uint8_t *pr[4], *sr[4];
+    const float *xr[4];
+    __m512 acc[4][4];
+    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i * rs) * rb; sr[i] = S + (r + i * rs) * ng; }
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        acc[i][j] = st ? _mm512_permutexvar_ps(fwd, _mm512_load_ps(st + (i * sts + j) * 16)) : _mm512_setzero_ps();
+    for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {
+        __m512 lut[4];
+        UNROLL for (int i = 0; i < RB; i++) {
+            if (TB == 1 && (g & 3) == 0) /* the stream's next row, once per line */
+                _mm_prefetch((const char *)pr[i] + (rs == 1 ? RB : 1) * rb + g * 16, _MM_HINT_T0);
+            lut[i] = _mm512_mul_ps(e2m1, _mm512_set1_ps(kern_e8m0_table[sr[i][g]]));
+        }
+        UNROLL for (int h = 0; h < 2; h++) {
+            __m512 w[4];
+            UNROLL for (int i = 0; i < RB; i++) w[i] = _mm512_permutexvar_ps(idx_s(pr[i] + g * 16 + h * 8, sh), lut[i]);
+            UNROLL for (int j = 0; j < TB; j++) {
+                __m512 x = _mm512_permutexvar_ps(fwd, _mm512_loadu_ps(xr[j] + g * 32 + h * 16));
+                UNROLL for (int i = 0; i < RB; i++) acc[i][j] = _mm512_fmadd_ps(w[i], x, acc[i][j]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
+        __m512 a = _mm512_permutexvar_ps(inv, acc[i][j]);
+        if (st) _mm512_store_ps(st + (i * sts + j) * 16, a);
+        else Y[(t + j) * ldy + r + i * rs] = red512(a);
+    }
 }
 
 A512 static void mxfp4_avx512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
@@ -275,15 +265,6 @@ A512 static void mxfp4_avx512(float *Y, int64_t ldy, const uint8_t *P, const uin
 #define BLK_F(RB, TB, k0, k1, st, sts) fp4blk512(Y, ldy, P, S, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER512(BLK_F)
 #undef BLK_F
-}
-
-AVBMI static void mxfp4_vbmi(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
-                             int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
-                             int64_t r1) {
-    ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
-#define BLK_V(RB, TB, k0, k1, st, sts) fp4blk_vbmi(Y, ldy, P, S, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
-    DRIVER512(BLK_V)
-#undef BLK_V
 }
 
 /* ======================= AVX2 ======================= */
@@ -545,9 +526,10 @@ const kern_table kern_avx2_table = {
 const kern_table kern_avx512_table = {
     .name = "avx512", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
 };
-/* The same with the VBMI MXFP4 decoder (bf16/f32 paths are shared). */
+/* Kept as a name (STRATA_KERNEL=avx512vbmi, run reports): its vpmultishiftqb MXFP4
+ * decoder lost to the shift decoder above, which it now shares. */
 const kern_table kern_avx512vbmi_table = {
-    .name = "avx512vbmi", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_vbmi, .dot = dot_avx512,
+    .name = "avx512vbmi", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
 };
 
 #endif
