@@ -34,7 +34,9 @@
 #include "st.h"
 
 #define ATT_BLOCK 256    /* attention positions scored per block (online softmax) */
-#define MM_MAX_SEG 8
+#define MM_MAX_SEG 72      /* products in one matmul job: the experts of a batch plus a few */
+#define MOE_BATCH 64       /* experts per batch (<= MM_MAX_SEG) */
+#define MM_SITU_MACS 1000  /* SiTU of one element, in multiply-add equivalents (load balance only) */
 #define ENGINE_HDR ((sizeof(engine) + 63) & ~(size_t)63) /* struct, then 64-aligned scratch */
 #define MM_MIN_MACS 32768 /* below this a matmul range is not worth a thread hand-off */
 
@@ -52,6 +54,7 @@ struct engine {
     int64_t P;                 /* kda_heads * kda_head_dim */
     int64_t qh;                /* MLA per-head query width nope + rope */
     int64_t C;                 /* MLA cache row: kv_lora + rope */
+    int64_t xcap;              /* (token, slot) pairs one expert batch holds: chunk + topk */
     int32_t *kda_i, *mla_i;    /* (n_layers) index among KDA / MLA layers, -1 otherwise */
     /* residual stream, (T, hidden) each */
     float **res;               /* n_blocks + 1 buffers: block snapshots and the partial */
@@ -70,7 +73,9 @@ struct engine {
     } m;
     struct {                   /* MoE and dense */
         float *router, *wts, *z, *eo, *xe, *h1, *h3, *oe, *u, *sg, *su, *tmp;
-        int32_t *idx, *mark, *list, *pairs;
+        int32_t *idx, *mark, *list;
+        int32_t *pairs;        /* (T * topk) token-slot pairs grouped by expert */
+        int32_t *xoff, *xcur, *rem; /* per listed expert: pair offsets, fill cursor, not yet run */
         float *dg, *du;        /* dense gate/up (T, dense_inter) */
     } f;
 };
@@ -165,17 +170,20 @@ static void engine_carve(engine *e, carve *cv_) {
     e->f.wts = CVF(cv_, T * c->topk);
     e->f.z = CVF(cv_, T * c->latent);
     e->f.eo = CVF(cv_, T * c->topk * c->latent);
-    e->f.xe = CVF(cv_, T * c->latent);
-    e->f.h1 = CVF(cv_, T * c->moe_inter);
-    e->f.h3 = CVF(cv_, T * c->moe_inter);
-    e->f.oe = CVF(cv_, T * c->latent);
+    e->f.xe = CVF(cv_, e->xcap * c->latent);
+    e->f.h1 = CVF(cv_, e->xcap * c->moe_inter);
+    e->f.h3 = CVF(cv_, e->xcap * c->moe_inter);
+    e->f.oe = CVF(cv_, e->xcap * c->latent);
     e->f.u = CVF(cv_, T * c->latent);
     e->f.sg = CVF(cv_, T * (S > 0 ? S : 1));
     e->f.su = CVF(cv_, T * (S > 0 ? S : 1));
     e->f.tmp = CVF(cv_, T * Hd);
     e->f.mark = CVI(cv_, c->n_experts);
     e->f.list = CVI(cv_, c->n_experts);
-    e->f.pairs = CVI(cv_, 2 * T);
+    e->f.pairs = CVI(cv_, T * c->topk);
+    e->f.xoff = CVI(cv_, c->n_experts + 1);
+    e->f.xcur = CVI(cv_, c->n_experts);
+    e->f.rem = CVI(cv_, c->n_experts);
     if (cv_->off > end) end = cv_->off;
     /* dense (overlays the MoE buffers: a layer is one or the other) */
     cv_->off = start;
@@ -194,6 +202,7 @@ static void engine_dims(engine *e, const cfg *c, int64_t chunk, int n_threads) {
     e->P = c->kda_heads * c->kda_head_dim;
     e->qh = c->qk_nope + c->qk_rope;
     e->C = c->kv_lora + c->qk_rope;
+    e->xcap = e->chunk + c->topk;
     e->n_mla = 0;
     for (int64_t L = 0; L < c->n_layers; L++) e->n_mla += c->is_mla[L] ? 1 : 0;
     e->n_kda = c->n_layers - e->n_mla;
@@ -236,7 +245,7 @@ static inline float siluf_(float x) { return (float)(x / (1.0 + exp(-(double)x))
  * In double: the 1-2 ulp errors of tanhf/expf are amplified by the model; on the
  * tiny-blocks preset the f32 version put one step at 1.17e-3 max relative logit
  * error against the float64 reference, the double one at 4.2e-4 (the matmuls, not
- * this, are the remaining floor). Cost is split over the pool (situ_rows). */
+ * this, are the remaining floor). Applied by the GLU matmul segments, row by row. */
 static inline float situ(float g, float u, float b1, float b2) {
     const double gd = g;
     return (float)((b1 * tanh(gd / b1) / (1.0 + exp(-gd))) * (b2 * tanh((double)u / b2)));
@@ -296,87 +305,141 @@ static int vec_f32(float *dst, const wt *w, int64_t n) {
 /* Matmul jobs: several y = W x products split over the pool by output rows */
 /* ======================================================================= */
 
+/* A job is up to MM_MAX_SEG independent products (each with its own weights,
+ * activations and token count) whose output rows are split over the pool by cost,
+ * so one dispatch covers everything a layer step can compute at once: a decode
+ * MoE step runs the gate/up of all its experts in one job and their down
+ * projections in a second, instead of 3 dispatches per expert. A GLU segment also
+ * computes the same rows of its up matrix and applies SiTU to them in place, so
+ * no separate SiTU pass (and barrier) follows. Which thread computes a row never
+ * changes its bits: each output is one kernel dot. */
 typedef struct {
     const void *w;          /* rows of dtype, or MXFP4 packed codes */
     const uint8_t *scales;  /* MXFP4 scales; NULL for float weights */
-    int dtype;
-    int64_t rows, cols;
+    const void *wu;         /* GLU: the up matrix (same shape; MXFP4 iff w is), or NULL */
+    const uint8_t *su;      /* GLU: its MXFP4 scales */
+    int dtype, udtype;      /* float dtypes of w and wu */
+    int64_t rows, cols, T;  /* (rows, cols) weights times T activation rows */
     const float *X;
     int64_t ldx;
-    float *Y;
+    float *Y, *U;           /* GLU: Y = SiTU(W x, Wu x); U receives Wu x */
     int64_t ldy;
 } mm_seg;
 
 typedef struct {
     mm_seg seg[MM_MAX_SEG];
+    int64_t c0[MM_MAX_SEG];  /* cost units before segment s (set by mm_run) */
+    int64_t cpr[MM_MAX_SEG]; /* cost units per output row of segment s */
     int n;
-    int64_t T, total, macs;
+    int64_t T;               /* activations of segments added from now on */
+    float b1, b2;            /* SiTU betas for GLU segments */
     int bad;
     char what[96];
 } mm_job;
 
-static void mm_init(mm_job *j, int64_t T) { j->n = 0; j->T = T; j->total = 0; j->macs = 0; j->bad = 0; j->what[0] = 0; }
+static void mm_init(mm_job *j, int64_t T) { j->n = 0; j->T = T; j->bad = 0; j->what[0] = 0; }
 
-/* Adds y = W x with W expected (rows, cols); float dtypes only. */
-static void mm_add(mm_job *j, const wt *W, int64_t rows, int64_t cols, const float *X, int64_t ldx,
-                   float *Y, int64_t ldy, const char *name) {
-    if (j->bad) return;
+/* Adds y = W x with W expected (rows, cols); float dtypes only. Returns the
+ * segment (its T may be changed before mm_run) or NULL on a shape error. */
+static mm_seg *mm_add(mm_job *j, const wt *W, int64_t rows, int64_t cols, const float *X, int64_t ldx,
+                      float *Y, int64_t ldy, const char *name) {
+    if (j->bad) return NULL;
     if (!W->p || W->rows != rows || W->cols != cols ||
         (W->dtype != DT_F32 && W->dtype != DT_BF16 && W->dtype != DT_F16)) {
         j->bad = 1;
         snprintf(j->what, sizeof j->what, "%s: expected (%lld, %lld) float, got %s (%lld, %lld)",
                  name, (long long)rows, (long long)cols, W->p ? st_dtype_name(W->dtype) : "nothing",
                  (long long)W->rows, (long long)W->cols);
-        return;
+        return NULL;
     }
     ST_ASSERT(j->n < MM_MAX_SEG);
-    j->seg[j->n++] = (mm_seg){W->p, NULL, W->dtype, rows, cols, X, ldx, Y, ldy};
-    j->total += rows;
-    j->macs += rows * cols;
+    mm_seg *g = &j->seg[j->n++];
+    *g = (mm_seg){W->p, NULL, NULL, NULL, W->dtype, 0, rows, cols, j->T, X, ldx, Y, NULL, ldy};
+    return g;
 }
 
-static void mm_add_mxfp4(mm_job *j, const wt *Wp, const wt *Ws, int64_t rows, int64_t cols,
-                         const float *X, int64_t ldx, float *Y, int64_t ldy, const char *name) {
-    if (j->bad) return;
+static mm_seg *mm_add_mxfp4(mm_job *j, const wt *Wp, const wt *Ws, int64_t rows, int64_t cols,
+                            const float *X, int64_t ldx, float *Y, int64_t ldy, const char *name) {
+    if (j->bad) return NULL;
     if (!Wp->p || !Ws->p || Wp->rows != rows || Wp->cols != cols || cols % MXFP4_GROUP ||
         Ws->rows != rows || Ws->cols != cols / MXFP4_GROUP) {
         j->bad = 1;
         snprintf(j->what, sizeof j->what, "%s: expected MXFP4 (%lld, %lld), got (%lld, %lld)", name,
                  (long long)rows, (long long)cols, (long long)Wp->rows, (long long)Wp->cols);
-        return;
+        return NULL;
     }
     ST_ASSERT(j->n < MM_MAX_SEG);
-    j->seg[j->n++] = (mm_seg){Wp->p, Ws->p, -1, rows, cols, X, ldx, Y, ldy};
-    j->total += rows;
-    j->macs += rows * cols;
+    mm_seg *g = &j->seg[j->n++];
+    *g = (mm_seg){Wp->p, Ws->p, NULL, NULL, -1, -1, rows, cols, j->T, X, ldx, Y, NULL, ldy};
+    return g;
 }
 
-static void mm_seg_rows(const mm_seg *s, int64_t T, int64_t r0, int64_t r1) {
-    if (s->scales)
-        K.matmul_mxfp4(s->Y, s->ldy, s->w, s->scales, s->cols, s->X, s->ldx, T, r0, r1);
+/* Makes g a GLU segment: Wu (Wus: MXFP4 scales, else NULL) must have g's shape,
+ * MXFP4 iff g is (float dtypes may differ); U (Y's layout) receives the up rows. */
+static void mm_glu(mm_job *j, mm_seg *g, const wt *Wu, const wt *Wus, float *U, const char *name) {
+    if (j->bad || !g) return;
+    int ok = Wu->p && Wu->rows == g->rows && Wu->cols == g->cols;
+    if (g->scales) ok = ok && Wus && Wus->p && Wus->rows == g->rows && Wus->cols == g->cols / MXFP4_GROUP;
+    else ok = ok && (Wu->dtype == DT_F32 || Wu->dtype == DT_BF16 || Wu->dtype == DT_F16);
+    if (!ok) {
+        j->bad = 1;
+        snprintf(j->what, sizeof j->what, "%s: expected the shape and format of its gate (%lld, %lld), got (%lld, %lld)",
+                 name, (long long)g->rows, (long long)g->cols, (long long)Wu->rows, (long long)Wu->cols);
+        return;
+    }
+    g->wu = Wu->p;
+    g->su = g->scales ? Wus->p : NULL;
+    g->udtype = g->scales ? -1 : Wu->dtype;
+    g->U = U;
+}
+
+static void mm_kern(const mm_seg *s, const void *w, const uint8_t *sc, int dtype, float *Y, int64_t r0, int64_t r1) {
+    if (sc)
+        K.matmul_mxfp4(Y, s->ldy, w, sc, s->cols, s->X, s->ldx, s->T, r0, r1);
     else
-        K.matmul(s->Y, s->ldy, s->w, s->dtype, s->cols, s->X, s->ldx, T, r0, r1);
+        K.matmul(Y, s->ldy, w, dtype, s->cols, s->X, s->ldx, s->T, r0, r1);
 }
 
+/* First row of a segment whose cost start lies at or after offset x (x may be
+ * negative: the segment starts inside the range). */
+static int64_t mm_row_at(int64_t x, int64_t cpr, int64_t rows) {
+    if (x <= 0) return 0;
+    int64_t r = (x + cpr - 1) / cpr;
+    return r < rows ? r : rows;
+}
+
+/* Rows whose cost start lies in [i0, i1), segment by segment. */
 static void mm_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const mm_job *j = ctx;
-    int64_t base = 0;
-    for (int k = 0; k < j->n && base < i1; k++) {
+    for (int k = 0; k < j->n && j->c0[k] < i1; k++) {
         const mm_seg *s = &j->seg[k];
-        int64_t a = i0 - base, b = i1 - base;
-        if (a < 0) a = 0;
-        if (b > s->rows) b = s->rows;
-        if (a < b) mm_seg_rows(s, j->T, a, b);
-        base += s->rows;
+        int64_t a = mm_row_at(i0 - j->c0[k], j->cpr[k], s->rows), b = mm_row_at(i1 - j->c0[k], j->cpr[k], s->rows);
+        if (a >= b) continue;
+        mm_kern(s, s->w, s->scales, s->dtype, s->Y, a, b);
+        if (!s->U) continue;
+        mm_kern(s, s->wu, s->su, s->udtype, s->U, a, b);
+        for (int64_t t = 0; t < s->T; t++) {
+            float *y = s->Y + t * s->ldy;
+            const float *u = s->U + t * s->ldy;
+            for (int64_t r = a; r < b; r++) y[r] = situ(y[r], u[r], j->b1, j->b2);
+        }
     }
 }
 
 static void mm_run(engine *e, mm_job *j) {
-    if (j->total == 0 || j->T == 0) return;
-    int64_t per_row = j->macs / j->total * j->T;
-    int64_t grain = per_row > 0 ? (MM_MIN_MACS + per_row - 1) / per_row : 1;
-    pool_for(e->pool, j->total, grain, mm_fn, j);
+    int64_t total = 0;
+    for (int k = 0; k < j->n; k++) {
+        const mm_seg *s = &j->seg[k];
+        /* cost of a row in multiply-adds; SiTU in double is about 1000 of them */
+        j->c0[k] = total;
+        j->cpr[k] = s->T * (s->U ? 2 * s->cols + MM_SITU_MACS : s->cols);
+        total += s->rows * j->cpr[k];
+    }
+    if (total == 0) return;
+    j->b1 = (float)e->c->situ_b1;
+    j->b2 = (float)e->c->situ_b2;
+    pool_for(e->pool, total, MM_MIN_MACS, mm_fn, j);
 }
 
 /* ======================================================================= */
@@ -730,32 +793,16 @@ static int mla_layer(session *s, int64_t L, const wt *W, int64_t T) {
 /* FFN: dense SiTU-GLU and Stable LatentMoE                                 */
 /* ======================================================================= */
 
-typedef struct { float *g; const float *u; float b1, b2; } situ_ctx;
-
-static void situ_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
-    (void)tid;
-    const situ_ctx *x = ctx;
-    for (int64_t i = i0; i < i1; i++) x->g[i] = situ(x->g[i], x->u[i], x->b1, x->b2);
-}
-
-/* g = SiTU(g, u) elementwise, split over the pool (9% of the CPU of a 512-token
- * demo prefill when it ran on one thread). */
-static void situ_rows(engine *e, float *g, const float *u, int64_t n) {
-    situ_ctx x = {g, u, (float)e->c->situ_b1, (float)e->c->situ_b2};
-    pool_for(e->pool, n, 4096, situ_fn, &x);
-}
-
 static int dense_layer(session *s, int64_t L, const wt *W, int64_t T) {
     engine *e = s->e;
     const cfg *c = e->c;
     const int64_t Hd = c->hidden, I = c->dense_inter;
     mm_job j;
     mm_init(&j, T);
-    mm_add(&j, &W[R_DENSE_GATE], I, Hd, e->xn, Hd, e->f.dg, I, "mlp.gate_proj");
-    mm_add(&j, &W[R_DENSE_UP], I, Hd, e->xn, Hd, e->f.du, I, "mlp.up_proj");
+    mm_seg *g = mm_add(&j, &W[R_DENSE_GATE], I, Hd, e->xn, Hd, e->f.dg, I, "mlp.gate_proj");
+    mm_glu(&j, g, &W[R_DENSE_UP], NULL, e->f.du, "mlp.up_proj");
     if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
-    situ_rows(e, e->f.dg, e->f.du, T * I);
     mm_init(&j, T);
     mm_add(&j, &W[R_DENSE_DOWN], Hd, I, e->f.dg, I, e->y, Hd, "mlp.down_proj");
     if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
@@ -793,6 +840,15 @@ static void route_token(engine *e, int64_t t, const float *bias) {
     }
 }
 
+/* Stable LatentMoE: route -> pin experts (I/O may block here) -> FFN per expert
+ * -> combine -> unpin. Experts run in batches: each batch's gate/up (with SiTU)
+ * is one pool dispatch and its down projections a second, so a decode step costs
+ * two dispatches for all its k experts and both threads stream the k experts'
+ * rows together. A batch takes the experts the source already holds
+ * (expert_ready), so with a streaming source compute still overlaps reads; at
+ * least one expert per batch (waited for), at most MOE_BATCH and xcap
+ * (token, slot) pairs. Outputs land per (token, slot), so the sum order is the
+ * token's top-k order whatever the batching. */
 static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
     engine *e = s->e;
     const cfg *c = e->c;
@@ -804,61 +860,100 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
         return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad e_score_correction_bias", (long long)L);
     if (c->latent_norm && vec_f32(lnorm, &W[R_MOE_LAT_NORM], Z))
         return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad routed_expert_norm", (long long)L);
-    /* router, latent down-projection and shared gate/up all read xn */
+    /* router, latent down-projection and the shared expert's gate/up (with SiTU)
+     * all read xn */
     mm_job j;
     mm_init(&j, T);
     mm_add(&j, &W[R_MOE_ROUTER], E, Hd, e->xn, Hd, e->f.router, E, "gate");
     mm_add(&j, &W[R_MOE_LAT_DOWN], Z, Hd, e->xn, Hd, e->f.z, Z, "routed_expert_down_proj");
     if (S > 0) {
-        mm_add(&j, &W[R_MOE_SH_GATE], S, Hd, e->xn, Hd, e->f.sg, S, "shared.gate_proj");
-        mm_add(&j, &W[R_MOE_SH_UP], S, Hd, e->xn, Hd, e->f.su, S, "shared.up_proj");
+        mm_seg *g = mm_add(&j, &W[R_MOE_SH_GATE], S, Hd, e->xn, Hd, e->f.sg, S, "shared.gate_proj");
+        mm_glu(&j, g, &W[R_MOE_SH_UP], NULL, e->f.su, "shared.up_proj");
     }
     if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
-    int32_t *mark = e->f.mark, *list = e->f.list;
+    int32_t *mark = e->f.mark, *list = e->f.list, *off = e->f.xoff, *cur = e->f.xcur, *rem = e->f.rem;
+    int32_t *pairs = e->f.pairs;
     memset(mark, 0, (size_t)E * sizeof(int32_t));
     for (int64_t t = 0; t < T; t++) route_token(e, t, bias);
-    /* the union of chosen experts, each once, ascending */
+    /* the union of chosen experts, each once, ascending; mark[id] = its index */
     memset(mark, 0, (size_t)E * sizeof(int32_t));
     for (int64_t i = 0; i < T * k; i++) mark[e->f.idx[i]] = 1;
     int nu = 0;
-    for (int64_t i = 0; i < E; i++) if (mark[i]) list[nu++] = (int32_t)i;
+    for (int64_t i = 0; i < E; i++) if (mark[i]) { mark[i] = nu; list[nu++] = (int32_t)i; }
+    /* (token, slot) pairs t*k+slot grouped by expert, ascending within each:
+     * expert q's are pairs[off[q] .. off[q+1]) */
+    memset(off, 0, (size_t)(nu + 1) * sizeof(int32_t));
+    for (int64_t i = 0; i < T * k; i++) off[mark[e->f.idx[i]] + 1]++;
+    for (int q = 0; q < nu; q++) { off[q + 1] += off[q]; cur[q] = off[q]; rem[q] = q; }
+    for (int64_t i = 0; i < T * k; i++) pairs[cur[mark[e->f.idx[i]]]++] = (int32_t)i;
     int rc = ws->ops->experts_request(ws, L, nu, list);
     if (rc) return wfail(s, rc, "experts_request");
-    for (int q = 0; q < nu; q++) {
-        const int32_t id = list[q];
-        const wt *ER;
-        rc = ws->ops->expert_wait(ws, L, id, &ER);
-        if (rc) { ws->ops->experts_put(ws, L); return wfail(s, rc, "expert_wait"); }
-        /* gather the (token, slot) pairs that chose this expert */
-        int64_t m = 0;
-        for (int64_t t = 0; t < T; t++)
-            for (int64_t sl = 0; sl < k; sl++)
-                if (e->f.idx[t * k + sl] == id) {
-                    e->f.pairs[2 * m] = (int32_t)t;
-                    e->f.pairs[2 * m + 1] = (int32_t)sl;
-                    memcpy(e->f.xe + m * Z, e->f.z + t * Z, (size_t)Z * sizeof(float));
-                    m++;
-                }
-        mm_init(&j, m);
-        if (ER[R_EXP_W1P].p) {
-            mm_add_mxfp4(&j, &ER[R_EXP_W1P], &ER[R_EXP_W1S], I, Z, e->f.xe, Z, e->f.h1, I, "expert w1");
-            mm_add_mxfp4(&j, &ER[R_EXP_W3P], &ER[R_EXP_W3S], I, Z, e->f.xe, Z, e->f.h3, I, "expert w3");
-        } else {
-            mm_add(&j, &ER[R_EXP_W1], I, Z, e->f.xe, Z, e->f.h1, I, "expert w1");
-            mm_add(&j, &ER[R_EXP_W3], I, Z, e->f.xe, Z, e->f.h3, I, "expert w3");
+    int n_rem = nu;
+    while (n_rem > 0) {
+        /* the batch: experts already held, else the first one left (waited for) */
+        const wt *ER[MOE_BATCH];
+        int bq[MOE_BATCH], nb = 0;
+        int64_t bp[MOE_BATCH + 1], np = 0;
+        for (int pass = 0; pass < 2 && nb == 0; pass++)
+            for (int r = 0; r < n_rem && nb < MOE_BATCH; r++) {
+                const int q = rem[r];
+                const int64_t m = off[q + 1] - off[q];
+                if (q < 0 || np + m > e->xcap) continue;
+                if (pass == 0 && ws->ops->expert_ready && !ws->ops->expert_ready(ws, L, list[q])) continue;
+                rc = ws->ops->expert_wait(ws, L, list[q], &ER[nb]);
+                if (rc) { ws->ops->experts_put(ws, L); return wfail(s, rc, "expert_wait"); }
+                bq[nb] = q;
+                bp[nb++] = np;
+                np += m;
+                rem[r] = -1;
+                if (pass == 1) break;
+            }
+        bp[nb] = np;
+        int keep = 0;
+        for (int r = 0; r < n_rem; r++) if (rem[r] >= 0) rem[keep++] = rem[r];
+        n_rem = keep;
+        /* gate/up + SiTU of every expert in the batch: inputs are the token's
+         * latent row itself when the expert has one token, else gathered */
+        mm_init(&j, 1);
+        for (int b = 0; b < nb; b++) {
+            const int32_t *pq = pairs + off[bq[b]];
+            const int64_t m = bp[b + 1] - bp[b];
+            const float *X = e->f.z + (int64_t)(pq[0] / k) * Z;
+            if (m > 1) {
+                for (int64_t r = 0; r < m; r++)
+                    memcpy(e->f.xe + (bp[b] + r) * Z, e->f.z + (int64_t)(pq[r] / k) * Z, (size_t)Z * sizeof(float));
+                X = e->f.xe + bp[b] * Z;
+            }
+            float *h1 = e->f.h1 + bp[b] * I, *h3 = e->f.h3 + bp[b] * I;
+            j.T = m;
+            if (ER[b][R_EXP_W1P].p) {
+                mm_seg *g = mm_add_mxfp4(&j, &ER[b][R_EXP_W1P], &ER[b][R_EXP_W1S], I, Z, X, Z, h1, I, "expert w1");
+                mm_glu(&j, g, &ER[b][R_EXP_W3P], &ER[b][R_EXP_W3S], h3, "expert w3");
+            } else {
+                mm_seg *g = mm_add(&j, &ER[b][R_EXP_W1], I, Z, X, Z, h1, I, "expert w1");
+                mm_glu(&j, g, &ER[b][R_EXP_W3], NULL, h3, "expert w3");
+            }
         }
-        if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld expert %d: %s", (long long)L, id, j.what); }
+        if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what); }
         mm_run(e, &j);
-        situ_rows(e, e->f.h1, e->f.h3, m * I);
-        mm_init(&j, m);
-        if (ER[R_EXP_W2P].p) mm_add_mxfp4(&j, &ER[R_EXP_W2P], &ER[R_EXP_W2S], Z, I, e->f.h1, I, e->f.oe, Z, "expert w2");
-        else mm_add(&j, &ER[R_EXP_W2], Z, I, e->f.h1, I, e->f.oe, Z, "expert w2");
-        if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld expert %d: %s", (long long)L, id, j.what); }
+        /* down projections straight into the (token, slot) rows when single */
+        mm_init(&j, 1);
+        for (int b = 0; b < nb; b++) {
+            const int64_t m = bp[b + 1] - bp[b];
+            float *Y = m > 1 ? e->f.oe + bp[b] * Z : e->f.eo + (int64_t)pairs[off[bq[b]]] * Z;
+            j.T = m;
+            if (ER[b][R_EXP_W2P].p) mm_add_mxfp4(&j, &ER[b][R_EXP_W2P], &ER[b][R_EXP_W2S], Z, I, e->f.h1 + bp[b] * I, I, Y, Z, "expert w2");
+            else mm_add(&j, &ER[b][R_EXP_W2], Z, I, e->f.h1 + bp[b] * I, I, Y, Z, "expert w2");
+        }
+        if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what); }
         mm_run(e, &j);
-        for (int64_t r = 0; r < m; r++)
-            memcpy(e->f.eo + ((int64_t)e->f.pairs[2 * r] * k + e->f.pairs[2 * r + 1]) * Z, e->f.oe + r * Z,
-                   (size_t)Z * sizeof(float));
+        for (int b = 0; b < nb; b++) {
+            const int64_t m = bp[b + 1] - bp[b];
+            const int32_t *pq = pairs + off[bq[b]];
+            for (int64_t r = 0; m > 1 && r < m; r++)
+                memcpy(e->f.eo + (int64_t)pq[r] * Z, e->f.oe + (bp[b] + r) * Z, (size_t)Z * sizeof(float));
+        }
     }
     ws->ops->experts_put(ws, L);
     /* u = sum_j w_j out_j in top-k order, then the aggregate latent norm */
@@ -871,7 +966,6 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
         }
         if (c->latent_norm) rmsnorm(u, u, lnorm, Z, c->rms_eps);
     }
-    if (S > 0) situ_rows(e, e->f.sg, e->f.su, T * S);
     mm_init(&j, T);
     mm_add(&j, &W[R_MOE_LAT_UP], Hd, Z, e->f.u, Z, e->y, Hd, "routed_expert_up_proj");
     if (S > 0) mm_add(&j, &W[R_MOE_SH_DOWN], Hd, S, e->f.sg, S, e->f.tmp, Hd, "shared.down_proj");

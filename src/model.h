@@ -82,6 +82,9 @@ typedef struct wsrc_ops {
     void (*hint_layer)(wsrc *w, int64_t L);
     void (*close)(wsrc *w);
     const char *(*errmsg)(wsrc *w);
+    /* 1 if expert_wait(L, id) of a requested expert would not block (it may still
+     * fail). Optional: NULL means every requested expert is ready at once. */
+    int (*expert_ready)(wsrc *w, int64_t L, int32_t id);
 } wsrc_ops;
 struct wsrc {
     const wsrc_ops *ops;

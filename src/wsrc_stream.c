@@ -687,6 +687,17 @@ static int st_expert_wait(wsrc *w, int64_t L, int32_t id, const wt **roles) {
     return 0;
 }
 
+/* Ready without blocking: collects the reads that have landed (never waits), then
+ * asks the slot. A failed read counts as ready (expert_wait reports it). */
+static int st_expert_ready(wsrc *w, int64_t L, int32_t id) {
+    stream *s = (stream *)w;
+    if (L != s->req_L || id < 0 || id >= s->NE || s->req_slot[id] < 0) return 1;
+    const int sl = s->req_slot[id];
+    io_req *d;
+    while (cache_state(s->xc, sl) == 1 /* INFLIGHT */ && io_reap(s->xring, 0, &d) == 1) expert_landed(s, d);
+    return cache_state(s->xc, sl) != 1;
+}
+
 static void st_experts_put(wsrc *w, int64_t L) {
     stream *s = (stream *)w;
     if (s->req_L == L) release_request(s);
@@ -783,7 +794,7 @@ static const char *st_errmsg(wsrc *w) { return ((stream *)w)->err; }
 
 static const wsrc_ops k_stream_ops = {
     st_layer_get, st_layer_put, st_experts_request, st_expert_wait, st_experts_put,
-    st_embed_rows, st_hint_layer, ws_close, st_errmsg,
+    st_embed_rows, st_hint_layer, ws_close, st_errmsg, st_expert_ready,
 };
 
 /* ===================================================================== open */
