@@ -241,16 +241,6 @@ uint64_t infer_session_bytes(const cfg *c, int64_t max_ctx) {
 static inline float sigmoidf_(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
 static inline float siluf_(float x) { return (float)(x / (1.0 + exp(-(double)x))); }
 
-/* SiTU-GLU: b1 tanh(g/b1) sigmoid(g) * b2 tanh(u/b2); the sigmoid sees the uncapped g.
- * In double: the 1-2 ulp errors of tanhf/expf are amplified by the model; on the
- * tiny-blocks preset the f32 version put one step at 1.17e-3 max relative logit
- * error against the float64 reference, the double one at 4.2e-4 (the matmuls, not
- * this, are the remaining floor). Applied by the GLU matmul segments, row by row. */
-static inline float situ(float g, float u, float b1, float b2) {
-    const double gd = g;
-    return (float)((b1 * tanh(gd / b1) / (1.0 + exp(-gd))) * (b2 * tanh((double)u / b2)));
-}
-
 static inline float wload(const void *p, int dtype, int64_t i) {
     switch (dtype) {
     case DT_F32: return ((const float *)p)[i];
@@ -311,8 +301,11 @@ static int vec_f32(float *dst, const wt *w, int64_t n) {
  * MoE step runs the gate/up of all its experts in one job and their down
  * projections in a second, instead of 3 dispatches per expert. A GLU segment also
  * computes the same rows of its up matrix and applies SiTU to them in place, so
- * no separate SiTU pass (and barrier) follows. Which thread computes a row never
- * changes its bits: each output is one kernel dot. */
+ * no separate SiTU pass (and barrier) follows. SiTU is K.situ, in double: with
+ * f32 tanhf/expf the model amplified their 1-2 ulp errors (tiny-blocks: 1.17e-3
+ * max relative logit error against the float64 reference, 4.2e-4 in double).
+ * Which thread computes a row never changes its bits: each output is one kernel
+ * dot, each SiTU one element. */
 typedef struct {
     const void *w;          /* rows of dtype, or MXFP4 packed codes */
     const uint8_t *scales;  /* MXFP4 scales; NULL for float weights */
@@ -419,11 +412,7 @@ static void mm_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
         mm_kern(s, s->w, s->scales, s->dtype, s->Y, a, b);
         if (!s->U) continue;
         mm_kern(s, s->wu, s->su, s->udtype, s->U, a, b);
-        for (int64_t t = 0; t < s->T; t++) {
-            float *y = s->Y + t * s->ldy;
-            const float *u = s->U + t * s->ldy;
-            for (int64_t r = a; r < b; r++) y[r] = situ(y[r], u[r], j->b1, j->b2);
-        }
+        for (int64_t t = 0; t < s->T; t++) K.situ(s->Y + t * s->ldy + a, s->U + t * s->ldy + a, b - a, j->b1, j->b2);
     }
 }
 

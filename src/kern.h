@@ -47,6 +47,10 @@ typedef struct kern_table {
                          int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
     /* Plain f32 dot with the lane contract. */
     float (*dot)(const float *a, const float *b, int64_t n);
+    /* g[i] = SiTU(g[i], u[i]) = b1 tanh(g/b1) sigmoid(g) * b2 tanh(u/b2) for i in
+     * [0, n): the double-precision sequence of kern_ref_situ (kern_ref.c), one f32
+     * rounding at the end; every table returns its bits. */
+    void (*situ)(float *g, const float *u, int64_t n, float b1, float b2);
 } kern_table;
 
 /* MXFP4 group: one E8M0 scale byte per 32 inputs. matmul_mxfp4 requires
@@ -81,6 +85,21 @@ extern const kern_table kern_neon_table;
 #endif
 /* Tables in kern_available() order (best first): avx512vbmi, avx512, avx2 | neon,
  * then scalar. */
+
+/* The SiTU reference, shared by the tables for their tails. Its exp/expm1 use
+ * these constants (a round-to-nearest shifter, ln2 split in two, 1/n! for the
+ * degree-13 Taylor polynomial of expm1 on |r| <= ln2/2, c13 then c12 .. c2 by
+ * Horner) and clamps: */
+void kern_ref_situ(float *g, const float *u, int64_t n, float b1, float b2);
+#define KERN_SHIFTER 0x1.8p52                 /* x + it - it rounds x to an integer */
+#define KERN_INV_LN2 0x1.71547652b82fep0
+#define KERN_LN2_HI 0x1.62e42fefa39efp-1
+#define KERN_LN2_LO 0x1.abc9e3b39803fp-56
+#define KERN_EXPM1_MIN -40.0                  /* expm1 below is -1 in double */
+#define KERN_EXP_MAX 708.0                    /* |exp argument| clamp: 2^k stays normal */
+#define KERN_EXPM1_C13 (1.0 / 6227020800.0)
+#define KERN_EXPM1_TAYLOR(X) X(1.0 / 479001600.0) X(1.0 / 39916800.0) X(1.0 / 3628800.0) X(1.0 / 362880.0) \
+    X(1.0 / 40320.0) X(1.0 / 5040.0) X(1.0 / 720.0) X(1.0 / 120.0) X(1.0 / 24.0) X(1.0 / 6.0) X(1.0 / 2.0)
 
 extern kern_table K;                      /* the selected table (scalar until kern_init) */
 extern const kern_table kern_ref_table;   /* always available */

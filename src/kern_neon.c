@@ -216,6 +216,7 @@ static void mxfp4_neon(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S
 
 const kern_table kern_neon_table = {
     .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .dot = dot_neon,
+    .situ = kern_ref_situ, /* no NEON version yet: the scalar reference */
 };
 
 #endif

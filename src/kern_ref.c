@@ -5,6 +5,7 @@
  * tests/t_kern.c compares them with memcmp.
  */
 #include <math.h>
+#include <string.h>
 #include "base.h"
 #include "kern.h"
 #include "num.h"
@@ -77,9 +78,53 @@ static float ref_dot(const float *a, const float *b, int64_t n) {
     return ref_reduce16(acc);
 }
 
+/* SiTU in double without libm's scalar tanh/exp (40-60 ns per element there, a
+ * tenth of a demo decode): exp(z) and expm1(z) = exp(z) - 1 share the reduction
+ * z = k ln2 + r, |r| <= ln2/2, and the Taylor polynomial p = expm1(r) of degree
+ * 13 (truncation below 2e-17 relative); then expm1(z) = 2^k p + (2^k - 1) and
+ * exp(z) = 2^k p + 2^k, each one fma. With m = expm1(-2|y|), tanh(|y|) =
+ * -m / (2 + m) keeps full relative precision near 0. The whole SiTU is then one
+ * quotient: |b1 b2 m1 m2 / ((2 + m1)(2 + m2)(1 + exp(-g)))|, the sign of g u
+ * applied after the f32 rounding. Double error ~1e-16 relative, so the f32
+ * result is the correctly rounded one but for rare near-ties (the libm version
+ * it replaces rounded the same way). The SIMD tables run this exact sequence. */
+static double ref_exp_parts(double z, double *p) {
+    double t = z * KERN_INV_LN2 + KERN_SHIFTER, kd = t - KERN_SHIFTER;
+    double r = fma(-kd, KERN_LN2_HI, z);
+    r = fma(-kd, KERN_LN2_LO, r);
+    double q = KERN_EXPM1_C13;
+#define HORNER(c) q = fma(q, r, c);
+    KERN_EXPM1_TAYLOR(HORNER)
+#undef HORNER
+    *p = fma(q, r * r, r);
+    uint64_t b = (uint64_t)((int64_t)kd + 1023) << 52;
+    double s;
+    memcpy(&s, &b, 8);
+    return s;
+}
+
+void kern_ref_situ(float *g, const float *u, int64_t n, float b1, float b2) {
+    const double k1 = -2.0 / (double)b1, k2 = -2.0 / (double)b2, b12 = (double)b1 * (double)b2;
+    for (int64_t i = 0; i < n; i++) {
+        const double gd = g[i], ud = u[i];
+        double a1 = fabs(gd) * k1, a2 = fabs(ud) * k2, z = -gd, p1, p2, pe;
+        a1 = a1 < KERN_EXPM1_MIN ? KERN_EXPM1_MIN : a1;
+        a2 = a2 < KERN_EXPM1_MIN ? KERN_EXPM1_MIN : a2;
+        z = z > KERN_EXP_MAX ? KERN_EXP_MAX : z;
+        z = z < -KERN_EXP_MAX ? -KERN_EXP_MAX : z;
+        const double s1 = ref_exp_parts(a1, &p1), s2 = ref_exp_parts(a2, &p2), se = ref_exp_parts(z, &pe);
+        const double m1 = fma(s1, p1, s1 - 1.0), m2 = fma(s2, p2, s2 - 1.0), e = fma(se, pe, se);
+        const double num = (m1 * m2) * b12, den = ((2.0 + m1) * (2.0 + m2)) * (1.0 + e);
+        float r = (float)fabs(num / den); /* m1 m2 may be -0 */
+        if (!signbit(g[i]) != !signbit(u[i])) r = -r;
+        g[i] = r;
+    }
+}
+
 const kern_table kern_ref_table = {
     .name = "scalar",
     .matmul = ref_matmul,
     .matmul_mxfp4 = ref_matmul_mxfp4,
     .dot = ref_dot,
+    .situ = kern_ref_situ,
 };

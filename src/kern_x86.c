@@ -267,6 +267,55 @@ A512 static void mxfp4_avx512(float *Y, int64_t ldy, const uint8_t *P, const uin
 #undef BLK_F
 }
 
+/* SiTU, 8 elements per step: kern_ref_situ's sequence op for op on doubles
+ * (mul then add where it has two roundings, fma where it has one); 2^k from the
+ * shifter's low bits: bits(t) = bits(2^52 + 2^51) + k, so ((bits(t) + 1023) << 52)
+ * is 2^k. The tail runs the reference. */
+A512 INL __m512d exp_parts512(__m512d z, __m512d *p) {
+    const __m512d sh = _mm512_set1_pd(KERN_SHIFTER);
+    __m512d t = _mm512_add_pd(_mm512_mul_pd(z, _mm512_set1_pd(KERN_INV_LN2)), sh), kd = _mm512_sub_pd(t, sh);
+    __m512d r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(KERN_LN2_HI), z);
+    r = _mm512_fnmadd_pd(kd, _mm512_set1_pd(KERN_LN2_LO), r);
+    __m512d q = _mm512_set1_pd(KERN_EXPM1_C13);
+#define HORNER(c) q = _mm512_fmadd_pd(q, r, _mm512_set1_pd(c));
+    KERN_EXPM1_TAYLOR(HORNER)
+#undef HORNER
+    *p = _mm512_fmadd_pd(q, _mm512_mul_pd(r, r), r);
+    __m512i b = _mm512_slli_epi64(_mm512_add_epi64(_mm512_castpd_si512(t), _mm512_set1_epi64(1023)), 52);
+    return _mm512_castsi512_pd(b);
+}
+
+A512 static void situ_avx512(float *g, const float *u, int64_t n, float b1, float b2) {
+    const __m512d k1 = _mm512_set1_pd(-2.0 / (double)b1), k2 = _mm512_set1_pd(-2.0 / (double)b2);
+    const __m512d b12 = _mm512_set1_pd((double)b1 * (double)b2), one = _mm512_set1_pd(1.0), two = _mm512_set1_pd(2.0);
+    const __m512d lo = _mm512_set1_pd(KERN_EXPM1_MIN), zhi = _mm512_set1_pd(KERN_EXP_MAX), zlo = _mm512_set1_pd(-KERN_EXP_MAX);
+    const __m512i abs = _mm512_set1_epi64(0x7FFFFFFFFFFFFFFFll);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        const __m256 gf = _mm256_loadu_ps(g + i), uf = _mm256_loadu_ps(u + i);
+        const __m512d gd = _mm512_cvtps_pd(gf), ud = _mm512_cvtps_pd(uf);
+        /* max(lo, x) and min(hi, x) return x when x is NaN, as the reference's compares */
+        __m512d a1 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(gd), abs)), k1);
+        __m512d a2 = _mm512_mul_pd(_mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(ud), abs)), k2);
+        a1 = _mm512_max_pd(lo, a1);
+        a2 = _mm512_max_pd(lo, a2);
+        __m512d z = _mm512_sub_pd(_mm512_setzero_pd(), gd);
+        z = _mm512_max_pd(zlo, _mm512_min_pd(zhi, z));
+        __m512d p1, p2, pe;
+        const __m512d s1 = exp_parts512(a1, &p1), s2 = exp_parts512(a2, &p2), se = exp_parts512(z, &pe);
+        const __m512d m1 = _mm512_fmadd_pd(s1, p1, _mm512_sub_pd(s1, one));
+        const __m512d m2 = _mm512_fmadd_pd(s2, p2, _mm512_sub_pd(s2, one));
+        const __m512d e = _mm512_fmadd_pd(se, pe, se);
+        const __m512d num = _mm512_mul_pd(_mm512_mul_pd(m1, m2), b12);
+        const __m512d den = _mm512_mul_pd(_mm512_mul_pd(_mm512_add_pd(two, m1), _mm512_add_pd(two, m2)), _mm512_add_pd(one, e));
+        const __m512d q = _mm512_castsi512_pd(_mm512_and_si512(_mm512_castpd_si512(_mm512_div_pd(num, den)), abs));
+        const __m256 r = _mm512_cvtpd_ps(q);
+        const __m256 sgn = _mm256_and_ps(_mm256_xor_ps(gf, uf), _mm256_set1_ps(-0.0f));
+        _mm256_storeu_ps(g + i, _mm256_xor_ps(r, sgn));
+    }
+    kern_ref_situ(g + i, u + i, n - i, b1, b2);
+}
+
 /* ======================= AVX2 ======================= */
 
 typedef struct { __m256 a, b; } v16; /* lanes 0-7, 8-15 */
@@ -500,6 +549,48 @@ A256 static void mxfp4_avx2(float *Y, int64_t ldy, const uint8_t *P, const uint8
 #undef BLK_F
 }
 
+/* SiTU, 4 elements per step: the same sequence as situ_avx512 on ymm. */
+A256 INL __m256d exp_parts256(__m256d z, __m256d *p) {
+    const __m256d sh = _mm256_set1_pd(KERN_SHIFTER);
+    __m256d t = _mm256_add_pd(_mm256_mul_pd(z, _mm256_set1_pd(KERN_INV_LN2)), sh), kd = _mm256_sub_pd(t, sh);
+    __m256d r = _mm256_fnmadd_pd(kd, _mm256_set1_pd(KERN_LN2_HI), z);
+    r = _mm256_fnmadd_pd(kd, _mm256_set1_pd(KERN_LN2_LO), r);
+    __m256d q = _mm256_set1_pd(KERN_EXPM1_C13);
+#define HORNER(c) q = _mm256_fmadd_pd(q, r, _mm256_set1_pd(c));
+    KERN_EXPM1_TAYLOR(HORNER)
+#undef HORNER
+    *p = _mm256_fmadd_pd(q, _mm256_mul_pd(r, r), r);
+    __m256i b = _mm256_slli_epi64(_mm256_add_epi64(_mm256_castpd_si256(t), _mm256_set1_epi64x(1023)), 52);
+    return _mm256_castsi256_pd(b);
+}
+
+A256 static void situ_avx2(float *g, const float *u, int64_t n, float b1, float b2) {
+    const __m256d k1 = _mm256_set1_pd(-2.0 / (double)b1), k2 = _mm256_set1_pd(-2.0 / (double)b2);
+    const __m256d b12 = _mm256_set1_pd((double)b1 * (double)b2), one = _mm256_set1_pd(1.0), two = _mm256_set1_pd(2.0);
+    const __m256d lo = _mm256_set1_pd(KERN_EXPM1_MIN), zhi = _mm256_set1_pd(KERN_EXP_MAX), zlo = _mm256_set1_pd(-KERN_EXP_MAX);
+    const __m256d abs = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7FFFFFFFFFFFFFFFll));
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const __m128 gf = _mm_loadu_ps(g + i), uf = _mm_loadu_ps(u + i);
+        const __m256d gd = _mm256_cvtps_pd(gf), ud = _mm256_cvtps_pd(uf);
+        __m256d a1 = _mm256_max_pd(lo, _mm256_mul_pd(_mm256_and_pd(gd, abs), k1));
+        __m256d a2 = _mm256_max_pd(lo, _mm256_mul_pd(_mm256_and_pd(ud, abs), k2));
+        __m256d z = _mm256_sub_pd(_mm256_setzero_pd(), gd);
+        z = _mm256_max_pd(zlo, _mm256_min_pd(zhi, z));
+        __m256d p1, p2, pe;
+        const __m256d s1 = exp_parts256(a1, &p1), s2 = exp_parts256(a2, &p2), se = exp_parts256(z, &pe);
+        const __m256d m1 = _mm256_fmadd_pd(s1, p1, _mm256_sub_pd(s1, one));
+        const __m256d m2 = _mm256_fmadd_pd(s2, p2, _mm256_sub_pd(s2, one));
+        const __m256d e = _mm256_fmadd_pd(se, pe, se);
+        const __m256d num = _mm256_mul_pd(_mm256_mul_pd(m1, m2), b12);
+        const __m256d den = _mm256_mul_pd(_mm256_mul_pd(_mm256_add_pd(two, m1), _mm256_add_pd(two, m2)), _mm256_add_pd(one, e));
+        const __m128 r = _mm256_cvtpd_ps(_mm256_and_pd(_mm256_div_pd(num, den), abs));
+        const __m128 sgn = _mm_and_ps(_mm_xor_ps(gf, uf), _mm_set1_ps(-0.0f));
+        _mm_storeu_ps(g + i, _mm_xor_ps(r, sgn));
+    }
+    kern_ref_situ(g + i, u + i, n - i, b1, b2);
+}
+
 /* ======================= tables ======================= */
 
 int kern_x86_has_avx2(void) {
@@ -521,15 +612,17 @@ int kern_x86_has_avx512(void) {
 }
 
 const kern_table kern_avx2_table = {
-    .name = "avx2", .matmul = matmul_avx2, .matmul_mxfp4 = mxfp4_avx2, .dot = dot_avx2,
+    .name = "avx2", .matmul = matmul_avx2, .matmul_mxfp4 = mxfp4_avx2, .dot = dot_avx2, .situ = situ_avx2,
 };
 const kern_table kern_avx512_table = {
     .name = "avx512", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
+    .situ = situ_avx512,
 };
 /* Kept as a name (STRATA_KERNEL=avx512vbmi, run reports): its vpmultishiftqb MXFP4
  * decoder lost to the shift decoder above, which it now shares. */
 const kern_table kern_avx512vbmi_table = {
     .name = "avx512vbmi", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
+    .situ = situ_avx512,
 };
 
 #endif

@@ -250,3 +250,51 @@ TEST(kern_prefill_panels) {
     }
     base_free(W); base_free(wf); base_free(P); base_free(X); base_free(Yr); base_free(Y);
 }
+
+/* SiTU: every table equals the reference bit for bit (tails, signed zeros, huge,
+ * subnormal, infinite and NaN inputs), and the reference matches libm's double
+ * tanh/exp formula to within one f32 ulp (almost always exactly). */
+TEST(kern_situ) {
+    const kern_table *const *av = kern_available();
+    enum { N = 4099 };
+    float *g = base_alloc(N * 4, MEM_MISC), *u = base_alloc(N * 4, MEM_MISC);
+    float *r = base_alloc(N * 4, MEM_MISC), *y = base_alloc(N * 4, MEM_MISC);
+    for (int i = 0; i < N; i++) {
+        g[i] = rnd_val(i % 3 ? 4 : 40);
+        u[i] = rnd_val(i % 5 ? 6 : 40);
+    }
+    static const float sp[] = {0.0f, -0.0f, 1e-30f, -1e-45f, 0x1p-149f, 3e38f, -3e38f, INFINITY, -INFINITY, 700.0f,
+                               -709.0f, 1e-8f, -2.5f, 80.0f, -80.0f};
+    const int nsp = (int)(sizeof sp / sizeof sp[0]);
+    for (int i = 0; i < nsp * nsp; i++) { g[i] = sp[i % nsp]; u[i] = sp[i / nsp]; }
+    g[nsp * nsp] = NAN;
+    u[nsp * nsp + 1] = -NAN;
+    memcpy(r, g, N * 4);
+    kern_ref_situ(r, u, N, 4.0f, 25.0f);
+    int exact = 0, close = 1, nan_ok = isnan(r[nsp * nsp]) && isnan(r[nsp * nsp + 1]);
+    for (int i = 0; i < N; i++) {
+        if (i == nsp * nsp || i == nsp * nsp + 1) continue;
+        const double gd = g[i];
+        const float want = (float)((4.0 * tanh(gd / 4.0) / (1.0 + exp(-gd))) * (25.0 * tanh((double)u[i] / 25.0)));
+        if (memcmp(&want, &r[i], 4) == 0) { exact++; continue; }
+        float up = nextafterf(want, INFINITY), dn = nextafterf(want, -INFINITY);
+        if (r[i] != up && r[i] != dn && !(want == 0 && r[i] == 0)) {
+            close = 0;
+            CHECK_MSG(0, "situ(%g, %g) = %g, libm formula %g", g[i], u[i], r[i], want);
+        }
+    }
+    CHECK(close && nan_ok);
+    CHECK_MSG(exact >= N - 4, "only %d of %d equal to the libm formula", exact, N);
+    static const int64_t ns[] = {0, 1, 3, 7, 8, 9, 15, 16, 17, 4096};
+    for (int k = 0; av[k]; k++)
+        for (size_t q = 0; q < sizeof ns / sizeof ns[0]; q++) {
+            memcpy(y, g, N * 4);
+            av[k]->situ(y + 1, u + 2, ns[q], 4.0f, 25.0f); /* unaligned, offset inputs */
+            memcpy(r, g, N * 4);
+            kern_ref_situ(r + 1, u + 2, ns[q], 4.0f, 25.0f);
+            int same = 1;
+            for (int i = 0; i < N; i++) same &= memcmp(&y[i], &r[i], 4) == 0 || (isnan(y[i]) && isnan(r[i]));
+            CHECK_MSG(same, "%s situ n=%lld", av[k]->name, (long long)ns[q]);
+        }
+    base_free(g); base_free(u); base_free(r); base_free(y);
+}
