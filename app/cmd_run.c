@@ -321,14 +321,10 @@ int cmd_run(int argc, char **argv) {
     /* report */
     double pf = t_prefill / (double)n_prompt, dc = n_decode ? t_decode / (double)n_decode : 0;
     uint64_t rss = base_peak_rss();
-    char b1[32], b2[32];
-    fprintf(stderr,
-            "strata run: prompt %lld tokens, generated %lld%s; prefill %.4f s/token (%.1f tok/s), "
-            "decode %.4f s/token (%.2f tok/s); MLA cache %llu B/position; peak RSS %s (engine %s); "
-            "logits hash %016llx\n",
-            (long long)n_prompt, (long long)n_gen, stopped ? " (end id)" : "", pf, pf > 0 ? 1 / pf : 0, dc,
-            dc > 0 ? 1 / dc : 0, (unsigned long long)infer_mla_cache_bytes_per_pos(&r.c), base_fmt_bytes(rss, b1, sizeof b1),
-            base_fmt_bytes(base_mem_peak(), b2, sizeof b2), (unsigned long long)lhash);
+    char speed[512];
+    mo_fmt_speed(&r.m, n_prompt, t_prefill, n_decode, t_decode, rss, speed, sizeof speed);
+    fprintf(stderr, "strata run: prompt %lld tokens, generated %lld%s; %s; logits hash %016llx\n", (long long)n_prompt,
+            (long long)n_gen, stopped ? " (end id)" : "", speed, (unsigned long long)lhash);
     mo_report(&r.m, stderr);
     if (base_mem_guard_violations())
         fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",

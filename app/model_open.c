@@ -62,18 +62,22 @@ int mo_open(mo_model *m, const char *cmd, const char *model_dir) {
     return 0;
 }
 
-/* What the load line says about where the weights are. */
+/* What the load line says about where the weights are: "all resident" only when
+ * nothing is read twice (every trunk unit pinned, the embedding table resident, a
+ * cache slot for every expert); otherwise which parts are pinned, which
+ * streamed, and how many experts the cache holds (the rest are read on demand). */
 static const char *placement_name(const mo_model *m, char *buf, size_t n) {
     const place_plan *p = m->plan;
     if (!m->placed) return "resident";
     const int64_t n_exp = (m->c.n_layers - m->c.first_dense) * m->c.n_experts;
-    if (p->resident && p->n_expert_slots >= n_exp) snprintf(buf, n, "placed: all resident");
-    else if (p->resident)
-        snprintf(buf, n, "placed: trunk pinned, experts cached (%lld of %lld)", (long long)p->n_expert_slots,
-                 (long long)n_exp);
+    if (p->resident && p->n_expert_slots >= n_exp) return "placed: all resident (experts read on first use)";
+    char trunk[96];
+    if (p->n_pinned == p->n_units) snprintf(trunk, sizeof trunk, "trunk pinned");
     else
-        snprintf(buf, n, "placed: %lld of %lld trunk units pinned, the rest streamed; experts cached (%lld of %lld)",
-                 (long long)p->n_pinned, (long long)p->n_units, (long long)p->n_expert_slots, (long long)n_exp);
+        snprintf(trunk, sizeof trunk, "%lld of %lld trunk units pinned, the rest streamed", (long long)p->n_pinned,
+                 (long long)p->n_units);
+    snprintf(buf, n, "placed: %s%s, experts cached (%lld of %lld)", trunk,
+             p->embed_resident ? "" : ", embeddings read by row", (long long)p->n_expert_slots, (long long)n_exp);
     return buf;
 }
 
@@ -118,6 +122,17 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx) {
             m->cmd, (long long)m->c.n_layers, (long long)m->c.n_mla, (long long)m->c.vocab, m->threads, m->kname,
             (long long)ctx, placement_name(m, where, sizeof where), m->t_load);
     return 0;
+}
+
+void mo_fmt_speed(const mo_model *m, int64_t n_prefill, double t_prefill, int64_t n_decode, double t_decode,
+                  uint64_t peak_rss, char *buf, size_t n) {
+    double pf = n_prefill ? t_prefill / (double)n_prefill : 0, dc = n_decode ? t_decode / (double)n_decode : 0;
+    char b1[32], b2[32];
+    snprintf(buf, n,
+             "prefill %.4f s/token (%.1f tok/s), decode %.4f s/token (%.2f tok/s); MLA cache %llu B/position; "
+             "peak RSS %s (engine %s)",
+             pf, pf > 0 ? 1 / pf : 0, dc, dc > 0 ? 1 / dc : 0, (unsigned long long)infer_mla_cache_bytes_per_pos(&m->c),
+             base_fmt_bytes(peak_rss, b1, sizeof b1), base_fmt_bytes(base_mem_peak(), b2, sizeof b2));
 }
 
 void mo_report(mo_model *m, FILE *f) {

@@ -7,7 +7,8 @@
  *
  * Use: mo_flag() inside the argument loop; mo_open() once MODEL_DIR is known;
  * mo_place() once the context is known (it prints the plan and returns MO_PLANNED
- * for --plan); mo_report() / mo_placement_json() at the end; mo_close().
+ * for --plan); mo_fmt_speed(), mo_report() / mo_placement_json() at the end;
+ * mo_close().
  */
 #ifndef STRATA_MODEL_OPEN_H
 #define STRATA_MODEL_OPEN_H
@@ -63,6 +64,12 @@ int mo_open(mo_model *m, const char *cmd, const char *model_dir);
  * after printing the plan for --plan; EXIT_USAGE below the minimum budget (the
  * message names the minimum); 1 on other failures (printed). */
 int mo_place(mo_model *m, const mo_opts *o, int64_t ctx);
+
+/* The middle of the run report line, shared by run and chat: "prefill X s/token (Y
+ * tok/s), decode ...; MLA cache N B/position; peak RSS A (engine B)" into buf.
+ * Per-token rates are 0 when a count is 0. */
+void mo_fmt_speed(const mo_model *m, int64_t n_prefill, double t_prefill, int64_t n_decode, double t_decode,
+                  uint64_t peak_rss, char *buf, size_t n);
 
 /* The placement part of the run report: reads, hit rate, I/O wait, peak RSS vs the
  * budget (nothing when fully resident without a plan). */
