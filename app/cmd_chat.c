@@ -49,8 +49,10 @@ static void usage(FILE *f) {
         MO_USAGE
         "\n"
         "With --ram-gb/--ram (or --pack) the weights go through the memory planner, as in\n"
-        "`strata run`: --ctx sizes the MLA cache in the plan; the run report (reads,\n"
-        "expert hit rate, peak RSS vs budget) is printed on stderr at the end.\n",
+        "`strata run` (a budget below the minimum is refused with the minimum, exit 2):\n"
+        "--ctx sizes the MLA cache in the plan. At the end (end of input or /exit) the run\n"
+        "report goes to stderr: prefill/decode speed, peak RSS and, when planned, reads,\n"
+        "expert hit rate and peak RSS vs the budget.\n",
         CHAT_DEFAULT_GEN, CHAT_DEFAULT_CTX);
 }
 
@@ -112,6 +114,9 @@ typedef struct chat_state {
     size_t n_ids, cap_ids;
     char *line;   /* input line (MEM_MISC, grows) */
     size_t line_cap;
+    /* for the report at exit */
+    int64_t n_turns, n_prefill, n_decode;
+    double t_prefill, t_decode;
 } chat_state;
 
 static void chat_release(chat_state *r) {
@@ -167,10 +172,13 @@ static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int f
             fprintf(stderr, "strata chat: id %d is outside the model's vocabulary\n", r->ids[i]);
             return -1;
         }
+    double t0 = base_now();
     if (session_eval(r->s, r->ids, (int64_t)r->n_ids, r->logits)) {
         fprintf(stderr, "strata chat: %s\n", session_errmsg(r->s));
         return -1;
     }
+    r->t_prefill += base_now() - t0;
+    r->n_prefill += (int64_t)r->n_ids;
     return 0;
 }
 
@@ -218,7 +226,13 @@ static int reply(chat_state *r, const chat_opts *o) {
             break;
         }
         /* the chosen id joins the state, end ids too: the next turn continues after it */
-        if (session_eval(r->s, &id, 1, r->logits)) {
+        double t0 = base_now();
+        base_mem_guard(1);
+        int erc = session_eval(r->s, &id, 1, r->logits);
+        base_mem_guard(0);
+        r->t_decode += base_now() - t0;
+        r->n_decode++;
+        if (erc) {
             fprintf(stderr, "\nstrata chat: %s\n", session_errmsg(r->s));
             ret = -1;
             break;
@@ -304,9 +318,18 @@ int cmd_chat(int argc, char **argv) {
         rc = feed(&r, &m, 1, o.effort, CHAT_GEN | CHAT_CONTINUE);
         if (rc < 0) goto out;
         if (rc > 0) continue;
+        r.n_turns++;
         if (reply(&r, &o)) goto out;
     }
+    /* the run report, as `strata run` gives it (placement part only when planned) */
+    char speed[512];
+    mo_fmt_speed(&r.m, r.n_prefill, r.t_prefill, r.n_decode, r.t_decode, base_peak_rss(), speed, sizeof speed);
+    fprintf(stderr, "strata chat: %lld turns, prefilled %lld tokens, decoded %lld; %s\n", (long long)r.n_turns,
+            (long long)r.n_prefill, (long long)r.n_decode, speed);
     mo_report(&r.m, stderr);
+    if (base_mem_guard_violations())
+        fprintf(stderr, "strata chat: warning: %llu allocations inside the decode loop\n",
+                (unsigned long long)base_mem_guard_violations());
     ret = 0;
 out:
     chat_release(&r);
