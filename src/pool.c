@@ -1,17 +1,29 @@
 /*
  * pool.c: one persistent pthread pool. Workers are created once and park on a
- * condition variable; pool_for publishes a job by bumping a generation counter,
- * runs range 0 itself and waits until every worker has checked in.
+ * condition variable; pool_for publishes a job, cuts [0, n) into up to
+ * POOL_CHUNKS ranges per thread, and every thread (the caller included) claims
+ * ranges from a shared counter until none are left. The caller returns when every
+ * range is finished; it does not wait for a worker that claimed nothing.
  *
- * Why spin first: a decode step issues thousands of small pool_for calls (one per
- * matmul), so a wake-up through the kernel on every call would dominate. Workers
- * and the caller spin on C11 atomics for a short while (POOL_SPIN iterations, about
- * 150 us here) before sleeping on the condition variable: long enough to bridge the
- * serial work between two matmuls, short enough not to burn a core through an I/O
- * wait. Measured on the 2-core VM: an empty pool_for takes 0.8-1.0 us with 2
- * threads (4 us under a load average of 8). All shared job
- * fields are written before the release-store of the generation and read after
- * the acquire-load, so the pool is data-race free (TSan-clean by construction).
+ * Why claiming instead of one fixed range per thread: the machine is shared, and
+ * a worker that is runnable but not running (another process holds its core)
+ * stalled every fixed split until it ran; now the caller takes its ranges and
+ * goes on. Measured on the 2-core VM with another process busy: demo decode with
+ * 2 threads was no faster than with 1 and sometimes 1.7x slower (static split),
+ * see the commit that introduced this file's claiming.
+ *
+ * Why spin first: a decode step issues hundreds of pool_for calls, so a wake-up
+ * through the kernel on every call would dominate. Workers and the caller spin on
+ * C11 atomics for a short while (POOL_SPIN iterations, about 150 us here) before
+ * sleeping: long enough to bridge the serial work between two matmuls, short
+ * enough not to burn a core through an I/O wait.
+ *
+ * Jobs live in a ring of POOL_RING slots, so a worker that wakes late never reads
+ * a job description that is being rewritten: before reusing a slot the caller
+ * marks it invalid and waits until no worker announces it is reading it (a
+ * Dekker-style handshake on seq_cst atomics; see slot_reuse). Plain job fields
+ * are written before the release of the slot id and read after its acquire, so
+ * the pool is data-race free (TSan-clean by construction).
  */
 #include <pthread.h>
 #include <sched.h>
@@ -23,23 +35,40 @@
 #include "pool.h"
 
 #define POOL_MAX_THREADS 64
-#define POOL_SPIN 4096 /* ~38 ns per pause-or-yield iteration on the dev VM */
+#define POOL_SPIN 4096  /* ~38 ns per pause-or-yield iteration on the dev VM */
+#define POOL_RING 64    /* job slots; a slot is reused 64 jobs later */
+#define POOL_CHUNKS 4   /* ranges per thread a job is cut into (at most) */
+#define POOL_IDLE 0u    /* a worker's `reading` when it reads no slot (gen 0 is never a job) */
+
+typedef struct {
+    atomic_uint id;     /* generation whose job this slot holds; 0 while rewritten */
+    pool_fn fn;
+    void *ctx;
+    int64_t n;          /* items */
+    int nc;             /* ranges */
+    atomic_int next;    /* next range to claim (may run past nc) */
+    atomic_int done;    /* ranges finished */
+} slot;
+
+typedef struct {
+    atomic_uint reading; /* generation whose slot this worker may be reading, or POOL_IDLE */
+    char pad[60];
+} wstate;
 
 struct pool {
     int n;                  /* threads including the caller */
     pthread_t *th;          /* n - 1 workers */
+    wstate *ws;             /* n - 1 worker states */
     pthread_mutex_t mu;
     pthread_cond_t cv_work; /* workers wait for a new generation */
-    pthread_cond_t cv_done; /* caller waits for pending == 0 */
-    atomic_uint gen;        /* bumped once per job (and once for shutdown) */
-    atomic_int pending;     /* workers that have not finished the current job */
+    pthread_cond_t cv_done; /* caller waits for its job's last range */
+    atomic_uint gen;        /* last published job (and once more for shutdown) */
     atomic_int stop;
     atomic_int busy;        /* a pool_for is running (misuse check) */
-    /* the current job: written by the caller before gen is released */
-    pool_fn fn;
-    void *ctx;
-    int64_t n_items;
-    int n_chunks;           /* ranges actually used (<= n) */
+    atomic_int sleepers;    /* workers parked on cv_work */
+    atomic_int caller_waits; /* the caller is parked on cv_done */
+    unsigned last;          /* caller side: last generation published */
+    slot ring[POOL_RING];
 };
 
 typedef struct { pool *p; int tid; } worker_arg;
@@ -62,16 +91,27 @@ static inline void spin_wait(int s) {
 #endif
 }
 
-/* Range k of n_chunks over [0, n): contiguous, sizes differ by at most one. */
-static void run_chunk(pool *p, int k) {
-    if (k >= p->n_chunks) return;
-    int64_t i0 = p->n_items * k / p->n_chunks, i1 = p->n_items * (k + 1) / p->n_chunks;
-    if (i1 > i0) p->fn(p->ctx, i0, i1, k);
+/* Claims and runs ranges of slot j until none are left. */
+static void run_ranges(pool *p, slot *j, int tid) {
+    int k;
+    while ((k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->nc) {
+        int64_t i0 = j->n * k / j->nc, i1 = j->n * (k + 1) / j->nc;
+        t_in_pool = 1;
+        if (i1 > i0) j->fn(j->ctx, i0, i1, tid);
+        t_in_pool = 0;
+        if (atomic_fetch_add_explicit(&j->done, 1, memory_order_seq_cst) + 1 == j->nc &&
+            atomic_load_explicit(&p->caller_waits, memory_order_seq_cst)) {
+            pthread_mutex_lock(&p->mu);
+            pthread_cond_signal(&p->cv_done);
+            pthread_mutex_unlock(&p->mu);
+        }
+    }
 }
 
 static void *worker_main(void *arg) {
     pool *p = ((worker_arg *)arg)->p;
-    int tid = ((worker_arg *)arg)->tid;
+    const int tid = ((worker_arg *)arg)->tid;
+    wstate *me = &p->ws[tid - 1];
     unsigned seen = 0;
     for (;;) {
         unsigned g = atomic_load_explicit(&p->gen, memory_order_acquire);
@@ -81,21 +121,32 @@ static void *worker_main(void *arg) {
         }
         if (g == seen) {
             pthread_mutex_lock(&p->mu);
-            while ((g = atomic_load_explicit(&p->gen, memory_order_acquire)) == seen)
+            atomic_fetch_add_explicit(&p->sleepers, 1, memory_order_seq_cst);
+            while ((g = atomic_load_explicit(&p->gen, memory_order_seq_cst)) == seen)
                 pthread_cond_wait(&p->cv_work, &p->mu);
+            atomic_fetch_sub_explicit(&p->sleepers, 1, memory_order_seq_cst);
             pthread_mutex_unlock(&p->mu);
         }
-        seen = g;
+        seen = g; /* older generations are finished: the caller waited for them */
         if (atomic_load_explicit(&p->stop, memory_order_acquire)) return NULL;
-        t_in_pool = 1;
-        run_chunk(p, tid);
-        t_in_pool = 0;
-        if (atomic_fetch_sub_explicit(&p->pending, 1, memory_order_acq_rel) == 1) {
-            pthread_mutex_lock(&p->mu);
-            pthread_cond_signal(&p->cv_done);
-            pthread_mutex_unlock(&p->mu);
-        }
+        /* announce, then check the slot still holds generation g (slot_reuse) */
+        slot *j = &p->ring[g % POOL_RING];
+        atomic_store_explicit(&me->reading, g, memory_order_seq_cst);
+        if (atomic_load_explicit(&j->id, memory_order_seq_cst) == g) run_ranges(p, j, tid);
+        atomic_store_explicit(&me->reading, POOL_IDLE, memory_order_release);
     }
+}
+
+/* Makes slot j (last used by generation old) writable: marks it invalid, then
+ * waits until no worker announces reading `old`. A worker that announces after
+ * our check sees the invalid id (both sides seq_cst) and leaves the slot alone.
+ * Waits only when a worker stalled inside a job POOL_RING jobs ago. */
+static void slot_reuse(pool *p, slot *j, unsigned old) {
+    atomic_store_explicit(&j->id, 0u, memory_order_seq_cst);
+    if (old == 0) return;
+    for (int w = 0; w < p->n - 1; w++)
+        for (int s = 0; atomic_load_explicit(&p->ws[w].reading, memory_order_seq_cst) == old; s++)
+            spin_wait(s);
 }
 
 int pool_create(pool **out, int n_threads) {
@@ -109,15 +160,23 @@ int pool_create(pool **out, int n_threads) {
     pthread_cond_init(&p->cv_work, NULL);
     pthread_cond_init(&p->cv_done, NULL);
     atomic_init(&p->gen, 0);
-    atomic_init(&p->pending, 0);
     atomic_init(&p->stop, 0);
     atomic_init(&p->busy, 0);
+    atomic_init(&p->sleepers, 0);
+    atomic_init(&p->caller_waits, 0);
+    for (int i = 0; i < POOL_RING; i++) {
+        atomic_init(&p->ring[i].id, 0u);
+        atomic_init(&p->ring[i].next, 0);
+        atomic_init(&p->ring[i].done, 0);
+    }
     if (n_threads > 1) {
-        /* one block: thread handles, then the per-worker argument records */
+        /* one block: thread handles, worker states, then the argument records */
         size_t nw = (size_t)n_threads - 1;
-        p->th = base_alloc(nw * (sizeof(pthread_t) + sizeof(worker_arg)), MEM_MISC);
-        if (!p->th) { pool_free(p); return STRATA_ENOMEM; }
+        p->ws = base_alloc_aligned(nw * (sizeof(wstate) + sizeof(pthread_t) + sizeof(worker_arg)), 64, MEM_MISC);
+        if (!p->ws) { p->n = 1; pool_free(p); return STRATA_ENOMEM; }
+        p->th = (pthread_t *)(p->ws + nw);
         worker_arg *args = (worker_arg *)(p->th + nw);
+        for (size_t i = 0; i < nw; i++) atomic_init(&p->ws[i].reading, POOL_IDLE);
         for (size_t i = 0; i < nw; i++) {
             args[i] = (worker_arg){p, (int)i + 1};
             if (pthread_create(&p->th[i], NULL, worker_main, &args[i]) != 0) {
@@ -136,12 +195,12 @@ void pool_free(pool *p) {
     if (p->n > 1 && p->th) {
         pthread_mutex_lock(&p->mu);
         atomic_store_explicit(&p->stop, 1, memory_order_release);
-        atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
+        atomic_fetch_add_explicit(&p->gen, 1, memory_order_seq_cst);
         pthread_cond_broadcast(&p->cv_work);
         pthread_mutex_unlock(&p->mu);
         for (int i = 0; i < p->n - 1; i++) pthread_join(p->th[i], NULL);
     }
-    base_free(p->th);
+    base_free(p->ws);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv_work);
     pthread_cond_destroy(&p->cv_done);
@@ -157,27 +216,34 @@ void pool_for(pool *p, int64_t n, int64_t grain, pool_fn fn, void *ctx) {
     if (!p || p->n == 1 || want <= 1) { fn(ctx, 0, n, 0); return; }
     ST_ASSERT(!t_in_pool); /* pool_for from inside a threaded pool_for callback */
     ST_ASSERT(atomic_exchange(&p->busy, 1) == 0); /* two threads driving one pool */
-    p->fn = fn;
-    p->ctx = ctx;
-    p->n_items = n;
-    p->n_chunks = want < p->n ? (int)want : p->n;
-    atomic_store_explicit(&p->pending, p->n - 1, memory_order_relaxed);
-    pthread_mutex_lock(&p->mu);
-    atomic_fetch_add_explicit(&p->gen, 1, memory_order_release);
-    pthread_cond_broadcast(&p->cv_work);
-    pthread_mutex_unlock(&p->mu);
-    t_in_pool = 1;
-    run_chunk(p, 0);
-    t_in_pool = 0;
+    const unsigned g = ++p->last;
+    ST_ASSERT(g != 0); /* 2^32 jobs: POOL_IDLE and the invalid id would be ambiguous */
+    slot *j = &p->ring[g % POOL_RING];
+    slot_reuse(p, j, g > POOL_RING ? g - POOL_RING : 0);
+    j->fn = fn;
+    j->ctx = ctx;
+    j->n = n;
+    j->nc = want < (int64_t)p->n * POOL_CHUNKS ? (int)want : p->n * POOL_CHUNKS;
+    atomic_store_explicit(&j->next, 0, memory_order_relaxed);
+    atomic_store_explicit(&j->done, 0, memory_order_relaxed);
+    atomic_store_explicit(&j->id, g, memory_order_seq_cst);
+    atomic_store_explicit(&p->gen, g, memory_order_seq_cst);
+    if (atomic_load_explicit(&p->sleepers, memory_order_seq_cst) > 0) {
+        pthread_mutex_lock(&p->mu);
+        pthread_cond_broadcast(&p->cv_work);
+        pthread_mutex_unlock(&p->mu);
+    }
+    run_ranges(p, j, 0);
     int s = 0;
     for (; s < POOL_SPIN; s++) {
-        if (atomic_load_explicit(&p->pending, memory_order_acquire) == 0) break;
+        if (atomic_load_explicit(&j->done, memory_order_acquire) == j->nc) break;
         spin_wait(s);
     }
     if (s == POOL_SPIN) {
         pthread_mutex_lock(&p->mu);
-        while (atomic_load_explicit(&p->pending, memory_order_acquire) != 0)
-            pthread_cond_wait(&p->cv_done, &p->mu);
+        atomic_store_explicit(&p->caller_waits, 1, memory_order_seq_cst);
+        while (atomic_load_explicit(&j->done, memory_order_seq_cst) != j->nc) pthread_cond_wait(&p->cv_done, &p->mu);
+        atomic_store_explicit(&p->caller_waits, 0, memory_order_relaxed);
         pthread_mutex_unlock(&p->mu);
     }
     atomic_store_explicit(&p->busy, 0, memory_order_release);

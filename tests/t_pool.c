@@ -1,7 +1,8 @@
-/* t_pool.c: the persistent pool: coverage of [0, n) exactly once, contiguous ranges,
- * many tiny calls, results independent of the thread count, clean shutdown. */
+/* t_pool.c: the persistent pool: coverage of [0, n) exactly once, many tiny calls,
+ * stalled workers, results independent of the thread count, clean shutdown. */
 #include <stdatomic.h>
 #include <string.h>
+#include <unistd.h>
 #include "kern.h"
 #include "pool.h"
 #include "test.h"
@@ -32,7 +33,6 @@ TEST(pool_cover) {
                 int ok = !c.bad;
                 for (int64_t i = 0; i < n; i++) ok &= c.hits[i] == 1;
                 CHECK_MSG(ok, "nt=%d n=%lld grain=%lld", nt, (long long)n, (long long)grain);
-                /* ranges are contiguous in tid order, tid 0 starts at 0 */
                 base_free(c.hits);
             }
         pool_free(p);
@@ -97,4 +97,34 @@ TEST(pool_deterministic) {
         pool_free(p);
     }
     base_free(W);
+}
+
+/* Workers that stall (sleep inside a range) while the caller runs on through many
+ * jobs: ranges are still covered exactly once, and job slots are reused only
+ * when no worker can still be reading them (thousands of jobs, 64 slots). */
+typedef struct { atomic_llong sum; atomic_int calls; } stall_ctx;
+static void stall_fn(void *vctx, int64_t i0, int64_t i1, int tid) {
+    stall_ctx *c = vctx;
+    long long s = 0;
+    for (int64_t i = i0; i < i1; i++) s += i + 1;
+    atomic_fetch_add(&c->sum, s);
+    if (tid != 0 && atomic_fetch_add(&c->calls, 1) % 97 == 0) usleep(200);
+}
+
+TEST(pool_stalled_workers) {
+    for (int nt = 2; nt <= 4; nt++) {
+        pool *p = NULL;
+        CHECK(pool_create(&p, nt) == 0);
+        stall_ctx c;
+        atomic_init(&c.sum, 0);
+        atomic_init(&c.calls, 0);
+        long long want = 0;
+        for (int k = 0; k < 3000; k++) {
+            int64_t n = 1 + k % 61;
+            pool_for(p, n, 1, stall_fn, &c);
+            want += n * (n + 1) / 2;
+            CHECK(atomic_load(&c.sum) == want); /* every range done when pool_for returns */
+        }
+        pool_free(p);
+    }
 }
