@@ -51,6 +51,16 @@ typedef struct kern_table {
      * [0, n): the double-precision sequence of kern_ref_situ (kern_ref.c), one f32
      * rounding at the end; every table returns its bits. */
     void (*situ)(float *g, const float *u, int64_t n, float b1, float b2);
+    /* y[i] = exp(x[i]) in double by the SiTU kernel's exp (argument clamped to
+     * +-KERN_EXP_MAX, NaN kept) for i in [0, n); y may equal x. */
+    void (*exp_f64)(double *y, const double *x, int64_t n);
+    /* KDA delta rule, one head and one token, D = d_k = d_v:
+     *   S = diag(alpha) S;  u = S^T k;  w = beta (v - u);  S += k w^T;  o = S^T q
+     * S (D, D) f32 row-major, updated in place; u and o are sums over rows in row
+     * order in double, w and S are f32 (kern_ref_kda_cols spells out each
+     * rounding). Columns are independent, so fast paths may walk them in blocks. */
+    void (*kda_step)(float *S, int64_t D, const float *k, const float *v, const float *q,
+                     const float *alpha, float beta, float *o);
 } kern_table;
 
 /* MXFP4 group: one E8M0 scale byte per 32 inputs. matmul_mxfp4 requires
@@ -91,6 +101,10 @@ extern const kern_table kern_neon_table;
  * degree-13 Taylor polynomial of expm1 on |r| <= ln2/2, c13 then c12 .. c2 by
  * Horner) and clamps: */
 void kern_ref_situ(float *g, const float *u, int64_t n, float b1, float b2);
+void kern_ref_exp_f64(double *y, const double *x, int64_t n);
+/* The delta rule on columns [j0, j1) of S only (kda_step is j0 = 0, j1 = D). */
+void kern_ref_kda_cols(float *S, int64_t D, const float *k, const float *v, const float *q,
+                       const float *alpha, float beta, float *o, int64_t j0, int64_t j1);
 #define KERN_SHIFTER 0x1.8p52                 /* x + it - it rounds x to an integer */
 #define KERN_INV_LN2 0x1.71547652b82fep0
 #define KERN_LN2_HI 0x1.62e42fefa39efp-1

@@ -214,9 +214,15 @@ static void mxfp4_neon(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S
     }
 }
 
+static void kda_step_ref_neon(float *S, int64_t D, const float *k, const float *v, const float *q,
+                              const float *alpha, float beta, float *o) {
+    kern_ref_kda_cols(S, D, k, v, q, alpha, beta, o, 0, D);
+}
+
 const kern_table kern_neon_table = {
     .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .dot = dot_neon,
-    .situ = kern_ref_situ, /* no NEON version yet: the scalar reference */
+    /* no NEON versions yet: the scalar references (kda_step through its column form) */
+    .situ = kern_ref_situ, .exp_f64 = kern_ref_exp_f64, .kda_step = kda_step_ref_neon,
 };
 
 #endif

@@ -121,10 +121,49 @@ void kern_ref_situ(float *g, const float *u, int64_t n, float b1, float b2) {
     }
 }
 
+void kern_ref_exp_f64(double *y, const double *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        double z = x[i], p;
+        z = z > KERN_EXP_MAX ? KERN_EXP_MAX : z;
+        z = z < -KERN_EXP_MAX ? -KERN_EXP_MAX : z;
+        const double s = ref_exp_parts(z, &p);
+        y[i] = fma(s, p, s);
+    }
+}
+
+/* Column j's whole update: S[.][j] *= alpha, u = sum_i S[i][j] k[i] (double, rows
+ * in order, product then sum), w = (float)(beta (v[j] - u)), S[.][j] += k w (f32
+ * product then sum), o[j] = (float) sum_i S[i][j] q[i] (double, as u). */
+void kern_ref_kda_cols(float *S, int64_t D, const float *k, const float *v, const float *q,
+                       const float *alpha, float beta, float *o, int64_t j0, int64_t j1) {
+    for (int64_t j = j0; j < j1; j++) {
+        double u = 0, od = 0;
+        for (int64_t i = 0; i < D; i++) {
+            float *s = S + i * D + j;
+            *s *= alpha[i];
+            u += (double)*s * (double)k[i];
+        }
+        const float w = (float)((double)beta * ((double)v[j] - u));
+        for (int64_t i = 0; i < D; i++) {
+            float *s = S + i * D + j;
+            *s += k[i] * w;
+            od += (double)*s * (double)q[i];
+        }
+        o[j] = (float)od;
+    }
+}
+
+static void ref_kda_step(float *S, int64_t D, const float *k, const float *v, const float *q,
+                         const float *alpha, float beta, float *o) {
+    kern_ref_kda_cols(S, D, k, v, q, alpha, beta, o, 0, D);
+}
+
 const kern_table kern_ref_table = {
     .name = "scalar",
     .matmul = ref_matmul,
     .matmul_mxfp4 = ref_matmul_mxfp4,
     .dot = ref_dot,
     .situ = kern_ref_situ,
+    .exp_f64 = kern_ref_exp_f64,
+    .kda_step = ref_kda_step,
 };

@@ -316,6 +316,71 @@ A512 static void situ_avx512(float *g, const float *u, int64_t n, float b1, floa
     kern_ref_situ(g + i, u + i, n - i, b1, b2);
 }
 
+A512 static void exp_f64_avx512(double *y, const double *x, int64_t n) {
+    const __m512d hi = _mm512_set1_pd(KERN_EXP_MAX), lo = _mm512_set1_pd(-KERN_EXP_MAX);
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m512d z = _mm512_max_pd(lo, _mm512_min_pd(hi, _mm512_loadu_pd(x + i))), p;
+        const __m512d s = exp_parts512(z, &p);
+        _mm512_storeu_pd(y + i, _mm512_fmadd_pd(s, p, s));
+    }
+    kern_ref_exp_f64(y + i, x + i, n - i);
+}
+
+/* KDA delta rule on NB blocks of 16 columns from j: kern_ref_kda_cols's operations
+ * per column, 2 NB double accumulator chains in flight (the row walk is a chain). */
+A512 INL void kda_blk512(float *S, int64_t D, const float *k, const float *v, const float *q,
+                         const float *alpha, float beta, float *o, int64_t j, int NB) {
+    __m512d u[4], od[4];
+    UNROLL for (int b = 0; b < 2 * NB; b++) u[b] = _mm512_setzero_pd();
+    for (int64_t i = 0; i < D; i++) {
+        const __m512 a = _mm512_set1_ps(alpha[i]);
+        const __m512d kd = _mm512_set1_pd((double)k[i]);
+        UNROLL for (int b = 0; b < NB; b++) {
+            float *s = S + i * D + j + 16 * b;
+            const __m512 sv = _mm512_mul_ps(_mm512_loadu_ps(s), a);
+            _mm512_storeu_ps(s, sv);
+            const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(sv));
+            const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sv), 1)));
+            u[2 * b] = _mm512_add_pd(u[2 * b], _mm512_mul_pd(lo, kd));
+            u[2 * b + 1] = _mm512_add_pd(u[2 * b + 1], _mm512_mul_pd(hi, kd));
+        }
+    }
+    const __m512d bd = _mm512_set1_pd((double)beta);
+    __m512 w[2];
+    UNROLL for (int b = 0; b < NB; b++) {
+        const __m256 wlo = _mm512_cvtpd_ps(_mm512_mul_pd(bd, _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(v + j + 16 * b)), u[2 * b])));
+        const __m256 whi = _mm512_cvtpd_ps(_mm512_mul_pd(bd, _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(v + j + 16 * b + 8)), u[2 * b + 1])));
+        w[b] = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(wlo)), _mm256_castps_pd(whi), 1));
+        od[2 * b] = od[2 * b + 1] = _mm512_setzero_pd();
+    }
+    for (int64_t i = 0; i < D; i++) {
+        const __m512 kf = _mm512_set1_ps(k[i]);
+        const __m512d qd = _mm512_set1_pd((double)q[i]);
+        UNROLL for (int b = 0; b < NB; b++) {
+            float *s = S + i * D + j + 16 * b;
+            const __m512 sv = _mm512_add_ps(_mm512_loadu_ps(s), _mm512_mul_ps(kf, w[b]));
+            _mm512_storeu_ps(s, sv);
+            const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(sv));
+            const __m512d hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(sv), 1)));
+            od[2 * b] = _mm512_add_pd(od[2 * b], _mm512_mul_pd(lo, qd));
+            od[2 * b + 1] = _mm512_add_pd(od[2 * b + 1], _mm512_mul_pd(hi, qd));
+        }
+    }
+    UNROLL for (int b = 0; b < NB; b++) {
+        _mm256_storeu_ps(o + j + 16 * b, _mm512_cvtpd_ps(od[2 * b]));
+        _mm256_storeu_ps(o + j + 16 * b + 8, _mm512_cvtpd_ps(od[2 * b + 1]));
+    }
+}
+
+A512 static void kda_step_avx512(float *S, int64_t D, const float *k, const float *v, const float *q,
+                                 const float *alpha, float beta, float *o) {
+    int64_t j = 0;
+    for (; j + 32 <= D; j += 32) kda_blk512(S, D, k, v, q, alpha, beta, o, j, 2);
+    for (; j + 16 <= D; j += 16) kda_blk512(S, D, k, v, q, alpha, beta, o, j, 1);
+    kern_ref_kda_cols(S, D, k, v, q, alpha, beta, o, j, D);
+}
+
 /* ======================= AVX2 ======================= */
 
 typedef struct { __m256 a, b; } v16; /* lanes 0-7, 8-15 */
@@ -591,6 +656,66 @@ A256 static void situ_avx2(float *g, const float *u, int64_t n, float b1, float 
     kern_ref_situ(g + i, u + i, n - i, b1, b2);
 }
 
+A256 static void exp_f64_avx2(double *y, const double *x, int64_t n) {
+    const __m256d hi = _mm256_set1_pd(KERN_EXP_MAX), lo = _mm256_set1_pd(-KERN_EXP_MAX);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        __m256d z = _mm256_max_pd(lo, _mm256_min_pd(hi, _mm256_loadu_pd(x + i))), p;
+        const __m256d s = exp_parts256(z, &p);
+        _mm256_storeu_pd(y + i, _mm256_fmadd_pd(s, p, s));
+    }
+    kern_ref_exp_f64(y + i, x + i, n - i);
+}
+
+/* kda_blk512 on ymm: NB blocks of 8 columns. */
+A256 INL void kda_blk256(float *S, int64_t D, const float *k, const float *v, const float *q,
+                         const float *alpha, float beta, float *o, int64_t j, int NB) {
+    __m256d u[4], od[4];
+    UNROLL for (int b = 0; b < 2 * NB; b++) u[b] = _mm256_setzero_pd();
+    for (int64_t i = 0; i < D; i++) {
+        const __m256 a = _mm256_set1_ps(alpha[i]);
+        const __m256d kd = _mm256_set1_pd((double)k[i]);
+        UNROLL for (int b = 0; b < NB; b++) {
+            float *s = S + i * D + j + 8 * b;
+            const __m256 sv = _mm256_mul_ps(_mm256_loadu_ps(s), a);
+            _mm256_storeu_ps(s, sv);
+            u[2 * b] = _mm256_add_pd(u[2 * b], _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(sv)), kd));
+            u[2 * b + 1] = _mm256_add_pd(u[2 * b + 1], _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(sv, 1)), kd));
+        }
+    }
+    const __m256d bd = _mm256_set1_pd((double)beta);
+    __m256 w[2];
+    UNROLL for (int b = 0; b < NB; b++) {
+        const __m128 wlo = _mm256_cvtpd_ps(_mm256_mul_pd(bd, _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(v + j + 8 * b)), u[2 * b])));
+        const __m128 whi = _mm256_cvtpd_ps(_mm256_mul_pd(bd, _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(v + j + 8 * b + 4)), u[2 * b + 1])));
+        w[b] = _mm256_insertf128_ps(_mm256_castps128_ps256(wlo), whi, 1);
+        od[2 * b] = od[2 * b + 1] = _mm256_setzero_pd();
+    }
+    for (int64_t i = 0; i < D; i++) {
+        const __m256 kf = _mm256_set1_ps(k[i]);
+        const __m256d qd = _mm256_set1_pd((double)q[i]);
+        UNROLL for (int b = 0; b < NB; b++) {
+            float *s = S + i * D + j + 8 * b;
+            const __m256 sv = _mm256_add_ps(_mm256_loadu_ps(s), _mm256_mul_ps(kf, w[b]));
+            _mm256_storeu_ps(s, sv);
+            od[2 * b] = _mm256_add_pd(od[2 * b], _mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(sv)), qd));
+            od[2 * b + 1] = _mm256_add_pd(od[2 * b + 1], _mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(sv, 1)), qd));
+        }
+    }
+    UNROLL for (int b = 0; b < NB; b++) {
+        _mm_storeu_ps(o + j + 8 * b, _mm256_cvtpd_ps(od[2 * b]));
+        _mm_storeu_ps(o + j + 8 * b + 4, _mm256_cvtpd_ps(od[2 * b + 1]));
+    }
+}
+
+A256 static void kda_step_avx2(float *S, int64_t D, const float *k, const float *v, const float *q,
+                               const float *alpha, float beta, float *o) {
+    int64_t j = 0;
+    for (; j + 16 <= D; j += 16) kda_blk256(S, D, k, v, q, alpha, beta, o, j, 2);
+    for (; j + 8 <= D; j += 8) kda_blk256(S, D, k, v, q, alpha, beta, o, j, 1);
+    kern_ref_kda_cols(S, D, k, v, q, alpha, beta, o, j, D);
+}
+
 /* ======================= tables ======================= */
 
 int kern_x86_has_avx2(void) {
@@ -613,16 +738,17 @@ int kern_x86_has_avx512(void) {
 
 const kern_table kern_avx2_table = {
     .name = "avx2", .matmul = matmul_avx2, .matmul_mxfp4 = mxfp4_avx2, .dot = dot_avx2, .situ = situ_avx2,
+    .exp_f64 = exp_f64_avx2, .kda_step = kda_step_avx2,
 };
 const kern_table kern_avx512_table = {
     .name = "avx512", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
-    .situ = situ_avx512,
+    .situ = situ_avx512, .exp_f64 = exp_f64_avx512, .kda_step = kda_step_avx512,
 };
 /* Kept as a name (STRATA_KERNEL=avx512vbmi, run reports): its vpmultishiftqb MXFP4
  * decoder lost to the shift decoder above, which it now shares. */
 const kern_table kern_avx512vbmi_table = {
     .name = "avx512vbmi", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
-    .situ = situ_avx512,
+    .situ = situ_avx512, .exp_f64 = exp_f64_avx512, .kda_step = kda_step_avx512,
 };
 
 #endif
