@@ -79,15 +79,25 @@ typedef void (*pack_progress_fn)(void *ud, const char *phase, uint64_t done, uin
 typedef struct pack_result {
     uint64_t trunk_bytes, expert_bytes_hashed;
     double trunk_secs, expert_secs;
-    double write_bw;      /* trunk bytes / trunk seconds */
+    double write_bw;      /* trunk bytes / trunk seconds (open to fsync) */
+    double disk_bw;       /* PACK_MEASURE: the disk's write bandwidth just before; else 0 */
+    uint64_t src_direct_bytes, src_cached_bytes; /* trunk source: read from disk / from the page cache */
     int already;          /* 1: an identical pack existed; nothing written */
     char dir[1024];
 } pack_result;
 
+/* pack_build flags */
+#define PACK_FORCE 1          /* rebuild an existing pack of the same model */
+#define PACK_MEASURE 2        /* first measure the disk's write bandwidth in the pack directory */
+#define PACK_SRC_DIRECT 0x100 /* tests: read every source byte with O_DIRECT, even if cached */
+#define PACK_SRC_CACHED 0x200 /* tests: read every source byte through the page cache (both: alternate) */
+#define PACK_SMALL_IO 0x400   /* tests: 8 KiB reads and 12 KiB writes (every boundary case) */
+#define PACK_MEASURE_BYTES (1ull << 30)
+
 /* Writes the pack of the model (c, ix from model_dir) into out_dir (NULL = the
- * default model_dir/strata.pack). force = 1 rebuilds an existing pack of the same
- * model. */
-int pack_build(const char *model_dir, const cfg *c, const st_index *ix, const char *out_dir, int force,
+ * default model_dir/strata.pack); flags: PACK_*. The output bytes do not depend on
+ * the flags. */
+int pack_build(const char *model_dir, const cfg *c, const st_index *ix, const char *out_dir, int flags,
                pack_progress_fn progress, void *ud, pack_result *res, char *err, size_t errlen);
 
 /* Loads and validates a manifest against the model (identity, trunk.bin size,
@@ -104,8 +114,10 @@ int pack_verify(const pack *p, const cfg *c, const st_index *ix, pack_progress_f
 /* The wt view (model.h conventions) of a tensor of this dtype and shape at p. */
 wt pack_view(const void *p, int dtype, int ndim, const int64_t *shape, int role);
 
-/* Disk write bandwidth measured in dir: `bytes` written with O_DIRECT, fsync'd.
- * Returns bytes/s (0 on failure); the scratch file is removed. */
+/* Disk write bandwidth measured in dir the way pack writes the trunk: an unnamed
+ * preallocated file, `bytes` (at most a quarter of the free space) in 4 MiB
+ * O_DIRECT writes with several in flight, then fsync; timed from open to fsync.
+ * Returns bytes/s, 0 if it could not measure. */
 double pack_measure_write_bw(const char *dir, uint64_t bytes);
 
 #endif
