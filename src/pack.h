@@ -23,7 +23,10 @@
  * (16,128 experts of 1.67 MB, 14,934 of them not 4096-aligned; loaded machine):
  * in place 0.69 / 1.04 / 0.78 / 0.85 / 0.69 GB/s at depth 1 / 4 / 8 / 16 / 32,
  * aligned (as if repacked) 0.67 / 0.86 / 0.85 / 0.89 / 0.88 GB/s: equal within
- * the run-to-run noise, so repacking buys nothing.
+ * the run-to-run noise (3 later runs: paired median ratio 1.02, both 0.2-1.0
+ * GB/s), so repacking buys nothing. It would cost a copy: on one disk reads and
+ * writes share the bandwidth, and an O_DIRECT copy ran at ~0.5 GB/s, against
+ * checksum reads at disk speed.
  *
  * Crash safety: trunk.bin is written as trunk.bin.tmp and renamed; manifest.json is
  * written last (atomically) and is the commit point. A directory holding another
