@@ -221,6 +221,7 @@ static int padding_is_zero(const pack *p, const uint8_t *tb) {
  * chunk, buffer and extent boundary falls inside these models). Shards of 96 KB
  * (tiny-shards) split regions and experts across files. */
 TEST(pack_source_modes) {
+    setenv("XDG_CACHE_HOME", t_tmpdir, 1); /* the --out pointers go under the test's scratch */
     static const char *presets[] = {"tiny-shards", "tiny-mixed", "tiny-bf16experts", "tiny-odd"};
     static const int modes[] = {0, PACK_SRC_DIRECT, PACK_SRC_CACHED, PACK_SRC_DIRECT | PACK_SRC_CACHED,
                                 PACK_SMALL_IO | PACK_SRC_DIRECT, PACK_SMALL_IO | PACK_SRC_CACHED,
