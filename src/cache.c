@@ -8,6 +8,7 @@
  * n_slots evictions), so nothing is allocated after cache_create.
  */
 #include "cache.h"
+#include "io.h"
 
 #include <string.h>
 #include "base.h"
@@ -80,6 +81,7 @@ int cache_create(cache **out, int64_t n_keys, int64_t n_slots, uint64_t slot_byt
         if (slot_bytes && (uint64_t)n_slots > UINT64_MAX / slot_bytes) goto oom;
         c->arena = base_alloc_aligned((size_t)(n_slots * slot_bytes), 1u << 20, MEM_CACHE);
         if (!c->arena) goto oom;
+        io_buffer_advise(c->arena, n_slots * slot_bytes);
     }
     for (int64_t k = 0; k < n_keys; k++) c->slot_of[k] = -1;
     for (int q = 0; q < 5; q++) c->q[q] = (list){-1, -1, 0};

@@ -17,9 +17,19 @@
 #include <fcntl.h>
 #include <liburing.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base.h"
+
+void io_buffer_advise(void *p, uint64_t bytes) {
+#ifdef MADV_HUGEPAGE
+    uintptr_t b = (uintptr_t)p, e = b + bytes, pb = io_align_up(b), pe = io_align_down(e);
+    if (pe > pb) madvise((void *)pb, (size_t)(pe - pb), MADV_HUGEPAGE); /* a hint: failure is harmless */
+#else
+    (void)p; (void)bytes;
+#endif
+}
 
 int io_file_open(io_file *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
@@ -151,6 +161,11 @@ static void pump(io_ring *r) {
         io_uring_prep_read(sqe, direct ? q->f->fd_direct : q->f->fd_buf, q->dst + ch->rel,
                            (unsigned)ch->len, q->off + ch->rel);
         io_uring_sqe_set_data(sqe, ch);
+        /* Direct reads run in io_uring's workers, not inline in io_uring_enter: the
+         * first read into a buffer faults and zeroes its pages (GUP), which then
+         * happens beside the submitter's compute. Ladder resident rung, expert
+         * misses into fresh cache slots: prefill 0.53-1.03 -> 0.30-0.38 s/token. */
+        if (direct) io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
         q->sub += ch->len;
         q->n_out++;
         if (r->inflight++ == 0) r->busy_since = base_now();

@@ -847,6 +847,7 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
     if (s->arena_bytes) {
         s->arena = base_alloc_aligned(s->arena_bytes, 1u << 20, MEM_TRUNK);
         if (!s->arena) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the %llu-byte arena", (unsigned long long)s->arena_bytes); goto fail; }
+        io_buffer_advise(s->arena, s->arena_bytes);
     }
     /* experts */
     s->NE = c->n_experts;
