@@ -123,10 +123,10 @@ static int64_t vec_need(const cfg *c) {
 }
 
 static int64_t thr_need(const cfg *c, int64_t T) {
-    /* MLA: scores (ATT_BLOCK), q_lat (kv_lora), W_k[h] as f32 (nope x kv_lora), the
-     * chunk's latent outputs (T x kv_lora); KDA: alpha, o, 3 D conv outputs, 3 D
-     * doubles. The two never run at once. */
-    int64_t mla = ATT_BLOCK + c->kv_lora + c->qk_nope * c->kv_lora + T * c->kv_lora;
+    /* MLA: exponentials (ATT_BLOCK doubles), scores (ATT_BLOCK), q_lat (kv_lora),
+     * the chunk's latent outputs (T x kv_lora); KDA: alpha, o, 3 D conv outputs,
+     * 3 D doubles. The two never run at once. */
+    int64_t mla = 3 * ATT_BLOCK + c->kv_lora + T * c->kv_lora;
     return i64max(mla, 12 * c->kda_head_dim) + 64;
 }
 
@@ -240,20 +240,6 @@ uint64_t infer_session_bytes(const cfg *c, int64_t max_ctx) {
 /* ======================================================================= */
 
 static inline float sigmoidf_(float x) { return (float)(1.0 / (1.0 + exp(-(double)x))); }
-static inline float siluf_(float x) { return (float)(x / (1.0 + exp(-(double)x))); }
-
-static inline float wload(const void *p, int dtype, int64_t i) {
-    switch (dtype) {
-    case DT_F32: return ((const float *)p)[i];
-    case DT_BF16: {
-        uint32_t b = (uint32_t)((const uint16_t *)p)[i] << 16;
-        float f;
-        memcpy(&f, &b, 4);
-        return f;
-    }
-    default: return num_f16_to_f32(((const uint16_t *)p)[i]);
-    }
-}
 
 /* y = w * x / sqrt(mean(x^2) + eps); sum of squares in double. y may alias x. */
 static void rmsnorm(float *y, const float *x, const float *w, int64_t n, double eps) {
@@ -673,6 +659,11 @@ typedef struct {
     int gate;
 } mla_ctx;
 
+/* One head over the chunk: q_lat = W_k[h]^T q_nope straight from the kv_b rows
+ * (K.vecmat; converting W_k[h] to f32 first cost as much as using it, per token
+ * at T = 1), scores against the latent cache, softmax in fixed blocks with the
+ * block's exponentials in one K.exp_f64, the weighted latent sum (K.vecmat over
+ * the cache rows), then W_v[h] and the output gate. */
 static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     const mla_ctx *x = ctx;
     engine *e = x->e;
@@ -680,22 +671,19 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     const int64_t NH = c->n_heads, nope = c->qk_nope, rope = c->qk_rope, vh = c->v_head;
     const int64_t R = c->kv_lora, C = e->C, qh = e->qh, T = x->T;
     float *tw = e->thr + (int64_t)tid * e->thr_floats;
-    float *sc = tw, *ql = tw + ATT_BLOCK, *wk = ql + R, *ol = wk + nope * R;
+    double *ex = (double *)(void *)tw;                  /* ATT_BLOCK doubles */
+    float *sc = tw + 2 * ATT_BLOCK, *ql = sc + ATT_BLOCK, *ol = ql + R;
     const float scale = (float)(1.0 / sqrt((double)(nope + rope)));
     const int dt = x->kvb->dtype;
     const size_t esz = st_dtype_size(dt);
     for (int64_t h = h0; h < h1; h++) {
-        /* W_k[h] (nope, R) to f32 once for the chunk */
         const int64_t rk = h * (nope + vh);
-        for (int64_t n = 0; n < nope * R; n++) wk[n] = wload(x->kvb->p, dt, rk * R + n);
+        const uint8_t *wk = (const uint8_t *)x->kvb->p + (size_t)(rk * R) * esz; /* W_k[h] (nope, R) */
         for (int64_t t = 0; t < T; t++) {
             const float *qn = e->m.q + t * NH * qh + h * qh, *qr = qn + nope;
             /* q_lat = W_k[h]^T q_nope, rows of W_k accumulated in order */
             for (int64_t r = 0; r < R; r++) ql[r] = 0;
-            for (int64_t n = 0; n < nope; n++) {
-                const float a = qn[n], *wr = wk + n * R;
-                for (int64_t r = 0; r < R; r++) ql[r] += a * wr[r];
-            }
+            K.vecmat(ql, qn, wk, dt, R, nope, R);
             /* causal softmax over positions 0..pos0+t, in fixed blocks of ATT_BLOCK */
             const int64_t ns = x->pos0 + t + 1;
             float *acc = ol + t * R, m = -INFINITY;
@@ -717,11 +705,11 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
                     den *= f;
                     m = bm;
                 }
-                for (int64_t i = 0; i < nb; i++) {
-                    const float p = (float)exp((double)sc[i] - m), *cr = x->cache + (b0 + i) * C;
-                    den += p;
-                    for (int64_t r = 0; r < R; r++) acc[r] += p * cr[r];
-                }
+                /* p_i = exp(s_i - m) in place of the scores, then acc += sum_i p_i row_i */
+                for (int64_t i = 0; i < nb; i++) ex[i] = (double)sc[i] - m;
+                K.exp_f64(ex, ex, nb);
+                for (int64_t i = 0; i < nb; i++) { sc[i] = (float)ex[i]; den += sc[i]; }
+                K.vecmat(acc, sc, x->cache + b0 * C, DT_F32, C, nb, R);
             }
             const float inv = (float)(1.0 / den);
             for (int64_t r = 0; r < R; r++) acc[r] *= inv;
@@ -733,7 +721,12 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
             for (int64_t t = 0; t < T; t++) {
                 float *ot = e->m.o + t * NH * vh + h * vh;
                 const float *gt = e->m.g + t * NH * vh + h * vh;
-                for (int64_t i = 0; i < vh; i++) ot[i] *= sigmoidf_(gt[i]);
+                for (int64_t i0 = 0; i0 < vh; i0 += ATT_BLOCK) {
+                    const int64_t n = vh - i0 < ATT_BLOCK ? vh - i0 : ATT_BLOCK;
+                    for (int64_t i = 0; i < n; i++) ex[i] = -(double)gt[i0 + i];
+                    K.exp_f64(ex, ex, n);
+                    for (int64_t i = 0; i < n; i++) ot[i0 + i] *= (float)(1.0 / (1.0 + ex[i]));
+                }
             }
     }
 }

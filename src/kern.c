@@ -11,7 +11,7 @@
 #include "kern.h"
 
 kern_table K = {
-    .name = "scalar", .matmul = NULL, .matmul_mxfp4 = NULL, .dot = NULL, .situ = NULL, .exp_f64 = NULL, .kda_step = NULL,
+    .name = "scalar", .matmul = NULL, .matmul_mxfp4 = NULL, .dot = NULL, .situ = NULL, .exp_f64 = NULL, .kda_step = NULL, .vecmat = NULL,
 };
 
 /* 2^(s-127) built from exact double powers of two at compile time; 255 -> 0. */

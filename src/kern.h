@@ -61,6 +61,11 @@ typedef struct kern_table {
      * rounding). Columns are independent, so fast paths may walk them in blocks. */
     void (*kda_step)(float *S, int64_t D, const float *k, const float *v, const float *q,
                      const float *alpha, float beta, float *o);
+    /* y[r] += sum_i x[i] W[i][r] for r in [0, m): rows i = 0 .. n-1 in order, each
+     * term an f32 product added in f32 (no fma), W rows ldw elements apart (dtype
+     * F32 / BF16 / F16). Row-vector times matrix: MLA's absorbed q_lat = W_k^T q
+     * and the attention's probability-weighted sum of cached latents. */
+    void (*vecmat)(float *y, const float *x, const void *W, int dtype, int64_t ldw, int64_t n, int64_t m);
 } kern_table;
 
 /* MXFP4 group: one E8M0 scale byte per 32 inputs. matmul_mxfp4 requires
@@ -102,6 +107,9 @@ extern const kern_table kern_neon_table;
  * Horner) and clamps: */
 void kern_ref_situ(float *g, const float *u, int64_t n, float b1, float b2);
 void kern_ref_exp_f64(double *y, const double *x, int64_t n);
+/* vecmat on columns [r0, r1) only. */
+void kern_ref_vecmat_cols(float *y, const float *x, const void *W, int dtype, int64_t ldw, int64_t n,
+                          int64_t r0, int64_t r1);
 /* The delta rule on columns [j0, j1) of S only (kda_step is j0 = 0, j1 = D). */
 void kern_ref_kda_cols(float *S, int64_t D, const float *k, const float *v, const float *q,
                        const float *alpha, float beta, float *o, int64_t j0, int64_t j1);

@@ -219,10 +219,15 @@ static void kda_step_ref_neon(float *S, int64_t D, const float *k, const float *
     kern_ref_kda_cols(S, D, k, v, q, alpha, beta, o, 0, D);
 }
 
+static void vecmat_ref_neon(float *y, const float *x, const void *W, int dtype, int64_t ldw, int64_t n, int64_t m) {
+    kern_ref_vecmat_cols(y, x, W, dtype, ldw, n, 0, m);
+}
+
 const kern_table kern_neon_table = {
     .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .dot = dot_neon,
     /* no NEON versions yet: the scalar references (kda_step through its column form) */
     .situ = kern_ref_situ, .exp_f64 = kern_ref_exp_f64, .kda_step = kda_step_ref_neon,
+    .vecmat = vecmat_ref_neon,
 };
 
 #endif

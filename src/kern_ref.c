@@ -153,6 +153,16 @@ void kern_ref_kda_cols(float *S, int64_t D, const float *k, const float *v, cons
     }
 }
 
+void kern_ref_vecmat_cols(float *y, const float *x, const void *W, int dtype, int64_t ldw, int64_t n,
+                          int64_t r0, int64_t r1) {
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t r = r0; r < r1; r++) y[r] += x[i] * ref_load(W, dtype, i * ldw + r);
+}
+
+static void ref_vecmat(float *y, const float *x, const void *W, int dtype, int64_t ldw, int64_t n, int64_t m) {
+    kern_ref_vecmat_cols(y, x, W, dtype, ldw, n, 0, m);
+}
+
 static void ref_kda_step(float *S, int64_t D, const float *k, const float *v, const float *q,
                          const float *alpha, float beta, float *o) {
     kern_ref_kda_cols(S, D, k, v, q, alpha, beta, o, 0, D);
@@ -166,4 +176,5 @@ const kern_table kern_ref_table = {
     .situ = kern_ref_situ,
     .exp_f64 = kern_ref_exp_f64,
     .kda_step = ref_kda_step,
+    .vecmat = ref_vecmat,
 };

@@ -373,6 +373,30 @@ A512 INL void kda_blk512(float *S, int64_t D, const float *k, const float *v, co
     }
 }
 
+/* vecmat: 16 columns per vector (64 per step), rows in order, mul then add. */
+A512 static void vecmat_avx512(float *y, const float *x, const void *W, int dt, int64_t ldw, int64_t n, int64_t m) {
+    const size_t esz = dt == DT_F32 ? 4 : 2;
+    int64_t r = 0;
+    for (; r + 64 <= m; r += 64) {
+        __m512 a[4];
+        UNROLL for (int b = 0; b < 4; b++) a[b] = _mm512_loadu_ps(y + r + 16 * b);
+        for (int64_t i = 0; i < n; i++) {
+            const __m512 xv = _mm512_set1_ps(x[i]);
+            const char *wr = (const char *)W + (size_t)(i * ldw + r) * esz;
+            UNROLL for (int b = 0; b < 4; b++)
+                a[b] = _mm512_add_ps(a[b], _mm512_mul_ps(xv, w512(wr + 16 * b * esz, dt, 0, 0xFFFF)));
+        }
+        UNROLL for (int b = 0; b < 4; b++) _mm512_storeu_ps(y + r + 16 * b, a[b]);
+    }
+    for (; r + 16 <= m; r += 16) {
+        __m512 a = _mm512_loadu_ps(y + r);
+        for (int64_t i = 0; i < n; i++)
+            a = _mm512_add_ps(a, _mm512_mul_ps(_mm512_set1_ps(x[i]), w512((const char *)W + (size_t)(i * ldw + r) * esz, dt, 0, 0xFFFF)));
+        _mm512_storeu_ps(y + r, a);
+    }
+    kern_ref_vecmat_cols(y, x, W, dt, ldw, n, r, m);
+}
+
 A512 static void kda_step_avx512(float *S, int64_t D, const float *k, const float *v, const float *q,
                                  const float *alpha, float beta, float *o) {
     int64_t j = 0;
@@ -708,6 +732,24 @@ A256 INL void kda_blk256(float *S, int64_t D, const float *k, const float *v, co
     }
 }
 
+/* vecmat_avx512 on ymm: 8 columns per vector, 32 per step. */
+A256 static void vecmat_avx2(float *y, const float *x, const void *W, int dt, int64_t ldw, int64_t n, int64_t m) {
+    const size_t esz = dt == DT_F32 ? 4 : 2;
+    int64_t r = 0;
+    for (; r + 16 <= m; r += 16) {
+        __m256 a0 = _mm256_loadu_ps(y + r), a1 = _mm256_loadu_ps(y + r + 8);
+        for (int64_t i = 0; i < n; i++) {
+            const __m256 xv = _mm256_set1_ps(x[i]);
+            const v16 w = w256((const char *)W + (size_t)(i * ldw + r) * esz, dt, 0);
+            a0 = _mm256_add_ps(a0, _mm256_mul_ps(xv, w.a));
+            a1 = _mm256_add_ps(a1, _mm256_mul_ps(xv, w.b));
+        }
+        _mm256_storeu_ps(y + r, a0);
+        _mm256_storeu_ps(y + r + 8, a1);
+    }
+    kern_ref_vecmat_cols(y, x, W, dt, ldw, n, r, m);
+}
+
 A256 static void kda_step_avx2(float *S, int64_t D, const float *k, const float *v, const float *q,
                                const float *alpha, float beta, float *o) {
     int64_t j = 0;
@@ -738,17 +780,19 @@ int kern_x86_has_avx512(void) {
 
 const kern_table kern_avx2_table = {
     .name = "avx2", .matmul = matmul_avx2, .matmul_mxfp4 = mxfp4_avx2, .dot = dot_avx2, .situ = situ_avx2,
-    .exp_f64 = exp_f64_avx2, .kda_step = kda_step_avx2,
+    .exp_f64 = exp_f64_avx2, .kda_step = kda_step_avx2, .vecmat = vecmat_avx2,
 };
 const kern_table kern_avx512_table = {
     .name = "avx512", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
     .situ = situ_avx512, .exp_f64 = exp_f64_avx512, .kda_step = kda_step_avx512,
+    .vecmat = vecmat_avx512,
 };
 /* Kept as a name (STRATA_KERNEL=avx512vbmi, run reports): its vpmultishiftqb MXFP4
  * decoder lost to the shift decoder above, which it now shares. */
 const kern_table kern_avx512vbmi_table = {
     .name = "avx512vbmi", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .dot = dot_avx512,
     .situ = situ_avx512, .exp_f64 = exp_f64_avx512, .kda_step = kda_step_avx512,
+    .vecmat = vecmat_avx512,
 };
 
 #endif

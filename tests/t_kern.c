@@ -383,3 +383,32 @@ TEST(kern_kda_step) {
         base_free(S0); base_free(Sr); base_free(St); base_free(Sd);
     }
 }
+
+/* vecmat: every table equals the reference bit for bit, for f32/bf16/f16 rows
+ * with a row stride, column counts around the vector widths, n = 0 and 1. */
+TEST(kern_vecmat) {
+    const kern_table *const *av = kern_available();
+    enum { NMAX = 70, LDW = 300 };
+    uint16_t *W = base_alloc(NMAX * LDW * 4, MEM_MISC);
+    float *wf = base_alloc(NMAX * LDW * 4, MEM_MISC), x[NMAX], y0[LDW], yr[LDW], yt[LDW];
+    for (int i = 0; i < NMAX; i++) x[i] = rnd_val(20);
+    for (int i = 0; i < LDW; i++) y0[i] = rnd_val(20);
+    static const int dts[] = {DT_F32, DT_BF16, DT_F16};
+    static const int64_t ms[] = {1, 15, 16, 17, 63, 64, 65, 130, 256};
+    static const int64_t ns[] = {0, 1, 7, 70};
+    for (int d = 0; d < 3; d++) {
+        fill_w(W, wf, dts[d], NMAX * LDW);
+        for (size_t a = 0; a < sizeof ms / sizeof ms[0]; a++)
+            for (size_t b = 0; b < sizeof ns / sizeof ns[0]; b++) {
+                memcpy(yr, y0, sizeof yr);
+                kern_ref_table.vecmat(yr, x, W, dts[d], LDW, ns[b], ms[a]);
+                for (int k = 0; av[k]; k++) {
+                    memcpy(yt, y0, sizeof yt);
+                    av[k]->vecmat(yt, x, W, dts[d], LDW, ns[b], ms[a]);
+                    CHECK_MSG(memcmp(yt, yr, sizeof yt) == 0, "%s vecmat dtype %d m=%lld n=%lld", av[k]->name,
+                              dts[d], (long long)ms[a], (long long)ns[b]);
+                }
+            }
+    }
+    base_free(W); base_free(wf);
+}
