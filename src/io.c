@@ -31,6 +31,16 @@ void io_buffer_advise(void *p, uint64_t bytes) {
 #endif
 }
 
+int io_buffer_populate(void *p, uint64_t bytes) {
+#ifdef MADV_POPULATE_WRITE
+    uintptr_t b = io_align_down((uintptr_t)p), e = io_align_up((uintptr_t)p + bytes);
+    return e > b && madvise((void *)b, (size_t)(e - b), MADV_POPULATE_WRITE) == 0 ? 0 : -1;
+#else
+    (void)p; (void)bytes;
+    return -1;
+#endif
+}
+
 int io_file_open(io_file *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     f->fd_direct = f->fd_buf = -1;

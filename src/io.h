@@ -43,6 +43,10 @@ void io_file_close(io_file *f); /* accepts a zeroed/closed file */
  * zeroes its pages inside the submitting thread; with 2 MiB pages that is one
  * fault per 2 MiB instead of 512. */
 void io_buffer_advise(void *p, uint64_t bytes);
+/* Faults in the pages of [p, p + bytes) without writing them (MADV_POPULATE_WRITE;
+ * a no-op where the kernel lacks it), so it may run while reads land in the same
+ * buffer. Returns 0, or -1 if nothing was done. */
+int io_buffer_populate(void *p, uint64_t bytes);
 
 typedef struct io_ring io_ring;
 

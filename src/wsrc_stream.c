@@ -36,6 +36,7 @@
 #define SEG_GAP (64u << 10)   /* coalesce tensors closer than this into one read */
 #define MAX_XT 8              /* tensors of one expert */
 #define EMB_BATCH 64          /* embedding rows in flight */
+#define PF_AHEAD 256          /* fresh expert slots kept faulted in ahead of use */
 
 enum { U_IDLE = 0, U_QUEUED, U_LOADING, U_READY, U_ERROR };
 
@@ -110,6 +111,14 @@ typedef struct stream {
     int64_t n_moe, NE;
     int experts_bf16;
     int64_t req_L;             /* layer of the open request (-1 none) */
+    /* slot prefaulter (prefault_main): fresh slots leave the free list from the
+     * top index down; the thread keeps PF_AHEAD of them below the lowest used
+     * faulted in. pf_want (slots from the top) is guarded by pf_mu. */
+    pthread_t pf_th;
+    int pf_started, pf_stop;
+    pthread_mutex_t pf_mu;
+    pthread_cond_t pf_cv;
+    int64_t pf_want, pf_asked, x_low;
     int32_t *req_slot;         /* expert id -> slot for req_L, -1 */
     int32_t *req_list;         /* ids requested, in order */
     int n_req;
@@ -633,6 +642,45 @@ static void release_request(stream *s) {
     s->req_L = -1;
 }
 
+/* The first read into a never-used cache slot faults in and zeroes its pages
+ * (~2.5 s per GB in this VM: 4 ms per ladder expert), and the forward thread
+ * waits for that read. This thread does it ahead of use instead, with
+ * MADV_POPULATE_WRITE (no data written, so it may overlap a read into the slot).
+ * Peak RSS grows at most PF_AHEAD slots ahead of use, inside the budgeted arena. */
+static void *prefault_main(void *arg) {
+    stream *s = arg;
+    const int64_t n = cache_n_slots(s->xc);
+    int64_t done = 0;
+    pthread_mutex_lock(&s->pf_mu);
+    for (;;) {
+        while (!s->pf_stop && done >= s->pf_want) pthread_cond_wait(&s->pf_cv, &s->pf_mu);
+        if (s->pf_stop) break;
+        int64_t want = s->pf_want < n ? s->pf_want : n;
+        pthread_mutex_unlock(&s->pf_mu);
+        while (done < want) { /* 8 adjacent slots per call, top index down */
+            int64_t k = want - done < 8 ? want - done : 8, lo = n - done - k;
+            if (io_buffer_populate(cache_data(s->xc, (int)lo), (uint64_t)k * s->xslot_bytes)) { want = done = n; break; }
+            done += k;
+        }
+        pthread_mutex_lock(&s->pf_mu);
+        if (done >= n) break;
+    }
+    pthread_mutex_unlock(&s->pf_mu);
+    return NULL;
+}
+
+/* A miss took slot sl: when it is a fresh one, move the prefaulter's target. */
+static void prefault_note(stream *s, int sl) {
+    if (!s->pf_started || sl >= s->x_low) return;
+    s->x_low = sl;
+    const int64_t want = cache_n_slots(s->xc) - sl + PF_AHEAD;
+    if (want < s->pf_asked + PF_AHEAD / 4) return; /* wake it every PF_AHEAD / 4 slots */
+    pthread_mutex_lock(&s->pf_mu);
+    s->pf_want = s->pf_asked = want;
+    pthread_cond_signal(&s->pf_cv);
+    pthread_mutex_unlock(&s->pf_mu);
+}
+
 static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
     stream *s = (stream *)w;
     if (L < s->c->first_dense || L >= s->c->n_layers)
@@ -663,6 +711,7 @@ static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
         s->req_slot[id] = sl;
         s->req_list[s->n_req++] = id;
         if (kind == CACHE_MISS) {
+            prefault_note(s, sl);
             int rc = expert_submit(s, sl, L, id);
             if (rc) { cache_fail(s->xc, sl); release_request(s); return rc; }
         }
@@ -760,6 +809,13 @@ static void ws_close(wsrc *w) {
         pthread_mutex_unlock(&s->mu);
         pthread_join(s->th, NULL);
     }
+    if (s->pf_started) {
+        pthread_mutex_lock(&s->pf_mu);
+        s->pf_stop = 1;
+        pthread_cond_signal(&s->pf_cv);
+        pthread_mutex_unlock(&s->pf_mu);
+        pthread_join(s->pf_th, NULL);
+    }
     if (s->xring && s->xc) {
         io_req *d;
         while (io_pending(s->xring) && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
@@ -787,6 +843,8 @@ static void ws_close(wsrc *w) {
     if (s->trace) fclose(s->trace);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->pf_mu);
+    pthread_cond_destroy(&s->pf_cv);
     base_free(s);
 }
 
@@ -821,6 +879,8 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
     s->head_follows = 1;
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
+    pthread_mutex_init(&s->pf_mu, NULL);
+    pthread_cond_init(&s->pf_cv, NULL);
     int rc = 0;
     if (p->n_layers != c->n_layers) { rc = base_fail(err, errlen, STRATA_EINVAL, "stream: the plan is for another model"); goto fail; }
     if (p->has_pack && (rc = pack_open(&s->pk, p->pack_dir, model_dir, c, ix, err, errlen))) goto fail;
@@ -863,6 +923,9 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
         s->req_list = base_alloc((size_t)s->NE * sizeof *s->req_list, MEM_CACHE);
         if (!s->xs || !s->req_slot || !s->req_list) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
         for (int64_t i = 0; i < s->NE; i++) s->req_slot[i] = -1;
+        s->x_low = cache_n_slots(s->xc);
+        s->pf_want = s->pf_asked = PF_AHEAD;
+        if (pthread_create(&s->pf_th, NULL, prefault_main, s) == 0) s->pf_started = 1;
     }
     /* embeddings: a row is embed_row bytes at a known offset (pack region or the shard) */
     {
