@@ -85,7 +85,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
             if ((o->effort = chat_effort_parse(v)) < 0) BAD("low, high, max or off; the K3 encoder refuses medium");
         }
         else if (!strcmp(a, "--show-think")) o->show_think = 1;
-        else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, 1 << 20, &o->gen)) BAD("an integer >= 1"); }
+        else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, 1 << 20, &o->gen)) BAD("an integer in [1, 1048576]"); }
         else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
         else if (!strcmp(a, "--temp")) { NEED(); if (base_parse_f64(v, 0, 1e6, &o->so.temp)) BAD(">= 0"); }
         else if (!strcmp(a, "--top-k")) { NEED(); if (base_parse_i64(v, 0, INT32_MAX, &o->so.top_k)) BAD("an integer >= 0"); }

@@ -10,6 +10,8 @@
 #include <errno.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <jansson.h>
 #include "cli.h"
 #include "cfg.h"
@@ -85,7 +87,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
         else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
         else if (!strcmp(a, "--prompt-file")) { NEED(); o->prompt_file = v; }
-        else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, RUN_MAX_GEN, &o->gen)) BAD("an integer >= 1"); }
+        else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, RUN_MAX_GEN, &o->gen)) BAD("an integer in [1, 1048576]"); }
         else if (!strcmp(a, "--temp")) { NEED(); if (base_parse_f64(v, 0, 1e6, &o->so.temp)) BAD(">= 0"); }
         else if (!strcmp(a, "--top-k")) { NEED(); if (base_parse_i64(v, 0, INT32_MAX, &o->so.top_k)) BAD("an integer >= 0"); }
         else if (!strcmp(a, "--top-p")) { NEED(); if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); o->so.top_p = d; }
@@ -122,10 +124,47 @@ typedef struct run_state {
     int32_t *prompt, *gen_ids;
     float *logits;
     FILE *dump;
+    char dump_tmp[4096]; /* the file being written; renamed to --dump-logits on success */
 } run_state;
+
+/* --dump-logits is written beside its destination and renamed only once the run
+ * has finished, so a failed or interrupted run never leaves a plausible-looking
+ * partial dump. A destination that exists and is not a regular file (/dev/stdout,
+ * a FIFO) is written directly. */
+static int dump_open(run_state *r, const char *path) {
+    struct stat sb;
+    r->dump_tmp[0] = 0;
+    if (!(stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))) {
+        if (snprintf(r->dump_tmp, sizeof r->dump_tmp, "%s.partial-%d", path, (int)getpid()) >= (int)sizeof r->dump_tmp) {
+            fprintf(stderr, "strata run: %s: path too long\n", path);
+            r->dump_tmp[0] = 0;
+            return 1;
+        }
+    }
+    if (!(r->dump = fopen(r->dump_tmp[0] ? r->dump_tmp : path, "wb"))) {
+        fprintf(stderr, "strata run: --dump-logits %s: %s\n", path, strerror(errno));
+        r->dump_tmp[0] = 0;
+        return 1;
+    }
+    return 0;
+}
+
+static int dump_commit(run_state *r, const char *path) {
+    int bad = fflush(r->dump) || (r->dump_tmp[0] && fsync(fileno(r->dump)));
+    bad |= fclose(r->dump) != 0;
+    r->dump = NULL;
+    if (!bad && r->dump_tmp[0] && rename(r->dump_tmp, path)) bad = 1;
+    if (bad) {
+        fprintf(stderr, "strata run: %s: write failed (%s)\n", path, strerror(errno));
+        if (r->dump_tmp[0]) unlink(r->dump_tmp);
+    }
+    r->dump_tmp[0] = 0;
+    return bad;
+}
 
 static void run_release(run_state *r) {
     if (r->dump) fclose(r->dump);
+    if (r->dump_tmp[0]) unlink(r->dump_tmp);
     base_free(r->logits);
     base_free(r->gen_ids);
     base_free(r->prompt);
@@ -243,6 +282,9 @@ int cmd_run(int argc, char **argv) {
     if (n_stop < 0) { fprintf(stderr, "strata run: %s\n", err); goto out; }
     const int use_stop = !o.ignore_eos && (!o.ids || o.stop_eos);
 
+    /* the dump file before the weights load, so a bad path fails at once */
+    if (o.dump_logits && !o.mo.plan_only && dump_open(&r, o.dump_logits)) goto out;
+
     /* placement, weights, engine */
     if ((rc = mo_place(&r.m, &o.mo, ctx))) {
         ret = rc == MO_PLANNED ? 0 : rc;
@@ -254,10 +296,6 @@ int cmd_run(int argc, char **argv) {
     r.logits = base_alloc((size_t)r.c.vocab * sizeof(float), MEM_SCRATCH);
     r.gen_ids = base_alloc((size_t)o.gen * sizeof(int32_t), MEM_SCRATCH);
     if (!r.logits || !r.gen_ids) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
-    if (o.dump_logits && !(r.dump = fopen(o.dump_logits, "wb"))) {
-        fprintf(stderr, "strata run: %s: %s\n", o.dump_logits, strerror(errno));
-        goto out;
-    }
     const int stream_text = !o.print_ids && r.tk;
     if (stream_text && tok_stream_open(&r.ts, r.tk)) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
 
@@ -313,10 +351,7 @@ int cmd_run(int argc, char **argv) {
         fputc('\n', stdout);
     }
     fflush(stdout);
-    if (r.dump) {
-        if (fclose(r.dump)) { r.dump = NULL; fprintf(stderr, "strata run: %s: write failed\n", o.dump_logits); goto out; }
-        r.dump = NULL;
-    }
+    if (r.dump && dump_commit(&r, o.dump_logits)) goto out;
 
     /* report */
     double pf = t_prefill / (double)n_prompt, dc = n_decode ? t_decode / (double)n_decode : 0;

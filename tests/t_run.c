@@ -48,6 +48,15 @@ TEST(run_contract) {
     CHECK(base_read_file(dump, 1u << 26, &b, &len, NULL, 0) == 0);
     CHECK(len > 0 && len % (6 * sizeof(float)) == 0);
     base_free(b);
+    /* the dump is written beside its name and renamed at the end: no leftovers */
+    snprintf(a, sizeof a, "ls %s | grep -c partial", t_tmpdir);
+    char *ls = NULL;
+    t_run(a, &ls);
+    CHECK_MSG(ls && atoi(ls) == 0, "leftover partial files: %s", ls ? ls : "?");
+    base_free(ls);
+    /* an unwritable dump path fails before any weight is read */
+    snprintf(a, sizeof a, "%s --ids 1 --dump-logits %s/no/such/dir/d.bin 2>/dev/null", d, t_tmpdir);
+    CHECK(run(a, NULL) == 1);
     CHECK(base_read_file(js, 1u << 20, &b, &len, NULL, 0) == 0);
     CHECK(strstr((char *)b, "\"generated_ids\"") && strstr((char *)b, "\"prompt_ids\"") &&
           strstr((char *)b, "\"peak_rss_bytes\"") && strstr((char *)b, "\"mla_cache_bytes_per_pos\"") &&
