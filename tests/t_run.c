@@ -3,6 +3,7 @@
  * logits dump and JSON report, scalar vs default kernels, and the exit codes of
  * bad inputs (2) and broken model directories (1).
  */
+#include <stdlib.h>
 #include <string.h>
 #include "test.h"
 
