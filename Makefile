@@ -58,7 +58,7 @@ $(BUILD)/%.o: %.c | $(BUILD)/.deps-ok
 
 $(BUILD)/libstrata.a: $(LIB_OBJ)
 	@rm -f $@
-	ar rcs $@ $^
+	$(AR) rcs $@ $^
 
 # ./strata is a copy of $(BUILD)/strata, refreshed on every make: after `make check`
 # (whose tests drive the sanitizer build through ./strata) a plain `make` restores
