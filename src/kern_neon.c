@@ -4,7 +4,8 @@
  * fused multiply-add, the tail is zero padding and the tree is kern.h's, so the
  * outputs are bit-identical to the scalar reference.
  * Blocking as in kern_x86.c: decode (T = 1) runs 4 rows at once (16 accumulators),
- * prefill runs 2 rows x 2 activations.
+ * prefill runs 2 rows x 2 activations. SiTU, exp_f64, kda_step and vecmat follow
+ * their kern_ref.c sequences op for op on float64x2_t / float32x4_t lanes.
  */
 #include "kern.h"
 
@@ -214,20 +215,139 @@ static void mxfp4_neon(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S
     }
 }
 
-static void kda_step_ref_neon(float *S, int64_t D, const float *k, const float *v, const float *q,
-                              const float *alpha, float beta, float *o) {
-    kern_ref_kda_cols(S, D, k, v, q, alpha, beta, o, 0, D);
+/* SiTU, 4 elements per step as two float64x2_t: kern_ref_situ's sequence op for op
+ * (mul then add where it has two roundings, vfmaq/vfmsq where it has one fma); 2^k
+ * from the shifter's low bits as kern_x86.c does. vmaxq/vminq (not the *nm forms)
+ * keep a NaN argument NaN, as the reference's compares. The tail runs the reference. */
+INL float64x2_t exp_parts_n(float64x2_t z, float64x2_t *p) {
+    const float64x2_t sh = vdupq_n_f64(KERN_SHIFTER);
+    const float64x2_t t = vaddq_f64(vmulq_f64(z, vdupq_n_f64(KERN_INV_LN2)), sh), kd = vsubq_f64(t, sh);
+    float64x2_t r = vfmsq_f64(z, kd, vdupq_n_f64(KERN_LN2_HI)); /* fma(-kd, hi, z) */
+    r = vfmsq_f64(r, kd, vdupq_n_f64(KERN_LN2_LO));
+    float64x2_t q = vdupq_n_f64(KERN_EXPM1_C13);
+#define HORNER(c) q = vfmaq_f64(vdupq_n_f64(c), q, r);
+    KERN_EXPM1_TAYLOR(HORNER)
+#undef HORNER
+    *p = vfmaq_f64(r, q, vmulq_f64(r, r));
+    return vreinterpretq_f64_s64(vshlq_n_s64(vaddq_s64(vreinterpretq_s64_f64(t), vdupq_n_s64(1023)), 52));
 }
 
-static void vecmat_ref_neon(float *y, const float *x, const void *W, int dtype, int64_t ldw, int64_t n, int64_t m) {
-    kern_ref_vecmat_cols(y, x, W, dtype, ldw, n, 0, m);
+INL float64x2_t situ2(float64x2_t gd, float64x2_t ud, float64x2_t k1, float64x2_t k2, float64x2_t b12) {
+    const float64x2_t one = vdupq_n_f64(1.0), two = vdupq_n_f64(2.0), lo = vdupq_n_f64(KERN_EXPM1_MIN);
+    const float64x2_t a1 = vmaxq_f64(lo, vmulq_f64(vabsq_f64(gd), k1));
+    const float64x2_t a2 = vmaxq_f64(lo, vmulq_f64(vabsq_f64(ud), k2));
+    const float64x2_t z = vmaxq_f64(vdupq_n_f64(-KERN_EXP_MAX), vminq_f64(vdupq_n_f64(KERN_EXP_MAX), vnegq_f64(gd)));
+    float64x2_t p1, p2, pe;
+    const float64x2_t s1 = exp_parts_n(a1, &p1), s2 = exp_parts_n(a2, &p2), se = exp_parts_n(z, &pe);
+    const float64x2_t m1 = vfmaq_f64(vsubq_f64(s1, one), s1, p1), m2 = vfmaq_f64(vsubq_f64(s2, one), s2, p2);
+    const float64x2_t e = vfmaq_f64(se, se, pe);
+    const float64x2_t num = vmulq_f64(vmulq_f64(m1, m2), b12);
+    const float64x2_t den = vmulq_f64(vmulq_f64(vaddq_f64(two, m1), vaddq_f64(two, m2)), vaddq_f64(one, e));
+    return vabsq_f64(vdivq_f64(num, den));
+}
+
+static void situ_neon(float *g, const float *u, int64_t n, float b1, float b2) {
+    const float64x2_t k1 = vdupq_n_f64(-2.0 / (double)b1), k2 = vdupq_n_f64(-2.0 / (double)b2);
+    const float64x2_t b12 = vdupq_n_f64((double)b1 * (double)b2);
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+        const float32x4_t gf = vld1q_f32(g + i), uf = vld1q_f32(u + i);
+        const float64x2_t rlo = situ2(vcvt_f64_f32(vget_low_f32(gf)), vcvt_f64_f32(vget_low_f32(uf)), k1, k2, b12);
+        const float64x2_t rhi = situ2(vcvt_high_f64_f32(gf), vcvt_high_f64_f32(uf), k1, k2, b12);
+        const float32x4_t r = vcvt_high_f32_f64(vcvt_f32_f64(rlo), rhi);
+        const uint32x4_t sgn = vandq_u32(veorq_u32(vreinterpretq_u32_f32(gf), vreinterpretq_u32_f32(uf)),
+                                         vdupq_n_u32(0x80000000u));
+        vst1q_f32(g + i, vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(r), sgn)));
+    }
+    kern_ref_situ(g + i, u + i, n - i, b1, b2);
+}
+
+static void exp_f64_neon(double *y, const double *x, int64_t n) {
+    const float64x2_t hi = vdupq_n_f64(KERN_EXP_MAX), lo = vdupq_n_f64(-KERN_EXP_MAX);
+    int64_t i = 0;
+    for (; i + 2 <= n; i += 2) {
+        float64x2_t p;
+        const float64x2_t s = exp_parts_n(vmaxq_f64(lo, vminq_f64(hi, vld1q_f64(x + i))), &p);
+        vst1q_f64(y + i, vfmaq_f64(s, s, p));
+    }
+    kern_ref_exp_f64(y + i, x + i, n - i);
+}
+
+/* KDA delta rule on NB blocks of 4 columns from j: kern_ref_kda_cols's operations
+ * per column (f32 scale, double products summed in row order, f32 update), 2 NB
+ * double accumulator chains in flight. */
+INL void kda_blkn(float *S, int64_t D, const float *k, const float *v, const float *q,
+                  const float *alpha, float beta, float *o, int64_t j, int NB) {
+    float64x2_t u[8], od[8];
+    float32x4_t w[4];
+    UNROLL for (int b = 0; b < 2 * NB; b++) u[b] = od[b] = vdupq_n_f64(0.0);
+    for (int64_t i = 0; i < D; i++) {
+        const float32x4_t a = vdupq_n_f32(alpha[i]);
+        const float64x2_t kd = vdupq_n_f64((double)k[i]);
+        UNROLL for (int b = 0; b < NB; b++) {
+            float *s = S + i * D + j + 4 * b;
+            const float32x4_t sv = vmulq_f32(vld1q_f32(s), a);
+            vst1q_f32(s, sv);
+            u[2 * b] = vaddq_f64(u[2 * b], vmulq_f64(vcvt_f64_f32(vget_low_f32(sv)), kd));
+            u[2 * b + 1] = vaddq_f64(u[2 * b + 1], vmulq_f64(vcvt_high_f64_f32(sv), kd));
+        }
+    }
+    const float64x2_t bd = vdupq_n_f64((double)beta);
+    UNROLL for (int b = 0; b < NB; b++) {
+        const float32x4_t vv = vld1q_f32(v + j + 4 * b);
+        const float32x2_t wlo = vcvt_f32_f64(vmulq_f64(bd, vsubq_f64(vcvt_f64_f32(vget_low_f32(vv)), u[2 * b])));
+        w[b] = vcvt_high_f32_f64(wlo, vmulq_f64(bd, vsubq_f64(vcvt_high_f64_f32(vv), u[2 * b + 1])));
+    }
+    for (int64_t i = 0; i < D; i++) {
+        const float32x4_t kf = vdupq_n_f32(k[i]);
+        const float64x2_t qd = vdupq_n_f64((double)q[i]);
+        UNROLL for (int b = 0; b < NB; b++) {
+            float *s = S + i * D + j + 4 * b;
+            const float32x4_t sv = vaddq_f32(vld1q_f32(s), vmulq_f32(kf, w[b]));
+            vst1q_f32(s, sv);
+            od[2 * b] = vaddq_f64(od[2 * b], vmulq_f64(vcvt_f64_f32(vget_low_f32(sv)), qd));
+            od[2 * b + 1] = vaddq_f64(od[2 * b + 1], vmulq_f64(vcvt_high_f64_f32(sv), qd));
+        }
+    }
+    UNROLL for (int b = 0; b < NB; b++) vst1q_f32(o + j + 4 * b, vcvt_high_f32_f64(vcvt_f32_f64(od[2 * b]), od[2 * b + 1]));
+}
+
+static void kda_step_neon(float *S, int64_t D, const float *k, const float *v, const float *q,
+                          const float *alpha, float beta, float *o) {
+    int64_t j = 0;
+    for (; j + 16 <= D; j += 16) kda_blkn(S, D, k, v, q, alpha, beta, o, j, 4);
+    for (; j + 4 <= D; j += 4) kda_blkn(S, D, k, v, q, alpha, beta, o, j, 1);
+    kern_ref_kda_cols(S, D, k, v, q, alpha, beta, o, j, D);
+}
+
+/* vecmat: 16 columns per step (one v16), rows in order, vmulq then vaddq (two
+ * roundings, as the reference: -ffp-contract=off keeps them apart). */
+INL void vecmat_drv(float *y, const float *x, const void *W, int dt, int64_t ldw, int64_t n, int64_t m) {
+    int64_t r = 0;
+    for (; r + 16 <= m; r += 16) {
+        float32x4_t a[4];
+        UNROLL for (int c = 0; c < 4; c++) a[c] = vld1q_f32(y + r + 4 * c);
+        for (int64_t i = 0; i < n; i++) {
+            const float32x4_t xv = vdupq_n_f32(x[i]);
+            const v16 w = wn(W, dt, i * ldw + r);
+            UNROLL for (int c = 0; c < 4; c++) a[c] = vaddq_f32(a[c], vmulq_f32(xv, w.v[c]));
+        }
+        UNROLL for (int c = 0; c < 4; c++) vst1q_f32(y + r + 4 * c, a[c]);
+    }
+    kern_ref_vecmat_cols(y, x, W, dt, ldw, n, r, m);
+}
+
+static void vecmat_neon(float *y, const float *x, const void *W, int dt, int64_t ldw, int64_t n, int64_t m) {
+    switch (dt) {
+    case DT_F32: vecmat_drv(y, x, W, DT_F32, ldw, n, m); break;
+    case DT_BF16: vecmat_drv(y, x, W, DT_BF16, ldw, n, m); break;
+    default: vecmat_drv(y, x, W, DT_F16, ldw, n, m); break;
+    }
 }
 
 const kern_table kern_neon_table = {
     .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .dot = dot_neon,
-    /* no NEON versions yet: the scalar references (kda_step through its column form) */
-    .situ = kern_ref_situ, .exp_f64 = kern_ref_exp_f64, .kda_step = kda_step_ref_neon,
-    .vecmat = vecmat_ref_neon,
+    .situ = situ_neon, .exp_f64 = exp_f64_neon, .kda_step = kda_step_neon, .vecmat = vecmat_neon,
 };
 
 #endif
