@@ -22,9 +22,17 @@
 #include <unistd.h>
 #include "base.h"
 
+/* madvise wants page-aligned ranges in the kernel's page size, which on arm64 may
+ * be 16 or 64 KiB (IO_ALIGN is the O_DIRECT unit, not a page). */
+static uintptr_t page_bytes(void) {
+    long pg = sysconf(_SC_PAGESIZE);
+    return pg > 0 && !(pg & (pg - 1)) ? (uintptr_t)pg : IO_ALIGN;
+}
+
 void io_buffer_advise(void *p, uint64_t bytes) {
 #ifdef MADV_HUGEPAGE
-    uintptr_t b = (uintptr_t)p, e = b + bytes, pb = io_align_up(b), pe = io_align_down(e);
+    const uintptr_t m = page_bytes() - 1, b = (uintptr_t)p, e = b + bytes;
+    const uintptr_t pb = (b + m) & ~m, pe = e & ~m; /* whole pages inside the buffer */
     if (pe > pb) madvise((void *)pb, (size_t)(pe - pb), MADV_HUGEPAGE); /* a hint: failure is harmless */
 #else
     (void)p; (void)bytes;
@@ -33,7 +41,9 @@ void io_buffer_advise(void *p, uint64_t bytes) {
 
 int io_buffer_populate(void *p, uint64_t bytes) {
 #ifdef MADV_POPULATE_WRITE
-    uintptr_t b = io_align_down((uintptr_t)p), e = io_align_up((uintptr_t)p + bytes);
+    /* outward: the pages holding the first and last byte are mapped, and populating
+     * writes no data */
+    const uintptr_t m = page_bytes() - 1, b = (uintptr_t)p & ~m, e = ((uintptr_t)p + bytes + m) & ~m;
     return e > b && madvise((void *)b, (size_t)(e - b), MADV_POPULATE_WRITE) == 0 ? 0 : -1;
 #else
     (void)p; (void)bytes;
