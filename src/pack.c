@@ -1151,30 +1151,85 @@ fail:
 
 /* ==================================================================== verify */
 
-static int verify_region(io_ring *ring, const io_file *f, const pack_region *r, const char *what, uint8_t *buf,
-                         uint64_t bsz, char *err, size_t errlen) {
+/* The trunk is verified as an ordered pipeline: VERIFY_SLOTS reads in flight, hashed
+ * in file order as each lands. One 16 MB read at a time hashed in between reached
+ * 1.43 GB/s on the demo pack's cold trunk while the expert pass (reads in flight)
+ * reached 2.2 GB/s on the same disk. */
+#define VERIFY_SLOTS 4
+#define VERIFY_BYTES (8u << 20)
+
+typedef struct vslot { io_req q; int done; int64_t reg; uint64_t len; } vslot;
+
+static const pack_region *verify_reg(const pack *p, int64_t i) { return i == 0 ? &p->embed : &p->units[i - 1]; }
+
+static void verify_name(const pack *p, int64_t i, char *what, size_t n) {
+    if (i == 0) snprintf(what, n, "embed");
+    else if (i - 1 < p->n_layers) snprintf(what, n, "layer %lld", (long long)(i - 1));
+    else snprintf(what, n, "head");
+}
+
+static int verify_trunk(const pack *p, io_ring *ring, const io_file *f, uint8_t *bufs[VERIFY_SLOTS],
+                        pack_progress_fn progress, void *ud, char *err, size_t errlen) {
+    const int64_t nreg = p->n_layers + 2; /* embed, layers, head */
+    vslot sl[VERIFY_SLOTS];
+    memset(sl, 0, sizeof sl);
+    int64_t preg = 0, creg = 0; /* producer and consumer regions */
+    uint64_t poff = 0, coff = 0;
+    int head = 0, n_in = 0, rc = STRATA_OK;
     XXH3_state_t h;
     XXH3_64bits_reset(&h);
-    for (uint64_t o = 0; o < r->nbytes; o += bsz) {
-        uint64_t n = r->nbytes - o < bsz ? r->nbytes - o : bsz;
-        io_req q = {.f = f, .off = r->off + o, .len = n, .dst = buf};
-        io_submit(ring, &q);
-        io_req *d;
-        io_reap(ring, 1, &d);
-        if (q.rc) {
-            char e2[600];
-            io_req_errstr(&q, e2, sizeof e2);
-            return base_fail(err, errlen, STRATA_ECORRUPT, "%s: unreadable (truncated pack?): %s", what, e2);
+    double t0 = base_now();
+    while (creg < nreg && !rc) {
+        /* keep every slot busy; an empty region still yields one (empty) piece */
+        while (n_in < VERIFY_SLOTS && preg < nreg && !rc) {
+            const pack_region *r = verify_reg(p, preg);
+            uint64_t n = r->nbytes - poff < VERIFY_BYTES ? r->nbytes - poff : VERIFY_BYTES;
+            vslot *s = &sl[(head + n_in) % VERIFY_SLOTS];
+            *s = (vslot){.reg = preg, .len = n};
+            s->q = (io_req){.f = f, .off = r->off + poff, .len = n, .dst = bufs[(head + n_in) % VERIFY_SLOTS], .ud = s};
+            if (n) rc = io_submit(ring, &s->q);
+            else s->done = 1;
+            n_in++;
+            poff += n;
+            if (poff >= r->nbytes) { preg++; poff = 0; }
         }
-        XXH3_64bits_update(&h, buf, n);
+        vslot *s = &sl[head];
+        while (!rc && !s->done) {
+            io_req *d = NULL;
+            if (!io_reap(ring, 1, &d)) { rc = base_fail(err, errlen, STRATA_EIO, "pack verify: read lost"); break; }
+            ((vslot *)d->ud)->done = 1;
+        }
+        if (rc) break;
+        char what[64];
+        verify_name(p, s->reg, what, sizeof what);
+        if (s->q.rc) {
+            char e2[600];
+            io_req_errstr(&s->q, e2, sizeof e2);
+            rc = base_fail(err, errlen, STRATA_ECORRUPT, "%s: unreadable (truncated pack?): %s", what, e2);
+            break;
+        }
+        XXH3_64bits_update(&h, s->q.dst, s->len);
+        const pack_region *r = verify_reg(p, creg);
+        coff += s->len;
+        head = (head + 1) % VERIFY_SLOTS;
+        n_in--;
+        if (coff < r->nbytes) continue;
+        uint64_t got = XXH3_64bits_digest(&h);
+        if (got != r->xxh3)
+            rc = base_fail(err, errlen, STRATA_ECORRUPT,
+                           "%s: checksum mismatch in %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is corrupt; re-run strata pack --force",
+                           what, f->path, (unsigned long long)r->off, (unsigned long long)(r->off + r->nbytes),
+                           (unsigned long long)r->xxh3, (unsigned long long)got);
+        if (progress && creg > 0) progress(ud, "trunk", r->off + r->nbytes, p->trunk_bytes, base_now() - t0);
+        XXH3_64bits_reset(&h);
+        creg++;
+        coff = 0;
     }
-    uint64_t got = XXH3_64bits_digest(&h);
-    if (got != r->xxh3)
-        return base_fail(err, errlen, STRATA_ECORRUPT,
-                         "%s: checksum mismatch in %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is corrupt; re-run strata pack --force",
-                         what, f->path, (unsigned long long)r->off, (unsigned long long)(r->off + r->nbytes),
-                         (unsigned long long)r->xxh3, (unsigned long long)got);
-    return STRATA_OK;
+    while (io_pending(ring) > 0) { /* an early error leaves reads in flight: land them before the buffers go */
+        io_req *d;
+        if (!io_reap(ring, 1, &d)) break;
+    }
+    return rc;
 }
 
 int pack_verify(const pack *p, const cfg *c, const st_index *ix, pack_progress_fn progress, void *ud,
@@ -1183,20 +1238,14 @@ int pack_verify(const pack *p, const cfg *c, const st_index *ix, pack_progress_f
     int rc = io_file_open(&f, p->trunk_path, err, errlen);
     if (rc) return rc;
     io_ring *ring = NULL;
-    const uint64_t bsz = 16u << 20;
-    uint8_t *buf = base_alloc_aligned(bsz, 1u << 20, MEM_IO);
-    if (!buf) rc = base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
+    uint8_t *bufs[VERIFY_SLOTS] = {0};
+    for (int i = 0; i < VERIFY_SLOTS && !rc; i++)
+        if (!(bufs[i] = base_alloc_aligned(VERIFY_BYTES, 1u << 20, MEM_IO)))
+            rc = base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
     if (!rc) rc = io_ring_create(&ring, 8, 0, 0, err, errlen);
-    double t0 = base_now();
-    if (!rc) rc = verify_region(ring, &f, &p->embed, "embed", buf, bsz, err, errlen);
-    for (int64_t u = 0; u <= p->n_layers && !rc; u++) {
-        char what[64];
-        if (u < p->n_layers) snprintf(what, sizeof what, "layer %lld", (long long)u); else snprintf(what, sizeof what, "head");
-        rc = verify_region(ring, &f, &p->units[u], what, buf, bsz, err, errlen);
-        if (progress) progress(ud, "trunk", p->units[u].off + p->units[u].nbytes, p->trunk_bytes, base_now() - t0);
-    }
+    if (!rc) rc = verify_trunk(p, ring, &f, bufs, progress, ud, err, errlen);
     io_ring_free(ring);
-    base_free(buf);
+    for (int i = 0; i < VERIFY_SLOTS; i++) base_free(bufs[i]);
     io_file_close(&f);
     if (rc) return rc;
     uint64_t *xh = base_calloc((size_t)(p->n_moe * p->n_experts + 1), sizeof *xh, MEM_INDEX);
