@@ -49,13 +49,21 @@ struct engine {
     wsrc *w;
     pool *pool;
     int n_threads;
-    int64_t chunk;             /* max tokens per forward */
+    int64_t chunk;             /* max rows per forward pass (any mix of sequences) */
     int64_t n_kda, n_mla, n_blocks;
     int64_t P;                 /* kda_heads * kda_head_dim */
     int64_t qh;                /* MLA per-head query width nope + rope */
     int64_t C;                 /* MLA cache row: kv_lora + rope */
     int64_t xcap;              /* (token, slot) pairs one expert batch holds: chunk + topk */
     int32_t *kda_i, *mla_i;    /* (n_layers) index among KDA / MLA layers, -1 otherwise */
+    /* the pass being evaluated: T rows in groups, each group the consecutive rows
+     * of one sequence (its positions pos .. pos + rows - 1) */
+    int64_t T, n_grp, n_out;
+    session **g_s;             /* (chunk) the sequence of each group */
+    int64_t *g_r0;             /* (chunk + 1) first row of each group; g_r0[n_grp] = T */
+    int32_t *ids;              /* (chunk) token of each row */
+    int32_t *outr;             /* (chunk) rows whose logits are wanted, ascending */
+    infer_row *rowbuf;         /* (chunk) rows of session_eval's passes */
     /* residual stream, (T, hidden) each */
     float **res;               /* n_blocks + 1 buffers: block snapshots and the partial */
     float *h, *xn, *y;
@@ -64,7 +72,7 @@ struct engine {
     int64_t thr_floats;
     /* overlaid per-layer scratch (attention and FFN never alive together) */
     struct {                   /* KDA */
-        float *raw[3];         /* (conv_k - 1 + T, P): history rows, then this chunk */
+        float *prj[3];         /* (T, P) q/k/v projections before the conv */
         float *qkv[3];         /* (T, P) after conv + SiLU (q, k normalised in place) */
         float *g, *fa, *z, *b, *o; /* (T,P) (T,fa_rows) (T,P) (T,heads) (T,P) */
     } k;
@@ -78,6 +86,7 @@ struct engine {
         int32_t *xoff, *xcur, *rem; /* per listed expert: pair offsets, fill cursor, not yet run */
         float *dg, *du;        /* dense gate/up (T, dense_inter) */
     } f;
+    char err[512];             /* the last pass's failure */
 };
 
 struct session {
@@ -135,6 +144,11 @@ static void engine_carve(engine *e, carve *cv_) {
     const int64_t T = e->chunk, Hd = c->hidden, P = e->P, NH = c->n_heads;
     e->kda_i = CVI(cv_, c->n_layers);
     e->mla_i = CVI(cv_, c->n_layers);
+    e->g_s = (session **)cv(cv_, (size_t)T * sizeof(session *));
+    e->g_r0 = (int64_t *)cv(cv_, (size_t)(T + 1) * sizeof(int64_t));
+    e->ids = CVI(cv_, T);
+    e->outr = CVI(cv_, T);
+    e->rowbuf = (infer_row *)cv(cv_, (size_t)T * sizeof(infer_row));
     e->res = (float **)cv(cv_, (size_t)(e->n_blocks + 1) * sizeof(float *));
     float *r0 = CVF(cv_, (e->n_blocks + 1) * T * Hd);
     if (e->res)
@@ -147,7 +161,7 @@ static void engine_carve(engine *e, carve *cv_) {
     e->thr = CVF(cv_, e->thr_floats * e->n_threads);
     size_t start = cv_->off, end = start;
     /* KDA */
-    for (int i = 0; i < 3; i++) e->k.raw[i] = CVF(cv_, (c->conv_k - 1 + T) * P);
+    for (int i = 0; i < 3; i++) e->k.prj[i] = CVF(cv_, T * P);
     for (int i = 0; i < 3; i++) e->k.qkv[i] = CVF(cv_, T * P);
     e->k.g = CVF(cv_, T * P);
     e->k.fa = CVF(cv_, T * c->kda_head_dim);
@@ -447,8 +461,9 @@ int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, cha
         e->kda_i[L] = c->is_mla[L] ? -1 : (int32_t)ik++;
         e->mla_i[L] = c->is_mla[L] ? (int32_t)im++ : -1;
     }
-    int rc = pool_create(&e->pool, e->n_threads);
-    if (rc) { base_free(blk); return base_fail(err, errlen, rc, "infer: cannot start %d threads", e->n_threads); }
+    const int nt = e->n_threads;
+    int rc = pool_create(&e->pool, nt);
+    if (rc) { base_free(blk); return base_fail(err, errlen, rc, "infer: cannot start %d threads", nt); }
     *out = e;
     return 0;
 }
@@ -523,10 +538,20 @@ static int sfail(session *s, int rc, const char *fmt, ...) {
     return rc;
 }
 
-static int wfail(session *s, int rc, const char *what) {
-    const char *m = s->e->w->ops->errmsg ? s->e->w->ops->errmsg(s->e->w) : NULL;
-    s->broken = 1;
-    return sfail(s, rc ? rc : STRATA_EIO, "infer: %s: %s", what, m && *m ? m : strata_errstr(rc));
+/* A failure inside a pass: the message goes to the engine (engine_step copies it
+ * to every sequence of the pass, which are then broken). */
+static int efail(engine *e, int rc, const char *fmt, ...) ST_PRINTF(3, 4);
+static int efail(engine *e, int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->err, sizeof e->err, fmt, ap);
+    va_end(ap);
+    return rc;
+}
+
+static int wfail(engine *e, int rc, const char *what) {
+    const char *m = e->w->ops->errmsg ? e->w->ops->errmsg(e->w) : NULL;
+    return efail(e, rc ? rc : STRATA_EIO, "infer: %s: %s", what, m && *m ? m : strata_errstr(rc));
 }
 
 /* ======================================================================= */
@@ -535,47 +560,61 @@ static int wfail(session *s, int rc, const char *what) {
 
 typedef struct {
     engine *e;
-    float *state;          /* this layer's S block (heads, D, D) */
+    int64_t ki;            /* index of the layer among the KDA layers */
     const float *cw[3];    /* conv weights (P, conv_k) f32 */
     const float *dtb, *alog, *onorm;
-    int64_t T;
 } kda_ctx;
 
-/* One head over the chunk's T tokens: conv + SiLU, L2 norms, gates, delta rule,
- * o_norm then sigmoid gate. Everything it touches is this head's. The gates'
- * exponentials (6 D per token) go through K.exp_f64 in vectors and the delta
- * rule through K.kda_step: scalar they took 12.6% of a 2-thread demo decode. */
-static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
+/* A sequence's KDA block for KDA layer ki: conv history [3][conv_k-1][P], then
+ * the recurrent state S [heads][D][D]. */
+static float *kda_block(const session *s, int64_t ki) { return s->kda + ki * kda_floats(s->e->c); }
+
+/* Jobs j = (group, head): one head of one sequence over that sequence's rows of
+ * the pass: conv + SiLU, L2 norms, gates, delta rule, o_norm then sigmoid gate.
+ * Everything it writes is this head's columns of this group's rows and this
+ * sequence's state, so no row ever sees another sequence. The conv taps read the
+ * sequence's own history for inputs before the pass, else the projections of
+ * its earlier rows (taps oldest -> newest, one float sum in that order whatever
+ * the grouping). The gates' exponentials (6 D per token) go through K.exp_f64
+ * in vectors and the delta rule through K.kda_step: scalar they took 12.6% of a
+ * 2-thread demo decode. */
+static void kda_heads_fn(void *ctx, int64_t j0, int64_t j1, int tid) {
     const kda_ctx *x = ctx;
     engine *e = x->e;
     const cfg *c = e->c;
-    const int64_t D = c->kda_head_dim, P = e->P, ck = c->conv_k, T = x->T;
+    const int64_t D = c->kda_head_dim, P = e->P, ck = c->conv_k, NHk = c->kda_heads;
     float *tw = e->thr + (int64_t)tid * e->thr_floats;
     float *alpha = tw, *o = tw + D, *cv = tw + 2 * D;   /* cv: the 3 D conv outputs */
     double *ex = (double *)(void *)(tw + 6 * D);        /* 3 D doubles */
     const float qscale = (float)(1.0 / sqrt((double)D));
     const float lb = (float)c->gate_lb;
-    for (int64_t h = h0; h < h1; h++) {
-        float *S = x->state + h * D * D;
+    for (int64_t jj = j0; jj < j1; jj++) {
+        const int64_t g = jj / NHk, h = jj % NHk, r0 = e->g_r0[g], T = e->g_r0[g + 1] - r0;
+        float *blk = kda_block(e->g_s[g], x->ki);
+        float *S = blk + 3 * (ck - 1) * P + h * D * D;
         const double aexp = exp((double)x->alog[h]);
         for (int64_t t = 0; t < T; t++) {
-            float *vq = e->k.qkv[0] + t * P + h * D, *vk = e->k.qkv[1] + t * P + h * D;
-            float *vv = e->k.qkv[2] + t * P + h * D;
+            const int64_t r = r0 + t;
+            float *vq = e->k.qkv[0] + r * P + h * D, *vk = e->k.qkv[1] + r * P + h * D;
+            float *vv = e->k.qkv[2] + r * P + h * D;
             /* causal depthwise conv, taps oldest -> newest, then SiLU x / (1 + e^-x) */
             for (int st = 0; st < 3; st++) {
-                const float *raw = e->k.raw[st];
+                const float *hist = blk + st * (ck - 1) * P, *prj = e->k.prj[st] + r0 * P;
                 for (int64_t i = 0; i < D; i++) {
                     const int64_t ch = h * D + i;
                     const float *wc = x->cw[st] + ch * ck;
                     float acc = 0;
-                    for (int64_t j = 0; j < ck; j++) acc += wc[j] * raw[(t + j) * P + ch];
+                    for (int64_t k = 0; k < ck; k++) {
+                        const int64_t u = t + k - (ck - 1); /* input row relative to the group */
+                        acc += wc[k] * (u < 0 ? hist[(ck - 1 + u) * P + ch] : prj[u * P + ch]);
+                    }
                     cv[st * D + i] = acc;
                     ex[st * D + i] = -(double)acc;
                 }
             }
             K.exp_f64(ex, ex, 3 * D);
             for (int st = 0; st < 3; st++) {
-                float *dst = e->k.qkv[st] + t * P + h * D;
+                float *dst = e->k.qkv[st] + r * P + h * D;
                 for (int64_t i = 0; i < D; i++) dst[i] = (float)(cv[st * D + i] / (1.0 + ex[st * D + i]));
             }
             /* L2 norm of q and k (eps inside the sqrt of the sum); q also by 1/sqrt(D) */
@@ -583,9 +622,9 @@ static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
             for (int64_t i = 0; i < D; i++) { sq += (double)vq[i] * vq[i]; sk += (double)vk[i] * vk[i]; }
             float nq = (float)(1.0 / sqrt(sq + 1e-6)), nk = (float)(1.0 / sqrt(sk + 1e-6));
             for (int64_t i = 0; i < D; i++) { vq[i] = (vq[i] * nq) * qscale; vk[i] *= nk; }
-            const float beta = sigmoidf_(e->k.b[t * c->kda_heads + h]);
+            const float beta = sigmoidf_(e->k.b[r * NHk + h]);
             /* decay alpha = exp(lb sigmoid(aexp (z + dt_bias))), per channel */
-            const float *zt = e->k.z + t * P + h * D;
+            const float *zt = e->k.z + r * P + h * D;
             const float *dtb = x->dtb + h * D;
             for (int64_t i = 0; i < D; i++) ex[i] = -aexp * ((double)zt[i] + dtb[i]);
             K.exp_f64(ex, ex, D);
@@ -595,8 +634,8 @@ static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
             /* S = diag(alpha) S; S += k (beta (v - S^T k))^T; o = S^T q */
             K.kda_step(S, D, vk, vv, vq, alpha, beta, o);
             /* per-head RMSNorm (o_norm) first, then the sigmoid output gate */
-            float *ot = e->k.o + t * P + h * D;
-            const float *gt = e->k.g + t * P + h * D;
+            float *ot = e->k.o + r * P + h * D;
+            const float *gt = e->k.g + r * P + h * D;
             rmsnorm(ot, o, x->onorm, D, c->rms_eps);
             for (int64_t i = 0; i < D; i++) ex[i] = -(double)gt[i];
             K.exp_f64(ex, ex, D);
@@ -605,44 +644,48 @@ static void kda_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     }
 }
 
-static int kda_layer(session *s, int64_t L, const wt *W, int64_t T) {
-    engine *e = s->e;
+static int kda_layer(engine *e, int64_t L, const wt *W) {
     const cfg *c = e->c;
-    const int64_t Hd = c->hidden, P = e->P, D = c->kda_head_dim, ck = c->conv_k, NHk = c->kda_heads;
-    float *st = s->kda + (int64_t)e->kda_i[L] * kda_floats(c);
-    float *conv = st, *S = st + 3 * (ck - 1) * P;
+    const int64_t Hd = c->hidden, P = e->P, D = c->kda_head_dim, ck = c->conv_k, NHk = c->kda_heads, T = e->T;
+    const int64_t ki = e->kda_i[L];
     /* converted small tensors */
     float *v = e->vec + 4 * Hd;
     float *cw[3] = {v, v + P * ck, v + 2 * P * ck};
     float *dtb = v + 3 * P * ck, *alog = dtb + P, *onorm = alog + i64max(NHk, D);
     static const int conv_roles[3] = {R_KDA_QCONV, R_KDA_KCONV, R_KDA_VCONV};
     for (int i = 0; i < 3; i++)
-        if (vec_f32(cw[i], &W[conv_roles[i]], P * ck)) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad conv weight", (long long)L);
+        if (vec_f32(cw[i], &W[conv_roles[i]], P * ck)) return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad conv weight", (long long)L);
     if (vec_f32(dtb, &W[R_KDA_DTBIAS], P) || vec_f32(alog, &W[R_KDA_ALOG], NHk) || vec_f32(onorm, &W[R_KDA_ONORM], D))
-        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad KDA vector", (long long)L);
-    /* conv history rows in front of this chunk's raw projections */
-    for (int i = 0; i < 3; i++) memcpy(e->k.raw[i], conv + i * (ck - 1) * P, (size_t)((ck - 1) * P) * sizeof(float));
+        return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad KDA vector", (long long)L);
     mm_job j;
     mm_init(&j, T);
-    mm_add(&j, &W[R_KDA_Q], P, Hd, e->xn, Hd, e->k.raw[0] + (ck - 1) * P, P, "q_proj");
-    mm_add(&j, &W[R_KDA_K], P, Hd, e->xn, Hd, e->k.raw[1] + (ck - 1) * P, P, "k_proj");
-    mm_add(&j, &W[R_KDA_V], P, Hd, e->xn, Hd, e->k.raw[2] + (ck - 1) * P, P, "v_proj");
+    mm_add(&j, &W[R_KDA_Q], P, Hd, e->xn, Hd, e->k.prj[0], P, "q_proj");
+    mm_add(&j, &W[R_KDA_K], P, Hd, e->xn, Hd, e->k.prj[1], P, "k_proj");
+    mm_add(&j, &W[R_KDA_V], P, Hd, e->xn, Hd, e->k.prj[2], P, "v_proj");
     mm_add(&j, &W[R_KDA_G], P, Hd, e->xn, Hd, e->k.g, P, "g_proj");
     mm_add(&j, &W[R_KDA_FA], D, Hd, e->xn, Hd, e->k.fa, D, "f_a_proj");
     mm_add(&j, &W[R_KDA_B], NHk, Hd, e->xn, Hd, e->k.b, NHk, "b_proj");
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     mm_init(&j, T);
     mm_add(&j, &W[R_KDA_FB], P, D, e->k.fa, D, e->k.z, P, "f_b_proj");
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
-    kda_ctx x = {e, S, {cw[0], cw[1], cw[2]}, dtb, alog, onorm, T};
-    pool_for(e->pool, NHk, 1, kda_heads_fn, &x);
-    /* the last conv_k - 1 raw inputs become the history */
-    for (int i = 0; i < 3; i++) memcpy(conv + i * (ck - 1) * P, e->k.raw[i] + T * P, (size_t)((ck - 1) * P) * sizeof(float));
+    kda_ctx x = {e, ki, {cw[0], cw[1], cw[2]}, dtb, alog, onorm};
+    pool_for(e->pool, e->n_grp * NHk, 1, kda_heads_fn, &x);
+    /* each sequence's history becomes the last conv_k - 1 raw inputs it has seen */
+    for (int64_t g = 0; g < e->n_grp; g++) {
+        const int64_t r0 = e->g_r0[g], Tg = e->g_r0[g + 1] - r0, keep = ck - 1 > Tg ? ck - 1 - Tg : 0;
+        float *blk = kda_block(e->g_s[g], ki);
+        for (int st = 0; st < 3; st++) {
+            float *hist = blk + st * (ck - 1) * P;
+            if (keep) memmove(hist, hist + (ck - 1 - keep) * P, (size_t)(keep * P) * sizeof(float));
+            memcpy(hist + keep * P, e->k.prj[st] + (r0 + Tg - (ck - 1 - keep)) * P, (size_t)((ck - 1 - keep) * P) * sizeof(float));
+        }
+    }
     mm_init(&j, T);
     mm_add(&j, &W[R_KDA_O], Hd, P, e->k.o, P, e->y, Hd, "o_proj");
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     return 0;
 }
@@ -653,46 +696,53 @@ static int kda_layer(session *s, int64_t L, const wt *W, int64_t T) {
 
 typedef struct {
     engine *e;
-    const float *cache;   /* this layer's (max_ctx, C) */
+    int64_t mi;           /* index of the layer among the MLA layers */
     const wt *kvb;        /* (NH * (nope + v), kv_lora) */
-    int64_t pos0, T;
     int gate;
 } mla_ctx;
 
-/* One head over the chunk: q_lat = W_k[h]^T q_nope straight from the kv_b rows
- * (K.vecmat; converting W_k[h] to f32 first cost as much as using it, per token
- * at T = 1), scores against the latent cache, softmax in fixed blocks with the
- * block's exponentials in one K.exp_f64, the weighted latent sum (K.vecmat over
- * the cache rows), then W_v[h] and the output gate. */
-static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
+/* This MLA layer's latent cache of a sequence: (max_ctx, C). */
+static float *mla_cache(const session *s, int64_t mi) { return s->cache + mi * s->max_ctx * s->e->C; }
+
+/* Jobs j = (group, head): one head of one sequence over its rows of the pass.
+ * q_lat = W_k[h]^T q_nope straight from the kv_b rows (K.vecmat; converting
+ * W_k[h] to f32 first cost as much as using it, per token at T = 1), scores
+ * against that sequence's latent cache, softmax in fixed blocks of positions with
+ * the block's exponentials in one K.exp_f64, the weighted latent sum (K.vecmat
+ * over the cache rows), then W_v[h] and the output gate. */
+static void mla_heads_fn(void *ctx, int64_t j0, int64_t j1, int tid) {
     const mla_ctx *x = ctx;
     engine *e = x->e;
     const cfg *c = e->c;
     const int64_t NH = c->n_heads, nope = c->qk_nope, rope = c->qk_rope, vh = c->v_head;
-    const int64_t R = c->kv_lora, C = e->C, qh = e->qh, T = x->T;
+    const int64_t R = c->kv_lora, C = e->C, qh = e->qh;
     float *tw = e->thr + (int64_t)tid * e->thr_floats;
     double *ex = (double *)(void *)tw;                  /* ATT_BLOCK doubles */
     float *sc = tw + 2 * ATT_BLOCK, *ql = sc + ATT_BLOCK, *ol = ql + R;
     const float scale = (float)(1.0 / sqrt((double)(nope + rope)));
     const int dt = x->kvb->dtype;
     const size_t esz = st_dtype_size(dt);
-    for (int64_t h = h0; h < h1; h++) {
+    for (int64_t jj = j0; jj < j1; jj++) {
+        const int64_t g = jj / NH, h = jj % NH, r0 = e->g_r0[g], T = e->g_r0[g + 1] - r0;
+        const session *sq = e->g_s[g];
+        const float *cache = mla_cache(sq, x->mi);
+        const int64_t pos0 = sq->pos;
         const int64_t rk = h * (nope + vh);
         const uint8_t *wk = (const uint8_t *)x->kvb->p + (size_t)(rk * R) * esz; /* W_k[h] (nope, R) */
         for (int64_t t = 0; t < T; t++) {
-            const float *qn = e->m.q + t * NH * qh + h * qh, *qr = qn + nope;
+            const float *qn = e->m.q + (r0 + t) * NH * qh + h * qh, *qr = qn + nope;
             /* q_lat = W_k[h]^T q_nope, rows of W_k accumulated in order */
             for (int64_t r = 0; r < R; r++) ql[r] = 0;
             K.vecmat(ql, qn, wk, dt, R, nope, R);
             /* causal softmax over positions 0..pos0+t, in fixed blocks of ATT_BLOCK */
-            const int64_t ns = x->pos0 + t + 1;
+            const int64_t ns = pos0 + t + 1;
             float *acc = ol + t * R, m = -INFINITY;
             double den = 0;
             for (int64_t b0 = 0; b0 < ns; b0 += ATT_BLOCK) {
                 int64_t nb = ns - b0 < ATT_BLOCK ? ns - b0 : ATT_BLOCK;
                 float bm = -INFINITY;
                 for (int64_t i = 0; i < nb; i++) {
-                    const float *cr = x->cache + (b0 + i) * C;
+                    const float *cr = cache + (b0 + i) * C;
                     sc[i] = (K.dot(ql, cr, R) + K.dot(qr, cr + R, rope)) * scale;
                     if (sc[i] > bm) bm = sc[i];
                 }
@@ -709,18 +759,18 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
                 for (int64_t i = 0; i < nb; i++) ex[i] = (double)sc[i] - m;
                 K.exp_f64(ex, ex, nb);
                 for (int64_t i = 0; i < nb; i++) { sc[i] = (float)ex[i]; den += sc[i]; }
-                K.vecmat(acc, sc, x->cache + b0 * C, DT_F32, C, nb, R);
+                K.vecmat(acc, sc, cache + b0 * C, DT_F32, C, nb, R);
             }
             const float inv = (float)(1.0 / den);
             for (int64_t r = 0; r < R; r++) acc[r] *= inv;
         }
         /* o[t][h] = W_v[h] ol[t]: rows nope..nope+v of head h's kv_b block */
         const uint8_t *wv = (const uint8_t *)x->kvb->p + (size_t)((rk + nope) * R) * esz;
-        K.matmul(e->m.o + h * vh, NH * vh, wv, dt, R, ol, R, T, 0, vh);
+        K.matmul(e->m.o + r0 * NH * vh + h * vh, NH * vh, wv, dt, R, ol, R, T, 0, vh);
         if (x->gate)
             for (int64_t t = 0; t < T; t++) {
-                float *ot = e->m.o + t * NH * vh + h * vh;
-                const float *gt = e->m.g + t * NH * vh + h * vh;
+                float *ot = e->m.o + (r0 + t) * NH * vh + h * vh;
+                const float *gt = e->m.g + (r0 + t) * NH * vh + h * vh;
                 for (int64_t i0 = 0; i0 < vh; i0 += ATT_BLOCK) {
                     const int64_t n = vh - i0 < ATT_BLOCK ? vh - i0 : ATT_BLOCK;
                     for (int64_t i = 0; i < n; i++) ex[i] = -(double)gt[i0 + i];
@@ -731,42 +781,45 @@ static void mla_heads_fn(void *ctx, int64_t h0, int64_t h1, int tid) {
     }
 }
 
-static int mla_layer(session *s, int64_t L, const wt *W, int64_t T) {
-    engine *e = s->e;
+static int mla_layer(engine *e, int64_t L, const wt *W) {
     const cfg *c = e->c;
-    const int64_t Hd = c->hidden, NH = c->n_heads, R = c->kv_lora, C = e->C, vh = c->v_head;
-    float *cache = s->cache + (int64_t)e->mla_i[L] * s->max_ctx * C;
+    const int64_t Hd = c->hidden, NH = c->n_heads, R = c->kv_lora, C = e->C, vh = c->v_head, T = e->T;
+    const int64_t mi = e->mla_i[L];
     float *qan = e->vec + 4 * Hd, *kvn = qan + c->q_lora;
     if (vec_f32(qan, &W[R_MLA_QA_NORM], c->q_lora) || vec_f32(kvn, &W[R_MLA_KVA_NORM], R))
-        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad MLA norm", (long long)L);
+        return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad MLA norm", (long long)L);
     const int gate = c->mla_out_gate != 0;
     mm_job j;
     mm_init(&j, T);
     mm_add(&j, &W[R_MLA_QA], c->q_lora, Hd, e->xn, Hd, e->m.qa, c->q_lora, "q_a_proj");
     mm_add(&j, &W[R_MLA_KVA], C, Hd, e->xn, Hd, e->m.kva, C, "kv_a_proj_with_mqa");
     if (gate) mm_add(&j, &W[R_MLA_G], NH * vh, Hd, e->xn, Hd, e->m.g, NH * vh, "g_proj");
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
-    for (int64_t t = 0; t < T; t++) {
-        rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, c->rms_eps);
-        /* the cache row: normed latent, then the rope slot as is (never rotated) */
-        float *row = cache + (s->pos + t) * C;
-        rmsnorm(row, e->m.kva + t * C, kvn, R, c->rms_eps);
-        memcpy(row + R, e->m.kva + t * C + R, (size_t)c->qk_rope * sizeof(float));
+    for (int64_t g = 0; g < e->n_grp; g++) {
+        const session *sq = e->g_s[g];
+        float *cache = mla_cache(sq, mi);
+        for (int64_t t = e->g_r0[g]; t < e->g_r0[g + 1]; t++) {
+            rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, c->rms_eps);
+            /* the cache row: normed latent, then the rope slot as is (never rotated) */
+            float *row = cache + (sq->pos + t - e->g_r0[g]) * C;
+            rmsnorm(row, e->m.kva + t * C, kvn, R, c->rms_eps);
+            memcpy(row + R, e->m.kva + t * C + R, (size_t)c->qk_rope * sizeof(float));
+        }
     }
     mm_init(&j, T);
     mm_add(&j, &W[R_MLA_QB], NH * e->qh, c->q_lora, e->m.qa, c->q_lora, e->m.q, NH * e->qh, "q_b_proj");
     const wt *kvb = &W[R_MLA_KVB];
     if (!kvb->p || kvb->rows != NH * (c->qk_nope + vh) || kvb->cols != R ||
         (kvb->dtype != DT_F32 && kvb->dtype != DT_BF16 && kvb->dtype != DT_F16))
-        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad kv_b_proj", (long long)L);
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+        return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad kv_b_proj", (long long)L);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
-    mla_ctx x = {e, cache, kvb, s->pos, T, gate};
-    pool_for(e->pool, NH, 1, mla_heads_fn, &x);
+    mla_ctx x = {e, mi, kvb, gate};
+    pool_for(e->pool, e->n_grp * NH, 1, mla_heads_fn, &x);
     mm_init(&j, T);
     mm_add(&j, &W[R_MLA_O], Hd, NH * vh, e->m.o, NH * vh, e->y, Hd, "o_proj");
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     return 0;
 }
@@ -775,19 +828,18 @@ static int mla_layer(session *s, int64_t L, const wt *W, int64_t T) {
 /* FFN: dense SiTU-GLU and Stable LatentMoE                                 */
 /* ======================================================================= */
 
-static int dense_layer(session *s, int64_t L, const wt *W, int64_t T) {
-    engine *e = s->e;
+static int dense_layer(engine *e, int64_t L, const wt *W) {
     const cfg *c = e->c;
-    const int64_t Hd = c->hidden, I = c->dense_inter;
+    const int64_t Hd = c->hidden, I = c->dense_inter, T = e->T;
     mm_job j;
     mm_init(&j, T);
     mm_seg *g = mm_add(&j, &W[R_DENSE_GATE], I, Hd, e->xn, Hd, e->f.dg, I, "mlp.gate_proj");
     mm_glu(&j, g, &W[R_DENSE_UP], NULL, e->f.du, "mlp.up_proj");
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     mm_init(&j, T);
     mm_add(&j, &W[R_DENSE_DOWN], Hd, I, e->f.dg, I, e->y, Hd, "mlp.down_proj");
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     return 0;
 }
@@ -822,26 +874,30 @@ static void route_token(engine *e, int64_t t, const float *bias) {
     }
 }
 
-/* Stable LatentMoE: route -> pin experts (I/O may block here) -> FFN per expert
- * -> combine -> unpin. Experts run in batches: each batch's gate/up (with SiTU)
- * is one pool dispatch and its down projections a second, so a decode step costs
- * two dispatches for all its k experts and both threads stream the k experts'
- * rows together. A batch takes the experts the source already holds
- * (expert_ready), so with a streaming source compute still overlaps reads; at
- * least one expert per batch (waited for), at most MOE_BATCH and xcap
- * (token, slot) pairs. Outputs land per (token, slot), so the sum order is the
- * token's top-k order whatever the batching. */
-static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
-    engine *e = s->e;
+/* Stable LatentMoE: route every row -> the union of chosen experts, streamed
+ * through the source in a sliding window -> FFN per expert -> combine. The
+ * window holds at most experts_capacity experts leased at once (the cache's
+ * slots): an expert is released as soon as its batch is computed and the next
+ * one of the union is requested in its place, so a union larger than the cache
+ * is read once, in waves, and the number of rows never depends on the budget.
+ * Experts run in batches: each batch's gate/up (with SiTU) is one pool dispatch
+ * and its down projections a second, so a decode step costs two dispatches for
+ * all its k experts and both threads stream the k experts' rows together. A
+ * batch takes the experts the source already holds (expert_ready), so compute
+ * overlaps reads; at least one expert per batch (waited for), at most MOE_BATCH
+ * and xcap (row, slot) pairs. Outputs land per (row, slot) and each row sums its
+ * slots in its own top-k order at the end, so neither the batching, the window
+ * nor the other rows of the pass change a row's bits. */
+static int moe_layer(engine *e, int64_t L, const wt *W) {
     const cfg *c = e->c;
     wsrc *ws = e->w;
-    const int64_t Hd = c->hidden, E = c->n_experts, k = c->topk, Z = c->latent, I = c->moe_inter;
+    const int64_t Hd = c->hidden, E = c->n_experts, k = c->topk, Z = c->latent, I = c->moe_inter, T = e->T;
     const int64_t S = c->n_shared * c->moe_inter;
     float *bias = e->vec + 4 * Hd, *lnorm = bias + E;
     if (vec_f32(bias, &W[R_MOE_BIAS], E))
-        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad e_score_correction_bias", (long long)L);
+        return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad e_score_correction_bias", (long long)L);
     if (c->latent_norm && vec_f32(lnorm, &W[R_MOE_LAT_NORM], Z))
-        return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad routed_expert_norm", (long long)L);
+        return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad routed_expert_norm", (long long)L);
     /* router, latent down-projection and the shared expert's gate/up (with SiTU)
      * all read xn */
     mm_job j;
@@ -852,7 +908,7 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
         mm_seg *g = mm_add(&j, &W[R_MOE_SH_GATE], S, Hd, e->xn, Hd, e->f.sg, S, "shared.gate_proj");
         mm_glu(&j, g, &W[R_MOE_SH_UP], NULL, e->f.su, "shared.up_proj");
     }
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     int32_t *mark = e->f.mark, *list = e->f.list, *off = e->f.xoff, *cur = e->f.xcur, *rem = e->f.rem;
     int32_t *pairs = e->f.pairs;
@@ -863,15 +919,18 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
     for (int64_t i = 0; i < T * k; i++) mark[e->f.idx[i]] = 1;
     int nu = 0;
     for (int64_t i = 0; i < E; i++) if (mark[i]) { mark[i] = nu; list[nu++] = (int32_t)i; }
-    /* (token, slot) pairs t*k+slot grouped by expert, ascending within each:
+    /* (row, slot) pairs t*k+slot grouped by expert, ascending within each:
      * expert q's are pairs[off[q] .. off[q+1]) */
     memset(off, 0, (size_t)(nu + 1) * sizeof(int32_t));
     for (int64_t i = 0; i < T * k; i++) off[mark[e->f.idx[i]] + 1]++;
-    for (int q = 0; q < nu; q++) { off[q + 1] += off[q]; cur[q] = off[q]; rem[q] = q; }
+    for (int q = 0; q < nu; q++) { off[q + 1] += off[q]; cur[q] = off[q]; }
     for (int64_t i = 0; i < T * k; i++) pairs[cur[mark[e->f.idx[i]]]++] = (int32_t)i;
-    int rc = ws->ops->experts_request(ws, L, nu, list);
-    if (rc) return wfail(s, rc, "experts_request");
-    int n_rem = nu;
+    /* the window: list[0 .. n_asked) requested, rem[0 .. n_rem) of them not yet run */
+    int64_t cap = ws->ops->experts_capacity ? ws->ops->experts_capacity(ws) : 0;
+    if (cap <= 0 || cap > nu || !ws->ops->expert_put) cap = nu;
+    int n_asked = (int)cap, n_rem = 0, rc;
+    for (int q = 0; q < n_asked; q++) rem[n_rem++] = q;
+    if (n_asked && (rc = ws->ops->experts_request(ws, L, n_asked, list))) return wfail(e, rc, "experts_request");
     while (n_rem > 0) {
         /* the batch: experts already held, else the first one left (waited for) */
         const wt *ER[MOE_BATCH];
@@ -884,7 +943,7 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
                 if (q < 0 || np + m > e->xcap) continue;
                 if (pass == 0 && ws->ops->expert_ready && !ws->ops->expert_ready(ws, L, list[q])) continue;
                 rc = ws->ops->expert_wait(ws, L, list[q], &ER[nb]);
-                if (rc) { ws->ops->experts_put(ws, L); return wfail(s, rc, "expert_wait"); }
+                if (rc) { ws->ops->experts_put(ws, L); return wfail(e, rc, "expert_wait"); }
                 bq[nb] = q;
                 bp[nb++] = np;
                 np += m;
@@ -895,8 +954,8 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
         int keep = 0;
         for (int r = 0; r < n_rem; r++) if (rem[r] >= 0) rem[keep++] = rem[r];
         n_rem = keep;
-        /* gate/up + SiTU of every expert in the batch: inputs are the token's
-         * latent row itself when the expert has one token, else gathered */
+        /* gate/up + SiTU of every expert in the batch: inputs are the row's
+         * latent itself when the expert has one row, else gathered */
         mm_init(&j, 1);
         for (int b = 0; b < nb; b++) {
             const int32_t *pq = pairs + off[bq[b]];
@@ -917,9 +976,9 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
                 mm_glu(&j, g, &ER[b][R_EXP_W3], NULL, h3, "expert w3");
             }
         }
-        if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what); }
+        if (j.bad) { ws->ops->experts_put(ws, L); return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what); }
         mm_run(e, &j);
-        /* down projections straight into the (token, slot) rows when single */
+        /* down projections straight into the (row, slot) outputs when single */
         mm_init(&j, 1);
         for (int b = 0; b < nb; b++) {
             const int64_t m = bp[b + 1] - bp[b];
@@ -928,13 +987,21 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
             if (ER[b][R_EXP_W2P].p) mm_add_mxfp4(&j, &ER[b][R_EXP_W2P], &ER[b][R_EXP_W2S], Z, I, e->f.h1 + bp[b] * I, I, Y, Z, "expert w2");
             else mm_add(&j, &ER[b][R_EXP_W2], Z, I, e->f.h1 + bp[b] * I, I, Y, Z, "expert w2");
         }
-        if (j.bad) { ws->ops->experts_put(ws, L); return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what); }
+        if (j.bad) { ws->ops->experts_put(ws, L); return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what); }
         mm_run(e, &j);
         for (int b = 0; b < nb; b++) {
             const int64_t m = bp[b + 1] - bp[b];
             const int32_t *pq = pairs + off[bq[b]];
             for (int64_t r = 0; m > 1 && r < m; r++)
                 memcpy(e->f.eo + (int64_t)pq[r] * Z, e->f.oe + (bp[b] + r) * Z, (size_t)Z * sizeof(float));
+        }
+        /* slide the window: release what ran, request as many of the rest */
+        if (n_asked < nu) {
+            for (int b = 0; b < nb; b++) ws->ops->expert_put(ws, L, list[bq[b]]);
+            const int more = nu - n_asked < nb ? nu - n_asked : nb;
+            if ((rc = ws->ops->experts_request(ws, L, more, list + n_asked))) return wfail(e, rc, "experts_request");
+            for (int q = n_asked; q < n_asked + more; q++) rem[n_rem++] = q;
+            n_asked += more;
         }
     }
     ws->ops->experts_put(ws, L);
@@ -951,7 +1018,7 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
     mm_init(&j, T);
     mm_add(&j, &W[R_MOE_LAT_UP], Hd, Z, e->f.u, Z, e->y, Hd, "routed_expert_up_proj");
     if (S > 0) mm_add(&j, &W[R_MOE_SH_DOWN], Hd, S, e->f.sg, S, e->f.tmp, Hd, "shared.down_proj");
-    if (j.bad) return sfail(s, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     if (S > 0)
         for (int64_t i = 0; i < T * Hd; i++) e->y[i] += e->f.tmp[i];
@@ -962,33 +1029,53 @@ static int moe_layer(session *s, int64_t L, const wt *W, int64_t T) {
 /* The decoder: one chunk of T tokens at positions pos .. pos+T-1           */
 /* ======================================================================= */
 
-static int forward_chunk(session *s, const int32_t *ids, int64_t T, float *logits) {
-    engine *e = s->e;
+/* Rows of the pass whose values are not all finite: -1 when all are, else the
+ * first such row. A NaN or Inf never passes silently: it would turn into garbage
+ * ids (every id 0 for a NaN norm weight). */
+static int64_t first_nonfinite_row(const float *x, int64_t rows, int64_t n) {
+    for (int64_t t = 0; t < rows; t++) {
+        float acc = 0;
+        for (int64_t i = 0; i < n; i++) acc += x[t * n + i] * 0.0f; /* NaN iff some x is NaN or Inf */
+        if (acc != acc) return t;
+    }
+    return -1;
+}
+
+static int nonfinite_fail(engine *e, int64_t row, const char *where) {
+    return efail(e, STRATA_EFORMAT, "infer: %s: non-finite values (NaN or Inf) in row %lld of the pass: "
+                 "the model's weights or config produce them", where, (long long)row);
+}
+
+/* One pass over the e->T rows set up by engine_step (groups, ids, outr): every
+ * layer's trunk is fetched once for all rows, the experts chosen by any row once
+ * per layer (the union), KDA and MLA run per sequence. Writes e->n_out rows of
+ * logits (the rows e->outr, in order) when e->n_out > 0. */
+static int forward_pass(engine *e, float *logits) {
     const cfg *c = e->c;
     wsrc *w = e->w;
-    const int64_t Hd = c->hidden;
+    const int64_t Hd = c->hidden, T = e->T;
     float *const *res = e->res;
     float *src[CFG_MAX_LAYERS + 2];
     int64_t nb = 0;            /* closed blocks B_0 .. B_{nb-1} = res[0 .. nb-1] */
     float *P = res[0];         /* the partial sum */
     int P_empty = 0;
-    int rc = w->ops->embed_rows(w, (int)T, ids, P);
-    if (rc) return wfail(s, rc, "embed_rows");
+    int rc = w->ops->embed_rows(w, (int)T, e->ids, P);
+    if (rc) return wfail(e, rc, "embed_rows");
     float *fa = e->vec, *fm = e->vec + Hd, *nin = e->vec + 2 * Hd, *npost = e->vec + 3 * Hd;
     for (int64_t L = 0; L < c->n_layers; L++) {
         if (w->ops->hint_layer) w->ops->hint_layer(w, L + 1);
         const wt *W;
         rc = w->ops->layer_get(w, L, &W);
-        if (rc) return wfail(s, rc, "layer_get");
+        if (rc) return wfail(e, rc, "layer_get");
         if (vec_f32(nin, &W[R_IN_NORM], Hd) || vec_f32(npost, &W[R_POST_NORM], Hd) ||
             vec_f32(fa, &W[R_ATTN_RES_NORM], Hd) || vec_f32(fm, &W[R_MLP_RES_NORM], Hd)) {
             w->ops->layer_put(w, L);
-            return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad norm vector", (long long)L);
+            return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad norm vector", (long long)L);
         }
         /* fold f = res_norm * res_proj (proj converted into xn's first row as temp) */
         if (vec_f32(e->h, &W[R_ATTN_RES_PROJ], Hd) || vec_f32(e->xn, &W[R_MLP_RES_PROJ], Hd)) {
             w->ops->layer_put(w, L);
-            return sfail(s, STRATA_EFORMAT, "infer: layer %lld: bad AttnRes vector", (long long)L);
+            return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad AttnRes vector", (long long)L);
         }
         for (int64_t i = 0; i < Hd; i++) { fa[i] *= e->h[i]; fm[i] *= e->xn[i]; }
         /* 1-2: h = P, or AttnRes over [B..., P] */
@@ -1005,8 +1092,8 @@ static int forward_chunk(session *s, const int32_t *ids, int64_t T, float *logit
         }
         /* 4-5: attention on RMSNorm(h) */
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, nin, Hd, c->rms_eps);
-        rc = c->is_mla[L] ? mla_layer(s, L, W, T) : kda_layer(s, L, W, T);
-        if (rc) { w->ops->layer_put(w, L); s->broken = 1; return rc; }
+        rc = c->is_mla[L] ? mla_layer(e, L, W) : kda_layer(e, L, W);
+        if (rc) { w->ops->layer_put(w, L); return rc; }
         if (P_empty) { memcpy(P, e->y, (size_t)(T * Hd) * sizeof(float)); P_empty = 0; }
         else for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         /* 6-8: FFN on RMSNorm(AttnRes([B..., P]; f_mlp)), added to P */
@@ -1014,37 +1101,121 @@ static int forward_chunk(session *s, const int32_t *ids, int64_t T, float *logit
         src[nb] = P;
         for (int64_t t = 0; t < T; t++) attn_res(e->h, src, nb + 1, t, Hd, fm, c->rms_eps);
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, npost, Hd, c->rms_eps);
-        rc = cfg_is_moe(c, L) ? moe_layer(s, L, W, T) : dense_layer(s, L, W, T);
-        if (rc) { w->ops->layer_put(w, L); s->broken = 1; return rc; }
+        rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
+        if (rc) { w->ops->layer_put(w, L); return rc; }
         for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         w->ops->layer_put(w, L);
+        int64_t bad = first_nonfinite_row(P, T, Hd);
+        if (bad >= 0) {
+            char where[48];
+            snprintf(where, sizeof where, "layer %lld", (long long)L);
+            return nonfinite_fail(e, bad, where);
+        }
     }
-    if (!logits) return 0;
-    /* head: output AttnRes, final norm, lm_head, for the last token only */
+    if (e->n_out == 0) return 0;
+    /* head: output AttnRes, final norm, lm_head, for the rows that want logits */
     const wt *W;
     rc = w->ops->layer_get(w, c->n_layers, &W);
-    if (rc) return wfail(s, rc, "layer_get(head)");
+    if (rc) return wfail(e, rc, "layer_get(head)");
     float *fo = e->vec, *nf = e->vec + Hd;
     if (vec_f32(fo, &W[R_OUT_RES_NORM], Hd) || vec_f32(e->xn, &W[R_OUT_RES_PROJ], Hd) || vec_f32(nf, &W[R_FINAL_NORM], Hd)) {
         w->ops->layer_put(w, c->n_layers);
-        return sfail(s, STRATA_EFORMAT, "infer: bad final vectors");
+        return efail(e, STRATA_EFORMAT, "infer: bad final vectors");
     }
     for (int64_t i = 0; i < Hd; i++) fo[i] *= e->xn[i];
     for (int64_t i = 0; i < nb; i++) src[i] = res[i];
     src[nb] = P;
-    attn_res(e->h, src, nb + 1, T - 1, Hd, fo, c->rms_eps);
-    rmsnorm(e->xn, e->h + (T - 1) * Hd, nf, Hd, c->rms_eps);
+    /* row i of h / xn: the i-th wanted row (outr ascending, so it never overtakes) */
+    for (int64_t i = 0; i < e->n_out; i++) {
+        attn_res(e->h, src, nb + 1, e->outr[i], Hd, fo, c->rms_eps);
+        if (e->outr[i] != i) memcpy(e->h + i * Hd, e->h + (int64_t)e->outr[i] * Hd, (size_t)Hd * sizeof(float));
+        rmsnorm(e->xn + i * Hd, e->h + i * Hd, nf, Hd, c->rms_eps);
+    }
     mm_job j;
-    mm_init(&j, 1);
+    mm_init(&j, e->n_out);
     mm_add(&j, &W[R_LM_HEAD], c->vocab, Hd, e->xn, Hd, logits, c->vocab, "lm_head");
-    if (j.bad) { w->ops->layer_put(w, c->n_layers); return sfail(s, STRATA_EFORMAT, "infer: %s", j.what); }
+    if (j.bad) { w->ops->layer_put(w, c->n_layers); return efail(e, STRATA_EFORMAT, "infer: %s", j.what); }
     mm_run(e, &j);
     w->ops->layer_put(w, c->n_layers);
+    int64_t bad = first_nonfinite_row(logits, e->n_out, c->vocab);
+    if (bad >= 0) return nonfinite_fail(e, e->outr[bad], "logits");
     return 0;
 }
 
+/* Checks a whole step before anything runs: each sequence's rows consecutive,
+ * every sequence of this engine and usable, ids in the vocabulary, contexts. */
+static int step_check(engine *e, const infer_row *rows, int64_t n) {
+    const cfg *c = e->c;
+    if (n < 1) return efail(e, STRATA_EINVAL, "infer: nothing to evaluate");
+    for (int64_t i = 0; i < n; i++) {
+        session *s = rows[i].s;
+        if (!s || s->e != e) return efail(e, STRATA_EINVAL, "infer: row %lld: no sequence of this model", (long long)i);
+        if (rows[i].id < 0 || rows[i].id >= c->vocab)
+            return efail(e, STRATA_EINVAL, "infer: token id %d at row %lld outside the vocabulary [0, %lld)", rows[i].id,
+                         (long long)i, (long long)c->vocab);
+        if (i > 0 && rows[i - 1].s == s) continue;
+        /* the first row of s's run: no earlier run of s, and its run fits */
+        for (int64_t k = 0; k < i; k++)
+            if (rows[k].s == s)
+                return efail(e, STRATA_EINVAL, "infer: row %lld: a sequence's rows must be consecutive in a step", (long long)i);
+        if (s->broken) return efail(e, STRATA_EINVAL, "infer: row %lld: the sequence failed earlier; reset it first", (long long)i);
+        int64_t m = 1;
+        while (i + m < n && rows[i + m].s == s) m++;
+        if (m > s->max_ctx - s->pos)
+            return efail(e, STRATA_EINVAL, "infer: %lld tokens at position %lld exceed the context of %lld", (long long)m,
+                         (long long)s->pos, (long long)s->max_ctx);
+    }
+    return 0;
+}
+
+/* Runs rows[0 .. n) (n <= chunk) as one pass and advances the sequences. */
+static int step_pass(engine *e, const infer_row *rows, int64_t n, float *logits) {
+    e->T = n;
+    e->n_grp = 0;
+    e->n_out = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (i == 0 || rows[i].s != rows[i - 1].s) {
+            e->g_s[e->n_grp] = rows[i].s;
+            e->g_r0[e->n_grp++] = i;
+        }
+        e->ids[i] = rows[i].id;
+        if (rows[i].logits) e->outr[e->n_out++] = (int32_t)i;
+    }
+    e->g_r0[e->n_grp] = n;
+    int rc = forward_pass(e, logits);
+    if (rc) return rc;
+    for (int64_t g = 0; g < e->n_grp; g++) {
+        session *s = e->g_s[g];
+        for (int64_t i = e->g_r0[g]; i < e->g_r0[g + 1]; i++) s->ids[s->pos++] = rows[i].id;
+    }
+    return 0;
+}
+
+int engine_step(engine *e, const infer_row *rows, int64_t n, float *logits) {
+    e->err[0] = 0;
+    int rc = step_check(e, rows, n);
+    if (rc) return rc;
+    for (int64_t i0 = 0; i0 < n; i0 += e->chunk) {
+        const int64_t m = n - i0 < e->chunk ? n - i0 : e->chunk;
+        rc = step_pass(e, rows + i0, m, logits);
+        if (rc) {
+            /* every sequence of the step is left mid-update: broken until reset */
+            for (int64_t i = 0; i < n; i++) {
+                rows[i].s->broken = 1;
+                snprintf(rows[i].s->err, sizeof rows[i].s->err, "%s", e->err);
+            }
+            return rc;
+        }
+        for (int64_t i = i0; i < i0 + m; i++) if (rows[i].logits && logits) logits += e->c->vocab;
+    }
+    return 0;
+}
+
+const char *engine_errmsg(const engine *e) { return e->err; }
+
 int session_eval(session *s, const int32_t *ids, int64_t n, float *logits) {
-    const cfg *c = s->e->c;
+    engine *e = s->e;
+    const cfg *c = e->c;
     if (s->broken) return sfail(s, STRATA_EINVAL, "infer: session failed earlier; reset it first");
     if (n < 1) return sfail(s, STRATA_EINVAL, "infer: nothing to evaluate");
     if (n > s->max_ctx - s->pos)
@@ -1054,12 +1225,15 @@ int session_eval(session *s, const int32_t *ids, int64_t n, float *logits) {
         if (ids[i] < 0 || ids[i] >= c->vocab)
             return sfail(s, STRATA_EINVAL, "infer: token id %d at %lld outside the vocabulary [0, %lld)",
                          ids[i], (long long)i, (long long)c->vocab);
-    for (int64_t i0 = 0; i0 < n; i0 += s->e->chunk) {
-        int64_t T = n - i0 < s->e->chunk ? n - i0 : s->e->chunk;
-        int rc = forward_chunk(s, ids + i0, T, i0 + T == n ? logits : NULL);
-        if (rc) { s->broken = 1; return rc; }
-        memcpy(s->ids + s->pos, ids + i0, (size_t)T * sizeof(int32_t));
-        s->pos += T;
+    for (int64_t i0 = 0; i0 < n; i0 += e->chunk) {
+        const int64_t T = n - i0 < e->chunk ? n - i0 : e->chunk;
+        for (int64_t i = 0; i < T; i++)
+            e->rowbuf[i] = (infer_row){s, ids[i0 + i], logits && i0 + i == n - 1};
+        int rc = engine_step(e, e->rowbuf, T, logits);
+        if (rc) {
+            if (!s->err[0]) snprintf(s->err, sizeof s->err, "%s", e->err);
+            return rc;
+        }
     }
     return 0;
 }

@@ -41,6 +41,30 @@ typedef struct engine_opts {
 int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, char *err, size_t errlen);
 void engine_free(engine *e); /* accepts NULL; sessions must be freed first */
 int engine_threads(const engine *e);
+
+/* One row of a step: the next token of sequence s, at s's next position.
+ * logits != 0: the row's logits are wanted. */
+typedef struct infer_row {
+    session *s;
+    int32_t id;
+    int32_t logits;
+} infer_row;
+
+/* Evaluates rows of several sequences together: each layer's trunk weights are
+ * fetched once per pass for all rows, the experts chosen by any row once per
+ * pass (their union, streamed through the source in a sliding window when it
+ * exceeds the cache), KDA and MLA run per sequence on its own state. The rows of
+ * one sequence must be consecutive and in position order; a sequence may appear
+ * in one run only. More rows than the engine's chunk run as several passes.
+ * Writes one vocab-sized row of logits per row with logits set, in row order.
+ * Batch invariance: a row's logits and its sequence's state are bit-identical
+ * whatever else is in the step, its place in it, the pass split, the budget and
+ * the thread count. Everything is checked first (ids, contexts, broken
+ * sequences): nothing is evaluated then. A failure during a pass (weight source,
+ * non-finite values) leaves every sequence of the step broken until reset.
+ * Message: engine_errmsg (also copied to each sequence's session_errmsg). */
+int engine_step(engine *e, const infer_row *rows, int64_t n, float *logits);
+const char *engine_errmsg(const engine *e);
 int64_t engine_prefill_chunk(const engine *e);
 const cfg *engine_cfg(const engine *e);
 

@@ -85,6 +85,13 @@ typedef struct wsrc_ops {
     /* 1 if expert_wait(L, id) of a requested expert would not block (it may still
      * fail). Optional: NULL means every requested expert is ready at once. */
     int (*expert_ready)(wsrc *w, int64_t L, int32_t id);
+    /* Releases one requested expert of layer L before experts_put (its views become
+     * invalid), so a layer whose expert union exceeds the cache streams it in a
+     * sliding window. Optional: NULL when every expert stays available anyway. */
+    void (*expert_put)(wsrc *w, int64_t L, int32_t id);
+    /* Experts that can be leased at once (the cache's slots). Optional: NULL or a
+     * value <= 0 means no limit. */
+    int64_t (*experts_capacity)(wsrc *w);
 } wsrc_ops;
 struct wsrc {
     const wsrc_ops *ops;

@@ -28,8 +28,8 @@
  *     rc = place_open(&w, &c, ix, model_dir, &plan, err, sizeof err);
  *     engine_opts eo = {.n_threads = threads, .prefill_chunk = plan.prefill_chunk};
  *     ... run ...; place_stats_get(w, &st); place_stats_print(&st, &plan, stderr);
- * The plan may lower prefill_chunk (the expert cache must hold the union of a
- * chunk's experts in one layer): the engine must use plan.prefill_chunk.
+ * The plan never lowers prefill_chunk: a pass's expert union larger than the cache
+ * is streamed through it in a sliding window (wsrc expert_put/experts_capacity).
  */
 #ifndef STRATA_PLACE_H
 #define STRATA_PLACE_H
@@ -48,7 +48,8 @@ typedef struct place_opts {
     uint64_t ram_bytes;       /* whole-process peak RSS budget; 0 = no budget: all resident */
     const char *pack_dir;     /* NULL = auto-find the model's pack; "" = never (read in place) */
     int64_t ctx;              /* positions the session must hold (prompt + generated) */
-    int64_t prefill_chunk;    /* requested tokens per batched forward (0 = 64) */
+    int64_t prefill_chunk;    /* rows per pass (0 = 64); never lowered by the budget */
+    int n_seqs;               /* sequences held at once (each a session); 0 = 1 */
     int n_threads;            /* compute threads (0 = default) */
     place_session_bytes_fn session_bytes; /* NULL = the planner's own estimate */
     place_engine_bytes_fn engine_bytes;   /* NULL = the planner's own estimate */
@@ -70,7 +71,9 @@ typedef struct place_plan {
     /* inputs */
     uint64_t budget_bytes;    /* 0 = unbudgeted */
     int64_t n_layers, n_units; /* n_units = n_layers + 1 (the head pseudo-layer) */
-    int64_t ctx, prefill_chunk; /* prefill_chunk: what the engine must use */
+    int64_t ctx, prefill_chunk; /* prefill_chunk: rows per pass, what the engine must use */
+    int n_seqs;               /* sequences planned for (session_bytes = n_seqs x seq_bytes) */
+    uint64_t seq_bytes;       /* one sequence's KDA state + MLA cache at ctx */
     int n_threads;
     int has_pack;             /* 1 if pack_dir holds this model's pack */
     char pack_dir[1024];      /* the pack used ("" = in place from the shards) */

@@ -5,10 +5,13 @@
  * Order of the budget, from the seed engine's measurements (seed-engine.md 7.2:
  * at a fixed total, a GB of trunk removed ~1.17 GB/token of certain traffic, ~70x
  * a GB of expert cache at the margin):
- *   1. the floor: process baseline + session + engine scratch + I/O buffers + an
- *      arena holding the largest trunk unit + one token's experts (top-k slots);
- *      the prefill chunk (engine scratch) is halved until it fits; the chunk's
- *      expert union is settled last, from the slots the cache got (step 6);
+ *   1. the floor: process baseline + the sequences (n_seqs x session) + engine
+ *      scratch for the rows of one pass + I/O buffers + an arena holding the
+ *      largest trunk unit + one row's experts (top-k slots). The rows per pass
+ *      (prefill_chunk) never depend on the budget: a pass whose expert union
+ *      exceeds the cache streams it through the cache in a sliding window
+ *      (infer.c moe_layer), so a budget only changes how often an expert is
+ *      read, never how many rows share a trunk read;
  *   2. an arena of two consecutive streamed units, so the reader thread loads
  *      layer L+1 while L computes (the seed measured 71.75 -> 42.27 s/token);
  *   3. trunk units pinned largest-first, iterated to a fixed point (pinning the
@@ -16,8 +19,7 @@
  *      against 1.29 GB for a MoE layer);
  *   4. the embedding table resident once the whole trunk is pinned (it saves only
  *      a row per token);
- *   5. everything left to the expert cache;
- *   6. the prefill chunk is lowered until its expert union fits the cache.
+ *   5. everything left to the expert cache.
  * The walk is cyclic, so pinning K of N units saves exactly K/N of the streamed
  * bytes every token; an LRU over layers would save nothing.
  */
@@ -161,41 +163,33 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
                                           : base + (uint64_t)(o->n_threads > 0 ? o->n_threads + 3 : 8) * (256u << 10) + (24u << 20);
     p->index_bytes = lay ? 0 : (uint64_t)n_tensors_all * 256;
     if (p->has_pack) p->index_bytes += (uint64_t)n_tensors_all * 48 + (uint64_t)p->n_units * 4096;
-    p->session_bytes = o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);
+    p->n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
+    p->seq_bytes = o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);
+    p->session_bytes = p->seq_bytes * (uint64_t)p->n_seqs;
     /* I/O: per-ring descriptors, the embedding-row bounce buffer (64 rows), and
      * the read-ahead/verification staging */
     p->io_bytes = (4u << 20) + io_align_up(p->embed_row_bytes * 64) + 4 * IO_ALIGN;
     int64_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 64;
     const uint64_t budget = o->ram_bytes;
     p->budget_bytes = budget;
-    /* ---- 1. the floor (chunk 1), then the largest chunk <= requested that fits ---- */
-    for (int pass = 0; pass < 2; pass++) {
-        for (int64_t T = pass ? chunk : 1;; T /= 2) {
-            p->prefill_chunk = T;
-            p->engine_bytes = o->engine_bytes ? o->engine_bytes(c, T, o->n_threads) : est_engine(c, T, o->n_threads);
-            /* while placing, reserve one token's experts; the chunk's union is
-             * settled last from what the cache gets (trunk first) */
-            int64_t need = c->topk < c->n_experts ? c->topk : c->n_experts;
-            p->min_expert_slots = n_moe ? need : 0;
-            p->n_expert_slots = p->min_expert_slots;
-            p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
-            memset(p->pinned, 0, sizeof p->pinned);
-            p->pinned_bytes = 0;
-            p->embed_resident = 0;
-            p->ring_bytes = p->ring_min_bytes = ring_need(p, 0);
-            p->total_bytes = plan_total(p);
-            if (!pass) { p->min_bytes = p->total_bytes; break; }
-            if (T <= 1 || !budget || p->total_bytes <= budget) break;
-        }
-    }
+    /* ---- 1. the floor, at the requested rows per pass ---- */
+    p->prefill_chunk = chunk;
+    p->engine_bytes = o->engine_bytes ? o->engine_bytes(c, chunk, o->n_threads) : est_engine(c, chunk, o->n_threads);
+    p->min_expert_slots = n_moe ? (c->topk < c->n_experts ? c->topk : c->n_experts) : 0;
+    p->n_expert_slots = p->min_expert_slots;
+    p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
+    p->ring_bytes = p->ring_min_bytes = ring_need(p, 0);
+    p->total_bytes = p->min_bytes = plan_total(p);
     if (budget && p->total_bytes > budget) {
         char a[32], b[32];
         return base_fail(err, errlen, STRATA_EBUDGET,
                          "a budget of %s is below the minimum: this model needs at least %s "
-                         "(arena %s for the largest layer, %lld expert slots, session %s at ctx %lld)",
+                         "(arena %s for the largest layer, %lld expert slots, %d x session %s at ctx %lld, "
+                         "engine %s for %lld rows per pass)",
                          base_fmt_bytes(budget, a, sizeof a), base_fmt_bytes(p->min_bytes, b, sizeof b),
                          base_fmt_bytes(p->ring_min_bytes, (char[32]){0}, 32), (long long)p->min_expert_slots,
-                         base_fmt_bytes(p->session_bytes, (char[32]){0}, 32), (long long)p->ctx);
+                         p->n_seqs, base_fmt_bytes(p->seq_bytes, (char[32]){0}, 32), (long long)p->ctx,
+                         base_fmt_bytes(p->engine_bytes, (char[32]){0}, 32), (long long)p->prefill_chunk);
     }
     if (!budget) { /* unbudgeted: everything resident that this machine can hold */
         uint64_t avail = base_mem_available();
@@ -262,14 +256,6 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all > p->min_expert_slots ? n_expert_all : p->min_expert_slots;
         p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
     }
-    /* The chunk's expert union is leased for a whole layer: min(T * topk,
-     * n_experts) slots. It gets what the cache got after the trunk, not more: on K3
-     * at 24 GB a 64-token chunk would lease all 896 experts (15.7 GB), RAM that
-     * pinned layers save on every decode token. */
-    while (p->prefill_chunk > 1 && n_moe &&
-           (p->prefill_chunk * c->topk < c->n_experts ? p->prefill_chunk * c->topk : c->n_experts) > p->n_expert_slots)
-        p->prefill_chunk--;
-    if (n_moe) p->min_expert_slots = p->prefill_chunk * c->topk < c->n_experts ? p->prefill_chunk * c->topk : c->n_experts;
     p->streamed_bytes = 0;
     for (int64_t u = 0; u < p->n_units; u++) if (!p->pinned[u]) p->streamed_bytes += p->unit_bytes[u];
     p->total_bytes = plan_total(p);
@@ -309,8 +295,10 @@ void place_plan_print(const place_plan *p, FILE *f) {
     fprintf(f, "  expert cache      %10.3f GB  %lld slots of %.2f MB (min %lld), %s\n", gb(p->cache_bytes),
             (long long)p->n_expert_slots, (double)p->expert_slot_bytes / 1e6, (long long)p->min_expert_slots,
             p->cache_policy == PLACE_POLICY_LRU ? "LRU" : "S3-FIFO");
-    fprintf(f, "  session (ctx %lld) %8.3f GB  KDA state + MLA latent cache\n", (long long)p->ctx, gb(p->session_bytes));
-    fprintf(f, "  engine scratch    %10.3f GB  prefill chunk %lld\n", gb(p->engine_bytes), (long long)p->prefill_chunk);
+    fprintf(f, "  sequences         %10.3f GB  %d x %.3f GB (KDA state + MLA latent cache for ctx %lld)\n",
+            gb(p->session_bytes), p->n_seqs, gb(p->seq_bytes), (long long)p->ctx);
+    fprintf(f, "  engine scratch    %10.3f GB  %lld rows per pass (prefill chunk %lld)\n", gb(p->engine_bytes),
+            (long long)p->prefill_chunk, (long long)p->prefill_chunk);
     fprintf(f, "  I/O buffers       %10.3f GB\n", gb(p->io_bytes));
     fprintf(f, "  index + manifest  %10.3f GB\n", gb(p->index_bytes));
     fprintf(f, "  process baseline  %10.3f GB  (VmRSS now + thread stacks + allocator slack)\n", gb(p->overhead_bytes));
@@ -339,6 +327,8 @@ json_t *place_plan_json(const place_plan *p) {
     I("expert_slot_bytes", p->expert_slot_bytes);
     I("cache_bytes", p->cache_bytes);
     I("session_bytes", p->session_bytes);
+    I("seq_bytes", p->seq_bytes);
+    I("n_seqs", p->n_seqs);
     I("engine_bytes", p->engine_bytes);
     I("io_bytes", p->io_bytes);
     I("index_bytes", p->index_bytes);

@@ -705,8 +705,8 @@ static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
             release_request(s);
             return base_fail(s->err, sizeof s->err, STRATA_EBUDGET,
                              "stream: the expert cache (%lld slots) cannot lease %lld experts of layer %lld at once: "
-                             "use the plan's prefill chunk (%lld)", (long long)cache_n_slots(s->xc), (long long)held + (n - i),
-                             (long long)L, (long long)s->plan.prefill_chunk);
+                             "stream them in waves of at most experts_capacity", (long long)cache_n_slots(s->xc), (long long)held + (n - i),
+                             (long long)L);
         }
         s->req_slot[id] = sl;
         s->req_list[s->n_req++] = id;
@@ -751,6 +751,22 @@ static void st_experts_put(wsrc *w, int64_t L) {
     stream *s = (stream *)w;
     if (s->req_L == L) release_request(s);
 }
+
+/* One expert of the open request, released early (its compute is done). The
+ * request list is short (at most the cache's slots): a linear search is cheap. */
+static void st_expert_put(wsrc *w, int64_t L, int32_t id) {
+    stream *s = (stream *)w;
+    if (s->req_L != L || id < 0 || id >= s->NE || s->req_slot[id] < 0) return;
+    const int sl = s->req_slot[id];
+    io_req *d;
+    while (cache_state(s->xc, sl) == 1 /* INFLIGHT */ && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+    cache_unpin(s->xc, sl);
+    s->req_slot[id] = -1;
+    for (int i = 0; i < s->n_req; i++)
+        if (s->req_list[i] == id) { s->req_list[i] = s->req_list[--s->n_req]; break; }
+}
+
+static int64_t st_experts_capacity(wsrc *w) { return cache_n_slots(((stream *)w)->xc); }
 
 /* =============================================================== embeddings */
 
@@ -852,7 +868,7 @@ static const char *st_errmsg(wsrc *w) { return ((stream *)w)->err; }
 
 static const wsrc_ops k_stream_ops = {
     st_layer_get, st_layer_put, st_experts_request, st_expert_wait, st_experts_put,
-    st_embed_rows, st_hint_layer, ws_close, st_errmsg, st_expert_ready,
+    st_embed_rows, st_hint_layer, ws_close, st_errmsg, st_expert_ready, st_expert_put, st_experts_capacity,
 };
 
 /* ===================================================================== open */

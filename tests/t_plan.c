@@ -39,7 +39,8 @@ TEST(plan_k3_sweep) {
         uint64_t largest = 0;
         for (int64_t u = 0; u < p.n_units; u++) if (!p.pinned[u] && p.unit_bytes[u] > largest) largest = p.unit_bytes[u];
         CHECK(p.ring_bytes >= largest && p.ring_min_bytes == largest);
-        CHECK(p.n_expert_slots >= p.prefill_chunk * c.topk || p.n_expert_slots >= c.n_experts);
+        CHECK(p.n_expert_slots >= c.topk);          /* one row's experts; unions stream in waves */
+        CHECK(p.prefill_chunk == 64);               /* rows per pass never depend on the budget */
         /* more RAM never pins fewer units nor reads more per token */
         CHECK(p.n_pinned >= prev_pinned);
         CHECK((double)p.read_bytes_per_token <= prev_read * 1.0000001);
@@ -51,10 +52,21 @@ TEST(plan_k3_sweep) {
         if (p.n_pinned && largest > smallest_pinned) CHECK(p.total_bytes + largest - smallest_pinned > o.ram_bytes || largest > o.ram_bytes);
     }
     CHECK(min > 2000000000ull && min < 4000000000ull); /* K3's floor sits under 4 GB (the seed engine's: 8.24 GB) */
-    /* 4 GB: the prefill chunk shrinks so its expert union fits */
+    /* 4 GB: a 64-row pass (its expert union streams through the cache in waves) */
     place_opts o = k3_opts(4000000000ull);
     CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0);
-    CHECK(p.prefill_chunk < 64 && p.prefill_chunk >= 1);
+    CHECK(p.prefill_chunk == 64);
+    /* 8 sequences: 8 sessions in the plan, less RAM for weights at the same budget */
+    o.n_seqs = 8;
+    o.ram_bytes = 12000000000ull;
+    CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0);
+    CHECK(p.n_seqs == 8 && p.session_bytes == 8 * p.seq_bytes && p.total_bytes <= o.ram_bytes);
+    uint64_t weights8 = p.pinned_bytes + p.cache_bytes; /* RAM left for weights */
+    o.n_seqs = 1;
+    CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0);
+    CHECK(p.pinned_bytes + p.cache_bytes > weights8);
+    o.ram_bytes = 4000000000ull;
+    CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0);
     json_t *j = place_plan_json(&p);
     CHECK(json_integer_value(json_object_get(j, "total_bytes")) == (json_int_t)p.total_bytes);
     CHECK(json_is_array(json_object_get(j, "pinned_units")));
