@@ -6,7 +6,7 @@
  * generation prompt) and only those ids are prefilled; the reply's ids, including
  * its end id, are already in the session when the next turn starts. Nothing is
  * re-prefilled except after /reset. /save and /load write and read the session
- * state (infer.h session_save/_load), so a conversation resumes exactly.
+ * state (strata_seq_save/_load), so a conversation resumes exactly.
  *
  * stdout carries the response channel only; the think channel goes to stderr
  * (or to stdout between <think> lines with --show-think), so `echo hi | strata
@@ -16,14 +16,9 @@
 #include <unistd.h>
 #include "chat.h"
 #include "cli.h"
-#include "cfg.h"
-#include "infer.h"
-#include "kern.h"
-#include "model.h"
 #include "model_open.h"
-#include "pool.h"
 #include "sample.h"
-#include "st.h"
+#include "strata.h"
 #include "tok.h"
 
 #define CMD "chat"
@@ -105,8 +100,10 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
 
 typedef struct chat_state {
     mo_model m;
-    cfg c;        /* = m.c */
-    session *s;
+    int64_t vocab;
+    strata_seq *s;
+    strata_row *rows; /* prefill rows (MEM_MISC, grows with the render buffer) */
+    size_t cap_rows;
     sampler *sm;
     tok *tk;
     float *logits;
@@ -125,7 +122,8 @@ static void chat_release(chat_state *r) {
     base_free(r->logits);
     tok_close(r->tk);
     sampler_free(r->sm);
-    session_free(r->s);
+    base_free(r->rows);
+    strata_seq_free(r->s);
     mo_close(&r->m);
 }
 
@@ -162,19 +160,26 @@ static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int f
         return -1;
     }
     if (r->n_ids == 0) return 0;
-    if (session_pos(r->s) + (int64_t)r->n_ids >= session_max_ctx(r->s)) {
+    if (strata_seq_pos(r->s) + (int64_t)r->n_ids >= r->m.info.ctx) {
         fprintf(stderr, "strata chat: the context is full (%lld positions); /reset or a larger --ctx\n",
-                (long long)session_max_ctx(r->s));
+                (long long)r->m.info.ctx);
         return 1;
     }
     for (size_t i = 0; i < r->n_ids; i++)
-        if (r->ids[i] >= r->c.vocab) {
+        if (r->ids[i] >= r->vocab) {
             fprintf(stderr, "strata chat: id %d is outside the model's vocabulary\n", r->ids[i]);
             return -1;
         }
+    if (r->n_ids > r->cap_rows) {
+        strata_row *nr = base_realloc(r->rows, r->n_ids * sizeof *nr, MEM_MISC);
+        if (!nr) { fprintf(stderr, "strata chat: out of memory\n"); return -1; }
+        r->rows = nr;
+        r->cap_rows = r->n_ids;
+    }
+    for (size_t i = 0; i < r->n_ids; i++) r->rows[i] = (strata_row){r->s, r->ids[i], i + 1 == r->n_ids};
     double t0 = base_now();
-    if (session_eval(r->s, r->ids, (int64_t)r->n_ids, r->logits)) {
-        fprintf(stderr, "strata chat: %s\n", session_errmsg(r->s));
+    if (strata_step(r->m.m, r->rows, (int64_t)r->n_ids, r->logits, err, sizeof err)) {
+        fprintf(stderr, "strata chat: %s\n", err);
         return -1;
     }
     r->t_prefill += base_now() - t0;
@@ -184,7 +189,7 @@ static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int f
 
 /* The preamble: thinking-effort message and --system, evaluated from empty. */
 static int preamble(chat_state *r, const chat_opts *o) {
-    session_reset(r->s);
+    strata_seq_reset(r->s);
     chat_msg sys = {CHAT_SYSTEM, o->system, NULL};
     return feed(r, &sys, o->system ? 1 : 0, o->effort, 0);
 }
@@ -213,7 +218,7 @@ static int reply(chat_state *r, const chat_opts *o) {
     int64_t n = 0;
     while (n < o->gen) {
         base_mem_guard(1);
-        int32_t id = sampler_next(r->sm, r->logits, session_tokens(r->s), session_pos(r->s));
+        int32_t id = sampler_next_at(r->sm, r->logits, strata_seq_tokens(r->s), strata_seq_pos(r->s), strata_seq_pos(r->s));
         base_mem_guard(0);
         n++;
         int ch;
@@ -221,19 +226,20 @@ static int reply(chat_state *r, const chat_opts *o) {
         size_t pn;
         int rc = chat_follow_push(f, id, &ch, &p, &pn);
         show(o, ch, &cur, p, pn);
-        if (session_pos(r->s) + 1 >= session_max_ctx(r->s)) {
+        if (strata_seq_pos(r->s) + 1 >= r->m.info.ctx) {
             fprintf(stderr, "\nstrata chat: the context is full; /reset or a larger --ctx\n");
             break;
         }
         /* the chosen id joins the state, end ids too: the next turn continues after it */
         double t0 = base_now();
         base_mem_guard(1);
-        int erc = session_eval(r->s, &id, 1, r->logits);
+        strata_row row = {r->s, id, 1};
+        int erc = strata_step(r->m.m, &row, 1, r->logits, err, sizeof err);
         base_mem_guard(0);
         r->t_decode += base_now() - t0;
         r->n_decode++;
         if (erc) {
-            fprintf(stderr, "\nstrata chat: %s\n", session_errmsg(r->s));
+            fprintf(stderr, "\nstrata chat: %s\n", err);
             ret = -1;
             break;
         }
@@ -263,27 +269,31 @@ int cmd_chat(int argc, char **argv) {
     char err[4096], path[4096], tc[4096];
     int ret = 1;
     if (mo_open(&r.m, CMD, o.model_dir)) goto out;
-    r.c = r.m.c;
+    r.vocab = r.m.info.vocab;
     snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
     snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
     if (tok_open(&r.tk, path, tc, TOK_PAT_KIMI, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     chat_ids ci;
     if (chat_ids_init(&ci, r.tk, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    int64_t ctx = o.ctx ? o.ctx : (r.c.max_ctx < CHAT_DEFAULT_CTX ? r.c.max_ctx : CHAT_DEFAULT_CTX);
-    if ((rc = mo_place(&r.m, &o.mo, ctx))) {
+    const int64_t mctx = r.m.info.model_max_ctx;
+    if (o.ctx > mctx)
+        fprintf(stderr, "strata chat: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ctx,
+                (long long)mctx);
+    int64_t ctx = o.ctx ? o.ctx : (mctx < CHAT_DEFAULT_CTX ? mctx : CHAT_DEFAULT_CTX);
+    if ((rc = mo_place(&r.m, &o.mo, ctx, 1))) {
         ret = rc == MO_PLANNED ? 0 : rc;
         goto out;
     }
-    const int threads = r.m.threads;
-    if (session_create(&r.s, r.m.e, ctx, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    if (sampler_create(&r.sm, r.c.vocab, &o.so, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    r.logits = base_alloc((size_t)r.c.vocab * sizeof(float), MEM_SCRATCH);
+    const int threads = r.m.info.n_threads;
+    if (strata_seq_create(r.m.m, &r.s, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if (sampler_create(&r.sm, r.vocab, &o.so, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    r.logits = base_alloc((size_t)r.vocab * sizeof(float), MEM_SCRATCH);
     if (!r.logits) { fprintf(stderr, "strata chat: out of memory\n"); goto out; }
     if (preamble(&r, &o)) goto out;
     const int tty = isatty(0);
     if (tty)
         fprintf(stderr, "strata chat: %lld layers, ctx %lld, thinking %s, %d threads. /help for commands.\n",
-                (long long)r.c.n_layers, (long long)ctx, chat_effort_name(o.effort), threads);
+                (long long)r.m.info.n_layers, (long long)ctx, chat_effort_name(o.effort), threads);
     size_t len;
     for (;;) {
         if (tty) { fputs("> ", stderr); fflush(stderr); }
@@ -299,16 +309,17 @@ int cmd_chat(int argc, char **argv) {
             } else if (!strcmp(r.line, "/reset")) {
                 if (preamble(&r, &o)) goto out;
                 fputs("strata chat: conversation reset\n", stderr);
-            } else if (!strcmp(r.line, "/save") && arg && *arg) {
-                if (session_save(r.s, arg, err, sizeof err)) fprintf(stderr, "strata chat: %s\n", err);
-                else fprintf(stderr, "strata chat: saved %lld positions to %s\n", (long long)session_pos(r.s), arg);
-            } else if (!strcmp(r.line, "/load") && arg && *arg) {
-                if (session_load(r.s, arg, err, sizeof err)) {
-                    fprintf(stderr, "strata chat: %s (the conversation was reset)\n", err);
-                    if (preamble(&r, &o)) goto out;
-                } else {
-                    fprintf(stderr, "strata chat: loaded %lld positions from %s\n", (long long)session_pos(r.s), arg);
-                }
+            } else if ((!strcmp(r.line, "/save") || !strcmp(r.line, "/load")) && !(arg && *arg)) {
+                fprintf(stderr, "strata chat: usage: %s FILE\n", r.line);
+            } else if (!strcmp(r.line, "/save")) {
+                if (strata_seq_save(r.s, arg, err, sizeof err)) fprintf(stderr, "strata chat: %s\n", err);
+                else fprintf(stderr, "strata chat: saved %lld positions to %s\n", (long long)strata_seq_pos(r.s), arg);
+            } else if (!strcmp(r.line, "/load")) {
+                /* a failed load leaves the conversation as it was */
+                if (strata_seq_load(r.s, arg, err, sizeof err))
+                    fprintf(stderr, "strata chat: %s (the conversation is unchanged)\n", err);
+                else
+                    fprintf(stderr, "strata chat: loaded %lld positions from %s\n", (long long)strata_seq_pos(r.s), arg);
             } else {
                 fprintf(stderr, "strata chat: unknown command '%s' (/help)\n", r.line);
             }

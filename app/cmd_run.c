@@ -4,8 +4,12 @@
  *
  * stdout carries only the output: with --print-ids ONE comma-separated line of the
  * generated ids (not the prompt); otherwise the generated text, streamed, when the
- * model has a tokenizer, else the ids. Everything else (logs, the run report) goes
- * to stderr. Exit: 0 ok, 1 model/IO/runtime failure, 2 usage or bad input.
+ * model has a tokenizer, else the ids. With --batch FILE every line of FILE is its
+ * own sequence, all stepped together through the public API's generators (each
+ * weight read once per pass for all of them); the outputs are printed at the end,
+ * one line per input line, in input order. Everything else (logs, progress, the
+ * run report) goes to stderr. Exit: 0 ok, 1 model/IO/runtime failure, 2 usage or
+ * bad input.
  */
 #include <errno.h>
 #include <math.h>
@@ -13,23 +17,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <jansson.h>
+#include "base.h"
 #include "cli.h"
-#include "cfg.h"
-#include "infer.h"
 #include "jsonx.h"
-#include "kern.h"
-#include "model.h"
 #include "model_open.h"
-#include "place.h"
-#include "pool.h"
-#include "sample.h"
-#include "st.h"
-#include "tok.h"
+#include "strata.h"
 
 #define CMD "run"
 #define RUN_DEFAULT_GEN 32
 #define RUN_MAX_GEN (1 << 20)
-#define RUN_MAX_STOP 16
+#define RUN_MAX_BATCH (1 << 20)
+#define RUN_DEFAULT_PARALLEL 16
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "--dump-logits writes host floats; this build assumes a little-endian host"
@@ -37,20 +35,25 @@
 
 static void usage(FILE *f) {
     fprintf(f,
-        "usage: strata run MODEL_DIR (--ids 1,2,3 | --prompt TEXT | --prompt-file F) [options]\n"
+        "usage: strata run MODEL_DIR (--ids 1,2,3 | --prompt TEXT | --prompt-file F | --batch FILE) [options]\n"
         "\n"
         "  --ids LIST           prompt as comma-separated token ids (no tokenizer needed)\n"
         "  --prompt TEXT        prompt text (needs the model's tiktoken.model)\n"
         "  --prompt-file F      prompt text read verbatim from F\n"
+        "  --batch FILE         every line of FILE is a prompt of its own sequence (ids 1,2,3), all\n"
+        "                       stepped together; outputs one line per input line, in order;\n"
+        "                       --dump-logits F writes F.0, F.1, ... (one per line)\n"
+        "  --batch-text         --batch lines are text, not ids\n"
+        "  --parallel N         sequences held at once with --batch (default min(lines, %d))\n"
         "  --gen N              tokens to generate (default %d, >= 1)\n"
         "  --temp T             temperature; 0 = greedy, ties to the lowest id (default 0)\n"
         "  --top-k K            keep the K most likely tokens (0 = off)\n"
         "  --top-p P            nucleus sampling mass in (0, 1] (1 = off)\n"
         "  --min-p P            drop tokens below P x the top probability (0 = off)\n"
         "  --repeat-penalty R   penalise the last 64 ids (1 = off)\n"
-        "  --seed S             sampling seed (default 0; same seed, same tokens)\n"
+        "  --seed S             sampling seed (default 0): the draw at position p depends only on (S, p)\n"
         "  --ctx N              context positions (default prompt + gen, at most the model's maximum)\n"
-        "  --chunk N            prefill tokens per batched forward (default %d)\n"
+        "  --chunk N            rows per pass (prefill chunk / batch; default %d)\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
         "  --json FILE          write a JSON run report\n"
@@ -59,21 +62,20 @@ static void usage(FILE *f) {
         "  --ignore-eos         never stop at an end id\n"
         "\n"
         "End ids: config eos ids plus tokenizer_config.json's. Env: STRATA_KERNEL=scalar|avx2|...\n",
-        RUN_DEFAULT_GEN, INFER_DEFAULT_CHUNK);
+        RUN_DEFAULT_PARALLEL, RUN_DEFAULT_GEN, 64);
 }
 
 typedef struct run_opts {
-    const char *model_dir, *ids, *prompt, *prompt_file, *dump_logits, *json_path;
+    const char *model_dir, *ids, *prompt, *prompt_file, *batch, *dump_logits, *json_path;
     mo_opts mo;
-    int64_t gen, ctx;
-    sample_opts so;
-    int print_ids, stop_eos, ignore_eos;
+    int64_t gen, ctx, parallel;
+    strata_gen_opts go;
+    int print_ids, stop_eos, ignore_eos, batch_text;
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o) {
-    sample_opts sd = SAMPLE_OPTS_DEFAULT;
     memset(o, 0, sizeof *o);
-    o->so = sd;
+    o->go = strata_gen_opts_default();
     o->gen = RUN_DEFAULT_GEN;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -87,13 +89,16 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
         else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
         else if (!strcmp(a, "--prompt-file")) { NEED(); o->prompt_file = v; }
+        else if (!strcmp(a, "--batch")) { NEED(); o->batch = v; }
+        else if (!strcmp(a, "--batch-text")) o->batch_text = 1;
+        else if (!strcmp(a, "--parallel")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->parallel)) BAD("an integer in [1, 4096]"); }
         else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, RUN_MAX_GEN, &o->gen)) BAD("an integer in [1, 1048576]"); }
-        else if (!strcmp(a, "--temp")) { NEED(); if (base_parse_f64(v, 0, 1e6, &o->so.temp)) BAD(">= 0"); }
-        else if (!strcmp(a, "--top-k")) { NEED(); if (base_parse_i64(v, 0, INT32_MAX, &o->so.top_k)) BAD("an integer >= 0"); }
-        else if (!strcmp(a, "--top-p")) { NEED(); if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); o->so.top_p = d; }
-        else if (!strcmp(a, "--min-p")) { NEED(); if (base_parse_f64(v, 0, 1, &o->so.min_p)) BAD("in [0, 1]"); }
-        else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("> 0"); o->so.repeat_penalty = d; }
-        else if (!strcmp(a, "--seed")) { NEED(); if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); o->so.seed = (uint64_t)n; }
+        else if (!strcmp(a, "--temp")) { NEED(); if (base_parse_f64(v, 0, 1e6, &o->go.temp)) BAD("a number in [0, 1e6]"); }
+        else if (!strcmp(a, "--top-k")) { NEED(); if (base_parse_i64(v, 0, INT32_MAX, &o->go.top_k)) BAD("an integer >= 0"); }
+        else if (!strcmp(a, "--top-p")) { NEED(); if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); o->go.top_p = d; }
+        else if (!strcmp(a, "--min-p")) { NEED(); if (base_parse_f64(v, 0, 1, &o->go.min_p)) BAD("in [0, 1]"); }
+        else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("in (0, 1e6]"); o->go.repeat_penalty = d; }
+        else if (!strcmp(a, "--seed")) { NEED(); if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); o->go.seed = (uint64_t)n; }
         else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
         else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->mo.chunk)) BAD("1..4096"); }
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
@@ -108,118 +113,201 @@ static int parse_args(int argc, char **argv, run_opts *o) {
 #undef BAD
     }
     if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
-    int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL);
-    if (np != 1 && !(o->mo.plan_only && np == 0)) return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file");
+    int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL) + (o->batch != NULL);
+    if (np != 1 && !(o->mo.plan_only && np == 0))
+        return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file, --batch");
+    if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
+    if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
     return 0;
 }
+
+/* One sequence of the run: its prompt, its generator, its dump file. */
+typedef struct run_seq {
+    int32_t *prompt;
+    int64_t n_prompt;
+    strata_gen *g;
+    int64_t n_gen;            /* generated (copied out when the generator ends) */
+    int32_t *gen_ids;
+    int stopped;
+    uint64_t lhash;
+    sbuf text;                /* batch: the generated text */
+    FILE *dump;
+    char dump_path[4096], dump_tmp[4200];
+} run_seq;
 
 /* Everything the run holds, released in one place. */
 typedef struct run_state {
     mo_model m;
-    cfg c;                    /* = m.c */
-    session *s;
-    sampler *sm;
-    tok *tk;
-    tok_stream *ts;
-    int32_t *prompt, *gen_ids;
-    float *logits;
-    FILE *dump;
-    char dump_tmp[4096]; /* the file being written; renamed to --dump-logits on success */
+    const run_opts *o;
+    run_seq *q;
+    int64_t n_q;
+    strata_seq **seqs;
+    strata_gen **active;
+    int single, stream_text, failed;
+    double t_first;           /* seconds until the first generated token (single run) */
+    double t0;
 } run_state;
 
 /* --dump-logits is written beside its destination and renamed only once the run
  * has finished, so a failed or interrupted run never leaves a plausible-looking
  * partial dump. A destination that exists and is not a regular file (/dev/stdout,
  * a FIFO) is written directly. */
-static int dump_open(run_state *r, const char *path) {
+static int dump_open(run_seq *q, const char *path) {
     struct stat sb;
-    r->dump_tmp[0] = 0;
+    snprintf(q->dump_path, sizeof q->dump_path, "%s", path);
+    q->dump_tmp[0] = 0;
     if (!(stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))) {
-        if (snprintf(r->dump_tmp, sizeof r->dump_tmp, "%s.partial-%d", path, (int)getpid()) >= (int)sizeof r->dump_tmp) {
+        if (snprintf(q->dump_tmp, sizeof q->dump_tmp, "%s.partial-%d", path, (int)getpid()) >= (int)sizeof q->dump_tmp) {
             fprintf(stderr, "strata run: %s: path too long\n", path);
-            r->dump_tmp[0] = 0;
+            q->dump_tmp[0] = 0;
             return 1;
         }
     }
-    if (!(r->dump = fopen(r->dump_tmp[0] ? r->dump_tmp : path, "wb"))) {
+    if (!(q->dump = fopen(q->dump_tmp[0] ? q->dump_tmp : path, "wb"))) {
         fprintf(stderr, "strata run: --dump-logits %s: %s\n", path, strerror(errno));
-        r->dump_tmp[0] = 0;
+        q->dump_tmp[0] = 0;
         return 1;
     }
     return 0;
 }
 
-static int dump_commit(run_state *r, const char *path) {
-    int bad = fflush(r->dump) || (r->dump_tmp[0] && fsync(fileno(r->dump)));
-    bad |= fclose(r->dump) != 0;
-    r->dump = NULL;
-    if (!bad && r->dump_tmp[0] && rename(r->dump_tmp, path)) bad = 1;
+static int dump_commit(run_seq *q) {
+    int bad = fflush(q->dump) || (q->dump_tmp[0] && fsync(fileno(q->dump)));
+    bad |= fclose(q->dump) != 0;
+    q->dump = NULL;
+    if (!bad && q->dump_tmp[0] && rename(q->dump_tmp, q->dump_path)) bad = 1;
     if (bad) {
-        fprintf(stderr, "strata run: %s: write failed (%s)\n", path, strerror(errno));
-        if (r->dump_tmp[0]) unlink(r->dump_tmp);
+        fprintf(stderr, "strata run: %s: write failed (%s)\n", q->dump_path, strerror(errno));
+        if (q->dump_tmp[0]) unlink(q->dump_tmp);
     }
-    r->dump_tmp[0] = 0;
+    q->dump_tmp[0] = 0;
     return bad;
 }
 
 static void run_release(run_state *r) {
-    if (r->dump) fclose(r->dump);
-    if (r->dump_tmp[0]) unlink(r->dump_tmp);
-    base_free(r->logits);
-    base_free(r->gen_ids);
-    base_free(r->prompt);
-    tok_stream_close(r->ts);
-    tok_close(r->tk);
-    sampler_free(r->sm);
-    session_free(r->s);
+    for (int64_t i = 0; r->q && i < r->n_q; i++) {
+        run_seq *q = &r->q[i];
+        if (q->dump) fclose(q->dump);
+        if (q->dump_tmp[0]) unlink(q->dump_tmp);
+        strata_gen_free(q->g);
+        base_free(q->prompt);
+        base_free(q->gen_ids);
+        sbuf_free(&q->text);
+    }
+    base_free(r->q);
+    for (int64_t i = 0; r->seqs && i < r->o->parallel; i++) strata_seq_free(r->seqs[i]);
+    base_free(r->seqs);
+    base_free(r->active);
     mo_close(&r->m);
 }
 
-static int load_prompt(run_state *r, const run_opts *o, int64_t *n_prompt) {
+/* Text -> ids through the model's tokenizer; ids checked against the vocabulary. */
+static int tokenize(run_state *r, const char *text, size_t len, int32_t **ids, int64_t *n, const char *what) {
     char err[1024];
-    const int64_t V = r->c.vocab;
-    if (o->ids) {
-        int64_t *ids;
-        size_t n;
-        if (base_parse_id_list(o->ids, 0, V - 1, &ids, &n) || n == 0) {
-            fprintf(stderr, "strata run: bad --ids '%s': need comma-separated ids in [0, %lld)\n", o->ids, (long long)V);
-            return EXIT_USAGE;
-        }
-        r->prompt = base_alloc(n * sizeof(int32_t), MEM_MISC);
-        if (!r->prompt) { base_free(ids); fprintf(stderr, "strata run: out of memory\n"); return 1; }
-        for (size_t i = 0; i < n; i++) r->prompt[i] = (int32_t)ids[i];
-        base_free(ids);
-        *n_prompt = (int64_t)n;
-        return 0;
+    size_t k = 0;
+    if (len == 0) { fprintf(stderr, "strata run: %s: empty prompt\n", what); return EXIT_USAGE; }
+    if (strata_tokenize(r->m.m, text, len, 0, ids, &k, err, sizeof err)) {
+        fprintf(stderr, "strata run: %s: %s\n", what, err);
+        return r->m.info.has_tokenizer ? 1 : EXIT_USAGE;
     }
-    if (!r->tk) {
-        fprintf(stderr, "strata run: text prompts need the model's tokenizer (%s/tiktoken.model); use --ids\n", o->model_dir);
+    if (k == 0) { fprintf(stderr, "strata run: %s: empty prompt\n", what); return EXIT_USAGE; }
+    *n = (int64_t)k;
+    return 0;
+}
+
+static int parse_ids(run_state *r, const char *s, int32_t **ids, int64_t *n, const char *what) {
+    const int64_t V = r->m.info.vocab;
+    int64_t *v;
+    size_t k;
+    if (base_parse_id_list(s, 0, V - 1, &v, &k) || k == 0) {
+        fprintf(stderr, "strata run: bad %s '%.200s': need comma-separated ids in [0, %lld)\n", what, s, (long long)V);
         return EXIT_USAGE;
     }
-    uint8_t *text = NULL;
-    size_t len = 0;
-    if (o->prompt_file) {
-        if (base_read_file(o->prompt_file, 1u << 30, &text, &len, err, sizeof err)) {
+    *ids = base_alloc(k * sizeof(int32_t), MEM_MISC);
+    if (!*ids) { base_free(v); fprintf(stderr, "strata run: out of memory\n"); return 1; }
+    for (size_t i = 0; i < k; i++) (*ids)[i] = (int32_t)v[i];
+    base_free(v);
+    *n = (int64_t)k;
+    return 0;
+}
+
+/* The largest prompt the context can take, in bytes: a longer text cannot fit
+ * (every token is at most max_token bytes), so it is refused before it is read
+ * and tokenized (a 200 MB file used to peak at 1.26 GB RSS under --ram-gb 0.1). */
+static uint64_t max_prompt_bytes(run_state *r, int64_t ctx_cap) {
+    size_t mt = strata_token_max_bytes(r->m.m);
+    return mt ? (uint64_t)ctx_cap * mt : UINT64_MAX;
+}
+
+static int load_prompts(run_state *r, int64_t ctx_cap) {
+    const run_opts *o = r->o;
+    char err[1024];
+    int rc;
+    if (!o->batch) {
+        r->n_q = 1;
+        r->q = base_calloc(1, sizeof *r->q, MEM_MISC);
+        if (!r->q) { fprintf(stderr, "strata run: out of memory\n"); return 1; }
+        run_seq *q = &r->q[0];
+        if (o->ids) return parse_ids(r, o->ids, &q->prompt, &q->n_prompt, "--ids");
+        if (!r->m.info.has_tokenizer) {
+            fprintf(stderr, "strata run: text prompts need the model's tokenizer (%s/tiktoken.model); use --ids\n", o->model_dir);
+            return EXIT_USAGE;
+        }
+        if (o->prompt) return tokenize(r, o->prompt, strlen(o->prompt), &q->prompt, &q->n_prompt, "--prompt");
+        struct stat sb;
+        const uint64_t lim = max_prompt_bytes(r, ctx_cap);
+        if (stat(o->prompt_file, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size > lim) {
+            fprintf(stderr, "strata run: %s: %lld bytes cannot fit a context of %lld tokens (at most %llu bytes)\n",
+                    o->prompt_file, (long long)sb.st_size, (long long)ctx_cap, (unsigned long long)lim);
+            return EXIT_USAGE;
+        }
+        uint8_t *text = NULL;
+        size_t len = 0;
+        if (base_read_file(o->prompt_file, lim < (1u << 30) ? (size_t)lim + 1 : 1u << 30, &text, &len, err, sizeof err)) {
             fprintf(stderr, "strata run: %s\n", err);
             return EXIT_USAGE;
         }
-    } else {
-        len = strlen(o->prompt);
+        rc = tokenize(r, (const char *)text, len, &q->prompt, &q->n_prompt, o->prompt_file);
+        base_free(text);
+        return rc;
     }
-    if (len == 0) { base_free(text); fprintf(stderr, "strata run: empty prompt\n"); return EXIT_USAGE; }
-    size_t n = 0;
-    int rc = tok_encode(r->tk, text ? text : (const uint8_t *)o->prompt, len, 0, &r->prompt, &n);
-    base_free(text);
-    if (rc) { fprintf(stderr, "strata run: cannot tokenize the prompt: %s\n", strata_errstr(rc)); return 1; }
-    if (n == 0) { fprintf(stderr, "strata run: empty prompt\n"); return EXIT_USAGE; }
-    for (size_t i = 0; i < n; i++)
-        if (r->prompt[i] < 0 || r->prompt[i] >= V) {
-            fprintf(stderr, "strata run: the tokenizer produced id %d outside the model's vocabulary (%lld)\n",
-                    r->prompt[i], (long long)V);
-            return EXIT_USAGE;
+    /* --batch: one prompt per line (blank lines are errors: each line is a sequence) */
+    if (o->batch_text && !r->m.info.has_tokenizer) {
+        fprintf(stderr, "strata run: --batch-text needs the model's tokenizer (%s/tiktoken.model)\n", o->model_dir);
+        return EXIT_USAGE;
+    }
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    if (base_read_file(o->batch, 1u << 30, &buf, &len, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); return EXIT_USAGE; }
+    int64_t lines = 0;
+    for (size_t i = 0; i < len; i++) lines += buf[i] == '\n' || (i + 1 == len);
+    if (lines == 0 || lines > RUN_MAX_BATCH) {
+        fprintf(stderr, "strata run: %s: %s\n", o->batch, lines ? "too many lines" : "no prompts (one per line)");
+        base_free(buf);
+        return EXIT_USAGE;
+    }
+    r->q = base_calloc((size_t)lines, sizeof *r->q, MEM_MISC);
+    if (!r->q) { base_free(buf); fprintf(stderr, "strata run: out of memory\n"); return 1; }
+    rc = 0;
+    size_t p = 0;
+    for (int64_t k = 0; k < lines && !rc; k++) {
+        size_t e = p;
+        while (e < len && buf[e] != '\n') e++;
+        size_t n = e - p;
+        if (n && buf[p + n - 1] == '\r') n--;
+        char what[4200];
+        snprintf(what, sizeof what, "%s line %lld", o->batch, (long long)k + 1);
+        run_seq *q = &r->q[k];
+        r->n_q = k + 1;
+        if (o->batch_text) rc = tokenize(r, (const char *)buf + p, n, &q->prompt, &q->n_prompt, what);
+        else {
+            buf[p + n] = 0;
+            rc = parse_ids(r, (const char *)buf + p, &q->prompt, &q->n_prompt, what);
         }
-    *n_prompt = (int64_t)n;
-    return 0;
+        p = e + 1;
+    }
+    base_free(buf);
+    return rc;
 }
 
 static void print_ids_line(FILE *f, const int32_t *ids, int64_t n) {
@@ -233,6 +321,43 @@ static json_t *ids_json(const int32_t *ids, int64_t n) {
     return a;
 }
 
+/* Each generated token: dump its logits, stream it (single run) or keep its text. */
+static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size_t len, const float *logits) {
+    run_state *r = ud;
+    run_seq *q = strata_gen_user(g);
+    if (logits && q->dump && fwrite(logits, sizeof(float), (size_t)r->m.info.vocab, q->dump) != (size_t)r->m.info.vocab) {
+        fprintf(stderr, "strata run: %s: write failed\n", q->dump_path);
+        r->failed = 1;
+    }
+    if (id >= 0 && r->t_first == 0) r->t_first = base_now() - r->t0;
+    if (!r->single) {
+        if (len) sbuf_printf(&q->text, "%.*s", (int)len, text);
+        return;
+    }
+    if (r->stream_text) {
+        if (len) { fwrite(text, 1, len, stdout); fflush(stdout); }
+    } else if (!r->o->print_ids && !r->m.info.has_tokenizer && id >= 0) {
+        int64_t n;
+        strata_gen_ids(g, &n);
+        printf(n > 1 ? ",%d" : "%d", id);
+        fflush(stdout);
+    }
+}
+
+/* Long prefills say how far they are: tokens done / total, rate, time left. */
+static void progress(run_state *r, int64_t total, double *last) {
+    if (total < 256) return;
+    const double now = base_now();
+    if (now - *last < 1.0) return;
+    *last = now;
+    int64_t done = 0;
+    for (int64_t i = 0; i < r->n_q; i++) done += r->q[i].g ? strata_gen_prefilled(r->q[i].g) : (r->q[i].gen_ids ? r->q[i].n_prompt : 0);
+    if (done >= total) return;
+    const double el = now - r->t0, rate = el > 0 ? (double)done / el : 0;
+    fprintf(stderr, "strata run: prefill %lld/%lld tokens, %.1f tok/s, ETA %.0f s\n", (long long)done, (long long)total, rate,
+            rate > 0 ? (double)(total - done) / rate : 0);
+}
+
 int cmd_run(int argc, char **argv) {
     for (int i = 1; i < argc; i++)
         if (cli_is_help(argv[i])) { usage(stdout); return 0; }
@@ -242,153 +367,187 @@ int cmd_run(int argc, char **argv) {
 
     run_state r;
     memset(&r, 0, sizeof r);
-    char err[4096], path[4096];
+    r.o = &o;
+    char err[4096];
     int ret = 1;
     if (mo_open(&r.m, CMD, o.model_dir)) goto out;
-    r.c = r.m.c;
-    /* tokenizer (optional with --ids) */
-    snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
-    if (base_is_file(path)) {
-        char tc[4096];
-        snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
-        if (tok_open(&r.tk, path, base_is_file(tc) ? tc : NULL, TOK_PAT_KIMI, err, sizeof err)) {
-            if (!o.ids) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-            fprintf(stderr, "strata run: warning: tokenizer unusable (%s); printing ids\n", err);
-            r.tk = NULL;
+    const int64_t max_ctx = r.m.info.model_max_ctx;
+    if (o.ctx > max_ctx)
+        fprintf(stderr, "strata run: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ctx,
+                (long long)max_ctx);
+    const int64_t ctx_cap = o.ctx ? o.ctx : max_ctx;
+    if ((o.ids || o.prompt || o.prompt_file || o.batch) && (rc = load_prompts(&r, ctx_cap))) { ret = rc; goto out; }
+    r.single = !o.batch;
+
+    /* context: exactly what the run needs (the MLA cache and the plan are sized by it) */
+    int64_t ctx = o.ctx, need = 0;
+    for (int64_t i = 0; i < r.n_q; i++) if (r.q[i].n_prompt + o.gen > need) need = r.q[i].n_prompt + o.gen;
+    if (!ctx) ctx = need ? (need < max_ctx ? need : max_ctx) : (max_ctx < 4096 ? max_ctx : 4096);
+    for (int64_t i = 0; i < r.n_q; i++)
+        if (r.q[i].n_prompt > ctx) {
+            fprintf(stderr, "strata run: %s%lld has %lld tokens, more than the context of %lld%s\n",
+                    r.single ? "the prompt" : "line ", r.single ? 0LL : (long long)i + 1, (long long)r.q[i].n_prompt,
+                    (long long)ctx, o.ctx ? " (--ctx)" : " (the model's maximum)");
+            ret = EXIT_USAGE;
+            goto out;
         }
-    }
-    int64_t n_prompt = 0;
-    if ((o.ids || o.prompt || o.prompt_file) && (rc = load_prompt(&r, &o, &n_prompt))) { ret = rc; goto out; }
+    if (need > ctx) fprintf(stderr, "strata run: note: generation stops at the context limit (%lld positions)\n", (long long)ctx);
 
-    /* context */
-    int64_t ctx = o.ctx;
-    if (!ctx) {
-        /* exactly what the run needs: the MLA cache and the memory plan are sized by it */
-        ctx = n_prompt + o.gen;
-        if (ctx > r.c.max_ctx) ctx = r.c.max_ctx;
-    }
-    if (n_prompt > ctx) {
-        fprintf(stderr, "strata run: the prompt has %lld tokens, more than the context of %lld%s\n", (long long)n_prompt,
-                (long long)ctx, o.ctx ? " (--ctx)" : " (the model's maximum)");
-        ret = EXIT_USAGE;
-        goto out;
-    }
-    if (n_prompt + o.gen > ctx)
-        fprintf(stderr, "strata run: note: generation stops at the context limit (%lld positions)\n", (long long)ctx);
+    /* dump files before the weights load, so a bad path fails at once */
+    if (o.dump_logits && !o.mo.plan_only)
+        for (int64_t i = 0; i < r.n_q; i++) {
+            char p[4096];
+            if (r.single) snprintf(p, sizeof p, "%s", o.dump_logits);
+            else snprintf(p, sizeof p, "%s.%lld", o.dump_logits, (long long)i);
+            if (dump_open(&r.q[i], p)) goto out;
+        }
 
-    /* stop ids */
-    int32_t stop[RUN_MAX_STOP];
-    int n_stop = sample_stop_ids(o.model_dir, &r.c, stop, RUN_MAX_STOP, err, sizeof err);
-    if (n_stop < 0) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    const int use_stop = !o.ignore_eos && (!o.ids || o.stop_eos);
-
-    /* the dump file before the weights load, so a bad path fails at once */
-    if (o.dump_logits && !o.mo.plan_only && dump_open(&r, o.dump_logits)) goto out;
-
-    /* placement, weights, engine */
-    if ((rc = mo_place(&r.m, &o.mo, ctx))) {
+    /* placement, weights, engine: one sequence slot per parallel line */
+    if (!o.parallel) o.parallel = r.n_q < RUN_DEFAULT_PARALLEL ? (r.n_q ? r.n_q : 1) : RUN_DEFAULT_PARALLEL;
+    if (o.parallel > r.n_q && r.n_q) o.parallel = r.n_q;
+    if ((rc = mo_place(&r.m, &o.mo, ctx, (int)o.parallel))) {
         ret = rc == MO_PLANNED ? 0 : rc;
         goto out;
     }
-    const int threads = r.m.threads;
-    if (session_create(&r.s, r.m.e, ctx, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    if (sampler_create(&r.sm, r.c.vocab, &o.so, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    r.logits = base_alloc((size_t)r.c.vocab * sizeof(float), MEM_SCRATCH);
-    r.gen_ids = base_alloc((size_t)o.gen * sizeof(int32_t), MEM_SCRATCH);
-    if (!r.logits || !r.gen_ids) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
-    const int stream_text = !o.print_ids && r.tk;
-    if (stream_text && tok_stream_open(&r.ts, r.tk)) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
+    r.seqs = base_calloc((size_t)o.parallel, sizeof *r.seqs, MEM_MISC);
+    r.active = base_calloc((size_t)o.parallel, sizeof *r.active, MEM_MISC);
+    if (!r.seqs || !r.active) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
+    for (int64_t i = 0; i < o.parallel; i++)
+        if (strata_seq_create(r.m.m, &r.seqs[i], err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
+    strata_gen_opts go = o.go;
+    go.max_tokens = o.gen;
+    go.stop_at_end = !o.ignore_eos && (!(o.ids || (o.batch && !o.batch_text)) || o.stop_eos);
+    go.want_text = r.m.info.has_tokenizer && !o.print_ids;
+    go.want_logits = o.dump_logits != NULL;
+    r.stream_text = r.single && go.want_text;
 
-    /* prefill, then one token per step */
-    double t0 = base_now();
-    if (session_eval(r.s, r.prompt, n_prompt, r.logits)) {
-        fprintf(stderr, "strata run: %s\n", session_errmsg(r.s));
-        goto out;
-    }
-    double t_prefill = base_now() - t0, t_decode = 0;
-    int64_t n_gen = 0, n_decode = 0;
-    uint64_t lhash = BASE_FNV_INIT;
-    int stopped = 0;
+    /* every sequence stepped together; a finished one hands its slot to the next line */
+    int64_t next = 0, total_prompt = 0, n_tokens = 0;
+    for (int64_t i = 0; i < r.n_q; i++) total_prompt += r.q[i].n_prompt;
+    double last_progress = base_now();
+    r.t0 = base_now();
     for (;;) {
-        if (r.dump && fwrite(r.logits, sizeof(float), (size_t)r.c.vocab, r.dump) != (size_t)r.c.vocab) {
-            fprintf(stderr, "strata run: %s: write failed\n", o.dump_logits);
-            goto out;
+        int n_act = 0;
+        for (int64_t k = 0; k < o.parallel; k++) {
+            strata_gen *g = r.active[k];
+            if (g && strata_gen_done(g)) {
+                run_seq *q = strata_gen_user(g);
+                const int32_t *ids = strata_gen_ids(g, &q->n_gen);
+                q->gen_ids = base_alloc((size_t)q->n_gen * sizeof(int32_t) + 1, MEM_MISC);
+                if (!q->gen_ids) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
+                memcpy(q->gen_ids, ids, (size_t)q->n_gen * sizeof(int32_t));
+                q->stopped = strata_gen_stopped(g);
+                q->lhash = strata_gen_logits_hash(g);
+                n_tokens += q->n_gen;
+                strata_gen_free(g);
+                q->g = NULL;
+                r.active[k] = g = NULL;
+            }
+            if (!g && next < r.n_q) {
+                run_seq *q = &r.q[next++];
+                if (strata_gen_create(&q->g, r.seqs[k], q->prompt, q->n_prompt, &go, 0, err, sizeof err)) {
+                    fprintf(stderr, "strata run: %s\n", err);
+                    goto out;
+                }
+                strata_gen_set_user(q->g, q);
+                r.active[k] = g = q->g;
+            }
+            if (g) r.active[n_act++] = g;
         }
-        lhash = base_fnv1a(r.logits, (size_t)r.c.vocab * sizeof(float), lhash);
-        base_mem_guard(1);
-        int32_t id = sampler_next(r.sm, r.logits, session_tokens(r.s), session_pos(r.s));
-        base_mem_guard(0);
-        r.gen_ids[n_gen++] = id;
-        int is_stop = 0;
-        for (int i = 0; i < n_stop; i++) is_stop |= stop[i] == id;
-        if (stream_text && !(use_stop && is_stop)) {
-            const uint8_t *p;
-            size_t n;
-            if (!tok_stream_push(r.ts, id, &p, &n) && n) { fwrite(p, 1, n, stdout); fflush(stdout); }
-        } else if (!o.print_ids && !r.tk) {
-            printf(n_gen > 1 ? ",%d" : "%d", id);
-            fflush(stdout);
-        }
-        if (use_stop && is_stop) { stopped = 1; break; }
-        if (n_gen == o.gen || session_pos(r.s) >= ctx) break;
-        double t1 = base_now();
-        base_mem_guard(1);
-        rc = session_eval(r.s, &id, 1, r.logits);
-        base_mem_guard(0);
-        t_decode += base_now() - t1;
-        n_decode++;
-        if (rc) { fprintf(stderr, "strata run: %s\n", session_errmsg(r.s)); goto out; }
+        /* compact: active[0 .. n_act) in slot order is fine, slots are interchangeable */
+        for (int64_t k = n_act; k < o.parallel; k++) r.active[k] = NULL;
+        if (n_act == 0) break;
+        rc = strata_gen_step(r.m.m, r.active, n_act, on_token, &r, err, sizeof err);
+        if (rc < 0) { fprintf(stderr, "strata run: %s\n", err); goto out; }
+        if (r.failed) goto out;
+        if (!r.single) progress(&r, total_prompt, &last_progress);
     }
-    if (stream_text) {
-        const uint8_t *p;
-        size_t n;
-        tok_stream_flush(r.ts, &p, &n);
-        if (n) fwrite(p, 1, n, stdout);
-        fputc('\n', stdout);
-    } else if (o.print_ids) {
-        print_ids_line(stdout, r.gen_ids, n_gen);
+    const double t_all = base_now() - r.t0;
+
+    /* outputs */
+    run_seq *q0 = &r.q[0];
+    if (r.single) {
+        if (o.print_ids) print_ids_line(stdout, q0->gen_ids, q0->n_gen);
+        else fputc('\n', stdout);
     } else {
-        fputc('\n', stdout);
+        for (int64_t i = 0; i < r.n_q; i++) {
+            if (o.print_ids || !r.m.info.has_tokenizer) print_ids_line(stdout, r.q[i].gen_ids, r.q[i].n_gen);
+            else {
+                /* one line per input: newlines inside a reply are escaped */
+                for (size_t k = 0; r.q[i].text.s && k < (size_t)r.q[i].text.n; k++) {
+                    char ch = r.q[i].text.s[k];
+                    if (ch == '\n') fputs("\\n", stdout);
+                    else if (ch == '\\') fputs("\\\\", stdout);
+                    else fputc(ch, stdout);
+                }
+                fputc('\n', stdout);
+            }
+        }
     }
     fflush(stdout);
-    if (r.dump && dump_commit(&r, o.dump_logits)) goto out;
+    for (int64_t i = 0; i < r.n_q; i++)
+        if (r.q[i].dump && dump_commit(&r.q[i])) goto out;
 
-    /* report */
-    double pf = t_prefill / (double)n_prompt, dc = n_decode ? t_decode / (double)n_decode : 0;
+    /* report: prefill = until the first token; decode = the rest */
     uint64_t rss = base_peak_rss();
     char speed[512];
-    mo_fmt_speed(&r.m, n_prompt, t_prefill, n_decode, t_decode, rss, speed, sizeof speed);
-    fprintf(stderr, "strata run: prompt %lld tokens, generated %lld%s; %s; logits hash %016llx\n", (long long)n_prompt,
-            (long long)n_gen, stopped ? " (end id)" : "", speed, (unsigned long long)lhash);
+    int64_t n_decode = n_tokens - r.n_q, n_prompt_all = total_prompt;
+    double t_prefill = r.single ? r.t_first : 0, t_decode = r.single ? t_all - r.t_first : t_all;
+    uint64_t lhash = q0->lhash;
+    if (r.single) {
+        mo_fmt_speed(&r.m, n_prompt_all, t_prefill, n_decode, t_decode, rss, speed, sizeof speed);
+        fprintf(stderr, "strata run: prompt %lld tokens, generated %lld%s; %s; logits hash %016llx\n", (long long)n_prompt_all,
+                (long long)q0->n_gen, q0->stopped ? " (end id)" : "", speed, (unsigned long long)lhash);
+    } else {
+        lhash = BASE_FNV_INIT;
+        for (int64_t i = 0; i < r.n_q; i++) lhash = base_fnv1a(&r.q[i].lhash, sizeof r.q[i].lhash, lhash);
+        char b1[32];
+        fprintf(stderr,
+                "strata run: %lld sequences (%lld at once), prompts %lld tokens, generated %lld tokens in %.3f s: "
+                "%.2f tokens/s aggregate; peak RSS %s; logits hash %016llx\n",
+                (long long)r.n_q, (long long)o.parallel, (long long)n_prompt_all, (long long)n_tokens, t_all,
+                t_all > 0 ? (double)n_tokens / t_all : 0, base_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
+    }
     mo_report(&r.m, stderr);
     if (base_mem_guard_violations())
         fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
                 (unsigned long long)base_mem_guard_violations());
     if (o.json_path) {
-        /* jsonx routes jansson through base_alloc once it has loaded anything; make
-         * sure of that so json_dumps' buffer is released with base_free */
         json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
         json_t *j = json_object();
         char hx[32];
         snprintf(hx, sizeof hx, "%016llx", (unsigned long long)lhash);
+        const double pf = n_prompt_all ? t_prefill / (double)n_prompt_all : 0, dc = n_decode > 0 ? t_decode / (double)n_decode : 0;
         json_object_set_new(j, "model_dir", json_string(o.model_dir));
-        json_object_set_new(j, "prompt_ids", ids_json(r.prompt, n_prompt));
-        json_object_set_new(j, "generated_ids", ids_json(r.gen_ids, n_gen));
-        json_object_set_new(j, "stopped_at_end_id", json_boolean(stopped));
+        if (r.single) {
+            json_object_set_new(j, "prompt_ids", ids_json(q0->prompt, q0->n_prompt));
+            json_object_set_new(j, "generated_ids", ids_json(q0->gen_ids, q0->n_gen));
+            json_object_set_new(j, "stopped_at_end_id", json_boolean(q0->stopped));
+        } else {
+            json_t *a = json_array();
+            for (int64_t i = 0; i < r.n_q; i++)
+                json_array_append_new(a, json_pack("{s:o, s:o, s:b}", "prompt_ids", ids_json(r.q[i].prompt, r.q[i].n_prompt),
+                                                   "generated_ids", ids_json(r.q[i].gen_ids, r.q[i].n_gen),
+                                                   "stopped_at_end_id", r.q[i].stopped));
+            json_object_set_new(j, "sequences", a);
+            json_object_set_new(j, "parallel", json_integer(o.parallel));
+        }
         json_t *tm = json_object();
-        json_object_set_new(tm, "load_s", json_real(r.m.t_load));
+        json_object_set_new(tm, "load_s", json_real(r.m.info.load_s));
+        json_object_set_new(tm, "total_s", json_real(t_all));
         json_object_set_new(tm, "prefill_s", json_real(t_prefill));
         json_object_set_new(tm, "prefill_s_per_token", json_real(pf));
         json_object_set_new(tm, "decode_s", json_real(t_decode));
         json_object_set_new(tm, "decode_s_per_token", json_real(dc));
         json_object_set_new(tm, "tokens_per_s", json_real(dc > 0 ? 1 / dc : 0));
+        json_object_set_new(tm, "aggregate_tokens_per_s", json_real(t_all > 0 ? (double)n_tokens / t_all : 0));
         json_object_set_new(j, "timings", tm);
-        json_object_set_new(j, "mla_cache_bytes_per_pos", json_integer((json_int_t)infer_mla_cache_bytes_per_pos(&r.c)));
-        json_object_set_new(j, "session_bytes", json_integer((json_int_t)infer_session_bytes(&r.c, ctx)));
-        json_object_set_new(j, "engine_bytes", json_integer((json_int_t)infer_engine_bytes(&r.c, engine_prefill_chunk(r.m.e), threads)));
+        json_object_set_new(j, "mla_cache_bytes_per_pos", json_integer((json_int_t)r.m.info.mla_cache_bytes_per_pos));
+        json_object_set_new(j, "session_bytes", json_integer((json_int_t)r.m.info.seq_bytes));
+        json_object_set_new(j, "engine_bytes", json_integer((json_int_t)r.m.info.engine_bytes));
         json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
-        json_object_set_new(j, "threads", json_integer(threads));
-        json_object_set_new(j, "kernel", json_string(r.m.kname));
+        json_object_set_new(j, "threads", json_integer(r.m.info.n_threads));
+        json_object_set_new(j, "kernel", json_string(r.m.info.kernel));
         json_object_set_new(j, "ctx", json_integer(ctx));
         json_object_set_new(j, "logits_hash", json_string(hx));
         json_object_set_new(j, "placement", mo_placement_json(&r.m));

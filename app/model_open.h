@@ -1,25 +1,21 @@
 /*
- * model_open.h: how `strata run` and `strata chat` open a model, in one place so the
- * two cannot drift: the placement flags (--ram-gb, --ram, --pack, --plan,
- * --threads), config + shard index + binding check, the weight source (planner and
- * streaming source under a budget or with a pack, else every weight read into RAM),
- * the engine, the load line, and the run report (stderr and JSON).
+ * model_open.h: how `strata run` and `strata chat` open a model through the
+ * public API (strata.h), in one place so the two cannot drift: the placement
+ * flags (--ram-gb, --ram, --pack, --plan, --threads, --no-verify), open + load,
+ * the load line, and the run report (stderr and JSON).
  *
- * Use: mo_flag() inside the argument loop; mo_open() once MODEL_DIR is known;
- * mo_place() once the context is known (it prints the plan and returns MO_PLANNED
- * for --plan); mo_fmt_speed(), mo_report() / mo_placement_json() at the end;
- * mo_close().
+ * Use: mo_flag() inside the argument loop; mo_open() once MODEL_DIR is known
+ * (config, index, binding check, tokenizer: no weights); mo_place() once the
+ * context is known (plans, prints the plan and returns MO_PLANNED for --plan,
+ * else opens the weights); mo_fmt_speed(), mo_report() / mo_placement_json() at
+ * the end; mo_close().
  */
 #ifndef STRATA_MODEL_OPEN_H
 #define STRATA_MODEL_OPEN_H
 
 #include <stdio.h>
 #include <jansson.h>
-#include "cfg.h"
-#include "infer.h"
-#include "model.h"
-#include "place.h"
-#include "st.h"
+#include "strata.h"
 
 /* The --help lines of the flags mo_flag() takes. */
 #define MO_USAGE                                                                             \
@@ -27,27 +23,20 @@
     "  --ram-gb X           RAM budget in GB (10^9 B): weights beyond it are streamed\n"     \
     "  --ram SIZE|auto      budget as a size (24G = GiB) or auto = MemAvailable\n"           \
     "  --pack DIR           read the trunk from this pack (default: the model's own)\n"      \
+    "  --no-verify          do not check pack reads against the manifest's checksums\n"      \
     "  --plan               print the memory plan and exit\n"
 
 typedef struct mo_opts {
     const char *pack_dir;
     uint64_t ram_bytes;
-    int have_ram, plan_only;
+    int have_ram, plan_only, no_verify;
     int64_t threads, chunk; /* 0 = defaults */
 } mo_opts;
 
 typedef struct mo_model {
     const char *cmd, *dir;    /* "run" / "chat" (messages), MODEL_DIR */
-    cfg c;
-    st_index *ix;
-    model_layout *lay;        /* static storage (large) */
-    place_plan *plan;         /* static storage (large); valid when placed */
-    wsrc *w;
-    engine *e;
-    int placed, threads;
-    int64_t ctx, chunk;
-    const char *kname;
-    double t_load;
+    strata_model *m;
+    strata_model_info info;   /* refreshed by mo_open and mo_place */
 } mo_model;
 
 #define MO_PLANNED 100 /* mo_place with --plan: the plan is printed, exit 0 */
@@ -56,14 +45,16 @@ typedef struct mo_model {
  * a bad value prints a usage error and returns EXIT_USAGE; -1: not one of ours. */
 int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o);
 
-/* Kernels, config, shard index and binding check. 0, or 1 after printing why. */
+/* strata_model_open: config, shard index, binding check, tokenizer. 0, or 1
+ * after printing why. */
 int mo_open(mo_model *m, const char *cmd, const char *model_dir);
 
 /* Plan (when a budget, a pack or --plan is given) and open the weights and the
- * engine for contexts up to ctx, then print the load line. Returns 0; MO_PLANNED
- * after printing the plan for --plan; EXIT_USAGE below the minimum budget (the
- * message names the minimum); 1 on other failures (printed). */
-int mo_place(mo_model *m, const mo_opts *o, int64_t ctx);
+ * engine for max_seqs sequences of up to ctx positions, then print the load
+ * line. Returns 0; MO_PLANNED after printing the plan for --plan; EXIT_USAGE
+ * below the minimum budget (the message names the minimum); 1 on other failures
+ * (printed). */
+int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs);
 
 /* The middle of the run report line, shared by run and chat: "prefill X s/token (Y
  * tok/s), decode ...; MLA cache N B/position; peak RSS A (engine B)" into buf.

@@ -32,4 +32,184 @@ enum strata_err {
 /* Short static description of a STRATA_E* code ("format error", ...). */
 const char *strata_errstr(int rc);
 
+/* ==================================================================== models
+ *
+ * A model is one directory (config.json, safetensors shards, optional tokenizer
+ * and pack) opened under a RAM budget. Opening validates the config and every
+ * tensor, computes the memory plan for `max_seqs` sequences of `ctx` positions
+ * and `rows` rows per pass, refuses a budget below the plan's minimum
+ * (STRATA_EBUDGET; err names the minimum), then opens the weights (pinned,
+ * streamed or resident, as planned) and the engine. Nothing in a model is shared
+ * with another model: two models may be open in one process.
+ *
+ *     strata_model_opts o = strata_model_opts_default();
+ *     o.ram_bytes = 4000000000;  o.max_seqs = 8;
+ *     strata_model *m;
+ *     if (strata_model_open(&m, "models/demo", err, sizeof err) ||
+ *         strata_model_load(m, &o, err, sizeof err)) ... print err, close ...
+ *     strata_seq *s;  strata_seq_create(m, &s, err, sizeof err);
+ *     strata_row r[3] = {{s, 1, 0}, {s, 17, 0}, {s, 42, 1}};
+ *     strata_step(m, r, 3, logits, err, sizeof err);   // logits of the last row
+ *     strata_seq_free(s);  strata_model_close(m);
+ *
+ * Threading: a model and its sequences are single-caller objects (one call at a
+ * time); the model's compute pool and I/O threads are its own. */
+
+#include <stdio.h>
+
+typedef struct strata_model strata_model;
+typedef struct strata_seq strata_seq;
+
+typedef struct strata_model_opts {
+    uint64_t ram_bytes;      /* whole-process peak RSS budget; 0 = none (every weight read into RAM) */
+    const char *pack_dir;    /* NULL = the model's own pack if there is one; "" = read in place */
+    int64_t ctx;             /* positions per sequence; 0 = 4096 capped at the model's maximum */
+    int max_seqs;            /* sequences held at once (each planned); 0 = 1 */
+    int64_t rows;            /* rows per pass (prefill chunk / batch); 0 = 64; never lowered by the budget */
+    int n_threads;           /* compute threads; 0 = physical cores */
+    int plan_only;           /* 1: stop after the plan (strata_model_print_plan); no weights opened */
+    int place;               /* 1: plan and stream even without a budget (as with a pack) */
+    int no_verify;           /* 1: skip checksum verification of reads from a pack */
+} strata_model_opts;
+
+strata_model_opts strata_model_opts_default(void);
+
+/* Opening is two calls. strata_model_open reads what is cheap and needed first:
+ * config, shard headers, the binding check of every tensor, the tokenizer and the
+ * end ids (headers only; no weight bytes). strata_model_load then plans and opens
+ * the weights and the engine; the caller can tokenize a prompt in between to size
+ * the context. Errors: STRATA_EFORMAT for a malformed model, STRATA_EIO, and from
+ * load STRATA_EBUDGET below the minimum budget (err names the minimum); err says
+ * which file and why. Close with strata_model_close (also after a failed load). */
+int strata_model_open(strata_model **out, const char *dir, char *err, size_t errlen);
+int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, size_t errlen);
+void strata_model_close(strata_model *m); /* accepts NULL; free its sequences first */
+
+typedef struct strata_model_info {
+    int64_t n_layers, n_mla, vocab, hidden, model_max_ctx;
+    int64_t ctx, rows;         /* as opened */
+    int max_seqs, n_threads;
+    int placed;                /* 1: planned placement (budget or pack); 0: resident */
+    int has_tokenizer;
+    const char *kernel;        /* kernel table in use ("avx512", ...) */
+    double load_s;             /* seconds to open the weights */
+    uint64_t mla_cache_bytes_per_pos, seq_bytes, engine_bytes;
+    uint64_t budget_bytes, plan_bytes, min_bytes; /* 0 when not placed */
+    char placement[256];       /* "placed: 3 of 9 trunk units pinned, ..." or "resident" */
+} strata_model_info;
+void strata_model_get_info(const strata_model *m, strata_model_info *out);
+
+/* The memory plan, as `strata plan` prints it (nothing when not placed). */
+void strata_model_print_plan(const strata_model *m, FILE *f);
+
+/* Reads and cache behaviour since open (or the last reset). */
+typedef struct strata_stats {
+    uint64_t bytes_trunk, bytes_head, bytes_embed, bytes_experts; /* read from disk */
+    uint64_t n_reads, expert_requests, expert_hits, expert_misses;
+    double read_s, wait_s, read_bw, hit_rate;
+    uint64_t peak_rss;
+} strata_stats;
+void strata_model_get_stats(strata_model *m, strata_stats *out);
+void strata_model_reset_stats(strata_model *m);
+/* The placement report lines (reads, hit rate, I/O wait, peak RSS vs budget). */
+void strata_model_print_report(strata_model *m, FILE *f);
+/* {"plan": {...}, "stats": {...}} or {"plan": "resident"}: JSON text, release
+ * with strata_free. NULL on allocation failure. */
+char *strata_model_report_json(strata_model *m);
+void strata_free(void *p);
+
+/* ============================================================== sequences
+ *
+ * A sequence is one conversation's state: KDA conv + recurrent state, MLA latent
+ * cache, position and token history. At most max_seqs exist at once
+ * (STRATA_EBUSY beyond). */
+int strata_seq_create(strata_model *m, strata_seq **out, char *err, size_t errlen);
+void strata_seq_free(strata_seq *s);      /* accepts NULL */
+void strata_seq_reset(strata_seq *s);     /* back to the empty sequence */
+int64_t strata_seq_pos(const strata_seq *s);
+const int32_t *strata_seq_tokens(const strata_seq *s); /* pos ids; valid until the next step/reset/load */
+const char *strata_seq_errmsg(const strata_seq *s);
+/* State files: carry the model's fingerprint; save is atomic (temp + rename);
+ * load leaves the sequence unchanged on failure. */
+int strata_seq_save(strata_seq *s, const char *path, char *err, size_t errlen);
+int strata_seq_load(strata_seq *s, const char *path, char *err, size_t errlen);
+
+/* =================================================================== steps
+ *
+ * A step evaluates rows of several sequences together: each weight is read once
+ * per pass of at most `rows` rows for all of them (the trunk once, the union of
+ * the experts any row chose once). The rows of one sequence are consecutive and
+ * continue it in order. For each row with logits != 0 one vocab-sized row of
+ * float logits is written to `logits`, in row order.
+ * Batch invariance: a sequence's logits and state are bit-identical whatever
+ * else is in the step, where, how rows split into passes, at any budget and
+ * thread count. A bad row (id outside the vocabulary, a full context, a
+ * sequence given twice) fails the step before anything runs; a failure while
+ * running (I/O, checksum, non-finite values) breaks every sequence of the step
+ * until strata_seq_reset. */
+typedef struct strata_row {
+    strata_seq *seq;
+    int32_t token;
+    int32_t logits;          /* 1: this row's logits are wanted */
+} strata_row;
+int strata_step(strata_model *m, const strata_row *rows, int64_t n, float *logits, char *err, size_t errlen);
+
+/* ============================================================== generation
+ *
+ * A generator drives one sequence from a prompt to its end: prefill, then one
+ * sampled token per step, stop ids, streamed text. strata_gen_step advances
+ * several generators in one step (decode rows first, then prompt rows up to the
+ * model's rows per pass), so concurrent users share every weight read. The
+ * random draw for position p depends only on (seed, p): a sequence samples the
+ * same tokens alone or batched. */
+typedef struct strata_gen strata_gen;
+
+typedef struct strata_gen_opts {
+    double temp;             /* 0 = greedy (ties to the lowest id) */
+    int64_t top_k;           /* 0 = off */
+    double top_p;            /* (0, 1]; 1 = off */
+    double min_p;            /* [0, 1]; 0 = off */
+    double repeat_penalty;   /* > 0; 1 = off */
+    int64_t repeat_last_n;   /* penalty window; 0 = whole history */
+    uint64_t seed;
+    int64_t max_tokens;      /* tokens to generate (>= 1) */
+    int stop_at_end;         /* 1: stop at the model's end ids (config + tokenizer_config.json) */
+    int want_text;           /* 1: stream detokenized text (needs the tokenizer) */
+    int want_logits;         /* 1: keep each sampled position's logits for the callback */
+} strata_gen_opts;
+strata_gen_opts strata_gen_opts_default(void);
+
+/* Called for each generated token: its id, the text it completes (may be empty
+ * while a UTF-8 sequence is split), and its logits (NULL unless want_logits). */
+typedef void (*strata_token_fn)(void *ud, strata_gen *g, int32_t id, const char *text, size_t len, const float *logits);
+
+/* A generator over seq (borrowed; reset first unless continue_seq = 1) with a
+ * copied prompt. Allocates everything it needs now. */
+int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, int64_t n_prompt,
+                      const strata_gen_opts *o, int continue_seq, char *err, size_t errlen);
+void strata_gen_free(strata_gen *g);  /* accepts NULL */
+/* One step over the unfinished generators of gens[0 .. n). Returns the number
+ * still unfinished (0: all done) or a negative STRATA_E* code. */
+int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_token_fn cb, void *ud,
+                    char *err, size_t errlen);
+int strata_gen_done(const strata_gen *g);
+int strata_gen_stopped(const strata_gen *g);           /* 1: ended on an end id */
+int64_t strata_gen_prefilled(const strata_gen *g);     /* prompt tokens evaluated so far */
+const int32_t *strata_gen_ids(const strata_gen *g, int64_t *n); /* generated ids so far */
+void strata_gen_set_user(strata_gen *g, void *user);
+void *strata_gen_user(const strata_gen *g);
+uint64_t strata_gen_logits_hash(const strata_gen *g);  /* FNV-1a of every logits row produced */
+
+/* ============================================================== tokenizer */
+
+/* Text -> ids (no special tokens recognised unless allow_special). *ids is
+ * released with strata_free. STRATA_EINVAL when the model has no tokenizer. */
+int strata_tokenize(strata_model *m, const char *text, size_t len, int allow_special, int32_t **ids, size_t *n,
+                    char *err, size_t errlen);
+/* Longest token in bytes (0 without a tokenizer): a text of B bytes has at least
+ * B / this many tokens, so an oversized prompt is refused before tokenizing. */
+size_t strata_token_max_bytes(const strata_model *m);
+/* The model's end ids (at most max), from config.json and tokenizer_config.json. */
+int strata_end_ids(const strata_model *m, int32_t *ids, int max);
+
 #endif

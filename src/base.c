@@ -104,7 +104,9 @@ _Static_assert(sizeof(mem_hdr) == 32, "header keeps 32-byte alignment");
 
 static _Atomic uint64_t g_used, g_peak, g_limit, g_guard_viol, g_fail_after;
 static _Atomic uint64_t g_tag_used[MEM_TAG_COUNT];
-static _Atomic int g_guard;
+/* Per thread: a decode loop guards its own thread only, so two models driven
+ * from two threads never see each other's guard. */
+static _Thread_local int t_guard;
 
 static const char *k_tag_names[MEM_TAG_COUNT] = {
     "misc", "json", "index", "weights", "trunk", "cache", "kv",
@@ -115,7 +117,7 @@ const char *base_mem_tag_name(int tag) {
 }
 
 static int mem_reserve(uint64_t bytes, int tag) {
-    if (atomic_load(&g_guard)) {
+    if (t_guard) {
         atomic_fetch_add(&g_guard_viol, 1);
 #ifndef NDEBUG
         fprintf(stderr, "strata: allocation of %llu bytes (%s) inside the decode guard\n",
@@ -208,7 +210,7 @@ uint64_t base_mem_limit(void) { return atomic_load(&g_limit); }
 uint64_t base_mem_used(void) { return atomic_load(&g_used); }
 uint64_t base_mem_peak(void) { return atomic_load(&g_peak); }
 uint64_t base_mem_used_tag(int tag) { return atomic_load(&g_tag_used[tag]); }
-void base_mem_guard(int on) { atomic_store(&g_guard, on); }
+void base_mem_guard(int on) { t_guard = on; }
 uint64_t base_mem_guard_violations(void) { return atomic_load(&g_guard_viol); }
 void base_mem_fail_after(uint64_t n) { atomic_store(&g_fail_after, n); }
 

@@ -59,7 +59,7 @@ uint64_t base_mem_used(void);
 uint64_t base_mem_peak(void);
 uint64_t base_mem_used_tag(int tag);
 const char *base_mem_tag_name(int tag);
-/* Decode guard: while active, any base_alloc aborts in debug builds (NDEBUG unset)
+/* Decode guard (per thread): while active, any base_alloc on this thread aborts in debug builds (NDEBUG unset)
  * and is counted otherwise (base_mem_guard_violations). */
 void base_mem_guard(int on);
 uint64_t base_mem_guard_violations(void);

@@ -528,6 +528,10 @@ int64_t session_pos(const session *s) { return s->pos; }
 int64_t session_max_ctx(const session *s) { return s->max_ctx; }
 const int32_t *session_tokens(const session *s) { return s->ids; }
 const char *session_errmsg(const session *s) { return s->err; }
+void session_mark_broken(session *s, const char *why) {
+    s->broken = 1;
+    snprintf(s->err, sizeof s->err, "%s", why);
+}
 
 static int sfail(session *s, int rc, const char *fmt, ...) ST_PRINTF(3, 4);
 static int sfail(session *s, int rc, const char *fmt, ...) {

@@ -88,6 +88,8 @@ int64_t session_pos(const session *s);          /* tokens evaluated so far */
 int64_t session_max_ctx(const session *s);
 const int32_t *session_tokens(const session *s); /* the pos ids evaluated; valid until the next eval/reset/load */
 const char *session_errmsg(const session *s);   /* last error ("" if none) */
+/* Marks s unusable until session_reset (its state was partly updated). */
+void session_mark_broken(session *s, const char *why);
 
 /* State files (the chat REPL resumes with them). Byte layout, little-endian:
  *   "STRS" magic, u32 version (1), u64 config fingerprint (infer_cfg_fingerprint),

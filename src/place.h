@@ -50,6 +50,7 @@ typedef struct place_opts {
     int64_t ctx;              /* positions the session must hold (prompt + generated) */
     int64_t prefill_chunk;    /* rows per pass (0 = 64); never lowered by the budget */
     int n_seqs;               /* sequences held at once (each a session); 0 = 1 */
+    uint64_t extra_bytes;     /* the caller's own buffers (the API's step rows, samplers) */
     int n_threads;            /* compute threads (0 = default) */
     place_session_bytes_fn session_bytes; /* NULL = the planner's own estimate */
     place_engine_bytes_fn engine_bytes;   /* NULL = the planner's own estimate */
@@ -96,7 +97,7 @@ typedef struct place_plan {
     uint64_t cache_bytes;
     int cache_policy;
     /* the rest */
-    uint64_t session_bytes, engine_bytes, io_bytes, index_bytes, overhead_bytes;
+    uint64_t session_bytes, engine_bytes, io_bytes, index_bytes, overhead_bytes, extra_bytes;
     uint64_t total_bytes;     /* planned peak RSS */
     uint64_t min_bytes;       /* smallest budget that gives a valid plan */
     int resident;             /* every unit pinned and the embedding resident */

@@ -38,7 +38,7 @@ place_opts place_opts_default(void) {
 /* ================================================================= estimates */
 
 static uint64_t est_session(const cfg *c, int64_t ctx) {
-    static cfg_census k;
+    cfg_census k; /* on the stack: no state shared between plans (two models in one process) */
     cfg_census_compute(c, &k);
     return k.kda_state_elems * 4 + (uint64_t)ctx * (k.mla_cache_elems_per_pos * 4 + 4);
 }
@@ -92,7 +92,7 @@ static uint64_t ring_need(const place_plan *p, int pair) {
 }
 
 static uint64_t plan_total(const place_plan *p) {
-    return p->overhead_bytes + p->index_bytes + p->session_bytes + p->engine_bytes + p->io_bytes + p->pinned_bytes +
+    return p->overhead_bytes + p->index_bytes + p->session_bytes + p->engine_bytes + p->extra_bytes + p->io_bytes + p->pinned_bytes +
            p->ring_bytes + (p->embed_resident ? p->embed_bytes : 0) + p->cache_bytes;
 }
 
@@ -105,7 +105,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     place_opts dflt = place_opts_default();
     if (!o) o = &dflt;
     if (c->n_layers + 1 > PLACE_MAX_UNITS) return base_fail(err, errlen, STRATA_EINVAL, "plan: too many layers");
-    static cfg_census k;
+    cfg_census k; /* on the stack: no state shared between plans (two models in one process) */
     cfg_census_compute(c, &k);
     p->n_layers = c->n_layers;
     p->n_units = c->n_layers + 1;
@@ -166,6 +166,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
     p->seq_bytes = o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);
     p->session_bytes = p->seq_bytes * (uint64_t)p->n_seqs;
+    p->extra_bytes = o->extra_bytes;
     /* I/O: per-ring descriptors, the embedding-row bounce buffer (64 rows), and
      * the read-ahead/verification staging */
     p->io_bytes = (4u << 20) + io_align_up(p->embed_row_bytes * 64) + 4 * IO_ALIGN;
@@ -300,6 +301,7 @@ void place_plan_print(const place_plan *p, FILE *f) {
     fprintf(f, "  engine scratch    %10.3f GB  %lld rows per pass (prefill chunk %lld)\n", gb(p->engine_bytes),
             (long long)p->prefill_chunk, (long long)p->prefill_chunk);
     fprintf(f, "  I/O buffers       %10.3f GB\n", gb(p->io_bytes));
+    if (p->extra_bytes) fprintf(f, "  step buffers      %10.3f GB  (logits rows, samplers)\n", gb(p->extra_bytes));
     fprintf(f, "  index + manifest  %10.3f GB\n", gb(p->index_bytes));
     fprintf(f, "  process baseline  %10.3f GB  (VmRSS now + thread stacks + allocator slack)\n", gb(p->overhead_bytes));
     fprintf(f, "  weights from      %s\n", p->has_pack ? p->pack_dir : "the shards, in place (no pack: strata pack makes layers one read)");

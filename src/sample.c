@@ -44,6 +44,19 @@ double pcg32_unit(pcg32 *r) {
     return ((double)hi * 67108864.0 + (double)lo) / 9007199254740992.0;
 }
 
+/* splitmix64 finaliser: decorrelates (seed, position) pairs. */
+static uint64_t mix64(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+int32_t sampler_next_at(sampler *s, const float *logits, const int32_t *hist, int64_t n_hist, int64_t pos) {
+    pcg32_seed(&s->rng, mix64(s->o.seed ^ mix64((uint64_t)pos)), 0x5354524154414bULL);
+    return sampler_next(s, logits, hist, n_hist);
+}
+
 int32_t sample_argmax(const float *x, int64_t n) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)

@@ -36,6 +36,12 @@ void sampler_free(sampler *s); /* accepts NULL */
 /* Next token from logits (n_vocab floats, not modified); hist = the ids so far. */
 int32_t sampler_next(sampler *s, const float *logits, const int32_t *hist, int64_t n_hist);
 
+/* The same, with the random draw a function of (seed, pos) only: the stream is
+ * reseeded from them first. The token at position pos of a sequence then never
+ * depends on how many draws came before it, what else was batched with it, or
+ * whether drafted tokens were verified in between (speculation). */
+int32_t sampler_next_at(sampler *s, const float *logits, const int32_t *hist, int64_t n_hist, int64_t pos);
+
 /* Index of the largest value, ties to the lowest index (NaN never wins). */
 int32_t sample_argmax(const float *x, int64_t n);
 

@@ -1,0 +1,503 @@
+/*
+ * api.c: the public API (include/strata.h): model open -> plan -> weights ->
+ * engine, sequences, steps over rows of several sequences, generators.
+ *
+ * Owns: the strata_model (config, index, layout, plan, weight source, engine,
+ * tokenizer, end ids, the step's row and logits buffers) and the generators.
+ * Does not own the math (infer.c), placement (plan.c, wsrc_*.c) or text (tok.c):
+ * it wires them in the one order every front-end used to repeat. Everything a
+ * model holds is in its struct: two models in one process share nothing.
+ *
+ * Generation step: decode rows first (one per generator with a sampled token to
+ * evaluate), then prompt rows up to the model's rows per pass, so a running
+ * stream never waits behind more than one pass of someone's prompt. A row's
+ * logits are wanted only where a token is sampled (a decode row, a prompt's last
+ * row): at most min(rows, max_seqs) logits rows per pass, sized at load.
+ */
+#include <string.h>
+#include <jansson.h>
+#include "cfg.h"
+#include "infer.h"
+#include "jsonx.h"
+#include "kern.h"
+#include "model.h"
+#include "place.h"
+#include "pool.h"
+#include "sample.h"
+#include "st.h"
+#include "strata.h"
+#include "tok.h"
+
+#define API_MAX_STOP 16
+#define API_DEFAULT_CTX 4096
+
+struct strata_model {
+    char dir[4096];
+    cfg c;
+    st_index *ix;
+    model_layout lay;
+    place_plan plan;
+    strata_model_opts o;
+    int loaded, placed;
+    wsrc *w;
+    engine *e;
+    tok *tk;
+    char tok_err[512];
+    int32_t stop[API_MAX_STOP];
+    int n_stop;
+    int64_t ctx, rows;
+    int threads, max_seqs, n_live;
+    int64_t max_out;          /* logits rows one generator step can want */
+    const char *kname;
+    double t_load;
+    strata_row *grows;        /* (rows) a generator step's rows */
+    strata_gen **gown;        /* (rows) the generator of each row */
+    float *glogits;           /* (max_out, vocab) */
+    infer_row *irows;         /* (rows) strata_step's rows in engine form */
+};
+
+struct strata_seq {
+    strata_model *m;
+    session *s;
+};
+
+struct strata_gen {
+    strata_seq *seq;
+    strata_gen_opts o;
+    int32_t *prompt;
+    int64_t n_prompt, n_fed;  /* prompt tokens, and how many were evaluated */
+    int32_t *out;             /* (max_tokens) generated ids */
+    int64_t n_out;
+    int32_t next;             /* sampled, not yet evaluated (valid when has_next) */
+    int has_next, done, stopped;
+    sampler *sm;
+    tok_stream *ts;
+    uint64_t lhash;
+    void *user;
+};
+
+static const char *k_api_dflt = "";
+
+strata_model_opts strata_model_opts_default(void) {
+    return (strata_model_opts){.ram_bytes = 0, .pack_dir = NULL, .ctx = 0, .max_seqs = 1, .rows = INFER_DEFAULT_CHUNK};
+}
+
+strata_gen_opts strata_gen_opts_default(void) {
+    return (strata_gen_opts){.temp = 0, .top_k = 0, .top_p = 1, .min_p = 0, .repeat_penalty = 1, .repeat_last_n = 64,
+                             .seed = 0, .max_tokens = 32, .stop_at_end = 1};
+}
+
+void strata_free(void *p) { base_free(p); }
+
+/* ================================================================== models */
+
+int strata_model_open(strata_model **out, const char *dir, char *err, size_t errlen) {
+    *out = NULL;
+    char path[4200];
+    strata_model *m = base_calloc(1, sizeof *m, MEM_MISC);
+    if (!m) return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    snprintf(m->dir, sizeof m->dir, "%s", dir);
+    m->kname = kern_init(NULL);
+    int rc;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((rc = cfg_load(&m->c, path, err, errlen))) goto fail;
+    if ((rc = st_open(&m->ix, dir, err, errlen))) goto fail;
+    sbuf pb = {0};
+    if ((rc = model_bind_check(&m->c, m->ix, &m->lay, &pb))) {
+        base_fail(err, errlen, rc, "%s: the model does not match its config (%d problems):\n%s", dir, pb.n, pb.s ? pb.s : "");
+        sbuf_free(&pb);
+        goto fail;
+    }
+    sbuf_free(&pb);
+    m->n_stop = sample_stop_ids(dir, &m->c, m->stop, API_MAX_STOP, err, errlen);
+    if (m->n_stop < 0) { rc = m->n_stop; goto fail; }
+    snprintf(path, sizeof path, "%s/tiktoken.model", dir);
+    if (base_is_file(path)) {
+        char tc[4200];
+        snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+        if (tok_open(&m->tk, path, base_is_file(tc) ? tc : NULL, TOK_PAT_KIMI, m->tok_err, sizeof m->tok_err)) m->tk = NULL;
+    } else {
+        snprintf(m->tok_err, sizeof m->tok_err, "%s has no tokenizer (tiktoken.model)", dir);
+    }
+    *out = m;
+    return 0;
+fail:
+    strata_model_close(m);
+    return rc;
+}
+
+int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, size_t errlen) {
+    strata_model_opts d = strata_model_opts_default();
+    if (!o) o = &d;
+    if (m->loaded) return base_fail(err, errlen, STRATA_EINVAL, "%s: already loaded", m->dir);
+    m->o = *o;
+    m->ctx = o->ctx > 0 ? o->ctx : (m->c.max_ctx < API_DEFAULT_CTX ? m->c.max_ctx : API_DEFAULT_CTX);
+    m->rows = o->rows > 0 ? o->rows : INFER_DEFAULT_CHUNK;
+    m->threads = o->n_threads > 0 ? o->n_threads : pool_default_threads();
+    m->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
+    if (m->ctx < 1 || m->ctx > ((int64_t)1 << 32) || m->rows > (1 << 20) || m->max_seqs > (1 << 16))
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: options out of range", m->dir);
+    m->max_out = m->rows < m->max_seqs ? m->rows : m->max_seqs;
+    /* the API's own step buffers and each generator's sampler, counted in the plan */
+    const uint64_t extra = (uint64_t)m->max_out * (uint64_t)m->c.vocab * sizeof(float) +
+                           (uint64_t)m->rows * (sizeof(strata_row) + sizeof(strata_gen *) + sizeof(infer_row)) +
+                           (uint64_t)m->max_seqs * ((uint64_t)m->c.vocab * 16 + 4096);
+    int rc;
+    m->placed = o->ram_bytes || o->pack_dir || o->plan_only || o->place;
+    if (m->placed) {
+        place_opts po = place_opts_default();
+        po.ram_bytes = o->ram_bytes;
+        po.pack_dir = o->pack_dir;
+        po.ctx = m->ctx;
+        po.prefill_chunk = m->rows;
+        po.n_threads = m->threads;
+        po.n_seqs = m->max_seqs;
+        po.extra_bytes = extra;
+        po.session_bytes = infer_session_bytes;
+        po.engine_bytes = infer_engine_bytes;
+        if (o->no_verify) po.verify_reads = 0;
+        if ((rc = place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen))) return rc;
+        if (o->plan_only) return 0;
+    }
+    double t = base_now();
+    rc = m->placed ? place_open(&m->w, &m->c, m->ix, m->dir, &m->plan, err, errlen)
+                   : wsrc_resident_open(&m->w, &m->c, m->ix, err, errlen);
+    if (rc) return rc;
+    m->t_load = base_now() - t;
+    engine_opts eo = {m->threads, m->rows};
+    if ((rc = engine_create(&m->e, &m->c, m->w, &eo, err, errlen))) return rc;
+    m->grows = base_alloc((size_t)m->rows * sizeof *m->grows, MEM_SCRATCH);
+    m->gown = base_alloc((size_t)m->rows * sizeof *m->gown, MEM_SCRATCH);
+    m->irows = base_alloc((size_t)m->rows * sizeof *m->irows, MEM_SCRATCH);
+    m->glogits = base_alloc((size_t)m->max_out * (size_t)m->c.vocab * sizeof(float), MEM_SCRATCH);
+    if (!m->grows || !m->gown || !m->irows || !m->glogits)
+        return base_fail(err, errlen, STRATA_ENOMEM, "%s: cannot allocate the step buffers", m->dir);
+    m->loaded = 1;
+    return 0;
+}
+
+void strata_model_close(strata_model *m) {
+    if (!m) return;
+    base_free(m->grows);
+    base_free(m->gown);
+    base_free(m->irows);
+    base_free(m->glogits);
+    engine_free(m->e);
+    if (m->w) m->w->ops->close(m->w);
+    tok_close(m->tk);
+    st_close(m->ix);
+    base_free(m);
+}
+
+/* What the load line says about where the weights are: "all resident" only when
+ * nothing is read twice; otherwise what is pinned, streamed and cached. */
+static void placement_name(const strata_model *m, char *buf, size_t n) {
+    const place_plan *p = &m->plan;
+    if (!m->placed) { snprintf(buf, n, "resident"); return; }
+    const int64_t n_exp = (m->c.n_layers - m->c.first_dense) * m->c.n_experts;
+    if (p->resident && p->n_expert_slots >= n_exp) { snprintf(buf, n, "placed: all resident (experts read on first use)"); return; }
+    char trunk[96];
+    if (p->n_pinned == p->n_units) snprintf(trunk, sizeof trunk, "trunk pinned");
+    else
+        snprintf(trunk, sizeof trunk, "%lld of %lld trunk units pinned, the rest streamed", (long long)p->n_pinned,
+                 (long long)p->n_units);
+    snprintf(buf, n, "placed: %s%s, experts cached (%lld of %lld)", trunk, p->embed_resident ? "" : ", embeddings read by row",
+             (long long)p->n_expert_slots, (long long)n_exp);
+}
+
+void strata_model_get_info(const strata_model *m, strata_model_info *o) {
+    memset(o, 0, sizeof *o);
+    o->n_layers = m->c.n_layers;
+    o->n_mla = m->c.n_mla;
+    o->vocab = m->c.vocab;
+    o->hidden = m->c.hidden;
+    o->model_max_ctx = m->c.max_ctx;
+    o->ctx = m->ctx;
+    o->rows = m->rows;
+    o->max_seqs = m->max_seqs;
+    o->n_threads = m->threads;
+    o->placed = m->placed;
+    o->has_tokenizer = m->tk != NULL;
+    o->kernel = m->kname ? m->kname : k_api_dflt;
+    o->load_s = m->t_load;
+    o->mla_cache_bytes_per_pos = infer_mla_cache_bytes_per_pos(&m->c);
+    o->seq_bytes = m->ctx ? infer_session_bytes(&m->c, m->ctx) : 0;
+    o->engine_bytes = m->rows ? infer_engine_bytes(&m->c, m->rows, m->threads) : 0;
+    if (m->placed) {
+        o->budget_bytes = m->plan.budget_bytes;
+        o->plan_bytes = m->plan.total_bytes;
+        o->min_bytes = m->plan.min_bytes;
+    }
+    placement_name(m, o->placement, sizeof o->placement);
+}
+
+void strata_model_print_plan(const strata_model *m, FILE *f) {
+    if (m->placed) place_plan_print(&m->plan, f);
+}
+
+void strata_model_get_stats(strata_model *m, strata_stats *o) {
+    place_stats s;
+    memset(&s, 0, sizeof s);
+    if (m->placed && m->w) place_stats_get(m->w, &s);
+    *o = (strata_stats){s.bytes_trunk, s.bytes_head, s.bytes_embed, s.bytes_experts, s.n_reads, s.expert_requests,
+                        s.expert_hits, s.expert_misses, s.read_s, s.wait_s, s.bw, s.hit_rate, base_peak_rss()};
+}
+
+void strata_model_reset_stats(strata_model *m) {
+    if (m->placed && m->w) place_stats_reset(m->w);
+}
+
+void strata_model_print_report(strata_model *m, FILE *f) {
+    if (!m->placed || !m->w) return;
+    place_stats s;
+    memset(&s, 0, sizeof s);
+    place_stats_get(m->w, &s);
+    place_stats_print(&s, &m->plan, f);
+}
+
+char *strata_model_report_json(strata_model *m) {
+    /* jsonx routes jansson through base_alloc once it has loaded anything: make
+     * sure of that, so the text is released with base_free */
+    json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
+    json_t *j;
+    if (!m->placed || !m->w) {
+        j = json_pack("{s:s}", "plan", "resident");
+    } else {
+        place_stats s;
+        memset(&s, 0, sizeof s);
+        place_stats_get(m->w, &s);
+        j = json_object();
+        json_object_set_new(j, "plan", place_plan_json(&m->plan));
+        json_object_set_new(j, "stats", place_stats_json(&s));
+    }
+    char *txt = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
+    json_decref(j);
+    return txt;
+}
+
+/* =============================================================== sequences */
+
+int strata_seq_create(strata_model *m, strata_seq **out, char *err, size_t errlen) {
+    *out = NULL;
+    if (!m->loaded) return base_fail(err, errlen, STRATA_EINVAL, "%s: the model is not loaded", m->dir);
+    if (m->n_live >= m->max_seqs)
+        return base_fail(err, errlen, STRATA_EBUSY, "%s: %d sequences exist, the model was loaded for %d", m->dir, m->n_live,
+                         m->max_seqs);
+    strata_seq *s = base_calloc(1, sizeof *s, MEM_STATE);
+    if (!s) return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    int rc = session_create(&s->s, m->e, m->ctx, err, errlen);
+    if (rc) { base_free(s); return rc; }
+    s->m = m;
+    m->n_live++;
+    *out = s;
+    return 0;
+}
+
+void strata_seq_free(strata_seq *s) {
+    if (!s) return;
+    session_free(s->s);
+    s->m->n_live--;
+    base_free(s);
+}
+
+void strata_seq_reset(strata_seq *s) { session_reset(s->s); }
+int64_t strata_seq_pos(const strata_seq *s) { return session_pos(s->s); }
+const int32_t *strata_seq_tokens(const strata_seq *s) { return session_tokens(s->s); }
+const char *strata_seq_errmsg(const strata_seq *s) { return session_errmsg(s->s); }
+int strata_seq_save(strata_seq *s, const char *path, char *err, size_t errlen) { return session_save(s->s, path, err, errlen); }
+int strata_seq_load(strata_seq *s, const char *path, char *err, size_t errlen) { return session_load(s->s, path, err, errlen); }
+
+/* =================================================================== steps */
+
+int strata_step(strata_model *m, const strata_row *rows, int64_t n, float *logits, char *err, size_t errlen) {
+    if (!m->loaded) return base_fail(err, errlen, STRATA_EINVAL, "%s: the model is not loaded", m->dir);
+    if (n < 1) return base_fail(err, errlen, STRATA_EINVAL, "step: no rows");
+    /* a sequence given in two runs would be split across engine calls unseen */
+    for (int64_t i = 0; i < n; i++) {
+        if (!rows[i].seq || rows[i].seq->m != m) return base_fail(err, errlen, STRATA_EINVAL, "step: row %lld: no sequence of this model", (long long)i);
+        if (i && rows[i].seq != rows[i - 1].seq)
+            for (int64_t k = 0; k < i - 1; k++)
+                if (rows[k].seq == rows[i].seq)
+                    return base_fail(err, errlen, STRATA_EINVAL, "step: row %lld: a sequence's rows must be consecutive", (long long)i);
+    }
+    const int64_t V = m->c.vocab;
+    for (int64_t i0 = 0; i0 < n; i0 += m->rows) {
+        const int64_t k = n - i0 < m->rows ? n - i0 : m->rows;
+        int64_t n_out = 0;
+        for (int64_t i = 0; i < k; i++) {
+            m->irows[i] = (infer_row){rows[i0 + i].seq->s, rows[i0 + i].token, rows[i0 + i].logits != 0};
+            n_out += rows[i0 + i].logits != 0;
+        }
+        int rc = engine_step(m->e, m->irows, k, logits);
+        if (rc) {
+            /* rows of earlier passes advanced: the whole step's sequences are broken */
+            for (int64_t i = 0; i < i0; i++) session_mark_broken(rows[i].seq->s, engine_errmsg(m->e));
+            return base_fail(err, errlen, rc, "%s", engine_errmsg(m->e));
+        }
+        if (logits) logits += n_out * V;
+    }
+    return 0;
+}
+
+/* ============================================================== generators */
+
+int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, int64_t n_prompt, const strata_gen_opts *o,
+                      int continue_seq, char *err, size_t errlen) {
+    *out = NULL;
+    strata_model *m = seq->m;
+    strata_gen_opts d = strata_gen_opts_default();
+    if (!o) o = &d;
+    if (n_prompt < 1) return base_fail(err, errlen, STRATA_EINVAL, "empty prompt");
+    if (o->max_tokens < 1) return base_fail(err, errlen, STRATA_EINVAL, "max_tokens must be >= 1");
+    if (o->want_text && !m->tk) return base_fail(err, errlen, STRATA_EINVAL, "%s", m->tok_err);
+    for (int64_t i = 0; i < n_prompt; i++)
+        if (prompt[i] < 0 || prompt[i] >= m->c.vocab)
+            return base_fail(err, errlen, STRATA_EINVAL, "prompt id %d at %lld outside the vocabulary [0, %lld)", prompt[i],
+                             (long long)i, (long long)m->c.vocab);
+    const int64_t start = continue_seq ? strata_seq_pos(seq) : 0;
+    if (n_prompt > m->ctx - start)
+        return base_fail(err, errlen, STRATA_EINVAL, "the prompt has %lld tokens, more than the %lld positions left in the context of %lld",
+                         (long long)n_prompt, (long long)(m->ctx - start), (long long)m->ctx);
+    strata_gen *g = base_calloc(1, sizeof *g, MEM_STATE);
+    if (!g) return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    g->seq = seq;
+    g->o = *o;
+    g->n_prompt = n_prompt;
+    g->lhash = BASE_FNV_INIT;
+    g->prompt = base_alloc((size_t)n_prompt * sizeof(int32_t), MEM_STATE);
+    g->out = base_alloc((size_t)o->max_tokens * sizeof(int32_t), MEM_STATE);
+    int rc = 0;
+    if (!g->prompt || !g->out) { rc = base_fail(err, errlen, STRATA_ENOMEM, "out of memory"); goto fail; }
+    memcpy(g->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
+    sample_opts so = {o->temp, o->top_k, o->top_p, o->min_p, o->repeat_penalty, o->repeat_last_n, o->seed};
+    if ((rc = sampler_create(&g->sm, m->c.vocab, &so, err, errlen))) goto fail;
+    if (o->want_text && tok_stream_open(&g->ts, m->tk)) { rc = base_fail(err, errlen, STRATA_ENOMEM, "out of memory"); goto fail; }
+    if (!continue_seq) session_reset(seq->s);
+    *out = g;
+    return 0;
+fail:
+    strata_gen_free(g);
+    return rc;
+}
+
+void strata_gen_free(strata_gen *g) {
+    if (!g) return;
+    tok_stream_close(g->ts);
+    sampler_free(g->sm);
+    base_free(g->prompt);
+    base_free(g->out);
+    base_free(g);
+}
+
+int strata_gen_done(const strata_gen *g) { return g->done; }
+int strata_gen_stopped(const strata_gen *g) { return g->stopped; }
+int64_t strata_gen_prefilled(const strata_gen *g) { return g->n_fed; }
+const int32_t *strata_gen_ids(const strata_gen *g, int64_t *n) { *n = g->n_out; return g->out; }
+void strata_gen_set_user(strata_gen *g, void *user) { g->user = user; }
+void *strata_gen_user(const strata_gen *g) { return g->user; }
+uint64_t strata_gen_logits_hash(const strata_gen *g) { return g->lhash; }
+
+/* Samples g's next token from its logits row, reports it, and decides whether g
+ * goes on. The draw depends only on (seed, position). */
+static void gen_emit(strata_model *m, strata_gen *g, const float *lg, strata_token_fn cb, void *ud) {
+    session *s = g->seq->s;
+    g->lhash = base_fnv1a(lg, (size_t)m->c.vocab * sizeof(float), g->lhash);
+    base_mem_guard(1);
+    const int32_t id = sampler_next_at(g->sm, lg, session_tokens(s), session_pos(s), session_pos(s));
+    base_mem_guard(0);
+    g->out[g->n_out++] = id;
+    int is_stop = 0;
+    for (int i = 0; i < m->n_stop; i++) is_stop |= m->stop[i] == id;
+    is_stop &= g->o.stop_at_end;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    if (g->ts && !is_stop && tok_stream_push(g->ts, id, &p, &n)) n = 0;
+    if (cb) cb(ud, g, id, (const char *)p, n, g->o.want_logits ? lg : NULL);
+    if (is_stop) g->stopped = 1;
+    if (is_stop || g->n_out == g->o.max_tokens || session_pos(s) >= m->ctx) {
+        g->done = 1;
+        if (g->ts) {
+            tok_stream_flush(g->ts, &p, &n);
+            if (n && cb) cb(ud, g, -1, (const char *)p, n, NULL);
+        }
+        return;
+    }
+    g->next = id;
+    g->has_next = 1;
+}
+
+int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_token_fn cb, void *ud, char *err, size_t errlen) {
+    if (!m->loaded) return base_fail(err, errlen, STRATA_EINVAL, "%s: the model is not loaded", m->dir);
+    int64_t nr = 0, n_out = 0;
+    /* decode rows first: each running stream advances every step */
+    for (int i = 0; i < n && nr < m->rows && n_out < m->max_out; i++) {
+        strata_gen *g = gens[i];
+        if (g->done || !g->has_next) continue;
+        m->grows[nr] = (strata_row){g->seq, g->next, 1};
+        m->gown[nr++] = g;
+        n_out++;
+    }
+    /* then prompts, each a run of consecutive rows, until the pass is full */
+    for (int i = 0; i < n && nr < m->rows; i++) {
+        strata_gen *g = gens[i];
+        if (g->done || g->n_fed == g->n_prompt) continue;
+        const int64_t left = g->n_prompt - g->n_fed;
+        int64_t k = left < m->rows - nr ? left : m->rows - nr;
+        const int last = k == left;
+        if (last && n_out >= m->max_out) { if (k == 1) continue; k--; }
+        for (int64_t j = 0; j < k; j++) {
+            const int want = last && j == k - 1 && k == left;
+            m->grows[nr] = (strata_row){g->seq, g->prompt[g->n_fed + j], want};
+            m->gown[nr++] = g;
+            n_out += want;
+        }
+    }
+    int active = 0;
+    for (int i = 0; i < n; i++) active += !gens[i]->done;
+    if (nr == 0) return active;
+    base_mem_guard(1);
+    int rc = strata_step(m, m->grows, nr, m->glogits, err, errlen);
+    base_mem_guard(0);
+    if (rc) return rc;
+    /* bookkeeping in row order; logits rows follow the rows that asked for them */
+    int64_t lo = 0;
+    for (int64_t r = 0; r < nr; r++) {
+        strata_gen *g = m->gown[r];
+        if (g->has_next) g->has_next = 0; /* its decode row (a generator with a token to
+                                              evaluate has fed its whole prompt) */
+        else g->n_fed++;
+        if (m->grows[r].logits) gen_emit(m, g, m->glogits + lo++ * m->c.vocab, cb, ud);
+    }
+    active = 0;
+    for (int i = 0; i < n; i++) active += !gens[i]->done;
+    return active;
+}
+
+/* =============================================================== tokenizer */
+
+int strata_tokenize(strata_model *m, const char *text, size_t len, int allow_special, int32_t **ids, size_t *n, char *err,
+                    size_t errlen) {
+    *ids = NULL;
+    *n = 0;
+    if (!m->tk) return base_fail(err, errlen, STRATA_EINVAL, "%s", m->tok_err);
+    int rc = tok_encode(m->tk, (const uint8_t *)text, len, allow_special, ids, n);
+    if (rc) return base_fail(err, errlen, rc, "cannot tokenize the text: %s", strata_errstr(rc));
+    return 0;
+}
+
+size_t strata_token_max_bytes(const strata_model *m) {
+    if (!m->tk) return 0;
+    size_t mx = 1;
+    const int64_t n = tok_n_vocab(m->tk);
+    for (int64_t i = 0; i < n; i++) {
+        size_t len = 0;
+        if (tok_token_bytes(m->tk, (int32_t)i, &len) && len > mx) mx = len;
+    }
+    return mx;
+}
+
+int strata_end_ids(const strata_model *m, int32_t *ids, int max) {
+    int k = m->n_stop < max ? m->n_stop : max;
+    memcpy(ids, m->stop, (size_t)k * sizeof(int32_t));
+    return k;
+}
