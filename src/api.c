@@ -15,7 +15,9 @@
  * row): at most min(rows, max_seqs) logits rows per pass, sized at load.
  */
 #include <string.h>
+#include <unistd.h>
 #include <jansson.h>
+#include <xxhash.h>
 #include "cfg.h"
 #include "infer.h"
 #include "jsonx.h"
@@ -126,6 +128,39 @@ fail:
     return rc;
 }
 
+/* What state files are tied to: the config, the tensor table (names, dtypes,
+ * shapes, offsets) and the first and last 64 KB of every shard. Two models with
+ * the same config but other weights (generated with another seed, fine-tuned)
+ * differ there; one shard read at each end keeps it cheap on K3's 96 shards. */
+static uint64_t model_identity(const strata_model *m) {
+    XXH3_state_t *h = XXH3_createState();
+    if (!h) return infer_cfg_fingerprint(&m->c);
+    XXH3_64bits_reset(h);
+    uint64_t fp = infer_cfg_fingerprint(&m->c);
+    XXH3_64bits_update(h, &fp, sizeof fp);
+    for (size_t i = 0; i < st_count(m->ix); i++) {
+        const st_tensor *t = st_at(m->ix, i);
+        XXH3_64bits_update(h, t->name, strlen(t->name) + 1);
+        uint64_t rec[3] = {(uint64_t)t->shard, t->off, t->nbytes};
+        XXH3_64bits_update(h, rec, sizeof rec);
+    }
+    static const size_t k_sample = 64 << 10;
+    uint8_t *buf = base_alloc(k_sample, MEM_MISC);
+    for (int sh = 0; buf && sh < st_n_shards(m->ix); sh++) {
+        const uint64_t size = st_shard_size(m->ix, sh);
+        const int fd = st_shard_fd(m->ix, sh);
+        const uint64_t offs[2] = {0, size > k_sample ? size - k_sample : 0};
+        for (int k = 0; k < 2 && fd >= 0; k++) {
+            ssize_t got = pread(fd, buf, k_sample, (off_t)offs[k]);
+            if (got > 0) XXH3_64bits_update(h, buf, (size_t)got);
+        }
+    }
+    base_free(buf);
+    uint64_t id = XXH3_64bits_digest(h);
+    XXH3_freeState(h);
+    return id ? id : 1;
+}
+
 int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, size_t errlen) {
     strata_model_opts d = strata_model_opts_default();
     if (!o) o = &d;
@@ -166,6 +201,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     m->t_load = base_now() - t;
     engine_opts eo = {m->threads, m->rows};
     if ((rc = engine_create(&m->e, &m->c, m->w, &eo, err, errlen))) return rc;
+    engine_set_model_id(m->e, model_identity(m));
     m->grows = base_alloc((size_t)m->rows * sizeof *m->grows, MEM_SCRATCH);
     m->gown = base_alloc((size_t)m->rows * sizeof *m->gown, MEM_SCRATCH);
     m->irows = base_alloc((size_t)m->rows * sizeof *m->irows, MEM_SCRATCH);

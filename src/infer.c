@@ -26,6 +26,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "infer.h"
 #include "kern.h"
@@ -87,6 +88,7 @@ struct engine {
         float *dg, *du;        /* dense gate/up (T, dense_inter) */
     } f;
     char err[512];             /* the last pass's failure */
+    uint64_t model_id;         /* written into state files (engine_set_model_id) */
 };
 
 struct session {
@@ -475,6 +477,8 @@ void engine_free(engine *e) {
 }
 
 int engine_threads(const engine *e) { return e->n_threads; }
+void engine_set_model_id(engine *e, uint64_t id) { e->model_id = id; }
+static uint64_t state_id(const engine *e) { return e->model_id ? e->model_id : infer_cfg_fingerprint(e->c); }
 int64_t engine_prefill_chunk(const engine *e) { return e->chunk; }
 const cfg *engine_cfg(const engine *e) { return e->c; }
 
@@ -1252,7 +1256,7 @@ int session_eval_full(session *s, const int32_t *ids, int64_t n, float *logits) 
 /* ======================================================================= */
 
 #define STATE_MAGIC "STRS"
-#define STATE_VERSION 1u
+#define STATE_VERSION 2u /* 2: the id is the model's identity (config + tensor table + data samples) */
 
 uint64_t infer_cfg_fingerprint(const cfg *c) {
     int64_t f[] = {c->hidden, c->n_layers, c->vocab, c->kda_heads, c->kda_head_dim, c->conv_k,
@@ -1276,12 +1280,17 @@ int session_save(session *s, const char *path, char *err, size_t errlen) {
     const cfg *c = e->c;
     if (s->broken) return base_fail(err, errlen, STRATA_EINVAL, "infer: cannot save a failed session");
     char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
+    struct stat sb;
+    /* never rename over a device, a FIFO or a directory that happens to be there */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: exists and is not a regular file; not overwritten", path);
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
     FILE *f = fopen(tmp, "wb");
     if (!f) return base_fail(err, errlen, STRATA_EIO, "%s: %s", tmp, strerror(errno));
     wstream w = {f, BASE_FNV_INIT, 0};
     uint32_t ver = STATE_VERSION;
-    uint64_t fp = infer_cfg_fingerprint(c);
+    uint64_t fp = state_id(e);
     int64_t pos = s->pos;
     ws_put(&w, STATE_MAGIC, 4);
     ws_put(&w, &ver, 4);
@@ -1311,60 +1320,79 @@ static void rs_get(rstream *r, void *p, size_t n) {
     r->h = base_fnv1a(p, n, r->h);
 }
 
-int session_load(session *s, const char *path, char *err, size_t errlen) {
+/* Reads n bytes into p (or, with p NULL, through a bounce buffer: the
+ * validation pass), hashing them. */
+static void rs_take(rstream *r, void *p, size_t n) {
+    if (p) { rs_get(r, p, n); return; }
+    uint8_t tmp[8192];
+    while (n && !r->bad) {
+        size_t k = n < sizeof tmp ? n : sizeof tmp;
+        rs_get(r, tmp, k);
+        n -= k;
+    }
+}
+
+/* One pass over a state file: header checks, then the body into s (apply = 1)
+ * or only hashed (apply = 0). Returns 0 or an error in err. */
+static int load_pass(session *s, FILE *f, const char *path, int apply, int64_t *pos_out, char *err, size_t errlen) {
     engine *e = s->e;
     const cfg *c = e->c;
-    session_reset(s);
-    FILE *f = fopen(path, "rb");
-    if (!f) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     rstream r = {f, BASE_FNV_INIT, 0};
     char magic[4];
     uint32_t ver = 0;
     uint64_t fp = 0, h = 0;
     int64_t pos = -1;
-    int rc = 0;
     rs_get(&r, magic, 4);
     rs_get(&r, &ver, 4);
     rs_get(&r, &fp, 8);
     rs_get(&r, &pos, 8);
-    if (r.bad || memcmp(magic, STATE_MAGIC, 4)) {
-        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: not a strata session state file", path);
-        goto done;
-    }
-    if (ver != STATE_VERSION) {
-        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: state version %u, this build reads %u", path, ver, STATE_VERSION);
-        goto done;
-    }
-    if (fp != infer_cfg_fingerprint(c)) {
-        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: state was saved for a different model configuration", path);
-        goto done;
-    }
-    if (pos < 0 || pos > s->max_ctx) {
-        rc = base_fail(err, errlen, STRATA_EINVAL, "%s: state holds %lld positions, the session only %lld", path,
-                       (long long)pos, (long long)s->max_ctx);
-        goto done;
-    }
-    rs_get(&r, s->ids, (size_t)pos * sizeof(int32_t));
-    rs_get(&r, s->kda, (size_t)e->n_kda * (size_t)kda_floats(c) * sizeof(float));
+    if (r.bad || memcmp(magic, STATE_MAGIC, 4)) return base_fail(err, errlen, STRATA_EFORMAT, "%s: not a strata session state file", path);
+    if (ver != STATE_VERSION)
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s: state version %u, this build reads %u", path, ver, STATE_VERSION);
+    if (fp != state_id(e))
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s: state was saved for a different model (its weights or configuration differ)", path);
+    if (pos < 0 || pos > s->max_ctx)
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: state holds %lld positions, the session only %lld", path,
+                         (long long)pos, (long long)s->max_ctx);
+    rs_take(&r, apply ? s->ids : NULL, (size_t)pos * sizeof(int32_t));
+    rs_take(&r, apply ? s->kda : NULL, (size_t)e->n_kda * (size_t)kda_floats(c) * sizeof(float));
     for (int64_t i = 0; i < e->n_mla; i++)
-        rs_get(&r, s->cache + i * s->max_ctx * e->C, (size_t)(pos * e->C) * sizeof(float));
+        rs_take(&r, apply ? s->cache + i * s->max_ctx * e->C : NULL, (size_t)(pos * e->C) * sizeof(float));
     uint64_t want = r.h;
-    if (r.bad || fread(&h, 1, 8, f) != 8) {
-        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: truncated state file", path);
-        goto done;
-    }
-    if (h != want) {
-        rc = base_fail(err, errlen, STRATA_ECORRUPT, "%s: state checksum mismatch", path);
-        goto done;
-    }
-    for (int64_t i = 0; i < pos; i++)
-        if (s->ids[i] < 0 || s->ids[i] >= c->vocab) {
-            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: token id out of range", path);
-            goto done;
+    if (r.bad || fread(&h, 1, 8, f) != 8) return base_fail(err, errlen, STRATA_EFORMAT, "%s: truncated state file", path);
+    if (h != want) return base_fail(err, errlen, STRATA_ECORRUPT, "%s: state checksum mismatch", path);
+    *pos_out = pos;
+    return 0;
+}
+
+/* Validates the whole file first (header, size, checksum) without touching the
+ * session, then reads it in: a bad file leaves the session exactly as it was. */
+int session_load(session *s, const char *path, char *err, size_t errlen) {
+    const cfg *c = s->e->c;
+    FILE *f = fopen(path, "rb");
+    if (!f) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+    int64_t pos = 0;
+    int rc = load_pass(s, f, path, 0, &pos, err, errlen);
+    if (!rc) {
+        /* ids are checked before anything is applied: read them once more */
+        int32_t buf[1024];
+        if (fseek(f, 24, SEEK_SET)) rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+        for (int64_t i = 0; !rc && i < pos; i += 1024) {
+            const size_t k = (size_t)(pos - i < 1024 ? pos - i : 1024);
+            if (fread(buf, sizeof(int32_t), k, f) != k) { rc = base_fail(err, errlen, STRATA_EIO, "%s: read failed", path); break; }
+            for (size_t j = 0; j < k; j++)
+                if (buf[j] < 0 || buf[j] >= c->vocab) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: token id out of range", path); break; }
         }
-    s->pos = pos;
-done:
+    }
+    if (!rc) {
+        if (fseek(f, 0, SEEK_SET)) rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+        else {
+            session_reset(s);
+            rc = load_pass(s, f, path, 1, &pos, err, errlen);
+            if (rc) session_reset(s); /* the file changed under us between the passes */
+            else s->pos = pos;
+        }
+    }
     fclose(f);
-    if (rc) session_reset(s);
     return rc;
 }

@@ -41,6 +41,9 @@ typedef struct engine_opts {
 int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, char *err, size_t errlen);
 void engine_free(engine *e); /* accepts NULL; sessions must be freed first */
 int engine_threads(const engine *e);
+/* The model identity written into and required from state files (0 = the
+ * config fingerprint only). */
+void engine_set_model_id(engine *e, uint64_t id);
 
 /* One row of a step: the next token of sequence s, at s's next position.
  * logits != 0: the row's logits are wanted. */

@@ -1,0 +1,344 @@
+/*
+ * t_api.c: the public API (strata.h) and batch invariance through it.
+ *
+ * The needle test (after vLLM's and SGLang's): every sequence is first generated
+ * alone; then all of them run again in random compositions: a random number of
+ * slots, sequences joining at random steps and leaving when done, random rows
+ * per pass (so prompts split across passes at random places), resident or at a
+ * budget whose expert cache is smaller than a pass's union (the union streams in
+ * waves), one or two threads. Every sequence's ids and the bits of every logits
+ * row it produced must equal its solo run. Models are driven only through
+ * strata.h, as the CLI and the server do.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "strata.h"
+#include "test.h"
+
+#define NSEQ 7
+#define MAXP 40
+
+typedef struct {
+    int32_t prompt[MAXP];
+    int64_t n_prompt, max_tokens;
+    double temp;
+    uint64_t seed;
+} tseq;
+
+typedef struct {
+    int32_t ids[64];
+    int64_t n;
+    uint64_t lhash;
+} tout;
+
+static const char *api_model(const char *name, const char *preset, int seed, int pack) {
+    static char dirs[8][512];
+    static int k;
+    char *d = dirs[k++ % 8];
+    snprintf(d, 512, "%s/api_%s", t_tmpdir, name);
+    char cfgp[600], cmd[2048];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", d);
+    if (base_is_file(cfgp)) return d;
+    if (!strcmp(preset, "wide")) {
+        /* tiny with 96 experts: a pass of 8+ rows chooses more experts than a
+         * small cache holds, so its union streams in waves */
+        const char *t = api_model("tiny", "tiny", 11, 1);
+        char tc[600];
+        snprintf(tc, sizeof tc, "%s/config.json", t ? t : "");
+        uint8_t *txt = NULL;
+        size_t n = 0;
+        if (!t || base_read_file(tc, 1u << 20, &txt, &n, NULL, 0)) return NULL;
+        char *at = strstr((char *)txt, "\"num_experts\": 16,");
+        if (!at) { base_free(txt); return NULL; }
+        memcpy(at, "\"num_experts\": 96,", 18);
+        const char *wc = t_write("wide_config.json", txt, n);
+        base_free(txt);
+        snprintf(cmd, sizeof cmd, "%s gen-model %s --config %s --seed %d >/dev/null 2>&1%s%s%s", t_strata(), d, wc, seed,
+                 pack ? " && " : "", pack ? t_strata() : "", pack ? " pack " : "");
+    } else
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset %s --seed %d >/dev/null 2>&1%s%s%s", t_strata(), d, preset, seed,
+             pack ? " && " : "", pack ? t_strata() : "", pack ? " pack " : "");
+    if (pack) snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "%s >/dev/null 2>&1", d);
+    if (t_run(cmd, NULL) != 0) { fprintf(stderr, "  cannot make %s\n", cmd); return NULL; }
+    return d;
+}
+
+static uint32_t rnd(uint64_t *s) {
+    *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+    return (uint32_t)(*s >> 33);
+}
+
+static void make_seqs(tseq *q, int64_t vocab, uint64_t seed) {
+    for (int i = 0; i < NSEQ; i++) {
+        q[i].n_prompt = 1 + rnd(&seed) % (MAXP - 1);
+        for (int64_t j = 0; j < q[i].n_prompt; j++) q[i].prompt[j] = (int32_t)(rnd(&seed) % (uint32_t)vocab);
+        q[i].max_tokens = 1 + rnd(&seed) % 12;
+        q[i].temp = i % 2 ? 0.9 : 0;
+        q[i].seed = 1000 + (uint64_t)i;
+    }
+}
+
+static strata_model *load(const char *dir, uint64_t ram, int rows, int threads, int max_seqs, int64_t ctx) {
+    char err[4096];
+    strata_model *m = NULL;
+    if (strata_model_open(&m, dir, err, sizeof err)) { fprintf(stderr, "  open: %s\n", err); return NULL; }
+    strata_model_opts o = strata_model_opts_default();
+    o.ram_bytes = ram;
+    o.rows = rows;
+    o.n_threads = threads;
+    o.max_seqs = max_seqs;
+    o.ctx = ctx;
+    if (strata_model_load(m, &o, err, sizeof err)) {
+        fprintf(stderr, "  load: %s\n", err);
+        strata_model_close(m);
+        return NULL;
+    }
+    return m;
+}
+
+/* Smallest budget the model plans for with these options. */
+static uint64_t min_budget(const char *dir, int rows, int max_seqs, int64_t ctx) {
+    char err[4096];
+    strata_model *m = NULL;
+    if (strata_model_open(&m, dir, err, sizeof err)) return 0;
+    strata_model_opts o = strata_model_opts_default();
+    o.ram_bytes = 1ull << 40;
+    o.rows = rows;
+    o.max_seqs = max_seqs;
+    o.ctx = ctx;
+    o.plan_only = 1;
+    strata_model_info info;
+    uint64_t min = 0;
+    if (!strata_model_load(m, &o, err, sizeof err)) {
+        strata_model_get_info(m, &info);
+        min = info.min_bytes;
+    }
+    strata_model_close(m);
+    return min;
+}
+
+/* Runs all sequences on m with `slots` sequences at once; a free slot takes the
+ * next sequence only when join() says so (random arrival). */
+static int run_all(strata_model *m, const tseq *q, tout *out, int slots, uint64_t *rng) {
+    char err[1024];
+    strata_seq *sq[NSEQ] = {0};
+    strata_gen *g[NSEQ] = {0}, *act[NSEQ];
+    int owner[NSEQ], next = 0, rc = 0;
+    for (int k = 0; k < slots; k++) {
+        owner[k] = -1;
+        if (strata_seq_create(m, &sq[k], err, sizeof err)) { fprintf(stderr, "  seq: %s\n", err); rc = -1; goto done; }
+    }
+    for (int guard = 0; guard < 10000; guard++) {
+        int n = 0;
+        for (int k = 0; k < slots; k++) {
+            if (owner[k] >= 0 && strata_gen_done(g[owner[k]])) {
+                tout *o = &out[owner[k]];
+                const int32_t *ids = strata_gen_ids(g[owner[k]], &o->n);
+                memcpy(o->ids, ids, (size_t)o->n * sizeof(int32_t));
+                o->lhash = strata_gen_logits_hash(g[owner[k]]);
+                strata_gen_free(g[owner[k]]);
+                g[owner[k]] = NULL;
+                owner[k] = -1;
+            }
+            if (owner[k] < 0 && next < NSEQ && (!rng || rnd(rng) % 3 != 0)) {
+                strata_gen_opts go = strata_gen_opts_default();
+                go.temp = q[next].temp;
+                go.seed = q[next].seed;
+                go.max_tokens = q[next].max_tokens;
+                go.stop_at_end = 0;
+                if (strata_gen_create(&g[next], sq[k], q[next].prompt, q[next].n_prompt, &go, 0, err, sizeof err)) {
+                    fprintf(stderr, "  gen: %s\n", err);
+                    rc = -1;
+                    goto done;
+                }
+                owner[k] = next++;
+            }
+            if (owner[k] >= 0) act[n++] = g[owner[k]];
+        }
+        if (n == 0 && next >= NSEQ) break;
+        if (n == 0) continue;
+        int a = strata_gen_step(m, act, n, NULL, NULL, err, sizeof err);
+        if (a < 0) { fprintf(stderr, "  step: %s\n", err); rc = -1; goto done; }
+    }
+done:
+    for (int i = 0; i < NSEQ; i++) strata_gen_free(g[i]);
+    for (int k = 0; k < slots; k++) strata_seq_free(sq[k]);
+    return rc;
+}
+
+static void needle(const char *name, const char *preset, int pack) {
+    const char *d = api_model(name, preset, 11, pack);
+    if (!d) { CHECK(0); return; }
+    const int64_t ctx = MAXP + 16;
+    strata_model *m = load(d, 0, 64, 1, 1, ctx);
+    if (!m) { CHECK(0); return; }
+    strata_model_info info;
+    strata_model_get_info(m, &info);
+    tseq q[NSEQ];
+    make_seqs(q, info.vocab, 77);
+    tout solo[NSEQ], got[NSEQ];
+    memset(solo, 0, sizeof solo);
+    /* each alone */
+    for (int i = 0; i < NSEQ; i++) {
+        tseq one[NSEQ];
+        for (int k = 0; k < NSEQ; k++) one[k] = q[i];
+        tout o[NSEQ];
+        CHECK(run_all(m, one, o, 1, NULL) == 0);
+        solo[i] = o[0];
+    }
+    strata_model_close(m);
+    uint64_t rng = 12345;
+    for (int trial = 0; trial < 6; trial++) {
+        const int slots = 1 + (int)(rnd(&rng) % NSEQ), threads = 1 + (int)(rnd(&rng) % 2);
+        const int rows = trial % 2 ? 8 + (int)(rnd(&rng) % 9) : 1 + (int)(rnd(&rng) % 16);
+        uint64_t ram = 0;
+        if (trial % 2) {
+            /* at the minimum the expert cache holds one row's top-k: every pass with
+             * more rows streams its union in waves */
+            uint64_t min = min_budget(d, rows, slots, ctx);
+            ram = min + (128u << 10) + (trial == 3 ? min / 4 : 0); /* slack: the baseline RSS moves a little */
+        }
+        m = load(d, ram, rows, threads, slots, ctx);
+        if (!m) { CHECK(0); continue; }
+        memset(got, 0, sizeof got);
+        CHECK(run_all(m, q, got, slots, &rng) == 0);
+        for (int i = 0; i < NSEQ; i++) {
+            CHECK_MSG(got[i].n == solo[i].n && !memcmp(got[i].ids, solo[i].ids, (size_t)solo[i].n * sizeof(int32_t)),
+                      "%s trial %d (slots %d rows %d threads %d ram %llu): seq %d ids differ", name, trial, slots, rows,
+                      threads, (unsigned long long)ram, i);
+            CHECK_MSG(got[i].lhash == solo[i].lhash, "%s trial %d (slots %d rows %d threads %d ram %llu): seq %d logits differ",
+                      name, trial, slots, rows, threads, (unsigned long long)ram, i);
+        }
+        strata_model_close(m);
+    }
+}
+
+TEST(api_batch_invariance) { needle("tiny", "tiny", 1); }
+TEST(api_batch_invariance_mixed) { needle("mixed", "tiny-mixed", 0); }
+TEST(api_batch_invariance_waves) { needle("wide", "wide", 1); }
+
+/* strata_step directly: rows of three sequences in one call, logits only where
+ * asked, equal to each sequence stepped alone; bad steps refused before running. */
+TEST(api_step_rows) {
+    const char *d = api_model("tiny", "tiny", 11, 1);
+    if (!d) { CHECK(0); return; }
+    strata_model *m = load(d, 0, 4, 2, 3, 32);
+    if (!m) { CHECK(0); return; }
+    strata_model_info info;
+    strata_model_get_info(m, &info);
+    const int64_t V = info.vocab;
+    char err[1024];
+    strata_seq *s[3];
+    for (int i = 0; i < 3; i++) CHECK(strata_seq_create(m, &s[i], err, sizeof err) == 0);
+    strata_seq *extra = NULL;
+    CHECK(strata_seq_create(m, &extra, err, sizeof err) == STRATA_EBUSY && !extra);
+    float *a = base_alloc((size_t)(4 * V) * sizeof(float), MEM_MISC), *b = base_alloc((size_t)(4 * V) * sizeof(float), MEM_MISC);
+    /* together: s0 x3, s1 x1, s2 x5 (9 rows over passes of 4) */
+    strata_row rows[9] = {{s[0], 3, 0}, {s[0], 9, 0}, {s[0], 27, 1}, {s[1], 5, 1}, {s[2], 1, 0},
+                          {s[2], 2, 1}, {s[2], 3, 0}, {s[2], 4, 0}, {s[2], 5, 1}};
+    CHECK(strata_step(m, rows, 9, a, err, sizeof err) == 0);
+    CHECK(strata_seq_pos(s[0]) == 3 && strata_seq_pos(s[1]) == 1 && strata_seq_pos(s[2]) == 5);
+    /* alone, after a reset, in other splits */
+    for (int i = 0; i < 3; i++) strata_seq_reset(s[i]);
+    CHECK(strata_step(m, rows + 4, 5, b + 2 * V, err, sizeof err) == 0);
+    CHECK(strata_step(m, rows + 3, 1, b + V, err, sizeof err) == 0);
+    CHECK(strata_step(m, rows, 2, NULL, err, sizeof err) == 0);
+    CHECK(strata_step(m, rows + 2, 1, b, err, sizeof err) == 0);
+    CHECK_MSG(!memcmp(a, b, (size_t)(4 * V) * sizeof(float)), "batched rows differ from sequences alone");
+    /* refused before anything runs: split runs, bad ids, unknown sequences */
+    const int64_t p0 = strata_seq_pos(s[0]);
+    strata_row bad1[3] = {{s[0], 1, 0}, {s[1], 1, 0}, {s[0], 1, 1}};
+    CHECK(strata_step(m, bad1, 3, a, err, sizeof err) == STRATA_EINVAL && strstr(err, "consecutive"));
+    strata_row bad2[2] = {{s[0], 1, 0}, {s[1], (int32_t)V, 1}};
+    CHECK(strata_step(m, bad2, 2, a, err, sizeof err) == STRATA_EINVAL);
+    CHECK(strata_seq_pos(s[0]) == p0);
+    for (int i = 0; i < 3; i++) strata_seq_free(s[i]);
+    base_free(a);
+    base_free(b);
+    strata_model_close(m);
+}
+
+/* Two models in one process, stepped alternately, each equal to itself alone;
+ * a state file of one is refused by the other (same config, other weights). */
+TEST(api_two_models) {
+    const char *d1 = api_model("tiny", "tiny", 11, 1), *d2 = api_model("tiny_s2", "tiny", 12, 0);
+    if (!d1 || !d2) { CHECK(0); return; }
+    char err[1024];
+    strata_model *m1 = load(d1, 0, 8, 1, 1, 32), *m2 = load(d2, 0, 8, 2, 1, 32);
+    if (!m1 || !m2) { CHECK(0); strata_model_close(m1); strata_model_close(m2); return; }
+    strata_seq *s1, *s2;
+    CHECK(strata_seq_create(m1, &s1, err, sizeof err) == 0);
+    CHECK(strata_seq_create(m2, &s2, err, sizeof err) == 0);
+    strata_model_info info;
+    strata_model_get_info(m1, &info);
+    const int64_t V = info.vocab;
+    float *l1 = base_alloc((size_t)V * 4 * sizeof(float), MEM_MISC);
+    int32_t toks[6] = {4, 8, 15, 16, 23, 42};
+    for (int i = 0; i < 6; i++) {
+        strata_row r1 = {s1, toks[i], 1}, r2 = {s2, toks[i], 1};
+        CHECK(strata_step(m1, &r1, 1, l1, err, sizeof err) == 0);
+        CHECK(strata_step(m2, &r2, 1, l1 + V, err, sizeof err) == 0);
+    }
+    CHECK(memcmp(l1, l1 + V, (size_t)V * sizeof(float)) != 0); /* other weights, other logits */
+    /* m1 alone again: same last logits */
+    strata_seq_reset(s1);
+    strata_row rr[6];
+    for (int i = 0; i < 6; i++) rr[i] = (strata_row){s1, toks[i], i == 5};
+    CHECK(strata_step(m1, rr, 6, l1 + 2 * V, err, sizeof err) == 0);
+    CHECK(!memcmp(l1, l1 + 2 * V, (size_t)V * sizeof(float)));
+    char path[600];
+    snprintf(path, sizeof path, "%s/api_state.strs", t_tmpdir);
+    CHECK(strata_seq_save(s1, path, err, sizeof err) == 0);
+    const int64_t p2 = strata_seq_pos(s2);
+    CHECK(strata_seq_load(s2, path, err, sizeof err) == STRATA_EFORMAT && strstr(err, "different model"));
+    CHECK(strata_seq_pos(s2) == p2); /* unchanged */
+    /* a device node is never replaced by a save */
+    CHECK(strata_seq_save(s1, "/dev/null", err, sizeof err) == STRATA_EINVAL);
+    strata_seq_free(s1);
+    strata_seq_free(s2);
+    base_free(l1);
+    strata_model_close(m1);
+    strata_model_close(m2);
+}
+
+/* `strata run --batch` equals one `strata run` per line (ids and logits files). */
+TEST(api_run_batch_cli) {
+    const char *d = api_model("tiny", "tiny", 11, 1);
+    if (!d) { CHECK(0); return; }
+    const char *lines = "1,2,3\n7\n300,12,9,9,4,100,2\n5,5\n";
+    const char *bf = t_write("batch.txt", lines, strlen(lines));
+    char cmd[4096], *out = NULL, dump[600];
+    snprintf(dump, sizeof dump, "%s/bl", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "%s run %s --batch %s --gen 5 --temp 0.7 --seed 3 --print-ids --parallel 3 --chunk 4 --ram-gb 0.05 --dump-logits %s 2>/dev/null",
+             t_strata(), d, bf, dump);
+    CHECK(t_run(cmd, &out) == 0);
+    const char *l[4] = {"1,2,3", "7", "300,12,9,9,4,100,2", "5,5"};
+    const char *p = out ? out : "";
+    for (int i = 0; i < 4; i++) {
+        char *o1 = NULL, d1[600];
+        snprintf(d1, sizeof d1, "%s/sl", t_tmpdir);
+        snprintf(cmd, sizeof cmd, "%s run %s --ids %s --gen 5 --temp 0.7 --seed 3 --print-ids --dump-logits %s 2>/dev/null", t_strata(),
+                 d, l[i], d1);
+        CHECK(t_run(cmd, &o1) == 0);
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        CHECK_MSG(o1 && strlen(o1) == n && !strncmp(o1, p, n), "line %d: batch '%.*s' vs solo '%s'", i, (int)n, p, o1 ? o1 : "");
+        p += n;
+        char bp[700];
+        snprintf(bp, sizeof bp, "%s.%d", dump, i);
+        uint8_t *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        CHECK(base_read_file(bp, 1u << 26, &x, &nx, NULL, 0) == 0 && base_read_file(d1, 1u << 26, &y, &ny, NULL, 0) == 0);
+        CHECK_MSG(nx == ny && nx > 0 && !memcmp(x, y, nx), "line %d: logits dump differs", i);
+        base_free(x);
+        base_free(y);
+        base_free(o1);
+    }
+    base_free(out);
+    /* bad lines: exit 2 naming the line */
+    bf = t_write("batch_bad.txt", "1,2\nxyz\n", 8);
+    snprintf(cmd, sizeof cmd, "%s run %s --batch %s --print-ids", t_strata(), d, bf);
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK_MSG(out && strstr(out, "line 2"), "%s", out ? out : "");
+    base_free(out);
+}
