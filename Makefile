@@ -23,7 +23,7 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 
-.PHONY: all help test check fuzz bench bench-kernels bench-decode bench-tokenizer conformance clean deps
+.PHONY: all help test check fuzz bench bench-batch bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
 
 help:
@@ -34,6 +34,7 @@ help:
 	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG)"
 	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
 	@echo "make bench-decode   resident decode ms/token vs the memory-bandwidth floor (demo model)"
+	@echo "make bench-batch    sequences per step and long prefills on ladder (CSV + PNG)"
 	@echo "make bench-io   disk read bandwidth at the engine's read sizes"
 	@echo "make bench-index    safetensors indexing on K3-shaped shards"
 	@echo "make bench-tokenizer  strata vs js-tiktoken vs tiktoken (WASM), MB/s"
@@ -166,6 +167,12 @@ $(BUILD)/cache_replay: bench/ladder/cache_replay.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench: strata $(BUILD)/place_run $(BUILD)/cache_replay
 	BUILD=$(BUILD) bash bench/ladder/run.sh
+# Many rows per pass: sequences stepped together and long prefills on ladder.
+$(BUILD)/b_batch: bench/b_batch.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+bench-batch: strata $(BUILD)/b_batch
+	BUILD=$(BUILD) bash bench/batch/run.sh
 bench-io: strata $(BUILD)/bench_io
 	@test -f $(BUILD)/models/ladder/config.json || ./strata gen-model $(BUILD)/models/ladder --preset ladder
 	./$(BUILD)/bench_io $(BUILD)/models/ladder $(ARGS)

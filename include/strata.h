@@ -95,6 +95,10 @@ typedef struct strata_model_info {
     double load_s;             /* seconds to open the weights */
     uint64_t mla_cache_bytes_per_pos, seq_bytes, engine_bytes;
     uint64_t budget_bytes, plan_bytes, min_bytes; /* 0 when not placed */
+    uint64_t streamed_bytes;   /* trunk bytes read from disk by every pass (0 when resident) */
+    uint64_t expert_bytes;     /* one routed expert as stored */
+    int64_t n_expert_slots;    /* experts the cache holds (0 when resident) */
+    double disk_bw, mem_bw;    /* bandwidths the plan used, bytes/s (0 when not placed) */
     char placement[256];       /* "placed: 3 of 9 trunk units pinned, ..." or "resident" */
 } strata_model_info;
 void strata_model_get_info(const strata_model *m, strata_model_info *out);

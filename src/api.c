@@ -263,7 +263,12 @@ void strata_model_get_info(const strata_model *m, strata_model_info *o) {
         o->budget_bytes = m->plan.budget_bytes;
         o->plan_bytes = m->plan.total_bytes;
         o->min_bytes = m->plan.min_bytes;
+        o->streamed_bytes = m->plan.streamed_bytes;
+        o->n_expert_slots = m->plan.n_expert_slots;
+        o->disk_bw = m->plan.disk_bw;
+        o->mem_bw = m->plan.mem_bw;
     }
+    o->expert_bytes = m->lay.expert_bytes;
     placement_name(m, o->placement, sizeof o->placement);
 }
 

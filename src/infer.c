@@ -906,16 +906,12 @@ static int moe_layer(engine *e, int64_t L, const wt *W) {
         return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad e_score_correction_bias", (long long)L);
     if (c->latent_norm && vec_f32(lnorm, &W[R_MOE_LAT_NORM], Z))
         return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad routed_expert_norm", (long long)L);
-    /* router, latent down-projection and the shared expert's gate/up (with SiTU)
-     * all read xn */
+    /* the router first: the experts' reads start as soon as the rows are routed,
+     * and the latent down-projection and the shared expert (gate/up with SiTU)
+     * are computed while they are in flight */
     mm_job j;
     mm_init(&j, T);
     mm_add(&j, &W[R_MOE_ROUTER], E, Hd, e->xn, Hd, e->f.router, E, "gate");
-    mm_add(&j, &W[R_MOE_LAT_DOWN], Z, Hd, e->xn, Hd, e->f.z, Z, "routed_expert_down_proj");
-    if (S > 0) {
-        mm_seg *g = mm_add(&j, &W[R_MOE_SH_GATE], S, Hd, e->xn, Hd, e->f.sg, S, "shared.gate_proj");
-        mm_glu(&j, g, &W[R_MOE_SH_UP], NULL, e->f.su, "shared.up_proj");
-    }
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     int32_t *mark = e->f.mark, *list = e->f.list, *off = e->f.xoff, *cur = e->f.xcur, *rem = e->f.rem;
@@ -939,6 +935,14 @@ static int moe_layer(engine *e, int64_t L, const wt *W) {
     int n_asked = (int)cap, n_rem = 0, rc;
     for (int q = 0; q < n_asked; q++) rem[n_rem++] = q;
     if (n_asked && (rc = ws->ops->experts_request(ws, L, n_asked, list))) return wfail(e, rc, "experts_request");
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MOE_LAT_DOWN], Z, Hd, e->xn, Hd, e->f.z, Z, "routed_expert_down_proj");
+    if (S > 0) {
+        mm_seg *g = mm_add(&j, &W[R_MOE_SH_GATE], S, Hd, e->xn, Hd, e->f.sg, S, "shared.gate_proj");
+        mm_glu(&j, g, &W[R_MOE_SH_UP], NULL, e->f.su, "shared.up_proj");
+    }
+    if (j.bad) { ws->ops->experts_put(ws, L); return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what); }
+    mm_run(e, &j);
     while (n_rem > 0) {
         /* the batch: experts already held, else the first one left (waited for) */
         const wt *ER[MOE_BATCH];
