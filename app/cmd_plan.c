@@ -15,7 +15,9 @@ static void usage(FILE *f) {
                "and the predicted decode s/token from this machine's disk and memory bandwidth.\n\n"
                "  --ram-gb X       budget in GB (10^9 bytes)\n"
                "  --ram SIZE|auto  budget as a size (24G = GiB) or auto = MemAvailable\n"
-               "  --ctx N          context positions the session holds (default 4096)\n"
+               "  --ctx N          context positions each sequence holds (default 4096)\n"
+               "  --seqs N         sequences held at once (default 1); the plan also shows the\n"
+               "                   trade between sequence slots and weights for 1..16 sequences\n"
                "  --chunk N        prefill chunk (default %d)\n"
                "  --threads N      compute threads\n"
                "  --pack DIR       use this pack (default: the model's own, if any)\n"
@@ -48,12 +50,16 @@ int cmd_plan(int argc, char **argv) {
             if (!strcmp(v, "auto")) po.ram_bytes = base_mem_available();
             else if (base_parse_size(v, &po.ram_bytes)) return cli_usage_error("plan", "bad --ram %s", v);
             have_ram = 1;
-        } else if (!strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--threads")) {
+        } else if (!strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--threads") || !strcmp(a, "--seqs")) {
             int64_t n;
             if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
             if (base_parse_i64(v, 1, 1ll << 30, &n)) return cli_usage_error("plan", "bad %s %s", a, v);
             if (!strcmp(a, "--ctx")) po.ctx = n;
             else if (!strcmp(a, "--chunk")) po.prefill_chunk = n;
+            else if (!strcmp(a, "--seqs")) {
+                if (n > 4096) return cli_usage_error("plan", "bad --seqs %s (1..4096)", v);
+                po.n_seqs = (int)n;
+            }
             else po.n_threads = (int)n;
         } else if (!strcmp(a, "--policy")) {
             if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
@@ -113,6 +119,24 @@ int cmd_plan(int argc, char **argv) {
         json_decref(j);
     } else {
         place_plan_print(&plan, stdout);
+        /* the trade: every sequence slot (KDA state + MLA cache) is RAM the
+         * weights do not get; the step reads the trunk once for all of them */
+        printf("sequences at this budget (one decode row each per step):\n");
+        printf("  %4s  %10s  %7s  %12s  %12s  %14s\n", "seqs", "state GB", "pinned", "expert slots", "s/step", "tokens/s (sum)");
+        static const int k_n[] = {1, 2, 4, 8, 16};
+        static place_plan q;
+        for (size_t i = 0; i < sizeof k_n / sizeof k_n[0]; i++) {
+            place_opts qo = po;
+            qo.n_seqs = k_n[i];
+            char e2[2048];
+            if (place_plan_compute(&c, lp, model, &qo, &q, e2, sizeof e2)) {
+                printf("  %4d  %10s  (does not fit: needs %.3f GB)\n", k_n[i], "-", (double)q.min_bytes / 1e9);
+                continue;
+            }
+            const double st = place_plan_step_seconds(&q, &c, k_n[i]);
+            printf("  %4d  %10.3f  %7lld  %12lld  %12.3f  %14.3f\n", k_n[i], (double)q.session_bytes / 1e9, (long long)q.n_pinned,
+                   (long long)q.n_expert_slots, st, st > 0 ? k_n[i] / st : 0);
+        }
     }
     return 0;
 }

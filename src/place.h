@@ -118,6 +118,9 @@ typedef struct place_plan {
 int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_dir,
                        const place_opts *o, place_plan *out, char *err, size_t errlen);
 void place_plan_print(const place_plan *p, FILE *f);
+/* Predicted seconds of one decode step of n_rows rows, one per sequence (the
+ * trunk once, the rows' expert union), from the plan's bandwidths. */
+double place_plan_step_seconds(const place_plan *p, const cfg *c, int n_rows);
 json_t *place_plan_json(const place_plan *p); /* new reference */
 
 /* Measured or cached disk (O_DIRECT, engine read size, several in flight) and

@@ -24,6 +24,7 @@
  * bytes every token; an LRU over layers would save nothing.
  */
 #include <fcntl.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -276,6 +277,25 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->pred_s_per_token = (disk > 0 ? (double)p->read_bytes_per_token / disk : 0) +
                           (mem > 0 ? (double)p->touch_bytes_per_token / mem : 0);
     return STRATA_OK;
+}
+
+/* Predicted seconds of one decode step of n_rows rows (one per sequence): the
+ * streamed trunk once, the union of the rows' experts (rows pick top-k of E at
+ * random: E (1 - (1 - k/E)^n) distinct per layer), minus the cache's share,
+ * from disk; every byte touched from memory. */
+double place_plan_step_seconds(const place_plan *p, const cfg *c, int n_rows) {
+    const int64_t n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0;
+    const double E = (double)c->n_experts, k = (double)c->topk;
+    const double distinct = E > 0 ? E * (1.0 - pow(1.0 - k / E, n_rows)) : 0;
+    const double n_all = (double)n_moe * E;
+    double hit = n_all > 0 ? (double)p->n_expert_slots / n_all : 0;
+    if (hit > 1) hit = 1;
+    const double xb = (double)n_moe * distinct * (double)p->expert_bytes;
+    double trunk_all = 0;
+    for (int64_t u = 0; u < p->n_units; u++) trunk_all += (double)p->unit_bytes[u];
+    const double rd = (double)p->streamed_bytes + xb * (1 - hit) + (double)n_rows * (double)p->embed_row_bytes;
+    const double tc = trunk_all + xb;
+    return (p->disk_bw > 0 ? rd / p->disk_bw : 0) + (p->mem_bw > 0 ? tc / p->mem_bw : 0);
 }
 
 /* ================================================================== output */
