@@ -11,6 +11,7 @@
  * run report) goes to stderr. Exit: 0 ok, 1 model/IO/runtime failure, 2 usage or
  * bad input.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <string.h>
@@ -310,6 +311,39 @@ static int load_prompts(run_state *r, int64_t ctx_cap) {
     return rc;
 }
 
+/* An output path must not be one of the model's own files (a shard, the
+ * config, the pack manifest) and must be writable before hours of work start:
+ * its directory exists and takes new files. 0 ok, else prints why. */
+static int check_out_path(const char *flag, const char *path, const char *model_dir) {
+    struct stat sp, se;
+    char dir[4096], full[8400];
+    if (stat(path, &sp) == 0) {
+        if (S_ISDIR(sp.st_mode)) { fprintf(stderr, "strata run: %s %s: is a directory\n", flag, path); return 1; }
+        DIR *d = opendir(model_dir);
+        struct dirent *de;
+        while (d && (de = readdir(d))) {
+            snprintf(full, sizeof full, "%s/%s", model_dir, de->d_name);
+            if (stat(full, &se) == 0 && S_ISREG(se.st_mode) && se.st_dev == sp.st_dev && se.st_ino == sp.st_ino) {
+                closedir(d);
+                fprintf(stderr, "strata run: %s %s: is one of the model's own files; refusing to overwrite it\n", flag, path);
+                return 1;
+            }
+        }
+        if (d) closedir(d);
+        if (!S_ISREG(sp.st_mode)) return 0; /* /dev/stdout, a FIFO: written directly */
+    }
+    snprintf(dir, sizeof dir, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (!slash) snprintf(dir, sizeof dir, ".");
+    else if (slash == dir) dir[1] = 0;
+    else *slash = 0;
+    if (access(dir, W_OK | X_OK)) {
+        fprintf(stderr, "strata run: %s %s: cannot write in %s: %s\n", flag, path, dir, strerror(errno));
+        return 1;
+    }
+    return 0;
+}
+
 static void print_ids_line(FILE *f, const int32_t *ids, int64_t n) {
     for (int64_t i = 0; i < n; i++) fprintf(f, i ? ",%d" : "%d", ids[i]);
     fputc('\n', f);
@@ -393,7 +427,9 @@ int cmd_run(int argc, char **argv) {
         }
     if (need > ctx) fprintf(stderr, "strata run: note: generation stops at the context limit (%lld positions)\n", (long long)ctx);
 
-    /* dump files before the weights load, so a bad path fails at once */
+    /* output paths before the weights load, so a bad path fails at once */
+    if (o.json_path && !o.mo.plan_only && check_out_path("--json", o.json_path, o.model_dir)) goto out;
+    if (o.dump_logits && !o.mo.plan_only && r.single && check_out_path("--dump-logits", o.dump_logits, o.model_dir)) goto out;
     if (o.dump_logits && !o.mo.plan_only)
         for (int64_t i = 0; i < r.n_q; i++) {
             char p[4096];

@@ -342,3 +342,36 @@ TEST(api_run_batch_cli) {
     CHECK_MSG(out && strstr(out, "line 2"), "%s", out ? out : "");
     base_free(out);
 }
+
+/* Output paths are checked before the weights load; a prompt file that cannot
+ * fit the context is refused before it is read; value errors name the range. */
+TEST(api_run_paths_and_limits) {
+    const char *d = api_model("tiny", "tiny", 11, 1);
+    if (!d) { CHECK(0); return; }
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 2 --json /nonexistent-dir/r.json", t_strata(), d);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "cannot write") && !strstr(out, "generated"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 2 --dump-logits %s/config.json", t_strata(), d, d);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "model's own files"), "%s", out ? out : "");
+    base_free(out);
+    char cfgp[600];
+    snprintf(cfgp, sizeof cfgp, "%s/config.json", d);
+    CHECK(base_is_file(cfgp));
+    /* 1 MB of text cannot fit 8 positions: refused before tokenizing */
+    size_t n = 1 << 20;
+    char *big = base_alloc(n, MEM_MISC);
+    memset(big, 'a', n);
+    const char *pf = t_write("big_prompt.txt", big, n);
+    base_free(big);
+    snprintf(cmd, sizeof cmd, "%s run %s --prompt-file %s --ctx 8 --gen 1", t_strata(), d, pf);
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK_MSG(out && strstr(out, "cannot fit"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1 --temp 1e30", t_strata(), d);
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK_MSG(out && strstr(out, "1e6"), "%s", out ? out : "");
+    base_free(out);
+}
