@@ -26,12 +26,8 @@
 #include <time.h>
 #include "base.h"
 #include "bw.h"
-#include "cfg.h"
-#include "infer.h"
-#include "kern.h"
-#include "model.h"
 #include "pool.h"
-#include "st.h"
+#include "strata.h"
 
 /* CPU seconds of the whole process (all threads, spinning included): with
  * --threads 1 a figure that other processes on the machine disturb far less than
@@ -79,63 +75,44 @@ int main(int argc, char **argv) {
         else if (a[0] == '-') { fprintf(stderr, "usage: b_decode [MODEL_DIR] [--threads N] [--tokens N] [--reps N]\n"); return 2; }
         else dir = a;
     }
-    const char *kname = kern_init(NULL);
-    char err[4096], path[4096];
-    static cfg c;
-    static model_layout lay;
-    st_index *ix = NULL;
-    wsrc *w = NULL;
-    engine *e = NULL;
-    session *s = NULL;
+    char err[4096];
+    strata_model *m = NULL;
+    strata_seq *s = NULL;
     pool *bp = NULL;
     uint64_t *buf = NULL;
     float *logits = NULL;
     int ret = 1;
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (cfg_load(&c, path, err, sizeof err) || st_open(&ix, dir, err, sizeof err)) {
-        fprintf(stderr, "b_decode: %s\n", err);
-        goto out;
-    }
-    sbuf pb = {0};
-    if (model_bind_check(&c, ix, &lay, &pb)) {
-        fprintf(stderr, "b_decode: %s does not match its config:\n%s", dir, pb.s ? pb.s : "");
-        sbuf_free(&pb);
-        goto out;
-    }
-    sbuf_free(&pb);
-
-    /* bytes one decode token reads */
-    uint64_t trunk = 0, n_moe = 0;
-    for (int64_t L = 0; L < c.n_layers; L++) {
-        trunk += lay.layer_bytes[L];
-        n_moe += cfg_is_moe(&c, L) ? 1 : 0;
-    }
-    const uint64_t experts = n_moe * (uint64_t)c.topk * lay.expert_bytes;
-    const uint64_t embed_row = lay.embed_bytes / (uint64_t)c.vocab;
-    const double tok_bytes = (double)(trunk + experts + lay.head_bytes + embed_row);
-
     double t0 = base_now();
-    if (wsrc_resident_open(&w, &c, ix, err, sizeof err)) { fprintf(stderr, "b_decode: %s\n", err); goto out; }
-    const double t_load = base_now() - t0;
-    engine_opts eo = {threads, 0};
-    const int32_t prompt[3] = {1, 2, 3};
-    if (engine_create(&e, &c, w, &eo, err, sizeof err) ||
-        session_create(&s, e, 3 + n_tok, err, sizeof err)) {
+    strata_model_opts mo = strata_model_opts_default();
+    mo.n_threads = threads;
+    mo.ctx = 3 + n_tok;
+    if (strata_model_open(&m, dir, err, sizeof err) || strata_model_load(m, &mo, err, sizeof err) ||
+        strata_seq_create(m, &s, err, sizeof err)) {
         fprintf(stderr, "b_decode: %s\n", err);
         goto out;
     }
+    const double t_load = base_now() - t0;
+    strata_model_info info;
+    strata_model_get_info(m, &info);
+    const char *kname = info.kernel;
+    /* bytes one decode token reads */
+    const uint64_t trunk = info.trunk_bytes, n_moe = (uint64_t)info.n_moe_layers;
+    const uint64_t experts = n_moe * (uint64_t)info.topk * info.expert_bytes;
+    const double tok_bytes = (double)(trunk + experts + info.head_bytes + info.embed_row_bytes);
+    const int64_t V = info.vocab;
+    const int32_t prompt[3] = {1, 2, 3};
     const size_t bw_bytes = 512u << 20;
-    logits = base_alloc((size_t)c.vocab * sizeof(float), MEM_SCRATCH);
+    logits = base_alloc((size_t)V * sizeof(float), MEM_SCRATCH);
     buf = base_alloc_aligned(bw_bytes, 4096, MEM_SCRATCH);
     if (!logits || !buf || pool_create(&bp, threads)) { fprintf(stderr, "b_decode: out of memory\n"); goto out; }
     for (size_t i = 0; i < bw_bytes / 8; i++) buf[i] = i;
 
     bw_print_load("load before");
     printf("strata decode bench: %s, %lld layers (%lld MoE, top-%lld), kernels %s, %d threads, loaded in %.2f s\n",
-           dir, (long long)c.n_layers, (long long)n_moe, (long long)c.topk, kname, threads, t_load);
+           dir, (long long)info.n_layers, (long long)n_moe, (long long)info.topk, kname, threads, t_load);
     printf("bytes per token: %.1f MB = trunk %.1f + experts %.1f (%lld x %lld x %.2f MB) + head %.1f + embed row\n",
-           tok_bytes / 1e6, trunk / 1e6, experts / 1e6, (long long)n_moe, (long long)c.topk,
-           lay.expert_bytes / 1e6, lay.head_bytes / 1e6);
+           tok_bytes / 1e6, trunk / 1e6, experts / 1e6, (long long)n_moe, (long long)info.topk,
+           info.expert_bytes / 1e6, info.head_bytes / 1e6);
 
     /* best of many short passes: one pass with a worker descheduled by another
      * process reads at one core's rate and would flatter the ratio */
@@ -145,16 +122,18 @@ int main(int argc, char **argv) {
     for (int r = 0; r < reps; r++) {
         double b = bw_read(bp, buf, bw_bytes, 4);
         if (b > bw) bw = b;
-        session_reset(s);
-        if (session_eval(s, prompt, 3, logits)) { fprintf(stderr, "b_decode: %s\n", session_errmsg(s)); goto out; }
-        int32_t id = argmax(logits, c.vocab);
+        strata_seq_reset(s);
+        strata_row pr[3] = {{s, prompt[0], 0}, {s, prompt[1], 0}, {s, prompt[2], 1}};
+        if (strata_step(m, pr, 3, logits, err, sizeof err)) { fprintf(stderr, "b_decode: %s\n", err); goto out; }
+        int32_t id = argmax(logits, V);
         uint64_t h = BASE_FNV_INIT;
         t0 = base_now();
         const double c0 = cpu_now();
         for (int i = 0; i < n_tok; i++) {
             h = base_fnv1a(&id, sizeof id, h);
-            if (session_eval(s, &id, 1, logits)) { fprintf(stderr, "b_decode: %s\n", session_errmsg(s)); goto out; }
-            id = argmax(logits, c.vocab);
+            strata_row row = {s, id, 1};
+            if (strata_step(m, &row, 1, logits, err, sizeof err)) { fprintf(stderr, "b_decode: %s\n", err); goto out; }
+            id = argmax(logits, V);
         }
         per_tok[r] = (base_now() - t0) / n_tok;
         cpu_tok[r] = (cpu_now() - c0) / n_tok;
@@ -180,9 +159,7 @@ out:
     base_free(buf);
     base_free(logits);
     pool_free(bp);
-    session_free(s);
-    engine_free(e);
-    if (w) w->ops->close(w);
-    st_close(ix);
+    strata_seq_free(s);
+    strata_model_close(m);
     return ret;
 }

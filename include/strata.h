@@ -97,6 +97,10 @@ typedef struct strata_model_info {
     uint64_t budget_bytes, plan_bytes, min_bytes; /* 0 when not placed */
     uint64_t streamed_bytes;   /* trunk bytes read from disk by every pass (0 when resident) */
     uint64_t expert_bytes;     /* one routed expert as stored */
+    uint64_t trunk_bytes;      /* every layer's non-expert tensors as stored */
+    uint64_t head_bytes;       /* final vectors + lm_head as stored */
+    uint64_t embed_row_bytes;  /* one embedding row as stored */
+    int64_t n_moe_layers, topk;
     int64_t n_expert_slots;    /* experts the cache holds (0 when resident) */
     double disk_bw, mem_bw;    /* bandwidths the plan used, bytes/s (0 when not placed) */
     char placement[256];       /* "placed: 3 of 9 trunk units pinned, ..." or "resident" */

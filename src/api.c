@@ -269,6 +269,13 @@ void strata_model_get_info(const strata_model *m, strata_model_info *o) {
         o->mem_bw = m->plan.mem_bw;
     }
     o->expert_bytes = m->lay.expert_bytes;
+    for (int64_t L = 0; L < m->c.n_layers; L++) {
+        o->trunk_bytes += m->lay.layer_bytes[L];
+        o->n_moe_layers += cfg_is_moe(&m->c, L) ? 1 : 0;
+    }
+    o->head_bytes = m->lay.head_bytes;
+    o->embed_row_bytes = m->c.vocab ? m->lay.embed_bytes / (uint64_t)m->c.vocab : 0;
+    o->topk = m->c.topk;
     placement_name(m, o->placement, sizeof o->placement);
 }
 
