@@ -55,6 +55,9 @@ static void usage(FILE *f) {
         "  --seed S             sampling seed (default 0): the draw at position p depends only on (S, p)\n"
         "  --ctx N              context positions (default prompt + gen, at most the model's maximum)\n"
         "  --chunk N            rows per pass (prefill chunk / batch; default %d)\n"
+        "  --spec K             speculative decoding: verify up to K drafted tokens with each token in\n"
+        "                       one pass (drafts: recent n-grams of the text); same output as without\n"
+        "  --draft-ids LIST     with --spec: propose this continuation as the drafts (benchmarks, tests)\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
         "  --json FILE          write a JSON run report\n"
@@ -67,7 +70,7 @@ static void usage(FILE *f) {
 }
 
 typedef struct run_opts {
-    const char *model_dir, *ids, *prompt, *prompt_file, *batch, *dump_logits, *json_path;
+    const char *model_dir, *ids, *prompt, *prompt_file, *batch, *dump_logits, *json_path, *draft_ids;
     mo_opts mo;
     int64_t gen, ctx, parallel;
     strata_gen_opts go;
@@ -103,6 +106,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
         else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->mo.chunk)) BAD("1..4096"); }
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
+        else if (!strcmp(a, "--spec")) { NEED(); if (base_parse_i64(v, 0, 16, &n)) BAD("an integer in [0, 16]"); o->mo.spec = (int)n; }
+        else if (!strcmp(a, "--draft-ids")) { NEED(); o->draft_ids = v; }
         else if (!strcmp(a, "--json")) { NEED(); o->json_path = v; }
         else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
         else if (!strcmp(a, "--stop-eos")) o->stop_eos = 1;
@@ -119,6 +124,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file, --batch");
     if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
+    if (o->draft_ids && !o->mo.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
     return 0;
 }
 
@@ -131,6 +137,7 @@ typedef struct run_seq {
     int32_t *gen_ids;
     int stopped;
     uint64_t lhash;
+    int64_t drafted, accepted, verifies;
     sbuf text;                /* batch: the generated text */
     FILE *dump;
     char dump_path[4096], dump_tmp[4200];
@@ -146,6 +153,7 @@ typedef struct run_state {
     strata_gen **active;
     int single, stream_text, failed;
     double t_first;           /* seconds until the first generated token (single run) */
+    int32_t *draft;           /* --draft-ids */
     double t0;
 } run_state;
 
@@ -196,6 +204,7 @@ static void run_release(run_state *r) {
         sbuf_free(&q->text);
     }
     base_free(r->q);
+    base_free(r->draft);
     for (int64_t i = 0; r->seqs && i < r->o->parallel; i++) strata_seq_free(r->seqs[i]);
     base_free(r->seqs);
     base_free(r->active);
@@ -455,6 +464,11 @@ int cmd_run(int argc, char **argv) {
     go.stop_at_end = !o.ignore_eos && (!(o.ids || (o.batch && !o.batch_text)) || o.stop_eos);
     go.want_text = r.m.info.has_tokenizer && !o.print_ids;
     go.want_logits = o.dump_logits != NULL;
+    go.spec = o.mo.spec;
+    if (o.draft_ids) {
+        if ((rc = parse_ids(&r, o.draft_ids, &r.draft, &go.n_draft_ids, "--draft-ids"))) { ret = rc; goto out; }
+        go.draft_ids = r.draft;
+    }
     r.stream_text = r.single && go.want_text;
 
     /* every sequence stepped together; a finished one hands its slot to the next line */
@@ -474,6 +488,7 @@ int cmd_run(int argc, char **argv) {
                 memcpy(q->gen_ids, ids, (size_t)q->n_gen * sizeof(int32_t));
                 q->stopped = strata_gen_stopped(g);
                 q->lhash = strata_gen_logits_hash(g);
+                strata_gen_spec_stats(g, &q->drafted, &q->accepted, &q->verifies);
                 n_tokens += q->n_gen;
                 strata_gen_free(g);
                 q->g = NULL;
@@ -496,9 +511,11 @@ int cmd_run(int argc, char **argv) {
         rc = strata_gen_step(r.m.m, r.active, n_act, on_token, &r, err, sizeof err);
         if (rc < 0) { fprintf(stderr, "strata run: %s\n", err); goto out; }
         if (r.failed) goto out;
-        if (!r.single) progress(&r, total_prompt, &last_progress);
+        progress(&r, total_prompt, &last_progress);
     }
     const double t_all = base_now() - r.t0;
+    int64_t sp_d = 0, sp_a = 0, sp_v = 0;
+    for (int64_t i = 0; i < r.n_q; i++) { sp_d += r.q[i].drafted; sp_a += r.q[i].accepted; sp_v += r.q[i].verifies; }
 
     /* outputs */
     run_seq *q0 = &r.q[0];
@@ -544,6 +561,10 @@ int cmd_run(int argc, char **argv) {
                 (long long)r.n_q, (long long)o.parallel, (long long)n_prompt_all, (long long)n_tokens, t_all,
                 t_all > 0 ? (double)n_tokens / t_all : 0, base_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
     }
+    if (o.mo.spec)
+        fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%) in %lld verifying passes; %.2f tokens per decode pass\n",
+                (long long)sp_d, (long long)sp_a, sp_d ? 100.0 * (double)sp_a / (double)sp_d : 0, (long long)sp_v,
+                n_decode > 0 ? (double)n_decode / (double)(n_decode - sp_a) : 0);
     mo_report(&r.m, stderr);
     if (base_mem_guard_violations())
         fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
@@ -587,6 +608,10 @@ int cmd_run(int argc, char **argv) {
         json_object_set_new(j, "ctx", json_integer(ctx));
         json_object_set_new(j, "logits_hash", json_string(hx));
         json_object_set_new(j, "placement", mo_placement_json(&r.m));
+        json_object_set_new(j, "speculation",
+                            json_pack("{s:i, s:I, s:I, s:I, s:f}", "max_drafts", o.mo.spec, "drafted", (json_int_t)sp_d,
+                                      "accepted", (json_int_t)sp_a, "verifying_passes", (json_int_t)sp_v,
+                                      "acceptance", sp_d ? (double)sp_a / (double)sp_d : 0.0));
         char *txt = json_dumps(j, JSON_INDENT(2));
         json_decref(j);
         if (!txt || base_write_file_atomic(o.json_path, txt, strlen(txt), err, sizeof err)) {

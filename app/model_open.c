@@ -60,6 +60,7 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.n_threads = (int)o->threads;
     so.plan_only = o->plan_only;
     so.no_verify = o->no_verify;
+    so.spec = o->spec;
     int rc = strata_model_load(m->m, &so, err, sizeof err);
     if (rc) {
         fprintf(stderr, "strata %s: %s\n", m->cmd, err);

@@ -30,6 +30,7 @@ typedef struct mo_opts {
     const char *pack_dir;
     uint64_t ram_bytes;
     int have_ram, plan_only, no_verify;
+    int spec;               /* drafted tokens per verification (strata_model_opts.spec) */
     int64_t threads, chunk; /* 0 = defaults */
 } mo_opts;
 

@@ -70,6 +70,9 @@ typedef struct strata_model_opts {
     int plan_only;           /* 1: stop after the plan (strata_model_print_plan); no weights opened */
     int place;               /* 1: plan and stream even without a budget (as with a pack) */
     int no_verify;           /* 1: skip checksum verification of reads from a pack */
+    int spec;                /* most drafted tokens a generator may verify per step (0 = no
+                                speculation); each sequence then holds a KDA snapshot and
+                                per-row replay records, counted in the plan */
 } strata_model_opts;
 
 strata_model_opts strata_model_opts_default(void);
@@ -184,6 +187,17 @@ typedef struct strata_gen_opts {
     int stop_at_end;         /* 1: stop at the model's end ids (config + tokenizer_config.json) */
     int want_text;           /* 1: stream detokenized text (needs the tokenizer) */
     int want_logits;         /* 1: keep each sampled position's logits for the callback */
+    /* Speculation (needs the model loaded with spec >= 1): up to `spec` drafted
+     * tokens are verified with the next token in one step; the longest prefix the
+     * model agrees with is kept, the rest rolled back exactly. The output (ids and
+     * logits bits) is identical with and without it, sampled output included.
+     * Drafts come from draft_ids (a proposed continuation of the generated ids:
+     * draft_ids[i] proposes generated token i) when given, else from the longest
+     * recent n-gram of the prompt and generated text that occurred before. The
+     * draft length adapts to the acceptance and turns itself off while drafts fail. */
+    int spec;
+    const int32_t *draft_ids;  /* copied at create */
+    int64_t n_draft_ids;
 } strata_gen_opts;
 strata_gen_opts strata_gen_opts_default(void);
 
@@ -207,6 +221,8 @@ const int32_t *strata_gen_ids(const strata_gen *g, int64_t *n); /* generated ids
 void strata_gen_set_user(strata_gen *g, void *user);
 void *strata_gen_user(const strata_gen *g);
 uint64_t strata_gen_logits_hash(const strata_gen *g);  /* FNV-1a of every logits row produced */
+/* Speculation counts: tokens drafted, drafted tokens accepted, verification steps. */
+void strata_gen_spec_stats(const strata_gen *g, int64_t *drafted, int64_t *accepted, int64_t *verifies);
 
 /* ============================================================== tokenizer */
 

@@ -50,6 +50,7 @@ struct strata_model {
     int64_t ctx, rows;
     int threads, max_seqs, n_live;
     int64_t max_out;          /* logits rows one generator step can want */
+    int spec;                 /* drafted tokens per verification the engine records */
     const char *kname;
     double t_load;
     strata_row *grows;        /* (rows) a generator step's rows */
@@ -72,6 +73,12 @@ struct strata_gen {
     int64_t n_out;
     int32_t next;             /* sampled, not yet evaluated (valid when has_next) */
     int has_next, done, stopped;
+    /* speculation */
+    int32_t *draft_ids;       /* copy of opts.draft_ids */
+    int32_t drafts[64];       /* this step's drafted tokens */
+    int64_t n_drafts;         /* this step's (0: a plain decode row) */
+    int spec_k, spec_fail, spec_off; /* current draft length, rejections in a row, steps left switched off */
+    int64_t n_drafted, n_accepted, n_verifies;
     sampler *sm;
     tok_stream *ts;
     uint64_t lhash;
@@ -172,11 +179,14 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     m->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     if (m->ctx < 1 || m->ctx > ((int64_t)1 << 32) || m->rows > (1 << 20) || m->max_seqs > (1 << 16))
         return base_fail(err, errlen, STRATA_EINVAL, "%s: options out of range", m->dir);
-    m->max_out = m->rows < m->max_seqs ? m->rows : m->max_seqs;
+    m->spec = o->spec > 0 ? (o->spec < 63 ? o->spec : 63) : 0;
+    m->max_out = m->max_seqs * (int64_t)(m->spec + 1);
+    if (m->max_out > m->rows) m->max_out = m->rows;
     /* the API's own step buffers and each generator's sampler, counted in the plan */
     const uint64_t extra = (uint64_t)m->max_out * (uint64_t)m->c.vocab * sizeof(float) +
                            (uint64_t)m->rows * (sizeof(strata_row) + sizeof(strata_gen *) + sizeof(infer_row)) +
-                           (uint64_t)m->max_seqs * ((uint64_t)m->c.vocab * 16 + 4096);
+                           (uint64_t)m->max_seqs * ((uint64_t)m->c.vocab * 16 + 4096 +
+                                                    infer_session_spec_bytes(&m->c, m->spec ? m->spec + 1 : 0));
     int rc;
     m->placed = o->ram_bytes || o->pack_dir || o->plan_only || o->place;
     if (m->placed) {
@@ -199,7 +209,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
                    : wsrc_resident_open(&m->w, &m->c, m->ix, err, errlen);
     if (rc) return rc;
     m->t_load = base_now() - t;
-    engine_opts eo = {m->threads, m->rows};
+    engine_opts eo = {m->threads, m->rows, m->spec ? m->spec + 1 : 0};
     if ((rc = engine_create(&m->e, &m->c, m->w, &eo, err, errlen))) return rc;
     engine_set_model_id(m->e, model_identity(m));
     m->grows = base_alloc((size_t)m->rows * sizeof *m->grows, MEM_SCRATCH);
@@ -398,6 +408,9 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
     if (n_prompt < 1) return base_fail(err, errlen, STRATA_EINVAL, "empty prompt");
     if (o->max_tokens < 1) return base_fail(err, errlen, STRATA_EINVAL, "max_tokens must be >= 1");
     if (o->want_text && !m->tk) return base_fail(err, errlen, STRATA_EINVAL, "%s", m->tok_err);
+    if (o->spec < 0 || o->spec > m->spec)
+        return base_fail(err, errlen, STRATA_EINVAL, "spec %d: the model was loaded for at most %d drafted tokens", o->spec, m->spec);
+    if (o->n_draft_ids < 0 || (o->n_draft_ids && !o->draft_ids)) return base_fail(err, errlen, STRATA_EINVAL, "bad draft ids");
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= m->c.vocab)
             return base_fail(err, errlen, STRATA_EINVAL, "prompt id %d at %lld outside the vocabulary [0, %lld)", prompt[i],
@@ -417,6 +430,13 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
     int rc = 0;
     if (!g->prompt || !g->out) { rc = base_fail(err, errlen, STRATA_ENOMEM, "out of memory"); goto fail; }
     memcpy(g->prompt, prompt, (size_t)n_prompt * sizeof(int32_t));
+    if (o->n_draft_ids) {
+        g->draft_ids = base_alloc((size_t)o->n_draft_ids * sizeof(int32_t), MEM_STATE);
+        if (!g->draft_ids) { rc = base_fail(err, errlen, STRATA_ENOMEM, "out of memory"); goto fail; }
+        memcpy(g->draft_ids, o->draft_ids, (size_t)o->n_draft_ids * sizeof(int32_t));
+    }
+    g->o.draft_ids = NULL;
+    g->spec_k = o->spec;
     sample_opts so = {o->temp, o->top_k, o->top_p, o->min_p, o->repeat_penalty, o->repeat_last_n, o->seed};
     if ((rc = sampler_create(&g->sm, m->c.vocab, &so, err, errlen))) goto fail;
     if (o->want_text && tok_stream_open(&g->ts, m->tk)) { rc = base_fail(err, errlen, STRATA_ENOMEM, "out of memory"); goto fail; }
@@ -434,6 +454,7 @@ void strata_gen_free(strata_gen *g) {
     sampler_free(g->sm);
     base_free(g->prompt);
     base_free(g->out);
+    base_free(g->draft_ids);
     base_free(g);
 }
 
@@ -444,14 +465,19 @@ const int32_t *strata_gen_ids(const strata_gen *g, int64_t *n) { *n = g->n_out; 
 void strata_gen_set_user(strata_gen *g, void *user) { g->user = user; }
 void *strata_gen_user(const strata_gen *g) { return g->user; }
 uint64_t strata_gen_logits_hash(const strata_gen *g) { return g->lhash; }
+void strata_gen_spec_stats(const strata_gen *g, int64_t *drafted, int64_t *accepted, int64_t *verifies) {
+    *drafted = g->n_drafted;
+    *accepted = g->n_accepted;
+    *verifies = g->n_verifies;
+}
 
 /* Samples g's next token from its logits row, reports it, and decides whether g
  * goes on. The draw depends only on (seed, position). */
-static void gen_emit(strata_model *m, strata_gen *g, const float *lg, strata_token_fn cb, void *ud) {
+static void gen_emit(strata_model *m, strata_gen *g, const float *lg, int64_t pos, strata_token_fn cb, void *ud) {
     session *s = g->seq->s;
     g->lhash = base_fnv1a(lg, (size_t)m->c.vocab * sizeof(float), g->lhash);
     base_mem_guard(1);
-    const int32_t id = sampler_next_at(g->sm, lg, session_tokens(s), session_pos(s), session_pos(s));
+    const int32_t id = sampler_next_at(g->sm, lg, session_tokens(s), pos, pos);
     base_mem_guard(0);
     g->out[g->n_out++] = id;
     int is_stop = 0;
@@ -462,7 +488,7 @@ static void gen_emit(strata_model *m, strata_gen *g, const float *lg, strata_tok
     if (g->ts && !is_stop && tok_stream_push(g->ts, id, &p, &n)) n = 0;
     if (cb) cb(ud, g, id, (const char *)p, n, g->o.want_logits ? lg : NULL);
     if (is_stop) g->stopped = 1;
-    if (is_stop || g->n_out == g->o.max_tokens || session_pos(s) >= m->ctx) {
+    if (is_stop || g->n_out == g->o.max_tokens || pos >= m->ctx) {
         g->done = 1;
         if (g->ts) {
             tok_stream_flush(g->ts, &p, &n);
@@ -474,16 +500,79 @@ static void gen_emit(strata_model *m, strata_gen *g, const float *lg, strata_tok
     g->has_next = 1;
 }
 
+/* Drafts for g's next step into g->drafts (at most max): draft_ids aligned with
+ * the generated ids when given, else what followed the most recent earlier
+ * occurrence of the longest suffix (3, 2 or 1 tokens) of prompt + generated text. */
+static int64_t gen_propose(const strata_gen *g, strata_gen *w, int64_t max) {
+    if (max <= 0) return 0;
+    if (g->draft_ids) {
+        int64_t n = 0;
+        for (int64_t i = g->n_out; i < g->o.n_draft_ids && n < max; i++) w->drafts[n++] = g->draft_ids[i];
+        return n;
+    }
+    /* history: the sequence's tokens, then next (not yet evaluated) */
+    const session *s = g->seq->s;
+    const int32_t *h = session_tokens(s);
+    const int64_t n = session_pos(s) + 1;
+#define HIST(i) ((i) == n - 1 ? g->next : h[i])
+    for (int64_t L = 3; L >= 1; L--) {
+        if (n <= L) continue;
+        for (int64_t st = n - L - 1; st >= 0; st--) { /* most recent occurrence first */
+            int64_t k = 0;
+            while (k < L && HIST(st + k) == HIST(n - L + k)) k++;
+            if (k < L) continue;
+            int64_t m = 0;
+            for (int64_t i = st + L; i < n && m < max; i++) w->drafts[m++] = HIST(i);
+            if (m) return m;
+        }
+    }
+#undef HIST
+    return 0;
+}
+
+/* After a verification: the draft length follows the acceptance; drafts that
+ * keep failing switch speculation off for a while (then one token is probed),
+ * so text where drafts fail costs what plain decode costs. */
+static void gen_adapt(strata_gen *g, int64_t drafted, int64_t accepted) {
+    if (accepted == drafted) {
+        g->spec_fail = 0;
+        if (g->spec_k < g->o.spec) g->spec_k++;
+    } else if (accepted == 0) {
+        if (++g->spec_fail >= 3) { g->spec_off = 32; g->spec_fail = 0; g->spec_k = 1; }
+        else if (g->spec_k > 1) g->spec_k--;
+    } else {
+        g->spec_fail = 0;
+        g->spec_k = (int)accepted + 1 < g->o.spec ? (int)accepted + 1 : g->o.spec;
+    }
+}
+
 int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_token_fn cb, void *ud, char *err, size_t errlen) {
     if (!m->loaded) return base_fail(err, errlen, STRATA_EINVAL, "%s: the model is not loaded", m->dir);
     int64_t nr = 0, n_out = 0;
-    /* decode rows first: each running stream advances every step */
+    /* decode rows first: each running stream advances every step, with its
+     * drafted tokens when it speculates */
     for (int i = 0; i < n && nr < m->rows && n_out < m->max_out; i++) {
         strata_gen *g = gens[i];
         if (g->done || !g->has_next) continue;
+        g->n_drafts = 0;
+        if (g->o.spec > 0 && g->spec_off > 0) g->spec_off--;
+        else if (g->o.spec > 0) {
+            int64_t room = m->rows - nr - 1, lr = m->max_out - n_out - 1;
+            if (lr < room) room = lr;
+            const int64_t left_tok = g->o.max_tokens - g->n_out - 1, left_ctx = m->ctx - session_pos(g->seq->s) - 1;
+            if (left_tok < room) room = left_tok;
+            if (left_ctx < room) room = left_ctx;
+            if (g->spec_k < room) room = g->spec_k;
+            g->n_drafts = gen_propose(g, g, room);
+            if (g->n_drafts && session_spec_begin(g->seq->s)) g->n_drafts = 0;
+        }
         m->grows[nr] = (strata_row){g->seq, g->next, 1};
         m->gown[nr++] = g;
-        n_out++;
+        for (int64_t j = 0; j < g->n_drafts; j++) {
+            m->grows[nr] = (strata_row){g->seq, g->drafts[j], 1};
+            m->gown[nr++] = g;
+        }
+        n_out += 1 + g->n_drafts;
     }
     /* then prompts, each a run of consecutive rows, until the pass is full */
     for (int i = 0; i < n && nr < m->rows; i++) {
@@ -511,10 +600,33 @@ int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_toke
     int64_t lo = 0;
     for (int64_t r = 0; r < nr; r++) {
         strata_gen *g = m->gown[r];
-        if (g->has_next) g->has_next = 0; /* its decode row (a generator with a token to
-                                              evaluate has fed its whole prompt) */
-        else g->n_fed++;
-        if (m->grows[r].logits) gen_emit(m, g, m->glogits + lo++ * m->c.vocab, cb, ud);
+        if (!g->has_next) { /* a prompt row */
+            g->n_fed++;
+            if (m->grows[r].logits) gen_emit(m, g, m->glogits + lo++ * m->c.vocab, session_pos(g->seq->s), cb, ud);
+            continue;
+        }
+        /* a decode row and its drafts: row i's logits count while every draft
+         * before it was what the model chose (the draw at each position depends
+         * only on (seed, position), so this is exactly plain decode's output) */
+        const int64_t nd = g->n_drafts, pos0 = session_pos(g->seq->s) - nd - 1;
+        g->has_next = 0;
+        gen_emit(m, g, m->glogits + lo * m->c.vocab, pos0 + 1, cb, ud);
+        int64_t acc = 0;
+        while (acc < nd && !g->done && g->has_next && g->next == g->drafts[acc]) {
+            acc++;
+            g->has_next = 0;
+            gen_emit(m, g, m->glogits + (lo + acc) * m->c.vocab, pos0 + 1 + acc, cb, ud);
+        }
+        lo += nd + 1;
+        r += nd;
+        if (nd) {
+            if ((rc = session_spec_end(g->seq->s, acc + 1)))
+                return base_fail(err, errlen, rc, "%s", session_errmsg(g->seq->s));
+            g->n_drafted += nd;
+            g->n_accepted += acc;
+            g->n_verifies++;
+            gen_adapt(g, nd, acc);
+        }
     }
     active = 0;
     for (int i = 0; i < n; i++) active += !gens[i]->done;

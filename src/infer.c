@@ -89,6 +89,7 @@ struct engine {
     } f;
     char err[512];             /* the last pass's failure */
     uint64_t model_id;         /* written into state files (engine_set_model_id) */
+    int64_t spec_rows;         /* rows a sequence may draft-verify in one go (0: no speculation) */
 };
 
 struct session {
@@ -99,6 +100,14 @@ struct session {
     float *cache;    /* n_mla x max_ctx x C */
     int32_t *ids;    /* max_ctx */
     char err[512];
+    /* speculation (engine spec_rows > 0): the KDA block from before the drafted
+     * rows and, per row since, what replaying the recurrence needs (rec_floats
+     * per row and KDA layer: q, k, v, alpha (P each), beta (heads), the raw conv
+     * inputs (3 P)); session_spec_end keeps a prefix of the rows */
+    int spec_on;
+    int64_t spec_pos0, spec_n;
+    float *spec_snap;  /* n_kda x kda_floats */
+    float *spec_rec;   /* spec_rows x n_kda x rec_floats */
 };
 
 /* ======================================================================= */
@@ -118,6 +127,12 @@ static void *cv(carve *c, size_t bytes) {
 static int64_t i64max(int64_t a, int64_t b) { return a > b ? a : b; }
 
 static int64_t n_blocks_of(const cfg *c) { return (c->n_layers - 1) / c->attn_res_block + 1; }
+
+/* Replay record of one row in one KDA layer: q, k, v, alpha, beta, raw conv inputs. */
+static int64_t rec_floats(const cfg *c) {
+    const int64_t P = c->kda_heads * c->kda_head_dim;
+    return 7 * P + c->kda_heads;
+}
 
 static int64_t kda_floats(const cfg *c) {
     int64_t P = c->kda_heads * c->kda_head_dim;
@@ -463,6 +478,7 @@ int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, cha
         e->kda_i[L] = c->is_mla[L] ? -1 : (int32_t)ik++;
         e->mla_i[L] = c->is_mla[L] ? (int32_t)im++ : -1;
     }
+    e->spec_rows = o && o->spec_rows > 0 ? o->spec_rows : 0;
     const int nt = e->n_threads;
     int rc = pool_create(&e->pool, nt);
     if (rc) { base_free(blk); return base_fail(err, errlen, rc, "infer: cannot start %d threads", nt); }
@@ -504,6 +520,11 @@ int session_create(session **out, engine *e, int64_t max_ctx, char *err, size_t 
         s->cache = base_alloc((size_t)cb, MEM_KV);
         if (!s->cache) goto oom;
     }
+    if (e->spec_rows > 0 && e->n_kda > 0) {
+        s->spec_snap = base_alloc((size_t)(e->n_kda * kda_floats(c)) * sizeof(float), MEM_STATE);
+        s->spec_rec = base_alloc((size_t)(e->spec_rows * e->n_kda * rec_floats(c)) * sizeof(float), MEM_STATE);
+        if (!s->spec_snap || !s->spec_rec) goto oom;
+    }
     session_reset(s);
     *out = s;
     return 0;
@@ -517,11 +538,15 @@ void session_free(session *s) {
     if (!s) return;
     base_free(s->ids);
     base_free(s->cache);
+    base_free(s->spec_snap);
+    base_free(s->spec_rec);
     base_free(s);
 }
 
 void session_reset(session *s) {
     s->pos = 0;
+    s->spec_on = 0;
+    s->spec_n = 0;
     s->broken = 0;
     s->err[0] = 0;
     memset(s->kda, 0, (size_t)s->e->n_kda * (size_t)kda_floats(s->e->c) * sizeof(float));
@@ -641,6 +666,15 @@ static void kda_heads_fn(void *ctx, int64_t j0, int64_t j1, int tid) {
             for (int64_t i = 0; i < D; i++) alpha[i] = (float)ex[i];
             /* S = diag(alpha) S; S += k (beta (v - S^T k))^T; o = S^T q */
             K.kda_step(S, D, vk, vv, vq, alpha, beta, o);
+            if (e->g_s[g]->spec_on) { /* what a replay of this step needs */
+                const session *ss = e->g_s[g];
+                float *rc = ss->spec_rec + ((ss->spec_n + t) * e->n_kda + x->ki) * rec_floats(c);
+                memcpy(rc + h * D, vq, (size_t)D * sizeof(float));
+                memcpy(rc + P + h * D, vk, (size_t)D * sizeof(float));
+                memcpy(rc + 2 * P + h * D, vv, (size_t)D * sizeof(float));
+                memcpy(rc + 3 * P + h * D, alpha, (size_t)D * sizeof(float));
+                rc[4 * P + h] = beta;
+            }
             /* per-head RMSNorm (o_norm) first, then the sigmoid output gate */
             float *ot = e->k.o + r * P + h * D;
             const float *gt = e->k.g + r * P + h * D;
@@ -684,7 +718,13 @@ static int kda_layer(engine *e, int64_t L, const wt *W) {
     /* each sequence's history becomes the last conv_k - 1 raw inputs it has seen */
     for (int64_t g = 0; g < e->n_grp; g++) {
         const int64_t r0 = e->g_r0[g], Tg = e->g_r0[g + 1] - r0, keep = ck - 1 > Tg ? ck - 1 - Tg : 0;
-        float *blk = kda_block(e->g_s[g], ki);
+        session *sq = e->g_s[g];
+        float *blk = kda_block(sq, ki);
+        if (sq->spec_on)
+            for (int64_t t = 0; t < Tg; t++) {
+                float *rc = sq->spec_rec + ((sq->spec_n + t) * e->n_kda + ki) * rec_floats(c) + 4 * P + NHk;
+                for (int st = 0; st < 3; st++) memcpy(rc + st * P, e->k.prj[st] + (r0 + t) * P, (size_t)P * sizeof(float));
+            }
         for (int st = 0; st < 3; st++) {
             float *hist = blk + st * (ck - 1) * P;
             if (keep) memmove(hist, hist + (ck - 1 - keep) * P, (size_t)(keep * P) * sizeof(float));
@@ -1173,6 +1213,9 @@ static int step_check(engine *e, const infer_row *rows, int64_t n) {
         if (s->broken) return efail(e, STRATA_EINVAL, "infer: row %lld: the sequence failed earlier; reset it first", (long long)i);
         int64_t m = 1;
         while (i + m < n && rows[i + m].s == s) m++;
+        if (s->spec_on && s->spec_n + m > e->spec_rows)
+            return efail(e, STRATA_EINVAL, "infer: row %lld: %lld drafted rows exceed the %lld the engine records", (long long)i,
+                         (long long)(s->spec_n + m), (long long)e->spec_rows);
         if (m > s->max_ctx - s->pos)
             return efail(e, STRATA_EINVAL, "infer: %lld tokens at position %lld exceed the context of %lld", (long long)m,
                          (long long)s->pos, (long long)s->max_ctx);
@@ -1199,6 +1242,7 @@ static int step_pass(engine *e, const infer_row *rows, int64_t n, float *logits)
     for (int64_t g = 0; g < e->n_grp; g++) {
         session *s = e->g_s[g];
         for (int64_t i = e->g_r0[g]; i < e->g_r0[g + 1]; i++) s->ids[s->pos++] = rows[i].id;
+        if (s->spec_on) s->spec_n += e->g_r0[g + 1] - e->g_r0[g];
     }
     return 0;
 }
@@ -1224,6 +1268,65 @@ int engine_step(engine *e, const infer_row *rows, int64_t n, float *logits) {
 }
 
 const char *engine_errmsg(const engine *e) { return e->err; }
+
+int session_spec_begin(session *s) {
+    engine *e = s->e;
+    if (e->spec_rows < 1) return sfail(s, STRATA_EINVAL, "infer: the engine records no drafted rows (spec_rows 0)");
+    if (s->broken) return sfail(s, STRATA_EINVAL, "infer: session failed earlier; reset it first");
+    if (e->n_kda) memcpy(s->spec_snap, s->kda, (size_t)(e->n_kda * kda_floats(e->c)) * sizeof(float));
+    s->spec_pos0 = s->pos;
+    s->spec_n = 0;
+    s->spec_on = 1;
+    return 0;
+}
+
+/* Keeps the first `keep` rows evaluated since session_spec_begin. The MLA cache
+ * needs only the position cut (rows past it are never read); each KDA layer's
+ * state is the snapshot with the kept rows' recurrence replayed from their
+ * records (the same kernel on the same inputs: the same bits as if only those
+ * rows had run), and its conv history the last conv_k - 1 raw inputs of
+ * snapshot + kept rows. No weight is read. */
+int session_spec_end(session *s, int64_t keep) {
+    engine *e = s->e;
+    const cfg *c = e->c;
+    if (!s->spec_on) return sfail(s, STRATA_EINVAL, "infer: no speculation in progress");
+    if (keep < 0 || keep > s->spec_n) return sfail(s, STRATA_EINVAL, "infer: cannot keep %lld of %lld rows", (long long)keep, (long long)s->spec_n);
+    s->spec_on = 0;
+    if (keep == s->spec_n) return 0;
+    const int64_t P = e->P, D = c->kda_head_dim, NHk = c->kda_heads, ck = c->conv_k, kf = kda_floats(c), rf = rec_floats(c);
+    float *o = e->thr; /* D floats of scratch: no pass is running */
+    for (int64_t ki = 0; ki < e->n_kda; ki++) {
+        float *blk = s->kda + ki * kf;
+        const float *snap = s->spec_snap + ki * kf;
+        memcpy(blk + 3 * (ck - 1) * P, snap + 3 * (ck - 1) * P, (size_t)(NHk * D * D) * sizeof(float));
+        for (int64_t t = 0; t < keep; t++) {
+            const float *rc = s->spec_rec + (t * e->n_kda + ki) * rf;
+            for (int64_t h = 0; h < NHk; h++)
+                K.kda_step(blk + 3 * (ck - 1) * P + h * D * D, D, rc + P + h * D, rc + 2 * P + h * D, rc + h * D, rc + 3 * P + h * D,
+                           rc[4 * P + h], o);
+        }
+        /* conv history: the last conv_k - 1 of [snapshot history; kept rows' inputs] */
+        for (int st = 0; st < 3; st++) {
+            float *hist = blk + st * (ck - 1) * P;
+            const float *sh = snap + st * (ck - 1) * P;
+            for (int64_t j = 0; j < ck - 1; j++) {
+                const int64_t u = keep - (ck - 1) + j; /* input index relative to the kept rows */
+                const float *src = u < 0 ? sh + (ck - 1 + u) * P : s->spec_rec + (u * e->n_kda + ki) * rf + 4 * P + NHk + st * P;
+                memcpy(hist + j * P, src, (size_t)P * sizeof(float));
+            }
+        }
+    }
+    s->pos = s->spec_pos0 + keep;
+    return 0;
+}
+
+uint64_t infer_session_spec_bytes(const cfg *c, int64_t spec_rows) {
+    if (spec_rows < 1) return 0;
+    int64_t n_mla = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) n_mla += c->is_mla[L] ? 1 : 0;
+    const uint64_t n_kda = (uint64_t)(c->n_layers - n_mla);
+    return n_kda * ((uint64_t)kda_floats(c) + (uint64_t)spec_rows * (uint64_t)rec_floats(c)) * sizeof(float);
+}
 
 int session_eval(session *s, const int32_t *ids, int64_t n, float *logits) {
     engine *e = s->e;

@@ -32,6 +32,8 @@ typedef struct session session;
 typedef struct engine_opts {
     int n_threads;          /* >= 1; 0 = pool_default_threads() */
     int64_t prefill_chunk;  /* tokens per batched forward; 0 = INFER_DEFAULT_CHUNK */
+    int64_t spec_rows;      /* rows a sequence may verify speculatively at once (0 = none);
+                               sessions then also hold a KDA snapshot and per-row records */
 } engine_opts;
 #define INFER_DEFAULT_CHUNK 64
 
@@ -91,6 +93,16 @@ int64_t session_pos(const session *s);          /* tokens evaluated so far */
 int64_t session_max_ctx(const session *s);
 const int32_t *session_tokens(const session *s); /* the pos ids evaluated; valid until the next eval/reset/load */
 const char *session_errmsg(const session *s);   /* last error ("" if none) */
+/* Speculation: session_spec_begin snapshots the sequence; the rows evaluated
+ * after it (at most the engine's spec_rows, in any number of steps) are recorded;
+ * session_spec_end(s, keep) keeps the first `keep` of them exactly as if only
+ * those had been evaluated (KDA recurrence replayed from the records, conv history
+ * and position cut back), without reading a weight. */
+int session_spec_begin(session *s);
+int session_spec_end(session *s, int64_t keep);
+/* Bytes session_create adds per sequence for spec_rows (snapshot + records). */
+uint64_t infer_session_spec_bytes(const cfg *c, int64_t spec_rows);
+
 /* Marks s unusable until session_reset (its state was partly updated). */
 void session_mark_broken(session *s, const char *why);
 

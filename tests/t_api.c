@@ -97,7 +97,7 @@ static strata_model *load(const char *dir, uint64_t ram, int rows, int threads, 
 }
 
 /* Smallest budget the model plans for with these options. */
-static uint64_t min_budget(const char *dir, int rows, int max_seqs, int64_t ctx) {
+static uint64_t min_budget_spec(const char *dir, int rows, int max_seqs, int64_t ctx, int spec) {
     char err[4096];
     strata_model *m = NULL;
     if (strata_model_open(&m, dir, err, sizeof err)) return 0;
@@ -106,6 +106,7 @@ static uint64_t min_budget(const char *dir, int rows, int max_seqs, int64_t ctx)
     o.rows = rows;
     o.max_seqs = max_seqs;
     o.ctx = ctx;
+    o.spec = spec;
     o.plan_only = 1;
     strata_model_info info;
     uint64_t min = 0;
@@ -116,6 +117,8 @@ static uint64_t min_budget(const char *dir, int rows, int max_seqs, int64_t ctx)
     strata_model_close(m);
     return min;
 }
+
+static uint64_t min_budget(const char *dir, int rows, int max_seqs, int64_t ctx) { return min_budget_spec(dir, rows, max_seqs, ctx, 0); }
 
 /* Runs all sequences on m with `slots` sequences at once; a free slot takes the
  * next sequence only when join() says so (random arrival). */
@@ -374,4 +377,137 @@ TEST(api_run_paths_and_limits) {
     CHECK(t_run(cmd, &out) == 2);
     CHECK_MSG(out && strstr(out, "1e6"), "%s", out ? out : "");
     base_free(out);
+}
+
+/* Speculation changes nothing but speed: for greedy and sampled generation, with
+ * drafts that are the model's own output (all accepted), corrupted ones (partial
+ * acceptance, rollback), n-gram drafts on a repetitive prompt, several K, a budget
+ * whose cache is smaller than a pass's union, and speculating sequences batched
+ * with plain ones: ids and every logits row equal plain decode's. */
+static int spec_run(strata_model *m, const int32_t *prompt, int64_t np, int64_t gen, double temp, int spec,
+                    const int32_t *draft, int64_t nd, tout *o, int64_t *accepted) {
+    char err[1024];
+    strata_seq *s = NULL;
+    strata_gen *g = NULL;
+    int rc = -1;
+    if (strata_seq_create(m, &s, err, sizeof err)) { fprintf(stderr, "  %s\n", err); return -1; }
+    strata_gen_opts go = strata_gen_opts_default();
+    go.temp = temp;
+    go.seed = 99;
+    go.max_tokens = gen;
+    go.stop_at_end = 0;
+    go.spec = spec;
+    go.draft_ids = draft;
+    go.n_draft_ids = nd;
+    if (strata_gen_create(&g, s, prompt, np, &go, 0, err, sizeof err)) { fprintf(stderr, "  %s\n", err); goto done; }
+    for (int guard = 0; guard < 1000; guard++) {
+        int a = strata_gen_step(m, &g, 1, NULL, NULL, err, sizeof err);
+        if (a < 0) { fprintf(stderr, "  %s\n", err); goto done; }
+        if (a == 0) break;
+    }
+    const int32_t *ids = strata_gen_ids(g, &o->n);
+    memcpy(o->ids, ids, (size_t)o->n * sizeof(int32_t));
+    o->lhash = strata_gen_logits_hash(g);
+    int64_t d, v;
+    strata_gen_spec_stats(g, &d, accepted, &v);
+    rc = 0;
+done:
+    strata_gen_free(g);
+    strata_seq_free(s);
+    return rc;
+}
+
+TEST(api_spec_identity) {
+    const char *d = api_model("wide", "wide", 11, 1);
+    if (!d) { CHECK(0); return; }
+    const int32_t prompt[12] = {5, 6, 7, 8, 5, 6, 7, 8, 5, 6, 7, 8}; /* repetitive: n-grams find drafts */
+    const int64_t gen = 20;
+    for (int t = 0; t < 2; t++) {
+        const double temp = t ? 0.8 : 0;
+        strata_model *m = load(d, 0, 64, 2, 1, 64);
+        if (!m) { CHECK(0); return; }
+        tout plain, got;
+        int64_t acc = 0;
+        CHECK(spec_run(m, prompt, 12, gen, temp, 0, NULL, 0, &plain, &acc) == 0);
+        strata_model_close(m);
+        int32_t bad[64];
+        memcpy(bad, plain.ids, (size_t)plain.n * sizeof(int32_t));
+        for (int64_t i = 2; i < plain.n; i += 5) bad[i] = (bad[i] + 1) % 512;
+        for (int k = 1; k <= 6; k += 2)
+            for (int b = 0; b < 2; b++) {
+                const uint64_t mins = b ? min_budget_spec(d, 64, 1, 64, k) : 0;
+                strata_model_opts o = strata_model_opts_default();
+                char err[1024];
+                strata_model *ms = NULL;
+                CHECK(strata_model_open(&ms, d, err, sizeof err) == 0);
+                o.ram_bytes = b ? mins + (1u << 20) : 0;
+                o.ctx = 64;
+                o.spec = k;
+                o.n_threads = 1 + b;
+                if (!ms || strata_model_load(ms, &o, err, sizeof err)) { fprintf(stderr, "  %s\n", err); CHECK(0); strata_model_close(ms); continue; }
+                const int32_t *srcs[3] = {plain.ids, bad, NULL};
+                for (int sidx = 0; sidx < 3; sidx++) {
+                    CHECK(spec_run(ms, prompt, 12, gen, temp, k, srcs[sidx], srcs[sidx] ? plain.n : 0, &got, &acc) == 0);
+                    CHECK_MSG(got.n == plain.n && !memcmp(got.ids, plain.ids, (size_t)plain.n * sizeof(int32_t)) && got.lhash == plain.lhash,
+                              "temp %.1f k %d budget %d drafts %d: output differs with speculation", temp, k, b, sidx);
+                    if (sidx == 0) CHECK_MSG(acc >= gen - 1 - (gen - 1 + k) / (k + 1) - 1, "k %d: only %lld accepted of own output", k, (long long)acc);
+                    if (sidx == 1) CHECK(acc > 0 && acc < gen - 1);
+                }
+                strata_model_close(ms);
+            }
+    }
+}
+
+/* Speculating sequences share passes with plain ones (drafts of several
+ * sequences in one step): everyone's output equals its solo plain run. */
+TEST(api_spec_batched) {
+    const char *d = api_model("tiny", "tiny", 11, 1);
+    if (!d) { CHECK(0); return; }
+    strata_model *m = load(d, 0, 64, 1, 1, MAXP + 16);
+    if (!m) { CHECK(0); return; }
+    strata_model_info info;
+    strata_model_get_info(m, &info);
+    tseq q[NSEQ];
+    make_seqs(q, info.vocab, 4242);
+    tout solo[NSEQ], got[NSEQ];
+    for (int i = 0; i < NSEQ; i++) {
+        int64_t acc;
+        CHECK(spec_run(m, q[i].prompt, q[i].n_prompt, q[i].max_tokens, q[i].temp, 0, NULL, 0, &solo[i], &acc) == 0);
+    }
+    strata_model_close(m);
+    char err[1024];
+    strata_model *ms = NULL;
+    strata_model_opts o = strata_model_opts_default();
+    o.max_seqs = NSEQ;
+    o.ctx = MAXP + 16;
+    o.spec = 3;
+    o.rows = 9;
+    CHECK(strata_model_open(&ms, d, err, sizeof err) == 0 && strata_model_load(ms, &o, err, sizeof err) == 0);
+    strata_seq *sq[NSEQ];
+    strata_gen *g[NSEQ];
+    for (int i = 0; i < NSEQ; i++) {
+        CHECK(strata_seq_create(ms, &sq[i], err, sizeof err) == 0);
+        strata_gen_opts go = strata_gen_opts_default();
+        go.temp = q[i].temp;
+        go.seed = 99;
+        go.max_tokens = q[i].max_tokens;
+        go.stop_at_end = 0;
+        go.spec = i % 2 ? 3 : 0;
+        go.draft_ids = solo[i].ids; /* even ones ignore them (spec 0) */
+        go.n_draft_ids = i % 2 ? solo[i].n : 0;
+        CHECK(strata_gen_create(&g[i], sq[i], q[i].prompt, q[i].n_prompt, &go, 0, err, sizeof err) == 0);
+    }
+    for (int guard = 0; guard < 1000; guard++) {
+        int a = strata_gen_step(ms, g, NSEQ, NULL, NULL, err, sizeof err);
+        CHECK(a >= 0);
+        if (a <= 0) break;
+    }
+    for (int i = 0; i < NSEQ; i++) {
+        const int32_t *ids = strata_gen_ids(g[i], &got[i].n);
+        CHECK_MSG(got[i].n == solo[i].n && !memcmp(ids, solo[i].ids, (size_t)solo[i].n * sizeof(int32_t)) &&
+                      strata_gen_logits_hash(g[i]) == solo[i].lhash, "seq %d differs", i);
+        strata_gen_free(g[i]);
+        strata_seq_free(sq[i]);
+    }
+    strata_model_close(ms);
 }

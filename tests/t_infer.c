@@ -157,7 +157,7 @@ static void conform_api(const char *name, const char *tiny_args, const char *pro
     char err[256], rb[600], cmd[4096], *ro = NULL;
     engine *e = NULL;
     session *s = NULL;
-    engine_opts eo = {2, 4};
+    engine_opts eo = {.n_threads = 2, .prefill_chunk = 4};
     CHECK(engine_create(&e, &m.c, m.w, &eo, err, sizeof err) == 0);
     CHECK(e && session_create(&s, e, 64, err, sizeof err) == 0);
     int32_t p[32], g[32];
@@ -230,7 +230,7 @@ static int rig_open(rig *r, const char *dir, int threads, int64_t chunk, int64_t
     char err[512];
     memset(r, 0, sizeof *r);
     if (tm_open(&r->m, dir)) return -1;
-    engine_opts eo = {threads, chunk};
+    engine_opts eo = {.n_threads = threads, .prefill_chunk = chunk};
     if (engine_create(&r->e, &r->m.c, r->m.w, &eo, err, sizeof err) ||
         session_create(&r->s, r->e, ctx, err, sizeof err)) {
         fprintf(stderr, "  rig: %s\n", err);
@@ -374,7 +374,7 @@ TEST(infer_bytes_and_errors) {
     char err[512];
     uint64_t s0 = base_mem_used_tag(MEM_SCRATCH);
     engine *e;
-    engine_opts eo = {2, 7};
+    engine_opts eo = {.n_threads = 2, .prefill_chunk = 7};
     CHECK(engine_create(&e, &m.c, m.w, &eo, err, sizeof err) == 0);
     CHECK_MSG(base_mem_used_tag(MEM_SCRATCH) - s0 == infer_engine_bytes(&m.c, 7, 2), "engine bytes %llu vs %llu",
               (unsigned long long)(base_mem_used_tag(MEM_SCRATCH) - s0), (unsigned long long)infer_engine_bytes(&m.c, 7, 2));
