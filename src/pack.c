@@ -1068,7 +1068,7 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
             /* the default location belongs to the model; elsewhere the manifest names its source */
             const int ours = !out_dir || same_source(j, model_dir);
             int stale = 1;
-            if (old != id) snprintf(why, sizeof why, "the model's config, index or shard headers changed after packing");
+            if (old != id) snprintf(why, sizeof why, "the model's config, index, shard sizes or shard headers changed after packing");
             else if (ver != PACK_VERSION)
                 snprintf(why, sizeof why, "it was written by another strata (manifest version %lld, this one writes %d)",
                          (long long)ver, PACK_VERSION);
