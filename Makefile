@@ -23,13 +23,14 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 
-.PHONY: all help test check fuzz bench bench-batch bench-kernels bench-decode bench-tokenizer conformance clean deps
+.PHONY: all help test check tsan fuzz bench bench-batch bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
 
 help:
 	@echo "make            build ./strata"
 	@echo "make test       unit, kernel, end-to-end tests and fuzz-corpus replay (< 5 min)"
 	@echo "make check      the same tests under ASan+UBSan (build-san/)"
+	@echo "make tsan       the threaded suites under ThreadSanitizer (build-tsan/)"
 	@echo "make fuzz T=st  libFuzzer target fuzz/fz_T.c (clang); T in: $(patsubst fuzz/fz_%.c,%,$(FUZZ_SRC))"
 	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG)"
 	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
@@ -89,6 +90,17 @@ test: strata $(BUILD)/test_runner
 check:
 	$(MAKE) SAN=address,undefined WERROR=1 test
 
+# ThreadSanitizer on the suites that run threads: the pool, the streaming source
+# (reader thread, prefaulter, io rings), the expert cache, the pack writer and
+# readers, the tokenizer shared by threads, the engine across thread counts and
+# the generator's producers. Filters are substrings of suite names (tests/run.c).
+TSAN_SUITES := pool_ stream_bytes stream_errors stream_decode stream_verify cache_ io_ring tok_small_threads \
+               infer_threads gen_deterministic pack_roundtrip
+tsan:
+	$(MAKE) SAN=thread BUILD=build-tsan WERROR=1 strata build-tsan/test_runner
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ./build-tsan/test_runner $(TSAN_SUITES)
+	$(MAKE) strata
+
 # libFuzzer: make fuzz T=st [SECS=600]
 SECS ?= 60
 fuzz:
@@ -99,9 +111,9 @@ fuzz:
 	./build-fuzz/fz_$(T) -max_total_time=$(SECS) -max_len=65536 fuzz/corpus/$(T)
 
 clean:
-	rm -rf build build-san build-fuzz strata
+	rm -rf build build-san build-tsan build-fuzz strata
 
--include $(shell find build build-san -name '*.d' 2>/dev/null)
+-include $(shell find build build-san build-tsan -name '*.d' 2>/dev/null)
 
 # Engine vs the independent float64 reference (tests/reference) on generated models.
 conformance: strata

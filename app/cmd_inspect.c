@@ -35,8 +35,10 @@ static void usage(FILE *f) {
             "options:\n"
             "  --config FILE  inspect a config.json without weights\n"
             "  --json         machine-readable report on stdout\n"
-            "  --scan         also read every MXFP4 expert scale byte and report bytes of\n"
-            "                 255 (NaN in E8M0): a checkpoint defect; reads ~85 GB on K3\n"
+            "  --scan         also read every weight: report, per tensor, non-finite values\n"
+            "                 (NaN, inf) in float tensors and MXFP4 scale bytes of 255\n"
+            "                 (NaN in E8M0); both are checkpoint defects (exit 1). Reads\n"
+            "                 the trunk and ~85 GB of scales on K3\n"
             "  -h, --help     this text\n\n"
             "exit status: 0 sound model, 1 broken model or config, 2 usage error\n");
 }
@@ -132,12 +134,13 @@ typedef struct report {
     const char *path;         /* MODEL_DIR or config FILE */
     const char *cfg_path;
     int is_dir;               /* MODEL_DIR given (else --config) */
-    int have_cfg, have_ckpt, have_layout, have_scan;
+    int have_cfg, have_ckpt, have_layout, have_scan, have_fscan;
     cfg *c;
     cfg_census *s;
     st_index *ix;
     model_layout *lay;
     model_scan scan;
+    model_fscan fscan;
     sbuf problems, warnings;
     int n_problems;
 } report;
@@ -281,6 +284,10 @@ static void print_human(const report *r) {
             print_lines(stdout, "    ", r->warnings.s);
         }
     }
+    if (r->have_fscan)
+        printf("  float scan: %s tensors, %s read, %lld with non-finite values (%lld values)\n",
+               commas((uint64_t)r->fscan.n_tensors, a, sizeof a), base_fmt_bytes(r->fscan.bytes, b, sizeof b),
+               (long long)r->fscan.n_bad_tensors, (long long)r->fscan.n_nonfinite);
     if (r->have_scan)
         printf("  scale scan: %s experts, %s scale bytes read, %lld experts with scale 255 (%lld bytes)\n",
                commas((uint64_t)r->scan.n_experts, a, sizeof a), base_fmt_bytes(r->scan.scale_bytes, b, sizeof b),
@@ -377,6 +384,10 @@ static void print_json(const report *r) {
                         "\"scale_bytes\": %llu}",
                     (long long)r->scan.n_experts, (long long)r->scan.n_bad_experts, (long long)r->scan.n_bad_groups,
                     (unsigned long long)r->scan.scale_bytes);
+    if (r->have_fscan)
+        sbuf_printf(&b, ",\n  \"float_scan\": {\"n_tensors\": %lld, \"n_bad_tensors\": %lld, \"n_nonfinite\": %lld, \"bytes\": %llu}",
+                    (long long)r->fscan.n_tensors, (long long)r->fscan.n_bad_tensors, (long long)r->fscan.n_nonfinite,
+                    (unsigned long long)r->fscan.bytes);
     sbuf_printf(&b, ",\n  \"problems\": ");
     json_lines(&b, r->problems.s);
     sbuf_printf(&b, ",\n  \"warnings\": ");
@@ -384,6 +395,12 @@ static void print_json(const report *r) {
     sbuf_printf(&b, "\n}\n");
     fputs(b.s, stdout);
     sbuf_free(&b);
+}
+
+static void fscan_progress(void *ud, int64_t done, int64_t total) {
+    (void)ud;
+    fprintf(stderr, "\rscanning float tensors: %lld / %lld", (long long)done, (long long)total);
+    if (done == total) fputc('\n', stderr);
 }
 
 static void scan_progress(void *ud, int64_t done, int64_t total) {
@@ -467,6 +484,10 @@ int cmd_inspect(int argc, char **argv) {
         model_bind_check_ex(r.c, r.ix, r.lay, &r.problems, &r.warnings);
         r.have_layout = 1;
         if (o.scan) {
+            if (model_scan_floats(r.ix, &r.fscan, &r.problems, isatty(2) ? fscan_progress : NULL, NULL, err, ERRLEN))
+                sbuf_line(&r.problems, "float scan: %s", err);
+            else
+                r.have_fscan = 1;
             if (r.lay->experts_bf16 || r.s->n_expert_total == 0) {
                 sbuf_line(&r.warnings, "--scan: no MXFP4 experts to scan");
             } else if (model_scan_scales(r.c, r.ix, &r.scan, &r.problems, isatty(2) ? scan_progress : NULL, NULL,

@@ -2,8 +2,8 @@
  * cmd_pack.c: `strata pack MODEL_DIR [--out DIR] [--force] [--no-measure]` writes
  * the streaming layout (pack.h) and reports its write rate against the disk's
  * write bandwidth measured in the same run; `strata pack --verify [--pack DIR]
- * MODEL_DIR` re-reads it and checks every checksum (exit 1 naming the first bad
- * record).
+ * MODEL_DIR` re-reads it and checks every checksum, trunk.bin and the shards
+ * (exit 1 naming the first bad record). A stale pack of the model is rebuilt.
  */
 #include <string.h>
 #include <sys/stat.h>
@@ -22,10 +22,17 @@ static void usage(FILE *f) {
                "most a quarter of the free space) with O_DIRECT into an unnamed file in the\n"
                "pack's directory (it never outlives the run), and how much of the source came\n"
                "from the page cache: a source read from the same disk shares its bandwidth.\n\n"
+               "An up-to-date pack is left alone. A stale pack of this model (its config, index,\n"
+               "shard headers, or a shard's size or modification time changed since packing;\n"
+               "strata run refuses it) is rebuilt by plain `strata pack`, which says why. A\n"
+               "directory holding another model's pack is never overwritten, not even with\n"
+               "--force. One writer per pack directory: a second one is refused at once.\n\n"
                "  --out DIR      write the pack there\n"
-               "  --force        rebuild an existing pack of the same model\n"
+               "  --force        rebuild even an up-to-date pack (or one with an unreadable manifest)\n"
                "  --no-measure   skip the disk write measurement (no ratio is printed)\n"
-               "  --verify       check every checksum of an existing pack\n"
+               "  --verify       check every checksum of an existing pack: trunk.bin against the\n"
+               "                 manifest, and the model's shards (trunk tensors and experts)\n"
+               "                 against it, naming the first record that differs\n"
                "  --pack DIR     the pack to verify (default: the one strata run would use)\n",
             PACK_DIRNAME);
 }
@@ -73,11 +80,14 @@ int cmd_pack(int argc, char **argv) {
         }
         pack *p = NULL;
         double t0 = base_now();
-        rc = pack_open(&p, pack_dir, model, &c, ix, err, sizeof err);
+        /* stale stamps: verify the bytes anyway, that is what tells what changed */
+        rc = pack_open_ex(&p, pack_dir, model, &c, ix, PACK_OPEN_STALE_OK, err, sizeof err);
         if (!rc) rc = pack_verify(p, &c, ix, progress, NULL, err, sizeof err);
         if (rc) fprintf(stderr, "\nstrata pack: verify %s: %s\n", pack_dir, err);
-        else fprintf(stderr, "pack: %s verified: trunk %.2f GB and %lld experts, every checksum matches (%.1f s)\n", pack_dir,
-                     (double)p->trunk_bytes / 1e9, (long long)(p->n_moe * p->n_experts), base_now() - t0);
+        else fprintf(stderr, "pack: %s verified: trunk %.2f GB (trunk.bin and the shards) and %lld experts, every checksum matches (%.1f s)\n",
+                     pack_dir, (double)p->trunk_bytes / 1e9, (long long)(p->n_moe * p->n_experts), base_now() - t0);
+        if (!rc && p->stale[0])
+            fprintf(stderr, "pack: note: %s; strata run refuses the pack until `strata pack %s` rebuilds it\n", p->stale, model);
         pack_close(p);
         st_close(ix);
         return rc ? 1 : 0;
@@ -90,8 +100,9 @@ int cmd_pack(int argc, char **argv) {
         return 1;
     }
     if (res.already) {
-        fprintf(stderr, "pack: %s already holds this model's pack (use --force to rebuild)\n", res.dir);
+        fprintf(stderr, "pack: %s already holds this model's pack, up to date (use --force to rebuild)\n", res.dir);
     } else {
+        if (res.stale[0]) fprintf(stderr, "pack: %s was stale (%s): rebuilt\n", res.dir, res.stale);
         fprintf(stderr, "pack: %s: trunk %.0f MB written in %.2f s: %.0f MB/s", res.dir, (double)res.trunk_bytes / 1e6,
                 res.trunk_secs, res.write_bw / 1e6);
         if (res.disk_bw > 0)

@@ -57,7 +57,10 @@ static int do_encode(tok *t, const uint8_t *in, size_t len, int special) {
     int32_t *ids;
     size_t n;
     int rc = tok_encode(t, in, len, special, &ids, &n);
-    if (rc) { fprintf(stderr, "strata tokenize: encode failed: %s\n", strata_errstr(rc)); return 1; }
+    if (rc) {
+        fprintf(stderr, "strata tokenize: encode failed: %s\n", tok_errmsg(t)[0] ? tok_errmsg(t) : strata_errstr(rc));
+        return 1;
+    }
     /* Format in one buffer: 11 bytes per id is enough for "-2147483648," */
     char *out = base_alloc(n * 12 + 2, MEM_MISC);
     if (!out) { base_free(ids); fprintf(stderr, "strata tokenize: out of memory\n"); return 1; }

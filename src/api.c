@@ -200,7 +200,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
         po.extra_bytes = extra;
         po.session_bytes = infer_session_bytes;
         po.engine_bytes = infer_engine_bytes;
-        if (o->no_verify) po.verify_reads = 0;
+        if (o->no_verify) po.verify_reads = PLACE_VERIFY_OFF;
         if ((rc = place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen))) return rc;
         if (o->plan_only) return 0;
     }
@@ -641,7 +641,10 @@ int strata_tokenize(strata_model *m, const char *text, size_t len, int allow_spe
     *n = 0;
     if (!m->tk) return base_fail(err, errlen, STRATA_EINVAL, "%s", m->tok_err);
     int rc = tok_encode(m->tk, (const uint8_t *)text, len, allow_special, ids, n);
-    if (rc) return base_fail(err, errlen, rc, "cannot tokenize the text: %s", strata_errstr(rc));
+    if (rc) {
+        const char *why = tok_errmsg(m->tk);
+        return base_fail(err, errlen, rc, "cannot tokenize the text: %s", why && *why ? why : strata_errstr(rc));
+    }
     return 0;
 }
 

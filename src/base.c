@@ -14,6 +14,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -418,6 +419,32 @@ int base_mkdir_p(const char *path, char *err, size_t errlen) {
     }
     if (!base_is_dir(path)) return base_fail(err, errlen, STRATA_EIO, "%s: not a directory", path);
     return STRATA_OK;
+}
+
+int base_lock(const char *path, const char *what, char *err, size_t errlen) {
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: cannot create the lock file: %s", path, strerror(errno));
+        if (flock(fd, LOCK_EX | LOCK_NB)) {
+            int e = errno;
+            close(fd);
+            if (e == EWOULDBLOCK)
+                return base_fail(err, errlen, STRATA_EBUSY, "%s is being written by another process (it holds %s)", what, path);
+            return base_fail(err, errlen, STRATA_EIO, "%s: lock: %s", path, strerror(e));
+        }
+        /* The holder before us may have unlocked and removed the file between our
+         * open and flock: then we hold a lock nobody else can see. */
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_ino == b.st_ino && a.st_dev == b.st_dev) return fd;
+        close(fd);
+    }
+    return base_fail(err, errlen, STRATA_EBUSY, "%s is being written by another process (%s keeps changing)", what, path);
+}
+
+void base_unlock(const char *path, int fd) {
+    if (fd < 0) return;
+    unlink(path); /* while still locked: see base_lock */
+    close(fd);
 }
 
 int base_rm_rf(const char *path) {

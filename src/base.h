@@ -95,6 +95,13 @@ int base_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, cha
 /* Writes a whole file atomically: path.tmp.PID, fsync, rename. */
 int base_write_file_atomic(const char *path, const void *buf, size_t len, char *err, size_t errlen);
 int base_mkdir_p(const char *path, char *err, size_t errlen);
+/* Exclusive advisory lock (flock) of a writer: creates path and locks it without
+ * waiting. Returns the fd (>= 0; keep it open while writing), or STRATA_EBUSY with
+ * "<what> is being written by another process" when another process holds it, or
+ * STRATA_EIO. Release with base_unlock, which removes path first (a locker that
+ * opened the removed file notices and retries on the new one). */
+int base_lock(const char *path, const char *what, char *err, size_t errlen);
+void base_unlock(const char *path, int fd); /* fd < 0: nothing */
 int base_rm_rf(const char *path);     /* best effort; 0 on success */
 int base_is_dir(const char *path);
 int base_is_file(const char *path);

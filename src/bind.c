@@ -388,3 +388,65 @@ int model_scan_scales(const cfg *c, const st_index *ix, model_scan *out, sbuf *p
     base_free(buf);
     return rc;
 }
+
+/* ------------------------------------------------------------ float scan */
+
+/* Element i of p (dtype dt): 0 finite, 1 +-inf, 2 NaN (exponent bits all set;
+ * the mantissa tells NaN from inf). */
+static int value_class(const uint8_t *p, int dt, uint64_t i) {
+    uint32_t e, m;
+    if (dt == DT_F32) {
+        uint32_t u;
+        memcpy(&u, p + 4 * i, 4);
+        e = (u & 0x7f800000u) == 0x7f800000u, m = u & 0x007fffffu;
+    } else {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        if (dt == DT_BF16) e = (h & 0x7f80u) == 0x7f80u, m = h & 0x007fu;
+        else e = (h & 0x7c00u) == 0x7c00u, m = h & 0x03ffu;
+    }
+    return e ? (m ? 2 : 1) : 0;
+}
+
+int model_scan_floats(const st_index *ix, model_fscan *out, sbuf *problems,
+                      void (*progress)(void *ud, int64_t done, int64_t total), void *ud,
+                      char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    const uint64_t cap = 4u << 20; /* a multiple of every element size */
+    uint8_t *buf = base_alloc(cap, MEM_SCRATCH);
+    if (!buf) return base_fail(err, errlen, STRATA_ENOMEM, "cannot allocate %llu bytes for the float scan", (unsigned long long)cap);
+    const int64_t total = (int64_t)st_count(ix);
+    int rc = STRATA_OK;
+    for (int64_t k = 0; k < total && !rc; k++) {
+        const st_tensor *t = st_at(ix, (size_t)k);
+        if (!t || !dtype_float(t->dtype)) continue;
+        const uint64_t es = st_dtype_size(t->dtype);
+        int64_t bad = 0, first = -1;
+        int first_class = 0;
+        for (uint64_t o = 0; o < t->nbytes && !rc; o += cap) {
+            uint64_t n = t->nbytes - o < cap ? t->nbytes - o : cap;
+            if ((rc = st_read(ix, t, o, buf, n, err, errlen))) break;
+            for (uint64_t i = 0; i < n / es; i++) {
+                int k2 = value_class(buf, t->dtype, i);
+                if (!k2) continue;
+                if (first < 0) { first = (int64_t)(o / es + i); first_class = k2; }
+                bad++;
+            }
+        }
+        out->bytes += t->nbytes;
+        out->n_tensors++;
+        if (bad) {
+            const char *what = first_class == 2 ? "NaN" : "inf";
+            if (problems && out->n_bad_tensors < BIND_MAX_LINES)
+                sbuf_line(problems, "%s: %lld non-finite values of %lld (first: element %lld is %s)", t->name, (long long)bad,
+                          (long long)(t->nbytes / es), (long long)first, what);
+            out->n_bad_tensors++;
+            out->n_nonfinite += bad;
+        }
+        if (progress && (k % 256 == 0 || k == total - 1)) progress(ud, k + 1, total);
+    }
+    if (!rc && problems && out->n_bad_tensors > BIND_MAX_LINES)
+        sbuf_line(problems, "and %lld more tensors with non-finite values", (long long)(out->n_bad_tensors - BIND_MAX_LINES));
+    base_free(buf);
+    return rc;
+}

@@ -117,13 +117,27 @@ static void problem(rd *r, const char *fmt, ...) {
     r->pb->n++;
 }
 
+/* A JSON real as it was most likely written: the shortest digits that read back
+ * to the same double, with ".0" kept on whole numbers, so `64.0` is reported as
+ * "got 64.0" rather than the confusing "must be an integer, got 64" (jansson
+ * keeps the value, not the text). */
+static const char *real_text(double x, char *buf, size_t n) {
+    if (x == floor(x) && fabs(x) < 1e15) { snprintf(buf, n, "%.1f", x); return buf; }
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, n, "%.*g", prec, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    if (isfinite(x) && !strpbrk(buf, ".e")) strncat(buf, ".0", n - strlen(buf) - 1);
+    return buf;
+}
+
 static const char *jtype(const json_t *j, char *buf, size_t n) {
     switch (json_typeof(j)) {
     case JSON_OBJECT: return "an object";
     case JSON_ARRAY: return "an array";
     case JSON_STRING: snprintf(buf, n, "the string \"%.40s\"", json_string_value(j)); return buf;
     case JSON_INTEGER: snprintf(buf, n, "%lld", (long long)json_integer_value(j)); return buf;
-    case JSON_REAL: snprintf(buf, n, "%g", json_real_value(j)); return buf;
+    case JSON_REAL: return real_text(json_real_value(j), buf, n);
     case JSON_TRUE: return "true";
     case JSON_FALSE: return "false";
     default: return "null";
@@ -510,6 +524,9 @@ static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
     vpos(&v, F_B1, c->situ_b1);
     vpos(&v, F_B2, c->situ_b2);
     vpos(&v, F_RSCALE, c->routed_scale);
+    /* finite is not enough: 1e308 scales every routed output to inf */
+    if (HAVE(have, F_RSCALE) && isfinite(c->routed_scale) && c->routed_scale > CFG_MAX_ROUTED_SCALE)
+        vproblem(&v, "'%s' = %g is absurd (at most %g)", fname(F_RSCALE), c->routed_scale, CFG_MAX_ROUTED_SCALE);
     if (HAVE(have, F_GLB) && !(isfinite(c->gate_lb) && c->gate_lb < 0))
         vproblem(&v, "'gate_lower_bound' = %g must be negative", c->gate_lb);
 

@@ -16,6 +16,7 @@
 #define CFG_MAX_LAYERS 4096
 #define CFG_MAX_TOPK 64
 #define CFG_MAX_EOS 8
+#define CFG_MAX_ROUTED_SCALE 1e6 /* routed_scaling_factor above this is refused (K3: 2.5) */
 #define MXFP4_GROUP 32
 
 typedef struct cfg {

@@ -1348,7 +1348,8 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
     stw_file f = {.fd = -1};
     uint8_t *hdr = NULL;
     int *shard_fds = NULL; /* finished shards awaiting the final fsync */
-    char out[4096], parent[4096], base[1024], tmp[4200];
+    char out[4096], parent[4096], base[1024], tmp[4200], lock_path[4200];
+    int lock_fd = -1;
 
     final_cfg(&c, c_in, o);
     if ((rc = check_cfg(&c, o, err, errlen))) return rc;
@@ -1373,12 +1374,20 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
         return base_fail(err, errlen, STRATA_EINVAL, "gen: %s: not a usable directory name", out_dir);
     /* Like mkdir -p for the parents: only OUT itself is built crash-safely. */
     if (!base_is_dir(parent) && (rc = base_mkdir_p(parent, err, errlen))) return rc;
+    /* One writer of OUT at a time: two gen-model OUT at once both reported success
+     * and the later silently replaced the earlier. The lock also keeps a second
+     * writer's clean_stale away from our partial directory. */
+    if (snprintf(lock_path, sizeof lock_path, "%s/.%s.strata-lock", parent, base) >= (int)sizeof lock_path)
+        return base_fail(err, errlen, STRATA_EINVAL, "gen: %s: path too long", out);
+    if ((lock_fd = base_lock(lock_path, out, err, errlen)) < 0) return lock_fd;
     clean_stale(parent, base);
     struct stat sst;
-    if (lstat(out, &sst) == 0 && !o->force)
-        return base_fail(err, errlen, STRATA_EINVAL, "gen: %s exists (use --force to replace it)", out);
+    if (lstat(out, &sst) == 0 && !o->force) {
+        rc = base_fail(err, errlen, STRATA_EINVAL, "gen: %s exists (use --force to replace it)", out);
+        goto done;
+    }
 
-    if ((rc = plan_build(&p, &c, o, err, errlen))) return rc;
+    if ((rc = plan_build(&p, &c, o, err, errlen))) goto done;
     uint64_t data_total = 0;
     for (int s = 0; s < p.n_shards; s++) data_total += p.shard_data[s];
 
@@ -1554,6 +1563,10 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
         if (e) { rc = base_fail(err, errlen, STRATA_EIO, "gen: fsync shard %d: %s", s + 1, strerror(e)); goto fail; }
     }
     if (fsync_dir(tmp)) { rc = base_fail(err, errlen, STRATA_EIO, "gen: fsync %s: %s", tmp, strerror(errno)); goto fail; }
+    if (!o->force && lstat(out, &sst) == 0) { /* made by something that ignores the lock */
+        rc = base_fail(err, errlen, STRATA_EINVAL, "gen: %s appeared while generating; not replaced (use --force)", out);
+        goto fail;
+    }
     if ((rc = publish(tmp, out, parent, err, errlen))) goto fail;
 
     stats.data_bytes = data_total;
@@ -1593,5 +1606,6 @@ done:
     for (int k = 0; k < GEN_NBUF; k++) base_free(g.buf[k]);
     base_free(hdr);
     plan_free(&p);
+    base_unlock(lock_path, lock_fd);
     return rc;
 }

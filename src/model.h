@@ -61,6 +61,19 @@ int model_scan_scales(const cfg *c, const st_index *ix, model_scan *out, sbuf *p
                       void (*progress)(void *ud, int64_t done, int64_t total), void *ud,
                       char *err, size_t errlen);
 
+/* Reads every F32/BF16/F16 tensor of the checkpoint and counts non-finite values
+ * (NaN, +-inf: a norm weight of NaN turns every output into NaN). One problem
+ * line per defective tensor (capped like the rest), naming the first bad element. */
+typedef struct model_fscan {
+    int64_t n_tensors;       /* float tensors scanned */
+    int64_t n_bad_tensors;   /* with at least one non-finite value */
+    int64_t n_nonfinite;     /* values */
+    uint64_t bytes;          /* bytes read */
+} model_fscan;
+int model_scan_floats(const st_index *ix, model_fscan *out, sbuf *problems,
+                      void (*progress)(void *ud, int64_t done, int64_t total), void *ud,
+                      char *err, size_t errlen);
+
 /* ---- the weight source ---- */
 typedef struct wsrc wsrc;
 typedef struct wsrc_ops {

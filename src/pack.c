@@ -114,6 +114,78 @@ int pack_model_id(const char *model_dir, const st_index *ix, uint64_t *id, char 
     return STRATA_OK;
 }
 
+/* The manifest's hashes are exactly 16 hex digits (as written): anything else,
+ * which strtoull read as 0 or as a prefix, is a malformed manifest. */
+static int hex64(const char *h, uint64_t *out) {
+    if (!h || strlen(h) != 16) return -1;
+    uint64_t v = 0;
+    for (int i = 0; i < 16; i++) {
+        int c = h[i], d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+        if (d < 0) return -1;
+        v = v << 4 | (uint64_t)d;
+    }
+    *out = v;
+    return 0;
+}
+
+static const char *base_name(const char *path) {
+    const char *b = strrchr(path, '/');
+    return b ? b + 1 : path;
+}
+
+/* Size and modification time of every shard: the part of the pack's identity that
+ * covers tensor data at the cost of a stat (the model id covers only the
+ * headers). Hashing the data on every run would read the whole model. */
+static json_t *stamps_json(const st_index *ix, char *err, size_t errlen) {
+    json_t *a = json_array();
+    for (int s = 0; s < st_n_shards(ix); s++) {
+        struct stat sb;
+        if (stat(st_shard_path(ix, s), &sb)) {
+            base_fail(err, errlen, STRATA_EIO, "%s: %s", st_shard_path(ix, s), strerror(errno));
+            json_decref(a);
+            return NULL;
+        }
+        json_t *o = json_object();
+        json_object_set_new(o, "name", json_string(base_name(st_shard_path(ix, s))));
+        json_object_set_new(o, "size", json_integer((json_int_t)sb.st_size));
+        json_object_set_new(o, "mtime_ns", json_integer((json_int_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec));
+        json_array_append_new(a, o);
+    }
+    return a;
+}
+
+/* 0: every shard has the size and modification time recorded at packing; 1: stale,
+ * why says which shard changed and how. */
+static int stamps_stale(const json_t *rec, const st_index *ix, char *why, size_t n) {
+    if (!json_is_array(rec) || (int)json_array_size(rec) != st_n_shards(ix)) {
+        snprintf(why, n, "the manifest does not list the model's %d shards", st_n_shards(ix));
+        return 1;
+    }
+    for (int s = 0; s < st_n_shards(ix); s++) {
+        const json_t *o = json_array_get(rec, (size_t)s);
+        const char *name = json_string_value(json_object_get(o, "name"));
+        int64_t size, mt;
+        struct stat sb;
+        const char *path = st_shard_path(ix, s);
+        if (!name || strcmp(name, base_name(path)) || jsonx_int(json_object_get(o, "size"), &size) ||
+            jsonx_int(json_object_get(o, "mtime_ns"), &mt)) {
+            snprintf(why, n, "the manifest's shard %d is not %s", s, base_name(path));
+            return 1;
+        }
+        if (stat(path, &sb)) { snprintf(why, n, "%s: %s", path, strerror(errno)); return 1; }
+        int64_t now = (int64_t)sb.st_mtim.tv_sec * 1000000000 + sb.st_mtim.tv_nsec;
+        if ((int64_t)sb.st_size != size) {
+            snprintf(why, n, "%s changed size after packing (%lld bytes, packed %lld)", path, (long long)sb.st_size, (long long)size);
+            return 1;
+        }
+        if (now != mt) {
+            snprintf(why, n, "%s was modified after packing (mtime %+.3f s from the packed one)", path, (double)(now - mt) / 1e9);
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* ============================================================ finding a pack */
 
 static void pointer_path(const char *model_dir, char *out, size_t n) {
@@ -617,6 +689,8 @@ static int wfile_open(const char *path, int tmpfile, uint64_t bytes, char *err, 
 /* ==================================================================== trunk */
 
 typedef struct tcopy {         /* the trunk copy in progress */
+    int hash_only;             /* pack_verify: hash the source layout, write nothing */
+    const char *phase;
     wring *w;
     sstream *s;
     uint64_t fill, done, total;
@@ -626,13 +700,13 @@ typedef struct tcopy {         /* the trunk copy in progress */
 } tcopy;
 
 static int tc_flush(tcopy *t, char *err, size_t errlen) {
-    int rc = wring_put(t->w, t->fill);
+    int rc = t->hash_only ? 0 : wring_put(t->w, t->fill);
     t->done += t->fill;
     t->fill = 0;
     if (rc) return base_fail(err, errlen, STRATA_EIO, "pack: write failed: %s", strerror(t->w->err_no));
     double now = base_now();
     if (t->progress && now - t->last > 0.5) {
-        t->progress(t->ud, "trunk", t->done, t->total, now - t->t0);
+        t->progress(t->ud, t->phase, t->done, t->total, now - t->t0);
         t->last = now;
     }
     return STRATA_OK;
@@ -681,7 +755,8 @@ static int tc_src(tcopy *t, XXH3_state_t *h, uint64_t n, char *err, size_t errle
 /* Writes trunk.bin.tmp: regions in order, each region's XXH3 into hashes[u + 1]
  * (embed: hashes[0]). One thread: source reads and writes are both asynchronous,
  * so the copy into a buffer and its hashing overlap the reads ahead and the
- * writes behind it. */
+ * writes behind it. tmp == NULL: only the hashes (the source as it would be
+ * packed now, for pack_verify), nothing is written. */
 static int write_trunk(const layout *l, const st_index *ix, const char *tmp, int flags, pack_progress_fn progress,
                        void *ud, uint64_t *hashes, pack_result *res, char *err, size_t errlen) {
     int64_t nx = 0;
@@ -702,12 +777,13 @@ static int write_trunk(const layout *l, const st_index *ix, const char *tmp, int
     wring w;
     memset(&w, 0, sizeof w);
     double t0 = base_now(); /* timed like pack_measure_write_bw: open to fsync */
-    int fd = wfile_open(tmp, 0, l->total, err, errlen);
-    if (fd < 0) { base_free(x); return fd; }
+    int fd = tmp ? wfile_open(tmp, 0, l->total, err, errlen) : -1;
+    if (tmp && fd < 0) { base_free(x); return fd; }
     int rc = src_open(&s, ix, x, nx, flags & (PACK_SRC_DIRECT | PACK_SRC_CACHED), small ? SMALL_CHUNK : SRC_CHUNK, err, errlen);
-    if (rc) { close(fd); base_free(x); return rc; }
+    if (rc) { if (fd >= 0) close(fd); base_free(x); return rc; }
     rc = wring_init(&w, fd, small ? SMALL_OUT : OUT_BYTES, err, errlen);
-    tcopy t = {.w = &w, .s = &s, .total = l->total, .t0 = base_now(), .progress = progress, .ud = ud};
+    tcopy t = {.hash_only = !tmp, .phase = tmp ? "trunk" : "source", .w = &w, .s = &s, .total = l->total,
+               .t0 = base_now(), .progress = progress, .ud = ud};
     for (int64_t u = -1; u < l->n_units && !rc; u++) {
         const lregion *r = u < 0 ? &l->embed : &l->units[u];
         XXH3_state_t h;
@@ -726,16 +802,16 @@ static int write_trunk(const layout *l, const st_index *ix, const char *tmp, int
         hashes[u + 1] = XXH3_64bits_digest(&h);
     }
     if (!rc && t.fill) rc = tc_flush(&t, err, errlen);
-    if (!rc && wring_drain(&w)) rc = base_fail(err, errlen, STRATA_EIO, "%s: write failed: %s", tmp, strerror(w.err_no));
-    if (!rc && fsync(fd)) rc = base_fail(err, errlen, STRATA_EIO, "%s: fsync: %s", tmp, strerror(errno));
+    if (tmp && !rc && wring_drain(&w)) rc = base_fail(err, errlen, STRATA_EIO, "%s: write failed: %s", tmp, strerror(w.err_no));
+    if (tmp && !rc && fsync(fd)) rc = base_fail(err, errlen, STRATA_EIO, "%s: fsync: %s", tmp, strerror(errno));
     res->trunk_secs = base_now() - t0;
     res->src_direct_bytes = s.bytes_direct;
     res->src_cached_bytes = s.bytes_cached;
     wring_free(&w);
     src_close(&s);
-    close(fd);
+    if (fd >= 0) close(fd);
     base_free(x);
-    if (progress && !rc) progress(ud, "trunk", l->total, l->total, base_now() - t.t0);
+    if (progress && !rc) progress(ud, t.phase, l->total, l->total, base_now() - t.t0);
     return rc;
 }
 
@@ -867,11 +943,17 @@ static int hash_experts(const cfg *c, const st_index *ix, uint64_t *out, const u
     if (!rc && expect) {
         /* report the first mismatch in (layer, expert) order */
         for (int64_t i = 0; i < n_all && !rc; i++)
-            if (out[i] != expect[i])
+            if (out[i] != expect[i]) {
+                const int64_t L = c->first_dense + i / NE, E = i % NE;
+                xcollect xc;
+                expert_tensors(c, ix, bf16, L, E, &xc);
+                const st_tensor *a = xc.t[0], *b = xc.t[xc.n - 1];
                 rc = base_fail(err, errlen, STRATA_ECORRUPT,
-                               "layer %lld expert %lld: checksum mismatch (expected %016llx, got %016llx): the shard changed or is corrupt",
-                               (long long)(c->first_dense + i / NE), (long long)(i % NE), (unsigned long long)expect[i],
-                               (unsigned long long)out[i]);
+                               "layer %lld expert %lld: checksum mismatch in %s bytes %llu..%llu (expected %016llx, got %016llx): "
+                               "the shard changed after packing or is corrupt",
+                               (long long)L, (long long)E, st_shard_path(ix, a->shard), (unsigned long long)a->off,
+                               (unsigned long long)(b->off + b->nbytes), (unsigned long long)expect[i], (unsigned long long)out[i]);
+            }
     }
     if (progress && !rc) progress(ud, "experts", total, total, base_now() - t0);
     if (bytes_done) *bytes_done = done;
@@ -907,7 +989,9 @@ static json_t *region_json(const lregion *r, uint64_t h) {
     return o;
 }
 
-static int load_manifest(const char *dir, json_t **out, uint64_t *id, char *err, size_t errlen) {
+/* Reads dir/manifest.json: the format, the model id and the version (checked by
+ * the callers: pack_open refuses another version, pack_build replaces it). */
+static int load_manifest(const char *dir, json_t **out, uint64_t *id, int64_t *version, char *err, size_t errlen) {
     char path[2048];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
     uint8_t *buf;
@@ -923,57 +1007,98 @@ static int load_manifest(const char *dir, json_t **out, uint64_t *id, char *err,
         json_decref(j);
         return base_fail(err, errlen, STRATA_EFORMAT, "%s: not a strata pack manifest", path);
     }
-    *id = strtoull(mid, NULL, 16);
+    if (hex64(mid, id) || jsonx_int(json_object_get(j, "version"), version)) {
+        json_decref(j);
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s: model_id must be 16 hex digits and version an integer", path);
+    }
     *out = j;
     return STRATA_OK;
 }
 
 /* ===================================================================== build */
 
-int pack_build(const char *model_dir, const cfg *c, const st_index *ix, const char *out_dir, int flags,
-               pack_progress_fn progress, void *ud, pack_result *res, char *err, size_t errlen) {
-    memset(res, 0, sizeof *res);
-    char dir[1024];
-    if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
-    else snprintf(dir, sizeof dir, "%s/%s", model_dir, PACK_DIRNAME);
-    snprintf(res->dir, sizeof res->dir, "%s", dir);
-    uint64_t id;
-    int rc = pack_model_id(model_dir, ix, &id, err, errlen);
-    if (rc) return rc;
-    if ((rc = base_mkdir_p(dir, err, errlen))) return rc;
-    /* refuse to overwrite or mix with another model's pack */
+#define PACK_LOCK ".strata-pack.lock"
+
+/* 1 if the manifest's "source" is model_dir (after realpath). */
+static int same_source(const json_t *j, const char *model_dir) {
+    const char *src = json_string_value(json_object_get(j, "source"));
+    char real[4096];
+    return src && realpath(model_dir, real) && !strcmp(src, real);
+}
+
+/* pack_build with dir locked against other writers. */
+static int build_locked(const char *model_dir, const cfg *c, const st_index *ix, const char *out_dir, const char *dir,
+                        uint64_t id, int flags, pack_progress_fn progress, void *ud, pack_result *res, char *err,
+                        size_t errlen) {
+    int rc = STRATA_OK;
     char path[2048], tmp[2048];
     snprintf(path, sizeof path, "%s/manifest.json", dir);
+    /* A pack directory holds the pack only: never write among other files. With
+     * the lock held, trunk.bin.tmp.<pid> files are left by writers that died. */
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *n = e->d_name;
+        if (!strncmp(n, "trunk.bin.tmp", 13)) {
+            snprintf(tmp, sizeof tmp, "%s/%s", dir, n);
+            unlink(tmp);
+            continue;
+        }
+        if (!strcmp(n, ".") || !strcmp(n, "..") || !strncmp(n, "trunk.bin", 9) || !strncmp(n, "manifest.json", 13) ||
+            !strcmp(n, PACK_LOCK))
+            continue;
+        rc = base_fail(err, errlen, STRATA_EINVAL, "%s is not empty (holds %s, which is not part of a strata pack); refusing to write there",
+                       dir, n);
+        closedir(d);
+        return rc;
+    }
+    if (d) closedir(d);
+    /* An existing pack: identical (nothing to do), stale (this model's pack, out of
+     * date: rebuilt), or another model's (refused, even with --force). */
     if (base_is_file(path)) {
         json_t *j;
         uint64_t old;
-        if ((rc = load_manifest(dir, &j, &old, err, errlen)))
-            return base_fail(err, errlen, STRATA_EINVAL, "%s holds an unreadable manifest; remove the directory first", dir);
-        json_decref(j);
-        if (old != id)
-            return base_fail(err, errlen, STRATA_EINVAL,
-                             "%s holds the pack of another model (id %016llx, this model is %016llx); refusing to overwrite",
-                             dir, (unsigned long long)old, (unsigned long long)id);
-        if (!(flags & PACK_FORCE)) { res->already = 1; goto pointer; }
-    } else {
-        DIR *d = opendir(dir);
-        struct dirent *e;
-        while (d && (e = readdir(d))) {
-            const char *n = e->d_name;
-            if (!strcmp(n, ".") || !strcmp(n, "..") || !strncmp(n, "trunk.bin", 9) || !strncmp(n, "manifest.json", 13)) continue;
-            rc = base_fail(err, errlen, STRATA_EINVAL, "%s is not empty (holds %s) and has no strata manifest; refusing to write there", dir, n);
-            closedir(d);
-            return rc;
+        int64_t ver;
+        char why[900];
+        if (load_manifest(dir, &j, &old, &ver, why, sizeof why)) {
+            if (!(flags & PACK_FORCE))
+                return base_fail(err, errlen, STRATA_EINVAL, "%s holds an unreadable manifest (%s); use --force to replace it", dir, why);
+            snprintf(res->stale, sizeof res->stale, "its manifest was unreadable");
+        } else {
+            /* the default location belongs to the model; elsewhere the manifest names its source */
+            const int ours = !out_dir || same_source(j, model_dir);
+            int stale = 1;
+            if (old != id) snprintf(why, sizeof why, "the model's config, index, shard sizes or shard headers changed after packing");
+            else if (ver != PACK_VERSION)
+                snprintf(why, sizeof why, "it was written by another strata (manifest version %lld, this one writes %d)",
+                         (long long)ver, PACK_VERSION);
+            else stale = stamps_stale(json_object_get(j, "shards"), ix, why, sizeof why);
+            json_decref(j);
+            if (old != id && !ours)
+                return base_fail(err, errlen, STRATA_EINVAL,
+                                 "%s holds the pack of another model (id %016llx, this model is %016llx); refusing to overwrite it "
+                                 "(remove it first)", dir, (unsigned long long)old, (unsigned long long)id);
+            if (stale && !ours)
+                return base_fail(err, errlen, STRATA_EINVAL,
+                                 "%s holds a pack of another copy of this model, stale for this one (%s); refusing to overwrite it "
+                                 "(remove it first)", dir, why);
+            if (!stale && !(flags & PACK_FORCE)) { res->already = 1; goto pointer; }
+            if (stale) snprintf(res->stale, sizeof res->stale, "%s", why);
         }
-        if (d) closedir(d);
     }
+    /* stamps before the first source byte is read: a shard written while we pack
+     * leaves the pack stale, not silently mixed */
+    json_t *stamps = stamps_json(ix, err, errlen);
+    if (!stamps) return STRATA_EIO;
+    char real[4096];
+    if (!realpath(model_dir, real)) snprintf(real, sizeof real, "%s", model_dir);
     layout l;
-    if ((rc = layout_build(c, ix, &l, err, errlen))) return rc;
+    if ((rc = layout_build(c, ix, &l, err, errlen))) { json_decref(stamps); return rc; }
     uint64_t *hashes = base_calloc((size_t)(l.n_units + 1), sizeof *hashes, MEM_INDEX);
     const int64_t n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0;
     uint64_t *xh = base_calloc((size_t)(n_moe * c->n_experts + 1), sizeof *xh, MEM_INDEX);
     if (!hashes || !xh) { rc = base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory"); goto done; }
-    snprintf(tmp, sizeof tmp, "%s/trunk.bin.tmp", dir);
+    snprintf(tmp, sizeof tmp, "%s/trunk.bin.tmp.%d", dir, (int)getpid());
     if (flags & PACK_MEASURE) res->disk_bw = pack_measure_write_bw(dir, PACK_MEASURE_BYTES);
     if ((rc = write_trunk(&l, ix, tmp, flags, progress, ud, hashes, res, err, errlen))) { unlink(tmp); goto done; }
     res->trunk_bytes = l.total;
@@ -990,8 +1115,11 @@ int pack_build(const char *model_dir, const cfg *c, const st_index *ix, const ch
         char hex[20];
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)id);
         json_object_set_new(m, "format", json_string("strata-pack"));
-        json_object_set_new(m, "version", json_integer(1));
+        json_object_set_new(m, "version", json_integer(PACK_VERSION));
         json_object_set_new(m, "model_id", json_string(hex));
+        json_object_set_new(m, "source", json_string(real));
+        json_object_set_new(m, "shards", stamps);
+        stamps = NULL;
         json_object_set_new(m, "align", json_integer(PACK_ALIGN));
         json_object_set_new(m, "n_layers", json_integer(c->n_layers));
         json_object_set_new(m, "trunk_bytes", json_integer((json_int_t)l.total));
@@ -1017,37 +1145,60 @@ int pack_build(const char *model_dir, const cfg *c, const st_index *ix, const ch
         jf(s);
     }
 done:
+    json_decref(stamps);
     base_free(hashes);
     base_free(xh);
     layout_free(&l);
     if (rc) return rc;
 pointer:
     if (out_dir) { /* let `strata run MODEL_DIR` find a pack written elsewhere */
-        char ptr[4096], real[4096], pdir[4096];
+        char ptr[4096], rdir[4096], pdir[4096];
         pointer_path(model_dir, ptr, sizeof ptr);
         snprintf(pdir, sizeof pdir, "%s", ptr);
         char *slash = strrchr(pdir, '/');
         if (slash) *slash = 0;
-        if (!realpath(dir, real)) snprintf(real, sizeof real, "%s", dir);
-        if (base_mkdir_p(pdir, NULL, 0) == 0) base_write_file_atomic(ptr, real, strlen(real), NULL, 0);
+        if (!realpath(dir, rdir)) snprintf(rdir, sizeof rdir, "%s", dir);
+        if (base_mkdir_p(pdir, NULL, 0) == 0) base_write_file_atomic(ptr, rdir, strlen(rdir), NULL, 0);
     }
     return STRATA_OK;
 }
 
+int pack_build(const char *model_dir, const cfg *c, const st_index *ix, const char *out_dir, int flags,
+               pack_progress_fn progress, void *ud, pack_result *res, char *err, size_t errlen) {
+    memset(res, 0, sizeof *res);
+    char dir[1024], lock[1100];
+    if (out_dir) snprintf(dir, sizeof dir, "%s", out_dir);
+    else snprintf(dir, sizeof dir, "%s/%s", model_dir, PACK_DIRNAME);
+    snprintf(res->dir, sizeof res->dir, "%s", dir);
+    uint64_t id;
+    int rc = pack_model_id(model_dir, ix, &id, err, errlen);
+    if (rc) return rc;
+    if ((rc = base_mkdir_p(dir, err, errlen))) return rc;
+    /* one writer at a time: two `pack --force` collided on trunk.bin.tmp */
+    snprintf(lock, sizeof lock, "%s/" PACK_LOCK, dir);
+    int lfd = base_lock(lock, dir, err, errlen);
+    if (lfd < 0) return lfd;
+    rc = build_locked(model_dir, c, ix, out_dir, dir, id, flags, progress, ud, res, err, errlen);
+    base_unlock(lock, lfd);
+    return rc;
+}
+
 /* ====================================================================== open */
 
-static int parse_region(json_t *o, pack_region *r, uint64_t trunk_bytes, const st_index *ix, const char *what,
-                        char *err, size_t errlen) {
+static int parse_region(json_t *o, pack_region *r, uint64_t trunk_bytes, const st_index *ix, const char *mpath,
+                        const char *what, char *err, size_t errlen) {
     int64_t off, nb;
     json_t *ts = json_object_get(o, "tensors");
     const char *hx = json_string_value(json_object_get(o, "xxh3"));
     if (!o || jsonx_int(json_object_get(o, "off"), &off) || jsonx_int(json_object_get(o, "nbytes"), &nb) || !hx ||
         !json_is_array(ts) || off < 0 || nb < 0 || (uint64_t)off % PACK_ALIGN || (uint64_t)nb % PACK_ALIGN ||
         (uint64_t)(off + nb) > trunk_bytes)
-        return base_fail(err, errlen, STRATA_EFORMAT, "manifest: %s: bad region", what);
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: bad region (off, nbytes, xxh3 or tensors missing or out of "
+                         "the %llu-byte trunk)", mpath, what, (unsigned long long)trunk_bytes);
     r->off = (uint64_t)off;
     r->nbytes = (uint64_t)nb;
-    r->xxh3 = strtoull(hx, NULL, 16);
+    if (hex64(hx, &r->xxh3))
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: xxh3 \"%.40s\" is not 16 hex digits", mpath, what, hx);
     r->n_tensors = (int32_t)json_array_size(ts);
     r->t = base_calloc((size_t)r->n_tensors + 1, sizeof *r->t, MEM_INDEX);
     if (!r->t) return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
@@ -1059,7 +1210,7 @@ static int parse_region(json_t *o, pack_region *r, uint64_t trunk_bytes, const s
         if (!s || jsonx_int(json_object_get(t, "role"), &role) || jsonx_int(json_object_get(t, "off"), &toff) ||
             jsonx_int(json_object_get(t, "nbytes"), &tnb) || role < 0 || role >= R_COUNT || toff < 0 ||
             (uint64_t)tnb != s->nbytes || (uint64_t)(toff + tnb) > r->nbytes || s->ndim > 3)
-            return base_fail(err, errlen, STRATA_EFORMAT, "manifest: %s: tensor %d (%s) does not match the model", what, i,
+            return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: tensor %d (%s) does not match the model", mpath, what, i,
                              name ? name : "?");
         pack_tensor *pt = &r->t[i];
         pt->name = s->name;
@@ -1083,13 +1234,68 @@ void pack_close(pack *p) {
     base_free(p);
 }
 
+/* The manifest's regions and tensors must sit exactly where the model's layout
+ * puts them (layout_build is deterministic): an edited offset would otherwise pass
+ * the bounds checks and serve another tensor's bytes under this one's name. */
+static int check_layout(const pack *p, const cfg *c, const st_index *ix, const char *mpath, char *err, size_t errlen) {
+    layout l;
+    int rc = layout_build(c, ix, &l, err, errlen);
+    if (rc) return rc;
+    if (l.total != p->trunk_bytes)
+        rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: trunk_bytes %llu, the model's layout needs %llu; re-run strata pack --force",
+                       mpath, (unsigned long long)p->trunk_bytes, (unsigned long long)l.total);
+    for (int64_t u = -1; u < l.n_units && !rc; u++) {
+        const lregion *lr = u < 0 ? &l.embed : &l.units[u];
+        const pack_region *r = u < 0 ? &p->embed : &p->units[u];
+        char what[64];
+        if (u < 0) snprintf(what, sizeof what, "embed");
+        else if (u < c->n_layers) snprintf(what, sizeof what, "layer %lld", (long long)u);
+        else snprintf(what, sizeof what, "head");
+        if (r->off != lr->off || r->nbytes != lr->nbytes) {
+            rc = base_fail(err, errlen, STRATA_EFORMAT,
+                           "%s: %s: region at bytes %llu..%llu, the model's layout puts it at %llu..%llu (edited or "
+                           "corrupt manifest); re-run strata pack --force",
+                           mpath, what, (unsigned long long)r->off, (unsigned long long)(r->off + r->nbytes),
+                           (unsigned long long)lr->off, (unsigned long long)(lr->off + lr->nbytes));
+            break;
+        }
+        if (r->n_tensors != lr->n) {
+            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: %d tensors, the model's layout has %d; re-run strata pack --force",
+                           mpath, what, r->n_tensors, lr->n);
+            break;
+        }
+        for (int i = 0; i < lr->n && !rc; i++)
+            if (strcmp(r->t[i].name, lr->t[i].src->name) || r->t[i].off != lr->t[i].off)
+                rc = base_fail(err, errlen, STRATA_EFORMAT,
+                               "%s: %s: tensor %d (%s) at region offset %llu, the model's layout puts %s at %llu (edited or "
+                               "corrupt manifest); re-run strata pack --force",
+                               mpath, what, i, r->t[i].name, (unsigned long long)r->t[i].off, lr->t[i].src->name,
+                               (unsigned long long)lr->t[i].off);
+    }
+    layout_free(&l);
+    return rc;
+}
+
 int pack_open(pack **out, const char *pack_dir, const char *model_dir, const cfg *c, const st_index *ix,
               char *err, size_t errlen) {
+    return pack_open_ex(out, pack_dir, model_dir, c, ix, 0, err, errlen);
+}
+
+int pack_open_ex(pack **out, const char *pack_dir, const char *model_dir, const cfg *c, const st_index *ix, int flags,
+                 char *err, size_t errlen) {
     *out = NULL;
     json_t *j = NULL;
     uint64_t mid;
-    int rc = load_manifest(pack_dir, &j, &mid, err, errlen);
+    int64_t ver;
+    char mpath[1100];
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", pack_dir);
+    int rc = load_manifest(pack_dir, &j, &mid, &ver, err, errlen);
     if (rc) return rc;
+    if (ver != PACK_VERSION) {
+        json_decref(j);
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s: manifest version %lld is not supported (this strata reads version %d); "
+                         "re-run strata pack", mpath, (long long)ver, PACK_VERSION);
+    }
     pack *p = base_calloc(1, sizeof *p, MEM_INDEX);
     if (!p) { json_decref(j); return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory"); }
     snprintf(p->dir, sizeof p->dir, "%s", pack_dir);
@@ -1102,6 +1308,12 @@ int pack_open(pack **out, const char *pack_dir, const char *model_dir, const cfg
             rc = base_fail(err, errlen, STRATA_EINVAL,
                            "%s is the pack of another model (id %016llx; %s is %016llx): re-run strata pack", pack_dir,
                            (unsigned long long)mid, model_dir, (unsigned long long)id);
+            goto fail;
+        }
+        /* the shards' data may have changed under unchanged headers */
+        if (stamps_stale(json_object_get(j, "shards"), ix, p->stale, sizeof p->stale) && !(flags & PACK_OPEN_STALE_OK)) {
+            rc = base_fail(err, errlen, STRATA_EINVAL, "%s is stale: %s; re-run strata pack (it rebuilds a stale pack)",
+                           pack_dir, p->stale);
             goto fail;
         }
     }
@@ -1119,7 +1331,7 @@ int pack_open(pack **out, const char *pack_dir, const char *model_dir, const cfg
                        p->trunk_path, stat(p->trunk_path, &sb) ? "missing" : "wrong size", (unsigned long long)p->trunk_bytes);
         goto fail;
     }
-    if ((rc = parse_region(json_object_get(j, "embed"), &p->embed, p->trunk_bytes, ix, "embed", err, errlen))) goto fail;
+    if ((rc = parse_region(json_object_get(j, "embed"), &p->embed, p->trunk_bytes, ix, mpath, "embed", err, errlen))) goto fail;
     json_t *units = json_object_get(j, "units");
     if (!json_is_array(units) || (int64_t)json_array_size(units) != nl + 1) {
         rc = base_fail(err, errlen, STRATA_EFORMAT, "%s/manifest.json: units must have n_layers + 1 entries", pack_dir);
@@ -1130,8 +1342,9 @@ int pack_open(pack **out, const char *pack_dir, const char *model_dir, const cfg
     for (int64_t u = 0; u <= nl; u++) {
         char what[64];
         if (u < nl) snprintf(what, sizeof what, "layer %lld", (long long)u); else snprintf(what, sizeof what, "head");
-        if ((rc = parse_region(json_array_get(units, (size_t)u), &p->units[u], p->trunk_bytes, ix, what, err, errlen))) goto fail;
+        if ((rc = parse_region(json_array_get(units, (size_t)u), &p->units[u], p->trunk_bytes, ix, mpath, what, err, errlen))) goto fail;
     }
+    if ((rc = check_layout(p, c, ix, mpath, err, errlen))) goto fail;
     json_t *ex = json_object_get(j, "experts"), *xa = json_object_get(ex, "xxh3");
     int64_t n_moe, ne;
     p->n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0;
@@ -1145,8 +1358,11 @@ int pack_open(pack **out, const char *pack_dir, const char *model_dir, const cfg
     if (!p->expert_xxh3) { rc = base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory"); goto fail; }
     for (int64_t i = 0; i < n_moe * ne; i++) {
         const char *h = json_string_value(json_array_get(xa, (size_t)i));
-        if (!h) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s/manifest.json: bad expert checksum %lld", pack_dir, (long long)i); goto fail; }
-        p->expert_xxh3[i] = strtoull(h, NULL, 16);
+        if (hex64(h, &p->expert_xxh3[i])) {
+            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: experts.xxh3[%lld] (layer %lld expert %lld) is not 16 hex digits", mpath,
+                           (long long)i, (long long)(c->first_dense + i / ne), (long long)(i % ne));
+            goto fail;
+        }
     }
     json_decref(j);
     *out = p;
@@ -1210,9 +1426,73 @@ static int verify_trunk(const pack *p, pack_progress_fn progress, void *ud, char
     return rc;
 }
 
+/* A region whose source no longer hashes to the manifest's checksum: finds the
+ * first tensor byte where the shards differ from trunk.bin (already verified
+ * against the manifest) and names the tensor, the shard and the byte. */
+static int source_mismatch(const pack *p, const pack_region *r, const st_index *ix, const char *what, uint64_t got,
+                           char *err, size_t errlen) {
+    const uint64_t B = 1u << 20;
+    uint8_t *a = base_alloc(B, MEM_IO), *b = base_alloc(B, MEM_IO);
+    int fd = open(p->trunk_path, O_RDONLY | O_CLOEXEC);
+    int found = 0;
+    for (int i = 0; i < r->n_tensors && !found && a && b && fd >= 0; i++) {
+        const st_tensor *s = st_find(ix, r->t[i].name);
+        for (uint64_t o = 0; s && o < s->nbytes && !found; o += B) {
+            uint64_t n = s->nbytes - o < B ? s->nbytes - o : B, k = 0;
+            char e2[256];
+            if (st_read(ix, s, o, a, n, e2, sizeof e2) || pread(fd, b, n, (off_t)(r->off + r->t[i].off + o)) != (ssize_t)n) break;
+            if (!memcmp(a, b, n)) continue;
+            while (a[k] == b[k]) k++;
+            base_fail(err, errlen, STRATA_ECORRUPT,
+                      "%s: tensor %s differs from the pack at %s byte %llu (the tensor is bytes %llu..%llu there): the model "
+                      "changed after packing; re-run strata pack",
+                      what, s->name, st_shard_path(ix, s->shard), (unsigned long long)(s->off + o + k),
+                      (unsigned long long)s->off, (unsigned long long)(s->off + s->nbytes));
+            found = 1;
+        }
+    }
+    if (fd >= 0) close(fd);
+    base_free(a);
+    base_free(b);
+    if (!found)
+        base_fail(err, errlen, STRATA_ECORRUPT,
+                  "%s: the model's shards hash to %016llx, the pack to %016llx: the model changed after packing; re-run strata pack",
+                  what, (unsigned long long)got, (unsigned long long)r->xxh3);
+    return STRATA_ECORRUPT;
+}
+
+/* The trunk as the shards would pack now, region by region, against the manifest:
+ * trunk.bin can be intact while the model under it changed (same sizes, same
+ * headers, other tensor bytes), and then a run from the pack and one from the
+ * shards would differ. */
+static int verify_source(const pack *p, const cfg *c, const st_index *ix, pack_progress_fn progress, void *ud,
+                         char *err, size_t errlen) {
+    layout l;
+    int rc = layout_build(c, ix, &l, err, errlen);
+    if (rc) return rc;
+    uint64_t *h = base_calloc((size_t)(l.n_units + 1), sizeof *h, MEM_INDEX);
+    pack_result res;
+    memset(&res, 0, sizeof res);
+    if (!h) rc = base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
+    else rc = write_trunk(&l, ix, NULL, 0, progress, ud, h, &res, err, errlen);
+    for (int64_t i = 0; i < l.n_units + 1 && !rc; i++) {
+        const pack_region *r = verify_reg(p, i);
+        if (h[i] == r->xxh3) continue;
+        char what[64];
+        if (i == 0) snprintf(what, sizeof what, "embed");
+        else if (i - 1 < p->n_layers) snprintf(what, sizeof what, "layer %lld", (long long)(i - 1));
+        else snprintf(what, sizeof what, "head");
+        rc = source_mismatch(p, r, ix, what, h[i], err, errlen);
+    }
+    base_free(h);
+    layout_free(&l);
+    return rc;
+}
+
 int pack_verify(const pack *p, const cfg *c, const st_index *ix, pack_progress_fn progress, void *ud,
                 char *err, size_t errlen) {
     int rc = verify_trunk(p, progress, ud, err, errlen);
+    if (!rc) rc = verify_source(p, c, ix, progress, ud, err, errlen);
     if (rc) return rc;
     uint64_t *xh = base_calloc((size_t)(p->n_moe * p->n_experts + 1), sizeof *xh, MEM_INDEX);
     if (!xh) return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");

@@ -8,9 +8,11 @@
  *                  4096 and is zero-padded to one, so a unit is ONE O_DIRECT read;
  *                  tensors inside a run start at multiples of 64. The embedding
  *                  table keeps its row-major bytes, so a row is read by offset.
- *   manifest.json  {"format": "strata-pack", "version": 1, "model_id": hex XXH3 of
+ *   manifest.json  {"format": "strata-pack", "version": 2, "model_id": hex XXH3 of
  *                  the source identity (config.json, index json, every shard's name,
- *                  size and header bytes), "align": 4096, "trunk_bytes",
+ *                  size and header bytes), "source": realpath of the model directory,
+ *                  "shards": [{"name", "size", "mtime_ns"}...] (stamps taken before
+ *                  the first source byte was read), "align": 4096, "trunk_bytes",
  *                  "embed": region, "units": [region...], "experts": {"mode":
  *                  "in_place", "n_layers_moe", "n_experts", "xxh3": [hex...]}}
  *                  with region = {"off", "nbytes", "xxh3", "tensors": [{"name",
@@ -28,9 +30,17 @@
  * writes share the bandwidth, and an O_DIRECT copy ran at ~0.5 GB/s, against
  * checksum reads at disk speed.
  *
- * Crash safety: trunk.bin is written as trunk.bin.tmp and renamed; manifest.json is
- * written last (atomically) and is the commit point. A directory holding another
- * model's manifest is refused.
+ * Crash safety: trunk.bin is written as trunk.bin.tmp.<pid> and renamed;
+ * manifest.json is written last (atomically) and is the commit point. One writer
+ * per pack directory (flock on .strata-pack.lock in it). A directory holding
+ * another model's manifest is refused.
+ *
+ * Integrity: the model id covers the headers, not the tensor bytes (hashing those
+ * on every run would read the whole model). A pack is stale when the id differs or
+ * a shard's size or mtime differs from its stamp: pack_open refuses it, pack_build
+ * rebuilds it. Bytes changed with the mtime kept are caught as they are read (the
+ * streaming source checks every record against these hashes) or by pack_verify,
+ * which hashes trunk.bin, the trunk as the shards would pack now, and the experts.
  */
 #ifndef STRATA_PACK_H
 #define STRATA_PACK_H
@@ -40,6 +50,7 @@
 #include "model.h"
 
 #define PACK_DIRNAME "strata.pack"
+#define PACK_VERSION 2 /* manifest version written and read (2: "source" and "shards" stamps) */
 #define PACK_ALIGN 4096u
 #define PACK_TENSOR_ALIGN 64u
 
@@ -66,6 +77,7 @@ typedef struct pack {
     uint64_t *expert_xxh3; /* n_moe * n_experts, (L - first_dense) * n_experts + E */
     char dir[1024];
     char trunk_path[1100];
+    char stale[900];      /* PACK_OPEN_STALE_OK: why the shards no longer match the stamps ("" if they do) */
 } pack;
 
 /* Identity of the source model: XXH3 over config.json, the index json, and each
@@ -86,6 +98,7 @@ typedef struct pack_result {
     double disk_bw;       /* PACK_MEASURE: the disk's write bandwidth just before; else 0 */
     uint64_t src_direct_bytes, src_cached_bytes; /* trunk source: read from disk / from the page cache */
     int already;          /* 1: an identical pack existed; nothing written */
+    char stale[900];      /* non-empty: the pack there was stale (why) and was rebuilt */
     char dir[1024];
 } pack_result;
 
@@ -99,18 +112,31 @@ typedef struct pack_result {
 
 /* Writes the pack of the model (c, ix from model_dir) into out_dir (NULL = the
  * default model_dir/strata.pack); flags: PACK_*. The output bytes do not depend on
- * the flags. */
+ * the flags. An up-to-date pack there: res->already (PACK_FORCE rebuilds it). A
+ * stale pack of this model (the default location, or "source" is model_dir):
+ * rebuilt, res->stale says why. Another model's pack: STRATA_EINVAL, even with
+ * PACK_FORCE. Another writer: STRATA_EBUSY. */
 int pack_build(const char *model_dir, const cfg *c, const st_index *ix, const char *out_dir, int flags,
                pack_progress_fn progress, void *ud, pack_result *res, char *err, size_t errlen);
 
-/* Loads and validates a manifest against the model (identity, trunk.bin size,
- * every tensor present with the index's dtype and shape). */
+/* Loads and validates a manifest against the model: format and version (exactly
+ * PACK_VERSION), identity, shard stamps (stale: STRATA_EINVAL, "re-run strata
+ * pack"), hashes of exactly 16 hex digits, trunk.bin size, every region and tensor
+ * at the offset the model's layout gives it, with the index's dtype and shape.
+ * Every refusal names the manifest file. */
 int pack_open(pack **out, const char *pack_dir, const char *model_dir, const cfg *c, const st_index *ix,
               char *err, size_t errlen);
+/* pack_open with flags: PACK_OPEN_STALE_OK opens a pack whose shard stamps (size,
+ * mtime) changed, recording why in p->stale (pack --verify then checks the bytes). */
+#define PACK_OPEN_STALE_OK 1
+int pack_open_ex(pack **out, const char *pack_dir, const char *model_dir, const cfg *c, const st_index *ix, int flags,
+                 char *err, size_t errlen);
 void pack_close(pack *p); /* accepts NULL */
 
-/* Re-reads every region and every expert and checks its XXH3; the first mismatch
- * is named in err ("layer 7: checksum mismatch ...") and returns STRATA_ECORRUPT. */
+/* Re-reads every region of trunk.bin, the trunk as the shards would pack now, and
+ * every expert, and checks each XXH3; the first mismatch is named in err ("layer 7:
+ * checksum mismatch in FILE bytes A..B", "layer 1: tensor T differs from the pack
+ * at SHARD byte N") and returns STRATA_ECORRUPT. */
 int pack_verify(const pack *p, const cfg *c, const st_index *ix, pack_progress_fn progress, void *ud,
                 char *err, size_t errlen);
 

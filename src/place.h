@@ -22,6 +22,7 @@
  *     po.ram_bytes = budget (0 = resident); po.pack_dir = --pack or NULL;
  *     po.ctx = prompt + gen; po.prefill_chunk = chunk; po.n_threads = threads;
  *     po.session_bytes = infer_session_bytes; po.engine_bytes = infer_engine_bytes;
+ *     if (--no-verify) po.verify_reads = PLACE_VERIFY_OFF;  // verified by default
  *     rc = place_plan_compute(&c, &lay, model_dir, &po, &plan, err, sizeof err);
  *     // rc == STRATA_EBUDGET: print err (names the minimum) and exit 2
  *     // --plan: place_plan_print(&plan, stderr) and exit 0
@@ -55,7 +56,13 @@ typedef struct place_opts {
     place_session_bytes_fn session_bytes; /* NULL = the planner's own estimate */
     place_engine_bytes_fn engine_bytes;   /* NULL = the planner's own estimate */
     int cache_policy;         /* PLACE_POLICY_*; default S3-FIFO */
-    int verify_reads;         /* 1: XXH3 every record read from a pack (costs CPU) */
+    int verify_reads;         /* PLACE_VERIFY_OFF: skip the checksums; else (the default, 0,
+                                 or 1) every record read with a pack is checked against the
+                                 manifest's XXH3 as it lands: trunk units (pinned and
+                                 streamed), experts (in the shards), the embedding table
+                                 (at open). A mismatch is STRATA_ECORRUPT naming the file,
+                                 the record and the byte range, never different output.
+                                 Tri-state so that a zeroed or default opts verifies. */
     int no_uring;             /* 1: pread fallback even when io_uring works */
     int no_readahead;         /* 1: no reader thread (every streamed unit read on demand) */
     int mem_limit;            /* 1: also cap base_alloc at the planned bytes (STRATA_EBUDGET) */
@@ -63,6 +70,8 @@ typedef struct place_opts {
     const char *trace_path;   /* NULL = off; else every expert request is appended as two
                                  int32 LE (layer, expert) for offline policy replay */
 } place_opts;
+
+#define PLACE_VERIFY_OFF (-1) /* place_opts.verify_reads: `strata run --no-verify` */
 
 place_opts place_opts_default(void);
 

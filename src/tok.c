@@ -142,6 +142,7 @@ struct tok {
     pcre2_match_context *mctx;
     pcre2_jit_stack *jstack;
     int jit;
+    char err[256];      /* why the last encode failed (tok_errmsg); under mu */
     /* encode state below (match data, scratch, cache) is shared: one encode at a time */
     pthread_mutex_t mu;
     int mu_init;
@@ -331,6 +332,13 @@ static int compile_pattern(tok *t, int pattern, char *err, size_t errlen) {
     /* JIT: 4-10x faster than the interpreter on this pattern. Its stack grows
      * lazily up to 64 MiB so megabyte-long whitespace runs (backtracking for
      * \s+(?!\S)) still match. */
+    /* No match limit: the default (10 M backtracking steps) made a 10 MB run of
+     * spaces fail under o200k/cl100k, whose \s*[\r\n]+ alternative backtracks
+     * over the whole run once before \s+(?!\S) takes it. The patterns are fixed
+     * and each match costs time linear in its length, so the limit guards against
+     * nothing here (100 MB of spaces: 31 s, linear). */
+    pcre2_set_match_limit(t->mctx, UINT32_MAX);
+    pcre2_set_heap_limit(t->mctx, 1u << 20); /* KiB: the interpreter fallback below */
     t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
     if (t->jit) {
         t->jstack = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, t->gctx);
@@ -766,8 +774,21 @@ static size_t utf8_valid_prefix(const uint8_t *p, size_t n) {
 
 typedef void (*piece_fn)(void *ud, size_t off, size_t n);
 
-/* Calls emit for each pre-tokenizer piece of text[0..len). Returns STRATA_OK or
- * STRATA_EFORMAT if the regex engine fails (resource limits). */
+/* The regex engine's resource errors (limits, memory) are not format errors:
+ * STRATA_ENOMEM with the reason in t->err. */
+static int match_failed(tok *t, int m, size_t at, size_t run) {
+    PCRE2_UCHAR msg[160];
+    if (pcre2_get_error_message(m, msg, sizeof msg) < 0) snprintf((char *)msg, sizeof msg, "error %d", m);
+    int resource = m == PCRE2_ERROR_MATCHLIMIT || m == PCRE2_ERROR_DEPTHLIMIT || m == PCRE2_ERROR_HEAPLIMIT ||
+                   m == PCRE2_ERROR_JIT_STACKLIMIT || m == PCRE2_ERROR_NOMEMORY;
+    base_fail(t->err, sizeof t->err, resource ? STRATA_ENOMEM : STRATA_EINVAL,
+              "tokenizer: the pre-tokenizer regex gave up at byte %zu of a %zu-byte run (%s: %s)", at, run,
+              resource ? "out of resources" : "internal error", (char *)msg);
+    return resource ? STRATA_ENOMEM : STRATA_EINVAL;
+}
+
+/* Calls emit for each pre-tokenizer piece of text[0..len). Returns STRATA_OK, or
+ * the error of match_failed / emit. */
 static int split(tok *t, const uint8_t *text, size_t len, int (*emit)(void *ud, const uint8_t *p, size_t n), void *ud) {
     size_t pos = 0;
     while (pos < len) {
@@ -783,6 +804,8 @@ static int split(tok *t, const uint8_t *text, size_t len, int (*emit)(void *ud, 
         while (off < run) {
             int m = t->jit ? pcre2_jit_match(t->re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx)
                            : pcre2_match(t->re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx);
+            /* the JIT stack is capped (64 MiB): the interpreter keeps its frames on the heap */
+            if (m == PCRE2_ERROR_JIT_STACKLIMIT) m = pcre2_match(t->re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx);
             size_t a, b;
             if (m > 0) {
                 PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
@@ -791,7 +814,7 @@ static int split(tok *t, const uint8_t *text, size_t len, int (*emit)(void *ud, 
             } else if (m == PCRE2_ERROR_NOMATCH) {
                 a = b = run;
             } else {
-                return STRATA_EFORMAT;
+                return match_failed(t, m, pos + off, run);
             }
             if (a > off) { /* unmatched gap (no pattern leaves one; kept for safety) */
                 int rc = emit(ud, s + off, a - off);
@@ -922,6 +945,7 @@ int tok_encode_append(tok *t, const uint8_t *text, size_t len, int allow_special
     idvec o = {*ids, *n, *cap};
     enc_ctx c = {t, &o};
     pthread_mutex_lock(&t->mu);
+    t->err[0] = 0;
     int rc = t->pattern == TOK_PAT_KIMI ? encode_kimi_chunked(t, text, len, allow_special, &c)
                                         : encode_segment(t, text, len, allow_special, &c);
     pthread_mutex_unlock(&t->mu);
@@ -930,6 +954,8 @@ int tok_encode_append(tok *t, const uint8_t *text, size_t len, int allow_special
     *cap = o.cap;
     return rc;
 }
+
+const char *tok_errmsg(const tok *t) { return t->err; }
 
 int tok_encode(tok *t, const uint8_t *text, size_t len, int allow_special, int32_t **ids, size_t *n) {
     int32_t *v = NULL;

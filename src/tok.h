@@ -66,10 +66,15 @@ int tok_pattern(const tok *t);
 
 /* Encodes len bytes (any bytes; invalid UTF-8 is split bytewise and still
  * roundtrips). *ids is MEM_TOK, caller base_free()s it (NULL when *n == 0).
- * Returns STRATA_OK, STRATA_ENOMEM/EBUDGET, or STRATA_EFORMAT if the vocab cannot
- * represent some byte (a vocab without all 256 single bytes). */
+ * Returns STRATA_OK, STRATA_ENOMEM/EBUDGET (memory, or the regex engine's limits:
+ * tok_errmsg says which), or STRATA_EFORMAT if the vocab cannot represent some
+ * byte (a vocab without all 256 single bytes). */
 int tok_encode(tok *t, const uint8_t *text, size_t len, int allow_special,
                int32_t **ids, size_t *n);
+/* Why the last tok_encode / tok_encode_append failed ("" when it did not say):
+ * e.g. the pre-tokenizer regex ran out of resources (STRATA_ENOMEM). Valid until
+ * the next encode on t. */
+const char *tok_errmsg(const tok *t);
 /* Appends the ids of text to a growing array (*ids, *n, *cap: caller-owned, MEM_TOK,
  * may be reallocated: the old pointer is invalid afterwards). */
 int tok_encode_append(tok *t, const uint8_t *text, size_t len, int allow_special,

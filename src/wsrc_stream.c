@@ -37,6 +37,8 @@
 #define MAX_XT 8              /* tensors of one expert */
 #define EMB_BATCH 64          /* embedding rows in flight */
 #define PF_AHEAD 256          /* fresh expert slots kept faulted in ahead of use */
+/* Checksums are on unless the caller opted out (place.h: verify_reads) */
+#define VERIFY(s) ((s)->pk && (s)->plan.verify_reads != PLACE_VERIFY_OFF)
 
 enum { U_IDLE = 0, U_QUEUED, U_LOADING, U_READY, U_ERROR };
 
@@ -78,6 +80,8 @@ typedef struct xslot {         /* per cache slot: the expert being read into it 
     io_req reqs[MAX_XT];
     uint64_t xxh3_want;
     int has_sum;
+    int n_h;                   /* the checksum's ranges in the buffer, in schema order */
+    uint64_t h_rel[MAX_XT], h_len[MAX_XT];
     int64_t L, E;
     wt roles[R_COUNT];
 } xslot;
@@ -322,10 +326,13 @@ static int read_record(stream *s, io_ring *r, const seg *segs, int n_seg, uint8_
         }
     }
     if (!rc && check) {
-        uint64_t got = XXH3_64bits(buf + segs[0].buf_off + (0), segs[0].need);
+        uint64_t got = XXH3_64bits(buf + segs[0].buf_off, segs[0].need);
         if (got != want_sum)
-            rc = base_fail(err, errlen, STRATA_ECORRUPT, "%s: checksum mismatch (expected %016llx, got %016llx): run strata pack --verify",
-                           what, (unsigned long long)want_sum, (unsigned long long)got);
+            rc = base_fail(err, errlen, STRATA_ECORRUPT,
+                           "%s: checksum mismatch in %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is corrupt or "
+                           "stale; run strata pack --verify",
+                           what, s->files[segs[0].file].path, (unsigned long long)segs[0].off,
+                           (unsigned long long)(segs[0].off + segs[0].need), (unsigned long long)want_sum, (unsigned long long)got);
     }
     return rc;
 }
@@ -352,7 +359,7 @@ static void load_unit_locked(stream *s, int64_t u, io_ring *r) {
     pthread_mutex_unlock(&s->mu);
     char what[64];
     unit_name(s, u, what, sizeof what);
-    int rc = read_record(s, r, x->segs, x->n_seg, buf, x->xxh3, x->has_sum && s->plan.verify_reads, what, x->err, sizeof x->err);
+    int rc = read_record(s, r, x->segs, x->n_seg, buf, x->xxh3, x->has_sum && VERIFY(s), what, x->err, sizeof x->err);
     pthread_mutex_lock(&s->mu);
     io_leave(s);
     if (u < s->c->n_layers) s->st.bytes_trunk += x->buf_bytes; else s->st.bytes_head += x->buf_bytes;
@@ -569,13 +576,17 @@ static int expert_submit(stream *s, int sl, int64_t L, int64_t E) {
     xg g = {.ix = s->ix};
     schema_walk_expert(s->c, L, E, s->experts_bf16, xg_fn, &g);
     if (g.bad) return base_fail(s->err, sizeof s->err, STRATA_EFORMAT, "stream: layer %lld expert %lld: tensor missing", (long long)L, (long long)E);
-    /* the checksum covers the tensors in schema order: remember it before sorting */
-    int contiguous = 1;
-    for (int i = 1; i < g.n; i++)
-        if (g.p[i].s->shard != g.p[0].s->shard || g.p[i].s->off != g.p[i - 1].s->off + g.p[i - 1].s->nbytes) contiguous = 0;
-    x->has_sum = s->pk && s->plan.verify_reads && contiguous;
+    /* the checksum covers the tensors in schema order (pack.c hash_experts), also
+     * when they are scattered: remember the order before layout_inplace sorts */
+    const st_tensor *order[MAX_XT];
+    for (int i = 0; i < g.n; i++) order[i] = g.p[i].s;
+    x->has_sum = VERIFY(s);
     if (x->has_sum) x->xxh3_want = s->pk->expert_xxh3[(L - s->c->first_dense) * s->NE + E];
     uint64_t need = layout_inplace(g.p, g.n, x->segs, MAX_XT, &x->n_seg, x->t);
+    x->n_h = 0;
+    for (int k = 0; k < g.n && need; k++)
+        for (int i = 0; i < g.n; i++)
+            if (g.p[i].s == order[k]) { x->h_rel[x->n_h] = x->t[i].rel; x->h_len[x->n_h++] = order[k]->nbytes; break; }
     if (!need || need > s->xslot_bytes)
         return base_fail(s->err, sizeof s->err, STRATA_EFORMAT, "stream: layer %lld expert %lld needs %llu bytes, the slot holds %llu",
                          (long long)L, (long long)E, (unsigned long long)need, (unsigned long long)s->xslot_bytes);
@@ -605,14 +616,24 @@ static void expert_landed(stream *s, io_req *d) {
     if (!last) return;
     io_leave_l(s, NULL, 0, (uint64_t)x->n_seg, 0);
     uint8_t *buf = cache_data(s->xc, sl);
-    if (!x->rc && x->has_sum) { /* contiguous: the expert's bytes start at its first tensor */
-        uint64_t got = XXH3_64bits(buf + x->t[0].rel, x->segs[0].need - (x->t[0].rel - x->segs[0].buf_off));
+    uint64_t got = 0;
+    if (!x->rc && x->has_sum) {
+        XXH3_state_t h;
+        XXH3_64bits_reset(&h);
+        for (int k = 0; k < x->n_h; k++) XXH3_64bits_update(&h, buf + x->h_rel[k], x->h_len[k]);
+        got = XXH3_64bits_digest(&h);
         if (got != x->xxh3_want) x->rc = STRATA_ECORRUPT;
     }
     if (x->rc) {
-        if (x->rc == STRATA_ECORRUPT)
-            base_fail(s->err, sizeof s->err, STRATA_ECORRUPT, "layer %lld expert %lld: checksum mismatch against the pack manifest",
-                      (long long)x->L, (long long)x->E);
+        if (x->rc == STRATA_ECORRUPT) {
+            const seg *a = &x->segs[0], *b = &x->segs[x->n_seg - 1];
+            base_fail(s->err, sizeof s->err, STRATA_ECORRUPT,
+                      "layer %lld expert %lld: checksum mismatch in %s bytes %llu..%llu%s (expected %016llx, got %016llx): "
+                      "the shard changed after packing or is corrupt; run strata pack --verify",
+                      (long long)x->L, (long long)x->E, s->files[a->file].path, (unsigned long long)a->off,
+                      (unsigned long long)(a->file == b->file ? b->off + b->need : a->off + a->need),
+                      a->file == b->file ? "" : " and more", (unsigned long long)x->xxh3_want, (unsigned long long)got);
+        }
         else {
             char e2[600];
             for (int i = 0; i < x->n_seg; i++) if (x->reqs[i].rc) { io_req_errstr(&x->reqs[i], e2, sizeof e2); break; }
@@ -879,6 +900,37 @@ static int experts_are_bf16(const cfg *c, const st_index *ix) {
     return st_find(ix, name) != NULL;
 }
 
+/* The embedding region of the pack against its XXH3: the resident table as read
+ * (buf, n), or, when rows are read one by one (a row cannot be checked alone), the
+ * region streamed once through the row buffers in `chunk`-byte reads at open
+ * (K3: 2.3 GB, a few seconds, inside the budget). */
+static int embed_check(stream *s, const uint8_t *buf, uint64_t n, uint64_t chunk, char *err, size_t errlen) {
+    const pack_region *r = &s->pk->embed;
+    uint64_t got;
+    if (buf) {
+        got = XXH3_64bits(buf, n);
+    } else {
+        if (chunk < IO_ALIGN) chunk = IO_ALIGN; /* emb_slot > IO_ALIGN, so the bounce holds it */
+        XXH3_state_t h;
+        XXH3_64bits_reset(&h);
+        for (uint64_t o = 0; o < r->nbytes; o += chunk) {
+            uint64_t k = r->nbytes - o < chunk ? r->nbytes - o : chunk;
+            io_req q = {.f = &s->files[s->emb_file], .off = r->off + o, .len = k, .need = k, .dst = s->emb_bounce}, *d;
+            io_submit(s->xring, &q);
+            io_reap(s->xring, 1, &d);
+            if (q.rc) { io_req_errstr(&q, err, errlen); return STRATA_EIO; }
+            XXH3_64bits_update(&h, s->emb_bounce, k);
+        }
+        got = XXH3_64bits_digest(&h);
+    }
+    if (got == r->xxh3) return STRATA_OK;
+    return base_fail(err, errlen, STRATA_ECORRUPT,
+                     "embed: checksum mismatch in %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is corrupt or "
+                     "stale; run strata pack --verify",
+                     s->files[s->emb_file].path, (unsigned long long)r->off, (unsigned long long)(r->off + r->nbytes),
+                     (unsigned long long)r->xxh3, (unsigned long long)got);
+}
+
 int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_dir, const place_plan *p, char *err,
                size_t errlen) {
     *out = NULL;
@@ -959,17 +1011,22 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
             s->emb = base_alloc_aligned(io_align_up(t->nbytes) + 2 * IO_ALIGN, IO_ALIGN, MEM_WEIGHTS);
             if (!s->emb) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the embedding table"); goto fail; }
             uint64_t a0 = io_align_down(s->emb_off), a1 = io_align_up(s->emb_off + t->nbytes);
-            io_req q = {.f = &s->files[s->emb_file], .off = a0, .len = a1 - a0, .need = s->emb_off + t->nbytes - a0, .dst = s->emb};
+            /* from a pack [a0, a1) is exactly the embed region (aligned, padded): read it all for its checksum */
+            const int check = VERIFY(s) && a0 == s->pk->embed.off && a1 - a0 == s->pk->embed.nbytes;
+            io_req q = {.f = &s->files[s->emb_file], .off = a0, .len = a1 - a0,
+                        .need = check ? a1 - a0 : s->emb_off + t->nbytes - a0, .dst = s->emb};
             io_submit(s->xring, &q);
             io_req *d;
             io_reap(s->xring, 1, &d);
             if (q.rc) { io_req_errstr(&q, err, errlen); rc = STRATA_EIO; goto fail; }
             s->st.bytes_embed += q.got;
+            if (check && (rc = embed_check(s, s->emb, a1 - a0, 0, err, errlen))) goto fail;
             if (a0 != s->emb_off) memmove(s->emb, s->emb + (s->emb_off - a0), t->nbytes);
         } else {
             s->emb_slot = io_align_up(s->emb_row) + 2 * IO_ALIGN;
             s->emb_bounce = base_alloc_aligned(s->emb_slot * EMB_BATCH, IO_ALIGN, MEM_IO);
             if (!s->emb_bounce) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
+            if (VERIFY(s) && (rc = embed_check(s, NULL, 0, io_align_down(s->emb_slot * EMB_BATCH), err, errlen))) goto fail;
         }
     }
     /* reader thread: read-ahead of the trunk (needs an arena or pinned units) */

@@ -161,6 +161,12 @@ TEST(cfg_wrong_types) {
     CHECK(parse_mut("\"num_experts\": 8", "\"num_experts\": true", err, sizeof err) == STRATA_EFORMAT);
     CHECK(strstr(err, "'text_config.num_experts' must be an integer, got true"));
     CHECK(parse_mut("\"hidden_size\": 200", "\"hidden_size\": 200.0", err, sizeof err) == STRATA_EFORMAT);
+    /* issue 16: the value as written, not "got 200" */
+    CHECK_MSG(strstr(err, "'text_config.hidden_size' must be an integer, got 200.0"), "%s", err);
+    CHECK(parse_mut("\"hidden_size\": 200", "\"hidden_size\": 64e0", err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, "must be an integer, got 64.0"), "%s", err);
+    CHECK(parse_mut("\"hidden_size\": 200", "\"hidden_size\": 1e300", err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, "must be an integer, got 1e+300"), "%s", err);
     CHECK(parse_mut("\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": \"1e-6\"", err, sizeof err) == STRATA_EFORMAT);
     CHECK(strstr(err, "must be a number"));
     CHECK(parse_mut("\"moe_renormalize\": false", "\"moe_renormalize\": 0", err, sizeof err) == STRATA_EFORMAT);
@@ -174,6 +180,19 @@ TEST(cfg_wrong_types) {
     CHECK(parse_mut("\"bos_token_id\": 0", "\"bos_token_id\": null", err, sizeof err) == 0);
     /* A single eos id is accepted as an integer. */
     CHECK(parse_mut("\"eos_token_id\": [1, 2]", "\"eos_token_id\": 3", err, sizeof err) == 0);
+}
+
+/* Regression (issue 16): a finite but absurd routed_scaling_factor (1e308 turns
+ * every routed output into inf) was accepted; the refusal names the key. */
+TEST(cfg_routed_scale_bounds) {
+    char err[4096];
+    CHECK(parse_mut("\"routed_scaling_factor\": 1.5", "\"routed_scaling_factor\": 1e308", err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, "'routed_scaling_factor' = 1e+308 is absurd"), "%s", err);
+    CHECK(parse_mut("\"routed_scaling_factor\": 1.5", "\"routed_scaling_factor\": 2000000", err, sizeof err) == STRATA_EFORMAT);
+    CHECK(parse_mut("\"routed_scaling_factor\": 1.5", "\"routed_scaling_factor\": -1", err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, "routed_scaling_factor"), "%s", err);
+    CHECK(parse_mut("\"routed_scaling_factor\": 1.5", "\"routed_scaling_factor\": 1000000", err, sizeof err) == 0);
+    CHECK(parse_mut("\"routed_scaling_factor\": 1.5", "\"routed_scaling_factor\": 2.827", err, sizeof err) == 0);
 }
 
 TEST(cfg_structural_refusals) {

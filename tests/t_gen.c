@@ -523,3 +523,37 @@ TEST(gen_cli) {
     base_rm_rf(dir);
     base_rm_rf(tdir("cli2"));
 }
+
+/* Regression (issue 16): two `gen-model OUT` at once both reported success and
+ * the later silently replaced the earlier. Now OUT has one writer at a time (an
+ * advisory lock beside it): a held lock is refused by name, and of two concurrent
+ * runs exactly one succeeds. */
+TEST(gen_concurrent_writers) {
+    const char *dir = tdir("conc");
+    base_rm_rf(dir);
+    char lock[1200], cmd[4096], err[512], *out = NULL;
+    snprintf(lock, sizeof lock, "%s/.conc.strata-lock", t_tmpdir);
+    int fd = base_lock(lock, "test", err, sizeof err);
+    CHECK_MSG(fd >= 0, "%s", err);
+    /* a second locker in this process sees it held too (flock is per open file) */
+    CHECK(base_lock(lock, "again", err, sizeof err) == STRATA_EBUSY && strstr(err, "again is being written by another process"));
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny --seed 4 --quiet", t_strata(), dir);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "is being written by another process"), "%s", out ? out : "");
+    base_free(out);
+    CHECK(!base_is_dir(dir));
+    base_unlock(lock, fd);
+    CHECK(!base_is_file(lock));
+    snprintf(cmd, sizeof cmd, "(%s gen-model %s --preset tiny --seed 1 --quiet; echo rc=$?) & "
+                              "(%s gen-model %s --preset tiny --seed 2 --quiet; echo rc=$?) & wait",
+             t_strata(), dir, t_strata(), dir);
+    CHECK(t_run(cmd, &out) == 0);
+    int ok = 0, refused = 0;
+    for (const char *p = out; p && (p = strstr(p, "rc=")); p += 3) ok += p[3] == '0';
+    for (const char *p = out; p && (p = strstr(p, "being written")); p++) refused++;
+    for (const char *p = out; p && (p = strstr(p, "exists (use --force")); p++) refused++;
+    CHECK_MSG(ok == 1 && refused == 1, "%d succeeded, %d refused:\n%s", ok, refused, out ? out : "");
+    base_free(out);
+    CHECK(!base_is_file(lock));
+    base_rm_rf(dir);
+}

@@ -4,7 +4,9 @@
  * of stw.c, so a bug there cannot hide one here), and the K3 census through the
  * CLI on a config written by cfg_to_json(cfg_k3()).
  */
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 #include "cfg.h"
 #include "jsonx.h"
 #include "model.h"
@@ -436,4 +438,52 @@ TEST(inspect_generated_models) {
         else CHECK(strstr(out, "with scale 255 (0 bytes)"));
         base_free(out);
     }
+}
+
+/* Writes v (len bytes) at byte `at` of tensor `name`'s data in its shard. */
+static int poke_tensor(st_index *ix, const char *name, uint64_t at, const void *v, size_t len) {
+    const st_tensor *t = st_find(ix, name);
+    if (!t) return -1;
+    int fd = open(st_shard_path(ix, t->shard), O_RDWR);
+    int rc = fd >= 0 && pwrite(fd, v, len, (off_t)(t->off + at)) == (ssize_t)len ? 0 : -1;
+    if (fd >= 0) close(fd);
+    return rc;
+}
+
+/* Regression (issue 16, item 7): `inspect --scan` reported no problem for a NaN in
+ * a norm weight (the engine's every output turns NaN) nor for inf in a float
+ * tensor; MXFP4 scale bytes of 255 per tensor as before. Each defective tensor is
+ * named and the exit status is 1; a sound model still passes. */
+TEST(inspect_scan_nonfinite) {
+    char dir[1100], cmd[2400], *out = NULL, err[512];
+    snprintf(dir, sizeof dir, "%s/scan-nf", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny --seed 3 --quiet", t_strata(), dir);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "%s --scan", dir);
+    CHECK(run_inspect(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "with non-finite values (0 values)"), "%s", out ? out : "");
+    base_free(out);
+    st_index *ix = NULL;
+    if (st_open(&ix, dir, err, sizeof err)) { CHECK_MSG(0, "%s", err); return; }
+    const uint8_t nan_bf16[2] = {0xc0, 0x7f}, inf_bf16[2] = {0x80, 0xff}, s255 = 255;
+    const char *norm = "language_model.model.layers.0.input_layernorm.weight";
+    const char *head = "language_model.lm_head.weight";
+    const char *scale = "language_model.model.layers.2.block_sparse_moe.experts.5.w2.weight_scale";
+    CHECK(poke_tensor(ix, norm, 2 * 3, nan_bf16, 2) == 0);
+    CHECK(poke_tensor(ix, head, 2 * 10, inf_bf16, 2) == 0 && poke_tensor(ix, head, 2 * 11, inf_bf16, 2) == 0);
+    CHECK(poke_tensor(ix, scale, 1, &s255, 1) == 0);
+    st_close(ix);
+    CHECK(run_inspect(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "layers.0.input_layernorm.weight: 1 non-finite values of 64 (first: element 3 is NaN)") &&
+                  strstr(out, "lm_head.weight: 2 non-finite values") && strstr(out, "(first: element 10 is inf)") &&
+                  strstr(out, "experts.5.w2.weight_scale: 1 scale bytes of 255") && strstr(out, "problems: 3"),
+              "%s", out ? out : "");
+    base_free(out);
+    /* without --scan the weights are not read */
+    CHECK(run_inspect(dir, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "%s --scan --json", dir);
+    CHECK(run_inspect(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "\"float_scan\": {\"n_tensors\": ") && strstr(out, "\"n_bad_tensors\": 2, \"n_nonfinite\": 3"),
+              "%s", out ? out : "");
+    base_free(out);
 }

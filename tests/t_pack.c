@@ -6,6 +6,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "gen.h"
+#include "jsonx.h"
 #include "pack.h"
 #include "preset.h"
 #include "test.h"
@@ -286,4 +287,314 @@ TEST(pack_measure) {
     while (d && (e = readdir(d))) n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     if (d) closedir(d);
     CHECK(n == 0);
+}
+
+/* ====================================================== integrity (issue 16) */
+
+/* Swaps bytes [off, off+n) and [off+n, off+2n) of a file in place. */
+static void swap_blocks(const char *path, uint64_t off, size_t n) {
+    int fd = open(path, O_RDWR);
+    uint8_t a[256], b[256];
+    if (fd < 0 || n > sizeof a) { if (fd >= 0) close(fd); return; }
+    if (pread(fd, a, n, (off_t)off) == (ssize_t)n && pread(fd, b, n, (off_t)(off + n)) == (ssize_t)n) {
+        if (pwrite(fd, b, n, (off_t)off) != (ssize_t)n || pwrite(fd, a, n, (off_t)(off + n)) != (ssize_t)n) {}
+    }
+    close(fd);
+}
+
+/* A fresh copy of preset `name` under t_tmpdir/dir (so a test may damage it). */
+static const char *fresh_model(const char *name, const char *dir, uint64_t seed) {
+    static char paths[4][1024];
+    static int k;
+    char src[64];
+    snprintf(src, sizeof src, "%s_src", dir);
+    const char *m = tpack_model(name, src, seed);
+    if (!m) return NULL;
+    char *p = paths[k++ % 4], cmd[3000];
+    snprintf(p, 1024, "%s/%s", t_tmpdir, dir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", p, m, p);
+    return t_run(cmd, NULL) == 0 ? p : NULL;
+}
+
+/* min_bytes of the plan of m (strata plan --json): the streaming floor. */
+static uint64_t plan_min(const char *m) {
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s plan %s --ram-gb 50 --json 2>/dev/null", t_strata(), m);
+    uint64_t min = 0;
+    if (t_run(cmd, &out) == 0 && out) {
+        const char *a = strstr(out, "\"min_bytes\": ");
+        if (a) min = strtoull(a + 13, NULL, 10);
+    }
+    base_free(out);
+    return min;
+}
+
+/* strata run of m with ram ("" = resident); returns the exit code, output in *out. */
+static int run_ids(const char *m, const char *ram, char **out) {
+    char cmd[2048];
+    /* a successful run: the ids alone (the report goes to stderr) */
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2,3,4,5 --gen 6 --print-ids %s", t_strata(), m, ram);
+    return t_run(cmd, out);
+}
+
+static int run_ids_ok(const char *m, const char *ram, char **out) {
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2,3,4,5 --gen 6 --print-ids %s 2>/dev/null", t_strata(), m, ram);
+    return t_run(cmd, out);
+}
+
+/* The last line of s (the ids of --print-ids; stderr lines come before it). */
+static const char *last_line(char *s) {
+    if (!s) return "";
+    size_t n = strlen(s);
+    while (n && s[n - 1] == '\n') s[--n] = 0;
+    const char *l = strrchr(s, '\n');
+    return l ? l + 1 : s;
+}
+
+/* Regression (issue 16, items 1 and 4): two 128-byte blocks of a trunk tensor
+ * swapped inside a shard after packing (same size, same header). Before: the
+ * resident run and the run from the pack gave different ids, pack --verify said
+ * every checksum matches and pack said the pack is already there. Now verify names
+ * the tensor and the shard byte, every run from the pack refuses it as stale, the
+ * resident run reads the shards, and plain `strata pack` rebuilds the stale pack,
+ * after which the budgeted run gives the resident ids. */
+TEST(pack_stale_shard_data) {
+    const char *m = fresh_model("tiny", "pk_stale", 31);
+    if (!m) { CHECK(0); return; }
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    uint64_t min = plan_min(m);
+    CHECK(min > 0);
+    char stream_ram[64], pinned_ram[64];
+    snprintf(stream_ram, sizeof stream_ram, "--ram %llu", (unsigned long long)(min + (4u << 20)));
+    snprintf(pinned_ram, sizeof pinned_ram, "--ram-gb 8");
+    cfg c;
+    st_index *ix = NULL;
+    if (load(m, &c, &ix)) { CHECK(0); return; }
+    /* the largest tensor of layer 1 (a trunk tensor, packed into trunk.bin) */
+    const st_tensor *t = NULL;
+    char pfx[64];
+    snprintf(pfx, sizeof pfx, "language_model.model.layers.1.");
+    for (size_t i = 0; i < st_count(ix); i++) {
+        const st_tensor *s = st_at(ix, i);
+        if (!strncmp(s->name, pfx, strlen(pfx)) && !strstr(s->name, "experts.") && (!t || s->nbytes > t->nbytes)) t = s;
+    }
+    CHECK(t && t->nbytes >= 512);
+    if (!t) { st_close(ix); return; }
+    char shard[1100], tname[256];
+    snprintf(shard, sizeof shard, "%s", st_shard_path(ix, t->shard));
+    snprintf(tname, sizeof tname, "%s", t->name);
+    uint64_t at = t->off + 128;
+    st_close(ix);
+    usleep(20000); /* a later mtime than the pack's stamp on any clock granularity */
+    swap_blocks(shard, at, 128);
+    snprintf(cmd, sizeof cmd, "%s pack --verify %s", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, tname) && strstr(out, "differs from the pack at") && strstr(out, shard), "%s", out ? out : "");
+    base_free(out);
+    CHECK(run_ids(m, stream_ram, &out) == 1);
+    CHECK_MSG(out && strstr(out, "is stale") && strstr(out, "was modified after packing"), "%s", out ? out : "");
+    base_free(out);
+    CHECK(run_ids(m, pinned_ram, &out) == 1);
+    CHECK_MSG(out && strstr(out, "is stale"), "%s", out ? out : "");
+    base_free(out);
+    char *res = NULL;
+    CHECK(run_ids_ok(m, "", &res) == 0);
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "was stale") && strstr(out, "rebuilt"), "%s", out ? out : "");
+    base_free(out);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "up to date"), "%s", out ? out : "");
+    base_free(out);
+    const char *want = last_line(res);
+    for (int i = 0; i < 2; i++) {
+        CHECK(run_ids_ok(m, i ? pinned_ram : stream_ram, &out) == 0);
+        CHECK_MSG(!strcmp(last_line(out), want), "budget %d: %s vs resident %s", i, last_line(out), want);
+        base_free(out);
+    }
+    snprintf(cmd, sizeof cmd, "%s pack --verify %s", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    base_free(res);
+}
+
+/* Regression (issue 16, items 2 and 4): `run` never checked the pack's checksums
+ * (a flipped byte of trunk.bin gave other ids, exit 0), and after the model changed
+ * `pack` and `pack --force` both refused to replace the stale pack. */
+TEST(pack_run_verifies) {
+    const char *m = fresh_model("tiny-blocks", "pk_runv", 33);
+    if (!m) { CHECK(0); return; }
+    char cmd[2048], *out = NULL, *want = NULL;
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    uint64_t min = plan_min(m);
+    char stream_ram[64];
+    snprintf(stream_ram, sizeof stream_ram, "--ram %llu", (unsigned long long)(min + (4u << 20)));
+    CHECK(run_ids_ok(m, "", &want) == 0);
+    cfg c;
+    st_index *ix = NULL;
+    if (load(m, &c, &ix)) { CHECK(0); base_free(want); return; }
+    char found[1024], err[2048];
+    pack *p = NULL;
+    CHECK(pack_find(m, found, sizeof found) && pack_open(&p, found, m, &c, ix, err, sizeof err) == 0);
+    if (!p) { st_close(ix); base_free(want); return; }
+    /* one byte in layer 2's run, then one in the embedding table: every budget that
+     * reads the pack fails naming trunk.bin and the byte range; the fixed file runs */
+    const uint64_t spots[2] = {p->units[2].off + 100, p->embed.off + 7};
+    for (int k = 0; k < 2; k++) {
+        flip_byte(p->trunk_path, spots[k]);
+        for (int i = 0; i < 2; i++) {
+            CHECK(run_ids(m, i ? "--ram-gb 8" : stream_ram, &out) == 1);
+            CHECK_MSG(out && strstr(out, "checksum mismatch in") && strstr(out, "trunk.bin bytes"), "spot %d budget %d: %s", k, i,
+                      out ? out : "");
+            base_free(out);
+        }
+        flip_byte(p->trunk_path, spots[k]);
+    }
+    CHECK(run_ids_ok(m, stream_ram, &out) == 0);
+    CHECK(!strcmp(last_line(out), last_line(want)));
+    base_free(out);
+    pack_close(p);
+    st_close(ix);
+    /* the model changes (config.json here; a shard's size does the same): run says
+     * re-run strata pack, and pack, then pack --force, both replace the pack */
+    char cj[1100];
+    snprintf(cj, sizeof cj, "%s/config.json", m);
+    FILE *f = fopen(cj, "a");
+    if (f) { fputc('\n', f); fclose(f); }
+    CHECK(run_ids(m, stream_ram, &out) == 1);
+    CHECK_MSG(out && strstr(out, "re-run strata pack"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "was stale (the model's config"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure --force", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    CHECK(run_ids_ok(m, stream_ram, &out) == 0);
+    CHECK(!strcmp(last_line(out), last_line(want)));
+    base_free(out);
+    base_free(want);
+}
+
+/* Rewrites manifest.json of pack dir `d` through fn, tries pack_open, restores. */
+typedef void (*mf_edit)(json_t *j);
+static int open_edited(const char *d, const char *m, const cfg *c, const st_index *ix, mf_edit fn, char *err, size_t errlen) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/manifest.json", d);
+    uint8_t *orig;
+    size_t n;
+    if (base_read_file(path, 1u << 30, &orig, &n, NULL, 0)) return -100;
+    json_t *j = jsonx_load(orig, n, path, NULL, 0);
+    fn(j);
+    char *s = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    t_write("edited.json", s, strlen(s));
+    json_malloc_t jm;
+    json_free_t jf;
+    json_get_alloc_funcs(&jm, &jf); /* jsonx may route jansson through base_alloc */
+    jf(s);
+    char from[1100];
+    snprintf(from, sizeof from, "%s/edited.json", t_tmpdir);
+    rename(from, path);
+    pack *p = NULL;
+    int rc = pack_open(&p, d, m, c, ix, err, errlen);
+    pack_close(p);
+    FILE *f = fopen(path, "wb");
+    if (f) { fwrite(orig, 1, n, f); fclose(f); }
+    base_free(orig);
+    return rc;
+}
+static void ed_version3(json_t *j) { json_object_set_new(j, "version", json_integer(3)); }
+static void ed_version0(json_t *j) { json_object_set_new(j, "version", json_integer(0)); }
+static void ed_no_version(json_t *j) { json_object_del(j, "version"); }
+static void ed_model_id(json_t *j) { json_object_set_new(j, "model_id", json_string("12zz")); }
+static void ed_region_hash(json_t *j) {
+    json_object_set_new(json_array_get(json_object_get(j, "units"), 2), "xxh3", json_string("deadbeef"));
+}
+static void ed_expert_hash(json_t *j) {
+    json_array_set_new(json_object_get(json_object_get(j, "experts"), "xxh3"), 1, json_string("0x0000000000000000"));
+}
+static void ed_region_off(json_t *j) { /* layer 2's record pointed at layer 3's bytes */
+    json_t *u = json_object_get(j, "units");
+    json_object_set(json_array_get(u, 2), "off", json_object_get(json_array_get(u, 3), "off"));
+}
+static void ed_tensor_off(json_t *j) {
+    json_t *t = json_array_get(json_object_get(json_array_get(json_object_get(j, "units"), 1), "tensors"), 1);
+    json_object_set_new(t, "off", json_integer(json_integer_value(json_object_get(t, "off")) + 64));
+}
+
+/* Regression (issue 16, items 2 and 3): manifest version 2 or 0 was accepted, a
+ * malformed hash read as 0, and a record's offset could point anywhere in bounds. */
+TEST(pack_manifest_checked) {
+    const char *m = fresh_model("tiny", "pk_mf", 35);
+    if (!m) { CHECK(0); return; }
+    cfg c;
+    st_index *ix = NULL;
+    if (load(m, &c, &ix)) { CHECK(0); return; }
+    char err[2048], d[1100];
+    pack_result res;
+    CHECK(pack_build(m, &c, ix, NULL, 0, NULL, NULL, &res, err, sizeof err) == 0);
+    snprintf(d, sizeof d, "%s/%s", m, PACK_DIRNAME);
+    static const struct { mf_edit fn; const char *want; } cases[] = {
+        {ed_version3, "manifest version 3 is not supported"},
+        {ed_version0, "manifest version 0 is not supported"},
+        {ed_no_version, "version an integer"},
+        {ed_model_id, "model_id must be 16 hex digits"},
+        {ed_region_hash, "layer 2: xxh3 \"deadbeef\" is not 16 hex digits"},
+        {ed_expert_hash, "experts.xxh3[1] (layer"},
+        {ed_region_off, "layer 2: region at bytes"},
+        {ed_tensor_off, "edited or corrupt manifest"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        int rc = open_edited(d, m, &c, ix, cases[i].fn, err, sizeof err);
+        CHECK_MSG(rc == STRATA_EFORMAT && strstr(err, "manifest.json") && strstr(err, cases[i].want), "case %zu: rc %d: %s", i,
+                  rc, err);
+    }
+    pack *p = NULL;
+    CHECK_MSG(pack_open(&p, d, m, &c, ix, err, sizeof err) == 0, "%s", err); /* restored */
+    pack_close(p);
+    st_close(ix);
+}
+
+/* Regression (issue 16, item 6): two `pack --force` at once collided on
+ * trunk.bin.tmp. One writer per pack directory (a lock file in it), temporary
+ * names unique per process, leftovers of dead writers removed. */
+TEST(pack_concurrent_writers) {
+    const char *m = fresh_model("tiny", "pk_conc", 37);
+    if (!m) { CHECK(0); return; }
+    char cmd[4096], *out = NULL, dir[1100], lock[1200], err[512], junk[1200];
+    snprintf(dir, sizeof dir, "%s/%s", m, PACK_DIRNAME);
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(lock, sizeof lock, "%s/.strata-pack.lock", dir);
+    int fd = base_lock(lock, "test", err, sizeof err);
+    CHECK_MSG(fd >= 0, "%s", err);
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure --force", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "is being written by another process"), "%s", out ? out : "");
+    base_free(out);
+    base_unlock(lock, fd);
+    snprintf(junk, sizeof junk, "%s/trunk.bin.tmp.999999", dir); /* a dead writer's */
+    t_write("junk", "x", 1);
+    snprintf(cmd, sizeof cmd, "mv %s/junk %s", t_tmpdir, junk);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "(%s pack %s --no-measure --force; echo rc=$?) & (%s pack %s --no-measure --force; echo rc=$?) & wait",
+             t_strata(), m, t_strata(), m);
+    CHECK(t_run(cmd, &out) == 0);
+    int ok = 0, busy = 0;
+    for (const char *p = out; p && (p = strstr(p, "rc=")); p += 3) ok += p[3] == '0';
+    for (const char *p = out; p && (p = strstr(p, "being written by another process")); p++) busy++;
+    CHECK_MSG(ok >= 1 && ok + busy == 2, "%d ok, %d busy:\n%s", ok, busy, out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s pack --verify %s", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    DIR *dd = opendir(dir);
+    struct dirent *e;
+    int left = 0;
+    while (dd && (e = readdir(dd))) left += !strncmp(e->d_name, "trunk.bin.tmp", 13) || !strcmp(e->d_name, ".strata-pack.lock");
+    if (dd) closedir(dd);
+    CHECK(left == 0);
 }

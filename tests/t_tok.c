@@ -179,6 +179,52 @@ TEST(tok_small_split) {
     tok_close(t);
 }
 
+/* Regression (issue 16): 10 MB of spaces under o200k/cl100k failed with "format
+ * error": PCRE2's default match limit (10 M steps) ran out on the whitespace
+ * alternatives, and every match error was reported as a format error. Pieces must
+ * cover the input exactly; the encode of 10 MB of spaces succeeds. */
+typedef struct { size_t covered, n, last_end; int gap; } cover;
+static void on_cover(void *ud, size_t off, size_t n) {
+    cover *c = ud;
+    if (off != c->last_end) c->gap = 1;
+    c->last_end = off + n;
+    c->covered += n;
+    c->n++;
+}
+
+TEST(tok_long_whitespace_runs) {
+    const size_t len = 10u << 20;
+    uint8_t *buf = base_alloc(len, MEM_MISC);
+    if (!buf) { CHECK(0); return; }
+    static const int pats[] = {TOK_PAT_O200K, TOK_PAT_CL100K};
+    for (int pi = 0; pi < 2; pi++) {
+        tok *t = small_tok(pats[pi]);
+        if (!t) continue;
+        for (int kind = 0; kind < 3; kind++) {
+            if (kind == 2) for (size_t i = 0; i + 1 < len; i += 2) { buf[i] = 0xC2; buf[i + 1] = 0xA0; } /* NBSP */
+            else memset(buf, kind ? '\t' : ' ', len);
+            cover c = {0};
+            CHECK_MSG(tok_split(t, buf, len, on_cover, &c) == 0, "pattern %d kind %d: %s", pats[pi], kind, tok_errmsg(t));
+            CHECK_MSG(c.covered == len && !c.gap && c.n >= 1, "pattern %d kind %d: %zu of %zu bytes in %zu pieces",
+                      pats[pi], kind, c.covered, len, c.n);
+        }
+        if (pi) { tok_close(t); continue; } /* the full encode once: the split above is the regression */
+        memset(buf, ' ', len);
+        memcpy(buf + len - 5, "hello", 5);
+        int32_t *ids = NULL;
+        size_t k = 0;
+        int rc = tok_encode(t, buf, len, 0, &ids, &k);
+        CHECK_MSG(rc == 0 && k > 0 && !tok_errmsg(t)[0], "pattern %d: rc %d %s", pats[pi], rc, tok_errmsg(t));
+        uint8_t *back = NULL;
+        size_t bl = 0;
+        CHECK(rc == 0 && tok_decode(t, ids, k, &back, &bl) == 0 && bl == len && !memcmp(back, buf, len));
+        base_free(back);
+        base_free(ids);
+        tok_close(t);
+    }
+    base_free(buf);
+}
+
 TEST(tok_small_roundtrip) {
     int pats[] = {TOK_PAT_KIMI, TOK_PAT_O200K, TOK_PAT_CL100K};
     for (int pi = 0; pi < 3; pi++) {
