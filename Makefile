@@ -23,7 +23,7 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 
-.PHONY: all help test check tsan fuzz bench bench-batch bench-kernels bench-decode bench-tokenizer conformance clean deps
+.PHONY: all help test check tsan fuzz bench bench-batch bench-spec bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
 
 help:
@@ -36,6 +36,7 @@ help:
 	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
 	@echo "make bench-decode   resident decode ms/token vs the memory-bandwidth floor (demo model)"
 	@echo "make bench-batch    sequences per step and long prefills on ladder (CSV + PNG)"
+	@echo "make bench-spec     speculative decoding on ladder: K = 1..8, failing drafts (CSV + PNG)"
 	@echo "make bench-io   disk read bandwidth at the engine's read sizes"
 	@echo "make bench-index    safetensors indexing on K3-shaped shards"
 	@echo "make bench-tokenizer  strata vs js-tiktoken vs tiktoken (WASM), MB/s"
@@ -185,6 +186,9 @@ $(BUILD)/b_batch: bench/b_batch.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench-batch: strata $(BUILD)/b_batch
 	BUILD=$(BUILD) bash bench/batch/run.sh
+# Speculative decoding on ladder: --spec K with the model's own continuation as drafts.
+bench-spec: strata
+	BUILD=$(BUILD) bash bench/spec/run.sh
 bench-io: strata $(BUILD)/bench_io
 	@test -f $(BUILD)/models/ladder/config.json || ./strata gen-model $(BUILD)/models/ladder --preset ladder
 	./$(BUILD)/bench_io $(BUILD)/models/ladder $(ARGS)

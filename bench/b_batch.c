@@ -98,6 +98,12 @@ int main(int argc, char **argv) {
             }
         }
         t_pre = now_s() - tp;
+    } else {
+        /* warm-up: one token loads the pinned trunk (what a server does once at
+         * start), then the sequence starts over; only the prompt is measured */
+        strata_row w = {sq[0], prompt[0], 0};
+        if (strata_step(m, &w, 1, NULL, err, sizeof err)) { fprintf(stderr, "b_batch: %s\n", err); goto out; }
+        strata_seq_reset(sq[0]);
     }
     strata_model_reset_stats(m);
     double t0 = now_s();
