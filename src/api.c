@@ -436,7 +436,7 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
         memcpy(g->draft_ids, o->draft_ids, (size_t)o->n_draft_ids * sizeof(int32_t));
     }
     g->o.draft_ids = NULL;
-    g->spec_k = o->spec;
+    g->spec_k = o->spec > 0 ? 1 : 0;
     sample_opts so = {o->temp, o->top_k, o->top_p, o->min_p, o->repeat_penalty, o->repeat_last_n, o->seed};
     if ((rc = sampler_create(&g->sm, m->c.vocab, &so, err, errlen))) goto fail;
     if (o->want_text && tok_stream_open(&g->ts, m->tk)) { rc = base_fail(err, errlen, STRATA_ENOMEM, "out of memory"); goto fail; }
@@ -530,16 +530,19 @@ static int64_t gen_propose(const strata_gen *g, strata_gen *w, int64_t max) {
     return 0;
 }
 
-/* After a verification: the draft length follows the acceptance; drafts that
- * keep failing switch speculation off for a while (then one token is probed),
- * so text where drafts fail costs what plain decode costs. */
+/* After a verification: the draft length follows the acceptance, starting at
+ * one token and doubling while every draft is accepted; two verifications in a
+ * row that accept nothing switch speculation off for 64 steps (then one token is
+ * probed). A failed draft costs a row's experts (at 1 GB on ladder about a third
+ * of a token's reads): at most two such rows per 64 tokens keep text where
+ * drafts fail within a few percent of plain decode. */
 static void gen_adapt(strata_gen *g, int64_t drafted, int64_t accepted) {
     if (accepted == drafted) {
         g->spec_fail = 0;
-        if (g->spec_k < g->o.spec) g->spec_k++;
+        g->spec_k = 2 * g->spec_k < g->o.spec ? 2 * g->spec_k : g->o.spec;
     } else if (accepted == 0) {
-        if (++g->spec_fail >= 3) { g->spec_off = 32; g->spec_fail = 0; g->spec_k = 1; }
-        else if (g->spec_k > 1) g->spec_k--;
+        if (++g->spec_fail >= 2) { g->spec_off = 64; g->spec_fail = 0; }
+        g->spec_k = 1;
     } else {
         g->spec_fail = 0;
         g->spec_k = (int)accepted + 1 < g->o.spec ? (int)accepted + 1 : g->o.spec;
