@@ -128,6 +128,15 @@ static int load_one(void *ud, const tspec *t) {
     r->blobs[r->n_blobs++] = p;
     int rc = st_read(r->ix, st, 0, p, st->nbytes, x->err, x->errlen);
     if (rc) return rc;
+    /* an MXFP4 scale of 255 is NaN by the MX spec: a defective checkpoint, never
+     * silently computed with (the kernels would zero the group) */
+    if (t->role == R_EXP_W1S || t->role == R_EXP_W2S || t->role == R_EXP_W3S) {
+        size_t bad = num_mxfp4_count_nan_scales(p, (size_t)st->nbytes);
+        if (bad)
+            return base_fail(x->err, x->errlen, STRATA_EFORMAT,
+                             "%s: %zu MXFP4 scale bytes are 255 (NaN in the MX spec): the checkpoint is defective "
+                             "(strata inspect --scan lists every such tensor)", t->name, bad);
+    }
     wt v = {p, st->dtype, t->shape[0], t->ndim > 1 ? t->shape[1] : t->shape[0]};
     if (t->kind == TK_VECTOR) { v.rows = 1; v.cols = t->numel; }
     if (t->kind == TK_CONV) { v.rows = t->shape[0]; v.cols = t->shape[1] * t->shape[2]; }
