@@ -411,6 +411,18 @@ TEST(serve_http) {
     }
     /* the page, health and metrics (no key needed) */
     CHECK(http(s.port, "GET", "/", NULL, NULL, 0, &b) == 200 && strstr(b.p, "<html") && strstr(b.p, "text/html"));
+    {
+        /* the page's script at least parses (no browser here) */
+        const char *a = b.p ? strstr(b.p, "<script>") : NULL, *z = a ? strstr(a, "</script>") : NULL;
+        CHECK(a && z);
+        if (a && z) {
+            const char *path = t_write("page.js", a + 8, (size_t)(z - a - 8));
+            char cmd[1200], *out = NULL;
+            snprintf(cmd, sizeof cmd, "node --check %s", path);
+            CHECK_MSG(t_run(cmd, &out) == 0, "page script: %s", out);
+            base_free(out);
+        }
+    }
     req_buf_free(&b);
     CHECK(http(s.port, "GET", "/health", NULL, NULL, 0, &b) == 200 && strstr(body_of(&b), "\"ok\""));
     req_buf_free(&b);
