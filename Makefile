@@ -4,7 +4,7 @@ CFLAGS  ?= -O2 -g
 # -ffp-contract=off: no silent FMA contraction, so scalar and SIMD paths round alike.
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
            -Wno-unused-parameter -ffp-contract=off -pthread -Iinclude -Isrc -MMD -MP
-LDLIBS  += -ljansson -lpcre2-8 -lxxhash -luring -lpthread -lm
+LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -luring -lpthread -lm
 ifneq ($(WERROR),)
 CFLAGS  += -Werror
 endif
@@ -16,7 +16,9 @@ endif
 BUILD   ?= build
 
 LIB_SRC  := $(wildcard src/*.c)
-APP_SRC  := $(filter-out app/strata.c,$(wildcard app/*.c))
+# src/serve/: the HTTP server (strata serve), a client of strata.h like the CLI.
+SERVE_SRC := $(wildcard src/serve/*.c)
+APP_SRC  := $(filter-out app/strata.c,$(wildcard app/*.c)) $(SERVE_SRC)
 TEST_SRC := $(wildcard tests/t_*.c) tests/run.c
 FUZZ_SRC := $(filter-out fuzz/fz_main.c,$(wildcard fuzz/fz_*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -51,7 +53,7 @@ deps:
 # a wall of "No such file" errors (checked once per build dir).
 $(BUILD)/.deps-ok:
 	@mkdir -p $(BUILD)
-	@printf '#include <jansson.h>\n#include <xxhash.h>\n#include <liburing.h>\n#define PCRE2_CODE_UNIT_WIDTH 8\n#include <pcre2.h>\n' \
+	@printf '#include <jansson.h>\n#include <xxhash.h>\n#include <liburing.h>\n#include <microhttpd.h>\n#define PCRE2_CODE_UNIT_WIDTH 8\n#include <pcre2.h>\n' \
 	  | $(CC) -E -x c - >/dev/null 2>&1 || { echo "strata: build dependencies are missing: run 'bash scripts/install-deps.sh' (or 'make deps') first" >&2; exit 2; }
 	@touch $@
 
@@ -108,7 +110,7 @@ fuzz:
 	@test -n "$(T)" || { echo "usage: make fuzz T=<target> [SECS=600]"; exit 2; }
 	@mkdir -p build-fuzz fuzz/corpus/$(T)
 	clang -O1 -g -std=c11 -D_GNU_SOURCE -DFUZZ_TARGET -fsanitize=fuzzer,address,undefined \
-	  -Iinclude -Isrc -o build-fuzz/fz_$(T) fuzz/fz_$(T).c $(LIB_SRC) $(LDLIBS)
+	  -Iinclude -Isrc -o build-fuzz/fz_$(T) fuzz/fz_$(T).c $(LIB_SRC) $(SERVE_SRC) $(LDLIBS)
 	./build-fuzz/fz_$(T) -max_total_time=$(SECS) -max_len=65536 fuzz/corpus/$(T)
 
 clean:

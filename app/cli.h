@@ -24,5 +24,6 @@ int cmd_chat(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
 
 #endif

@@ -16,6 +16,7 @@ typedef struct {
 static const command k_cmds[] = {
     {"run", cmd_run, "generate from a model directory (ids or text prompt)"},
     {"chat", cmd_chat, "interactive K3 chat with retained state"},
+    {"serve", cmd_serve, "OpenAI-compatible HTTP server, all requests in one weight pass"},
     {"inspect", cmd_inspect, "check a model directory or config and print its census"},
     {"gen-model", cmd_gen_model, "write a K3-format model with random weights (presets)"},
     {"pack", cmd_pack, "repack a model into the streaming layout (trunk file + manifest)"},

@@ -2,7 +2,7 @@
 # install-deps.sh: installs the Debian packages strata needs to build, test and
 # benchmark. Idempotent: does nothing when everything is present.
 set -euo pipefail
-PKGS=(gcc make pkg-config clang libjansson-dev libpcre2-dev libxxhash-dev liburing-dev
+PKGS=(gcc make pkg-config clang libjansson-dev libpcre2-dev libxxhash-dev liburing-dev libmicrohttpd-dev
       python3 python3-numpy python3-regex gnuplot-nox)
 missing=()
 # Node.js (npm oracles for the tokenizer tests) may come from another apt source.

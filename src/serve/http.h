@@ -1,0 +1,44 @@
+/*
+ * http.h: the HTTP side of `strata serve` on libmicrohttpd: routes, API key,
+ * body limit, OpenAI-shaped JSON and SSE responses.
+ *
+ * Threads: one per connection (MHD_USE_THREAD_PER_CONNECTION), capped by
+ * max_conns. A connection thread reads the body, parses and validates it,
+ * renders the chat template and tokenizes, submits a job, then blocks on the
+ * job's condition variable (non-streaming) or inside the SSE content callback
+ * (streaming). While it waits it polls its socket: a client that hangs up
+ * cancels its job, which leaves the engine at the next step. The MHD connection
+ * timeout covers slow or partial requests (nothing is queued before the whole
+ * body is in) and is switched off only while an admitted job generates.
+ */
+#ifndef STRATA_SERVE_HTTP_H
+#define STRATA_SERVE_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "serve/metrics.h"
+#include "serve/sched.h"
+#include "tok.h"
+
+typedef struct http_cfg {
+    const char *host;        /* numeric IPv4 or IPv6 address */
+    int port;                /* 0 = any free port (http_port says which) */
+    const char *api_key;     /* NULL or "": no key needed */
+    const char *model_id;    /* what /v1/models lists and requests may name */
+    size_t max_body;         /* bytes */
+    int timeout_s;           /* idle / slow-request timeout */
+    int max_conns;
+    int64_t ctx;             /* positions per sequence */
+    int64_t vocab;           /* the model's vocabulary (ids must be below) */
+} http_cfg;
+
+typedef struct http_server http_server;
+
+int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics *mt, char *err, size_t errlen);
+int http_port(const http_server *h);
+/* Stops accepting connections (the listening socket closes); running ones go on. */
+void http_quiesce(http_server *h);
+/* Closes every connection and frees (after sched_shutdown, so no waiter is left). */
+void http_stop(http_server *h);
+
+#endif

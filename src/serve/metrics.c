@@ -1,0 +1,187 @@
+/*
+ * metrics.c: see metrics.h. Histograms are cumulative-bucket Prometheus
+ * histograms with fixed bounds (seconds for latencies, rows for steps).
+ */
+#include "serve/metrics.h"
+
+#include <pthread.h>
+#include <string.h>
+#include "base.h"
+
+#define MET_MAX_REQ 64
+
+typedef struct hist {
+    const double *le;   /* upper bounds, ascending; +Inf implied */
+    int n_le;
+    uint64_t count[24]; /* per bucket (not cumulative), [n_le] = above the last */
+    double sum;
+    uint64_t n;
+} hist;
+
+static const double k_lat_le[] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+static const double k_rows_le[] = {1, 2, 4, 8, 16, 32, 64, 128, 256};
+
+struct metrics {
+    pthread_mutex_t mu;
+    struct { char endpoint[40]; int status; uint64_t n; } req[MET_MAX_REQ];
+    int n_req;
+    uint64_t prompt_tokens, completion_tokens, steps, rejected_queue, rejected_draining;
+    double step_seconds;
+    int queued, active, parallel;
+    strata_stats st;
+    hist ttft, itl, rows;
+};
+
+static void hist_init(hist *h, const double *le, int n) {
+    memset(h, 0, sizeof *h);
+    h->le = le;
+    h->n_le = n;
+}
+
+static void hist_add(hist *h, double v) {
+    int i = 0;
+    while (i < h->n_le && v > h->le[i]) i++;
+    h->count[i]++;
+    h->sum += v;
+    h->n++;
+}
+
+metrics *metrics_create(void) {
+    metrics *mt = base_calloc(1, sizeof *mt, MEM_HTTP);
+    if (!mt) return NULL;
+    pthread_mutex_init(&mt->mu, NULL);
+    hist_init(&mt->ttft, k_lat_le, (int)(sizeof k_lat_le / sizeof *k_lat_le));
+    hist_init(&mt->itl, k_lat_le, (int)(sizeof k_lat_le / sizeof *k_lat_le));
+    hist_init(&mt->rows, k_rows_le, (int)(sizeof k_rows_le / sizeof *k_rows_le));
+    return mt;
+}
+
+void metrics_free(metrics *mt) {
+    if (!mt) return;
+    pthread_mutex_destroy(&mt->mu);
+    base_free(mt);
+}
+
+void metrics_request(metrics *mt, const char *endpoint, int status) {
+    pthread_mutex_lock(&mt->mu);
+    int i = 0;
+    while (i < mt->n_req && !(mt->req[i].status == status && !strcmp(mt->req[i].endpoint, endpoint))) i++;
+    if (i == mt->n_req && mt->n_req < MET_MAX_REQ) {
+        snprintf(mt->req[i].endpoint, sizeof mt->req[i].endpoint, "%s", endpoint);
+        mt->req[i].status = status;
+        mt->n_req++;
+    }
+    if (i < mt->n_req) mt->req[i].n++;
+    pthread_mutex_unlock(&mt->mu);
+}
+
+void metrics_tokens(metrics *mt, int64_t prompt, int64_t completion) {
+    pthread_mutex_lock(&mt->mu);
+    mt->prompt_tokens += (uint64_t)prompt;
+    mt->completion_tokens += (uint64_t)completion;
+    pthread_mutex_unlock(&mt->mu);
+}
+
+void metrics_ttft(metrics *mt, double s) {
+    pthread_mutex_lock(&mt->mu);
+    hist_add(&mt->ttft, s);
+    pthread_mutex_unlock(&mt->mu);
+}
+
+void metrics_itl(metrics *mt, double s) {
+    pthread_mutex_lock(&mt->mu);
+    hist_add(&mt->itl, s);
+    pthread_mutex_unlock(&mt->mu);
+}
+
+void metrics_step(metrics *mt, int64_t rows, double s) {
+    pthread_mutex_lock(&mt->mu);
+    hist_add(&mt->rows, (double)rows);
+    mt->steps++;
+    mt->step_seconds += s;
+    pthread_mutex_unlock(&mt->mu);
+}
+
+void metrics_gauges(metrics *mt, int queued, int active, int parallel) {
+    pthread_mutex_lock(&mt->mu);
+    mt->queued = queued;
+    mt->active = active;
+    mt->parallel = parallel;
+    pthread_mutex_unlock(&mt->mu);
+}
+
+void metrics_model(metrics *mt, const strata_stats *st) {
+    pthread_mutex_lock(&mt->mu);
+    mt->st = *st;
+    pthread_mutex_unlock(&mt->mu);
+}
+
+void metrics_rejected(metrics *mt, const char *why) {
+    pthread_mutex_lock(&mt->mu);
+    if (!strcmp(why, "queue_full")) mt->rejected_queue++;
+    else mt->rejected_draining++;
+    pthread_mutex_unlock(&mt->mu);
+}
+
+static void hist_render(req_buf *b, const char *name, const char *help, const hist *h) {
+    req_buf_addf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
+    uint64_t cum = 0;
+    for (int i = 0; i < h->n_le; i++) {
+        cum += h->count[i];
+        req_buf_addf(b, "%s_bucket{le=\"%g\"} %llu\n", name, h->le[i], (unsigned long long)cum);
+    }
+    req_buf_addf(b, "%s_bucket{le=\"+Inf\"} %llu\n%s_sum %.6f\n%s_count %llu\n", name, (unsigned long long)h->n, name,
+                 h->sum, name, (unsigned long long)h->n);
+}
+
+void metrics_render(metrics *mt, req_buf *b) {
+    pthread_mutex_lock(&mt->mu);
+    req_buf_addf(b, "# HELP strata_requests_total HTTP requests answered, by endpoint and status.\n"
+                    "# TYPE strata_requests_total counter\n");
+    for (int i = 0; i < mt->n_req; i++)
+        req_buf_addf(b, "strata_requests_total{endpoint=\"%s\",status=\"%d\"} %llu\n", mt->req[i].endpoint,
+                     mt->req[i].status, (unsigned long long)mt->req[i].n);
+    req_buf_addf(b,
+                 "# HELP strata_requests_rejected_total Requests refused before queueing (queue full: 429; draining: 503).\n"
+                 "# TYPE strata_requests_rejected_total counter\n"
+                 "strata_requests_rejected_total{reason=\"queue_full\"} %llu\n"
+                 "strata_requests_rejected_total{reason=\"draining\"} %llu\n"
+                 "# HELP strata_prompt_tokens_total Prompt tokens of admitted generation requests.\n"
+                 "# TYPE strata_prompt_tokens_total counter\nstrata_prompt_tokens_total %llu\n"
+                 "# HELP strata_completion_tokens_total Generated tokens.\n"
+                 "# TYPE strata_completion_tokens_total counter\nstrata_completion_tokens_total %llu\n"
+                 "# HELP strata_queue_length Requests waiting for a sequence.\n"
+                 "# TYPE strata_queue_length gauge\nstrata_queue_length %d\n"
+                 "# HELP strata_active_sequences Sequences generating now.\n"
+                 "# TYPE strata_active_sequences gauge\nstrata_active_sequences %d\n"
+                 "# HELP strata_sequences Sequences the model was loaded for (--parallel).\n"
+                 "# TYPE strata_sequences gauge\nstrata_sequences %d\n"
+                 "# HELP strata_steps_total Engine steps (one weight pass each, or more for long prefills).\n"
+                 "# TYPE strata_steps_total counter\nstrata_steps_total %llu\n"
+                 "# HELP strata_step_seconds_total Wall time inside engine steps.\n"
+                 "# TYPE strata_step_seconds_total counter\nstrata_step_seconds_total %.6f\n",
+                 (unsigned long long)mt->rejected_queue, (unsigned long long)mt->rejected_draining,
+                 (unsigned long long)mt->prompt_tokens, (unsigned long long)mt->completion_tokens, mt->queued, mt->active,
+                 mt->parallel, (unsigned long long)mt->steps, mt->step_seconds);
+    const strata_stats *s = &mt->st;
+    req_buf_addf(b,
+                 "# HELP strata_read_bytes_total Bytes read from disk, by what.\n"
+                 "# TYPE strata_read_bytes_total counter\n"
+                 "strata_read_bytes_total{what=\"trunk\"} %llu\nstrata_read_bytes_total{what=\"head\"} %llu\n"
+                 "strata_read_bytes_total{what=\"embed\"} %llu\nstrata_read_bytes_total{what=\"experts\"} %llu\n"
+                 "# HELP strata_expert_requests_total Expert lookups in the expert cache.\n"
+                 "# TYPE strata_expert_requests_total counter\nstrata_expert_requests_total %llu\n"
+                 "# HELP strata_expert_hits_total Expert lookups served from the cache.\n"
+                 "# TYPE strata_expert_hits_total counter\nstrata_expert_hits_total %llu\n"
+                 "# HELP strata_expert_hit_rate Expert cache hit rate since start.\n"
+                 "# TYPE strata_expert_hit_rate gauge\nstrata_expert_hit_rate %.6f\n"
+                 "# HELP strata_peak_rss_bytes Peak resident set size.\n"
+                 "# TYPE strata_peak_rss_bytes gauge\nstrata_peak_rss_bytes %llu\n",
+                 (unsigned long long)s->bytes_trunk, (unsigned long long)s->bytes_head, (unsigned long long)s->bytes_embed,
+                 (unsigned long long)s->bytes_experts, (unsigned long long)s->expert_requests,
+                 (unsigned long long)s->expert_hits, s->hit_rate, (unsigned long long)s->peak_rss);
+    hist_render(b, "strata_step_rows", "Rows (prompt + decode tokens) evaluated per engine step.", &mt->rows);
+    hist_render(b, "strata_time_to_first_token_seconds", "From request admission to its first generated token.", &mt->ttft);
+    hist_render(b, "strata_inter_token_latency_seconds", "Between consecutive generated tokens of a request.", &mt->itl);
+    pthread_mutex_unlock(&mt->mu);
+}

@@ -1,0 +1,421 @@
+/*
+ * request.c: request bodies -> validated requests (see request.h).
+ *
+ * Each endpoint has a table of the fields it knows; anything else is refused by
+ * name, so a typo ("max_token") is a 400 instead of a silently ignored limit.
+ */
+#include "serve/request.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <string.h>
+#include "chat.h"
+#include "jsonx.h"
+
+int req_fail(req_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
+    e->status = status;
+    snprintf(e->type, sizeof e->type, "%s", type);
+    snprintf(e->code, sizeof e->code, "%s", code ? code : "");
+    snprintf(e->param, sizeof e->param, "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof e->message, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+#define BAD(e, param, ...) req_fail(e, 400, "invalid_request_error", "invalid_value", param, __VA_ARGS__)
+#define UNSUPPORTED(e, param, ...) req_fail(e, 400, "invalid_request_error", "unsupported_parameter", param, __VA_ARGS__)
+
+/* ===== byte buffers and UTF-8 ===== */
+
+static int buf_grow(req_buf *b, size_t extra) {
+    if (b->oom) return -1;
+    if (b->n + extra + 1 <= b->cap) return 0;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < b->n + extra + 1) {
+        if (cap > ((size_t)1 << 40)) { b->oom = 1; return -1; }
+        cap *= 2;
+    }
+    char *p = base_realloc(b->p, cap, MEM_HTTP);
+    if (!p) { b->oom = 1; return -1; }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+void req_buf_add(req_buf *b, const void *s, size_t n) {
+    if (buf_grow(b, n)) return;
+    if (n) memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = 0;
+}
+
+void req_buf_addf(req_buf *b, const char *fmt, ...) {
+    char tmp[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0) return;
+    if ((size_t)k < sizeof tmp) { req_buf_add(b, tmp, (size_t)k); return; }
+    if (buf_grow(b, (size_t)k)) return;
+    va_start(ap, fmt);
+    vsnprintf(b->p + b->n, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    b->n += (size_t)k;
+}
+
+void req_buf_free(req_buf *b) {
+    base_free(b->p);
+    memset(b, 0, sizeof *b);
+}
+
+/* Length of the valid UTF-8 character at s (n bytes available), or 0. Rejects
+ * overlongs, surrogates and code points above U+10FFFF (RFC 3629). */
+static size_t utf8_char(const unsigned char *s, size_t n) {
+    const unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t len;
+    unsigned cp;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1F; }
+    else if (c >= 0xE0 && c <= 0xEF) { len = 3; cp = c & 0x0F; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07; }
+    else return 0;
+    if (n < len) return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((len == 3 && (cp < 0x800 || (cp >= 0xD800 && cp <= 0xDFFF))) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0;
+    return len;
+}
+
+void req_buf_add_utf8(req_buf *b, const char *s, size_t n) {
+    const unsigned char *u = (const unsigned char *)s;
+    size_t i = 0, run = 0; /* valid bytes [i - run, i) not yet copied */
+    while (i < n) {
+        size_t k = utf8_char(u + i, n - i);
+        if (k) { i += k; run += k; continue; }
+        req_buf_add(b, u + i - run, run);
+        req_buf_add(b, "\xEF\xBF\xBD", 3);
+        run = 0;
+        i++;
+    }
+    req_buf_add(b, u + i - run, run);
+}
+
+size_t req_utf8_valid_prefix(const char *s, size_t n) {
+    size_t i = 0, k;
+    while (i < n && (k = utf8_char((const unsigned char *)s + i, n - i))) i += k;
+    return i;
+}
+
+/* ===== field helpers ===== */
+
+/* A string field without NUL bytes (chat_render takes C strings). */
+static int get_cstr(const json_t *v, const char *name, const char **out, req_error *e) {
+    if (!json_is_string(v)) return BAD(e, name, "'%s' must be a string", name);
+    if (strlen(json_string_value(v)) != json_string_length(v)) return BAD(e, name, "'%s' must not contain NUL characters", name);
+    *out = json_string_value(v);
+    return 0;
+}
+
+static int get_int(const json_t *v, const char *name, int64_t lo, int64_t hi, int64_t *out, req_error *e) {
+    int64_t x;
+    if (jsonx_int(v, &x) || json_is_boolean(v))
+        return BAD(e, name, "'%s' must be an integer", name);
+    if (x < lo || x > hi) return BAD(e, name, "'%s' must be in [%lld, %lld] (got %lld)", name, (long long)lo, (long long)hi, (long long)x);
+    *out = x;
+    return 0;
+}
+
+static int get_num(const json_t *v, const char *name, double lo, double hi, double *out, req_error *e) {
+    double x;
+    if (jsonx_num(v, &x) || !isfinite(x)) return BAD(e, name, "'%s' must be a number", name);
+    if (x < lo || x > hi) return BAD(e, name, "'%s' must be in [%g, %g] (got %g)", name, lo, hi, x);
+    *out = x;
+    return 0;
+}
+
+static int get_bool(const json_t *v, const char *name, int *out, req_error *e) {
+    if (!json_is_boolean(v)) return BAD(e, name, "'%s' must be true or false", name);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* Content: a string, or an array of {"type": "text", "text": "..."} parts joined. */
+static int get_content(request *r, const json_t *v, const char *name, const char **out, req_error *e) {
+    if (json_is_null(v)) { *out = ""; return 0; }
+    if (json_is_string(v)) return get_cstr(v, name, out, e);
+    if (!json_is_array(v)) return BAD(e, name, "'%s' must be a string or an array of text parts", name);
+    req_buf b = {0};
+    size_t i;
+    json_t *part;
+    json_array_foreach(v, i, part) {
+        const json_t *type = json_object_get(part, "type"), *text = json_object_get(part, "text");
+        const char *t;
+        if (!json_is_object(part) || !json_is_string(type)) { req_buf_free(&b); return BAD(e, name, "'%s' parts must be objects with a 'type'", name); }
+        if (strcmp(json_string_value(type), "text")) {
+            req_buf_free(&b);
+            return UNSUPPORTED(e, name, "'%s': content parts of type '%s' are not supported (text only)", name, json_string_value(type));
+        }
+        if (get_cstr(text, name, &t, e)) { req_buf_free(&b); return -1; }
+        req_buf_add(&b, t, strlen(t));
+    }
+    req_buf_add(&b, "", 0);
+    char **np = base_realloc(r->parts, (r->n_parts + 1) * sizeof *np, MEM_HTTP);
+    if (b.oom || !np) { if (np) r->parts = np; req_buf_free(&b); return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory"); }
+    r->parts = np;
+    r->parts[r->n_parts++] = b.p;
+    *out = b.p;
+    return 0;
+}
+
+static int parse_messages(request *r, const json_t *v, req_error *e) {
+    if (!json_is_array(v) || json_array_size(v) == 0) return BAD(e, "messages", "'messages' must be a non-empty array");
+    if (json_array_size(v) > REQ_MAX_MSGS) return BAD(e, "messages", "'messages' has more than %d entries", REQ_MAX_MSGS);
+    r->msgs = base_calloc(json_array_size(v), sizeof *r->msgs, MEM_HTTP);
+    if (!r->msgs) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    size_t i;
+    json_t *m;
+    json_array_foreach(v, i, m) {
+        if (!json_is_object(m)) return BAD(e, "messages", "messages[%zu] must be an object", i);
+        const char *key;
+        json_t *f;
+        req_msg *o = &r->msgs[r->n_msgs];
+        int have_role = 0;
+        o->content = "";
+        json_object_foreach(m, key, f) {
+            if (!strcmp(key, "role")) {
+                const char *role;
+                if (get_cstr(f, "messages.role", &role, e)) return -1;
+                if (!strcmp(role, "developer")) role = "system";
+                if ((o->role = chat_role_parse(role)) < 0)
+                    return BAD(e, "messages.role", "messages[%zu].role '%s' is not one of system, developer, user, assistant", i, role);
+                have_role = 1;
+            } else if (!strcmp(key, "content")) {
+                if (get_content(r, f, "messages.content", &o->content, e)) return -1;
+            } else if (!strcmp(key, "reasoning_content")) {
+                if (!json_is_null(f) && get_cstr(f, "messages.reasoning_content", &o->reasoning, e)) return -1;
+            } else if (!strcmp(key, "name")) {
+                if (!json_is_string(f)) return BAD(e, "messages.name", "messages[%zu].name must be a string", i);
+            } else if (!strcmp(key, "tool_calls") || !strcmp(key, "tool_call_id") || !strcmp(key, "function_call")) {
+                if (!json_is_null(f) && !(json_is_array(f) && json_array_size(f) == 0))
+                    return UNSUPPORTED(e, "messages", "messages[%zu].%s: tools are not supported", i, key);
+            } else {
+                return BAD(e, "messages", "messages[%zu]: unknown field '%s'", i, key);
+            }
+        }
+        if (!have_role) return BAD(e, "messages.role", "messages[%zu] has no 'role'", i);
+        if (o->reasoning && o->role != CHAT_ASSISTANT)
+            return BAD(e, "messages.reasoning_content", "messages[%zu]: reasoning_content only on assistant messages", i);
+        r->n_msgs++;
+    }
+    return 0;
+}
+
+/* ids: an array of integers in [0, 2^31). */
+static int get_ids(request *r, const json_t *v, const char *name, req_error *e) {
+    const size_t n = json_array_size(v);
+    r->ids = base_alloc((n ? n : 1) * sizeof(int32_t), MEM_HTTP);
+    if (!r->ids) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    for (size_t i = 0; i < n; i++) {
+        int64_t x;
+        if (get_int(json_array_get(v, i), name, 0, INT32_MAX, &x, e)) return -1;
+        r->ids[i] = (int32_t)x;
+    }
+    r->n_ids = n;
+    r->has_ids = 1;
+    return 0;
+}
+
+/* Completion prompt: a string, an array of ids, or a one-element array of either. */
+static int parse_prompt(request *r, const json_t *v, req_error *e) {
+    if (json_is_array(v) && json_array_size(v) == 1 && (json_is_string(json_array_get(v, 0)) || json_is_array(json_array_get(v, 0))))
+        v = json_array_get(v, 0);
+    if (json_is_string(v)) {
+        r->text = json_string_value(v);
+        r->text_len = json_string_length(v);
+        return 0;
+    }
+    if (!json_is_array(v)) return BAD(e, "prompt", "'prompt' must be a string or an array of token ids");
+    for (size_t i = 0; i < json_array_size(v); i++)
+        if (!json_is_integer(json_array_get(v, i)))
+            return UNSUPPORTED(e, "prompt", "'prompt': one prompt per request (a string or an array of token ids)");
+    return get_ids(r, v, "prompt", e);
+}
+
+static int parse_stop(request *r, const json_t *v, req_error *e) {
+    const json_t *one = v;
+    size_t n = 1;
+    if (json_is_array(v)) {
+        n = json_array_size(v);
+        if (n > REQ_MAX_STOP) return BAD(e, "stop", "'stop' has more than %d strings", REQ_MAX_STOP);
+    } else if (!json_is_string(v)) {
+        return BAD(e, "stop", "'stop' must be a string or an array of strings");
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (json_is_array(v)) one = json_array_get(v, i);
+        if (!json_is_string(one)) return BAD(e, "stop", "'stop' must be a string or an array of strings");
+        size_t len = json_string_length(one);
+        if (len == 0) return BAD(e, "stop", "'stop' strings must not be empty");
+        if (len > REQ_MAX_STOP_BYTES) return BAD(e, "stop", "'stop' strings are limited to %d bytes", REQ_MAX_STOP_BYTES);
+        r->stop[r->n_stop] = json_string_value(one);
+        r->stop_len[r->n_stop++] = len;
+    }
+    return 0;
+}
+
+/* The sampling and output fields shared by chat and completions. 1: not one of
+ * them; 0: taken; -1: refused. */
+static int common_field(request *r, const char *key, const json_t *f, req_error *e) {
+    int64_t x;
+    if (!strcmp(key, "model")) {
+        if (!json_is_string(f)) return BAD(e, "model", "'model' must be a string");
+        r->model = json_string_value(f);
+    } else if (!strcmp(key, "max_tokens") || !strcmp(key, "max_completion_tokens")) {
+        if (get_int(f, key, 1, (int64_t)1 << 32, &x, e)) return -1;
+        if (!strcmp(key, "max_completion_tokens") || !r->max_tokens) r->max_tokens = x;
+    } else if (!strcmp(key, "temperature")) {
+        return get_num(f, key, 0, 2, &r->temp, e);
+    } else if (!strcmp(key, "top_p")) {
+        if (get_num(f, key, 0, 1, &r->top_p, e)) return -1;
+        if (r->top_p <= 0) return BAD(e, key, "'top_p' must be in (0, 1]");
+    } else if (!strcmp(key, "top_k")) {
+        if (get_int(f, key, -1, INT32_MAX, &r->top_k, e)) return -1;
+        if (r->top_k < 0) r->top_k = 0;
+    } else if (!strcmp(key, "min_p")) {
+        return get_num(f, key, 0, 1, &r->min_p, e);
+    } else if (!strcmp(key, "repetition_penalty")) {
+        if (get_num(f, key, 0, 100, &r->repeat_penalty, e)) return -1;
+        if (r->repeat_penalty <= 0) return BAD(e, key, "'repetition_penalty' must be > 0");
+    } else if (!strcmp(key, "seed")) {
+        if (get_int(f, key, INT64_MIN, INT64_MAX, &x, e)) return -1;
+        r->seed = (uint64_t)x;
+    } else if (!strcmp(key, "stop")) {
+        return parse_stop(r, f, e);
+    } else if (!strcmp(key, "n") || !strcmp(key, "best_of")) {
+        if (get_int(f, key, 1, INT32_MAX, &x, e)) return -1;
+        if (x != 1) return UNSUPPORTED(e, key, "'%s': only 1 is supported", key);
+    } else if (!strcmp(key, "stream")) {
+        return get_bool(f, key, &r->stream, e);
+    } else if (!strcmp(key, "stream_options")) {
+        if (!json_is_object(f)) return BAD(e, key, "'stream_options' must be an object");
+        const char *k2;
+        json_t *f2;
+        json_object_foreach((json_t *)f, k2, f2) {
+            if (strcmp(k2, "include_usage")) return BAD(e, "stream_options", "stream_options: unknown field '%s'", k2);
+            if (get_bool(f2, "stream_options.include_usage", &r->include_usage, e)) return -1;
+        }
+    } else if (!strcmp(key, "frequency_penalty") || !strcmp(key, "presence_penalty")) {
+        double d;
+        if (get_num(f, key, -2, 2, &d, e)) return -1;
+        if (d != 0) return UNSUPPORTED(e, key, "'%s' is not supported (only 0)", key);
+    } else if (!strcmp(key, "logprobs") || !strcmp(key, "top_logprobs") || !strcmp(key, "echo")) {
+        if (json_is_false(f) || (json_is_integer(f) && json_integer_value(f) == 0 && strcmp(key, "echo"))) return 0;
+        return UNSUPPORTED(e, key, "'%s' is not supported", key);
+    } else if (!strcmp(key, "logit_bias")) {
+        if (!json_is_object(f) || json_object_size(f)) return UNSUPPORTED(e, key, "'logit_bias' is not supported");
+    } else if (!strcmp(key, "user")) {
+        if (!json_is_string(f)) return BAD(e, key, "'user' must be a string");
+    } else {
+        return 1;
+    }
+    return 0;
+}
+
+/* ===== entry ===== */
+
+int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_error *e) {
+    char err[256];
+    memset(r, 0, sizeof *r);
+    memset(e, 0, sizeof *e);
+    r->kind = kind;
+    r->top_p = 1;
+    r->repeat_penalty = 1;
+    r->seed = REQ_DEFAULT_SEED;
+    r->effort = REQ_DEFAULT_EFFORT;
+    r->root = jsonx_load(body, len, "request body", err, sizeof err);
+    if (!r->root) return req_fail(e, 400, "invalid_request_error", "invalid_json", NULL, "%s", err);
+    if (!json_is_object(r->root)) { request_free(r); return req_fail(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body must be a JSON object"); }
+    const char *key;
+    json_t *f;
+    int have_main = 0, rc = 0;
+    json_object_foreach(r->root, key, f) {
+        if (json_is_null(f)) continue; /* null = absent */
+        if (kind == REQ_TOKENIZE) {
+            if (!strcmp(key, "content")) {
+                if (!json_is_string(f)) { rc = BAD(e, key, "'content' must be a string"); break; }
+                r->text = json_string_value(f);
+                r->text_len = json_string_length(f);
+                have_main = 1;
+            } else if (!strcmp(key, "parse_special") || !strcmp(key, "add_special")) {
+                int b = 0;
+                if ((rc = get_bool(f, key, &b, e))) break;
+                if (!strcmp(key, "parse_special")) r->parse_special = b;
+            } else if (!strcmp(key, "model")) {
+                if (!json_is_string(f)) { rc = BAD(e, key, "'model' must be a string"); break; }
+                r->model = json_string_value(f);
+            } else { rc = BAD(e, key, "unknown field '%s'", key); break; }
+            continue;
+        }
+        if (kind == REQ_DETOKENIZE) {
+            if (!strcmp(key, "tokens")) {
+                if (!json_is_array(f)) { rc = BAD(e, key, "'tokens' must be an array of token ids"); break; }
+                if ((rc = get_ids(r, f, "tokens", e))) break;
+                have_main = 1;
+            } else if (!strcmp(key, "model")) {
+                if (!json_is_string(f)) { rc = BAD(e, key, "'model' must be a string"); break; }
+                r->model = json_string_value(f);
+            } else { rc = BAD(e, key, "unknown field '%s'", key); break; }
+            continue;
+        }
+        int c = common_field(r, key, f, e);
+        if (c < 0) { rc = -1; break; }
+        if (c == 0) continue;
+        if (kind == REQ_CHAT && !strcmp(key, "messages")) {
+            if ((rc = parse_messages(r, f, e))) break;
+            have_main = 1;
+        } else if (kind == REQ_CHAT && !strcmp(key, "reasoning_effort")) {
+            const char *v;
+            if ((rc = get_cstr(f, key, &v, e))) break;
+            r->effort = !strcmp(v, "none") ? CHAT_THINK_OFF : chat_effort_parse(v);
+            if (r->effort < 0 || !strcmp(v, "off")) {
+                rc = BAD(e, key, "'reasoning_effort' must be low, high, max or none (K3 has no '%s')", v);
+                break;
+            }
+        } else if (kind == REQ_CHAT && (!strcmp(key, "tools") || !strcmp(key, "tool_choice") || !strcmp(key, "functions") ||
+                                        !strcmp(key, "response_format") || !strcmp(key, "parallel_tool_calls"))) {
+            rc = UNSUPPORTED(e, key, "'%s' is not supported", key);
+            break;
+        } else if (kind == REQ_COMPLETION && !strcmp(key, "prompt")) {
+            if ((rc = parse_prompt(r, f, e))) break;
+            have_main = 1;
+        } else if (kind == REQ_COMPLETION && !strcmp(key, "suffix")) {
+            rc = UNSUPPORTED(e, key, "'suffix' is not supported");
+            break;
+        } else {
+            rc = BAD(e, key, "unknown field '%s'", key);
+            break;
+        }
+    }
+    if (!rc && !have_main) {
+        const char *need = kind == REQ_CHAT ? "messages" : kind == REQ_COMPLETION ? "prompt" : kind == REQ_TOKENIZE ? "content" : "tokens";
+        rc = BAD(e, need, "'%s' is required", need);
+    }
+    if (!rc && r->include_usage && !r->stream)
+        rc = BAD(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
+    if (rc) { request_free(r); return -1; }
+    return 0;
+}
+
+void request_free(request *r) {
+    for (size_t i = 0; i < r->n_parts; i++) base_free(r->parts[i]);
+    base_free(r->parts);
+    base_free(r->msgs);
+    base_free(r->ids);
+    json_decref(r->root);
+    memset(r, 0, sizeof *r);
+}

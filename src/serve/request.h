@@ -1,0 +1,96 @@
+/*
+ * request.h: `strata serve` request bodies -> validated requests (pure: no model,
+ * no I/O, fuzzed by fuzz/fz_req.c).
+ *
+ * A body is strict JSON (duplicate keys refused, UTF-8 checked by jansson) and
+ * must be an object. Every field is either understood, accepted only at its
+ * neutral value (n = 1, logprobs false, penalties 0), or refused: an unknown
+ * field or a bad value is a 400 whose message and `param` name the field, in the
+ * OpenAI error shape. JSON null means "absent" for every optional field (clients
+ * send nulls). Limits that need the model (context, vocabulary) are checked by the
+ * caller after tokenizing.
+ */
+#ifndef STRATA_SERVE_REQUEST_H
+#define STRATA_SERVE_REQUEST_H
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "base.h"
+
+enum { REQ_CHAT = 1, REQ_COMPLETION = 2, REQ_TOKENIZE = 3, REQ_DETOKENIZE = 4 };
+
+#define REQ_MAX_STOP 4          /* OpenAI's limit on stop strings */
+#define REQ_MAX_STOP_BYTES 256  /* per stop string */
+#define REQ_MAX_MSGS 4096
+
+/* An error answer: HTTP status and the OpenAI error object fields. */
+typedef struct req_error {
+    int status;           /* 400, 401, 404, ... */
+    char type[32];        /* "invalid_request_error", "server_error", ... */
+    char code[48];        /* "invalid_value", "context_length_exceeded", ... ("" = null) */
+    char param[64];       /* the field at fault ("" = null) */
+    char message[512];
+} req_error;
+
+/* Fills e and returns -1 (so `return req_fail(...)` reads well). */
+int req_fail(req_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
+    ST_PRINTF(6, 7);
+
+typedef struct req_msg {
+    int role;              /* CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT */
+    const char *content;   /* NUL-terminated (no NUL inside), into the request's JSON or its own copy */
+    const char *reasoning; /* assistant reasoning_content, or NULL */
+} req_msg;
+
+typedef struct request {
+    int kind;                 /* REQ_* */
+    json_t *root;             /* the parsed body; every string below points into it */
+    const char *model;        /* NULL when absent */
+    req_msg *msgs;            /* (n_msgs) chat; MEM_HTTP */
+    size_t n_msgs;
+    char **parts;             /* joined content-part strings owned by the request (MEM_HTTP) */
+    size_t n_parts;
+    const char *text;         /* completion prompt / tokenize content (may hold NUL bytes) */
+    size_t text_len;
+    int32_t *ids;             /* completion prompt ids / detokenize tokens (MEM_HTTP) */
+    size_t n_ids;
+    int has_ids;
+    int64_t max_tokens;       /* 0 = not given */
+    double temp, top_p, min_p, repeat_penalty;
+    int64_t top_k;
+    uint64_t seed;
+    const char *stop[REQ_MAX_STOP];
+    size_t stop_len[REQ_MAX_STOP];
+    int n_stop;
+    int stream, include_usage;
+    int effort;               /* CHAT_THINK_* (chat) */
+    int parse_special;        /* tokenize: special-token text becomes its id */
+} request;
+
+#define REQ_DEFAULT_SEED 0      /* a request without `seed` still draws reproducibly */
+#define REQ_DEFAULT_EFFORT 3    /* CHAT_THINK_MAX, as `strata chat` */
+
+/* Parses and validates body as a request of kind. 0, or -1 with e filled (the
+ * request is then empty; request_free is still safe). */
+int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_error *e);
+void request_free(request *r);
+
+/* A growing byte buffer (MEM_HTTP), always NUL-terminated once anything was
+ * added; oom is sticky (appends after a failed growth are dropped). */
+typedef struct req_buf {
+    char *p;
+    size_t n, cap;
+    int oom;
+} req_buf;
+void req_buf_add(req_buf *b, const void *s, size_t n);
+void req_buf_addf(req_buf *b, const char *fmt, ...) ST_PRINTF(2, 3);
+/* Appends s with each byte that is not part of a valid UTF-8 character replaced
+ * by U+FFFD, so any model output can go into JSON. */
+void req_buf_add_utf8(req_buf *b, const char *s, size_t n);
+void req_buf_free(req_buf *b);
+/* Length of the longest prefix of s[0..n) that is valid UTF-8 ending on a whole
+ * character. */
+size_t req_utf8_valid_prefix(const char *s, size_t n);
+
+#endif

@@ -1,0 +1,458 @@
+/*
+ * sched.c: the engine thread (see sched.h).
+ *
+ * Locks: s->mu guards the queue, the slots' job pointers, the counts and the
+ * reference counts; each job's mu guards its output. The engine never holds s->mu
+ * while stepping, and takes a job's mu only to publish text, so a waiter is never
+ * blocked behind a step and submitting never waits for one.
+ */
+#include "serve/sched.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "base.h"
+#include "chat.h"
+
+#define SCHED_MAX_END 16
+
+struct sched {
+    strata_model *m;
+    strata_model_opts mopts;
+    tok *tk;
+    sched_opts o;
+    metrics *mt;
+    pthread_t th;
+    int started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;               /* engine wake-up: submit, cancel, shutdown */
+    int state;                       /* 0 loading, 1 ready, -1 load failed */
+    char load_err[1024];
+    int draining, cancel_all, stopping;
+    job *q_head, *q_tail;
+    int n_queued, n_active;
+    strata_seq **seqs;               /* (parallel) */
+    job **slot;                      /* (parallel) job in each sequence, or NULL */
+    strata_gen **gens;               /* (parallel) step argument */
+    int64_t *fed;                    /* (parallel) prefilled counts before a step */
+    int32_t end_ids[SCHED_MAX_END];
+    int n_end;
+    strata_model_info info;          /* after the load */
+};
+
+/* ===== jobs ===== */
+
+job *job_new(void) {
+    job *j = base_calloc(1, sizeof *j, MEM_HTTP);
+    if (!j) return NULL;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_cond_init(&j->cv, NULL);
+    atomic_init(&j->cancelled, 0);
+    j->refs = 1;
+    j->slot = -1;
+    return j;
+}
+
+static void job_destroy(job *j) {
+    strata_gen_free(j->g);
+    chat_follow_close(j->follow);
+    tok_stream_close(j->ts);
+    req_buf_free(&j->pend);
+    req_buf_free(&j->content);
+    req_buf_free(&j->reasoning);
+    base_free(j->prompt);
+    pthread_cond_destroy(&j->cv);
+    pthread_mutex_destroy(&j->mu);
+    base_free(j);
+}
+
+void job_release(sched *s, job *j) {
+    if (!j) return;
+    int last;
+    if (s) pthread_mutex_lock(&s->mu);
+    last = --j->refs == 0;
+    if (s) pthread_mutex_unlock(&s->mu);
+    if (last) job_destroy(j);
+}
+
+/* Marks j finished (reason "stop"/"length"), or failed with status and message. */
+static void job_end(job *j, const char *reason, int status, const char *msg) {
+    pthread_mutex_lock(&j->mu);
+    if (!j->finished) {
+        j->finished = 1;
+        j->finish_reason = reason;
+        if (status) {
+            j->err_status = status;
+            snprintf(j->err_msg, sizeof j->err_msg, "%.250s", msg ? msg : "failed");
+        }
+    }
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Publishes text of a channel (1 = reasoning, 0 = response/plain). */
+static void job_publish(job *j, int reasoning, const char *p, size_t n) {
+    if (!n) return;
+    pthread_mutex_lock(&j->mu);
+    req_buf_add_utf8(reasoning ? &j->reasoning : &j->content, p, n);
+    pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+}
+
+/* Response text through the stop-string filter: everything that cannot be the
+ * start of a stop string is published; a match publishes what precedes it and
+ * returns 1 (the job ends with "stop"). */
+static int job_text(job *j, const char *p, size_t n) {
+    if (!j->n_stop) { job_publish(j, 0, p, n); return 0; }
+    req_buf_add(&j->pend, p, n);
+    if (j->pend.oom) return 0;
+    size_t cut = j->pend.n;
+    int hit = 0;
+    for (int k = 0; k < j->n_stop; k++) {
+        const size_t L = j->stop_len[k];
+        for (size_t i = 0; i + L <= j->pend.n && i < cut; i++)
+            if (!memcmp(j->pend.p + i, j->stop[k], L)) { cut = i; hit = 1; break; }
+    }
+    if (!hit) {
+        /* hold back the longest tail that is a proper prefix of a stop string */
+        size_t hold = 0;
+        for (int k = 0; k < j->n_stop; k++)
+            for (size_t L = j->stop_len[k] - 1; L > hold; L--)
+                if (L <= j->pend.n && !memcmp(j->pend.p + j->pend.n - L, j->stop[k], L)) { hold = L; break; }
+        cut = j->pend.n - hold;
+    }
+    job_publish(j, 0, j->pend.p, cut);
+    memmove(j->pend.p, j->pend.p + cut, j->pend.n - cut);
+    j->pend.n -= cut;
+    j->pend.p[j->pend.n] = 0;
+    return hit;
+}
+
+static void job_flush(job *j);
+
+/* ===== the token callback (engine thread, during strata_gen_step) ===== */
+
+typedef struct step_ctx {
+    sched *s;
+    double now;
+} step_ctx;
+
+static int is_end_id(const sched *s, int32_t id) {
+    for (int i = 0; i < s->n_end; i++)
+        if (s->end_ids[i] == id) return 1;
+    return 0;
+}
+
+static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size_t len, const float *logits) {
+    step_ctx *c = ud;
+    job *j = strata_gen_user(g);
+    if (id < 0 || j->finished) return;
+    j->n_gen++;
+    if (j->n_gen == 1) metrics_ttft(c->s->mt, c->now - j->t_submit);
+    else metrics_itl(c->s->mt, c->now - j->t_prev);
+    j->t_prev = c->now;
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    int ch = CHAT_CH_RESPONSE, hit = 0, ended = 0;
+    if (j->kind == REQ_CHAT) {
+        /* a broken channel tag comes back as text in the current channel */
+        ended = chat_follow_push(j->follow, id, &ch, &p, &n) == 1;
+    } else if (!is_end_id(c->s, id) && tok_stream_push(j->ts, id, &p, &n)) {
+        n = 0;
+    }
+    if (ch == CHAT_CH_THINK) job_publish(j, 1, (const char *)p, n);
+    else hit = job_text(j, (const char *)p, n);
+    if (hit) {
+        job_end(j, "stop", 0, NULL);
+    } else if (ended) { /* the turn is over even if its end id is not a stop id */
+        job_flush(j);
+        job_end(j, "stop", 0, NULL);
+    }
+}
+
+/* Flushes decoders and held-back text at the end of a generation. */
+static void job_flush(job *j) {
+    const uint8_t *p = NULL;
+    size_t n = 0;
+    int ch = CHAT_CH_RESPONSE;
+    if (j->kind == REQ_CHAT && j->follow) chat_follow_flush(j->follow, &ch, &p, &n);
+    else if (j->ts) tok_stream_flush(j->ts, &p, &n);
+    if (ch == CHAT_CH_THINK) job_publish(j, 1, (const char *)p, n);
+    else if (n && job_text(j, (const char *)p, n)) return;
+    job_publish(j, 0, j->pend.p, j->pend.n);
+    j->pend.n = 0;
+}
+
+/* ===== the engine thread ===== */
+
+/* Frees slot i's generator and drops the engine's reference to its job. */
+static void slot_clear(sched *s, int i) {
+    job *j = s->slot[i];
+    strata_gen_free(j->g);
+    j->g = NULL;
+    s->slot[i] = NULL;
+    s->n_active--;
+    if (--j->refs == 0) job_destroy(j);
+}
+
+/* Starts job j in free slot i: its generator over the slot's sequence. */
+static void slot_start(sched *s, int i, job *j) {
+    char err[512];
+    int rc = 0;
+    if (j->kind == REQ_CHAT) rc = chat_follow_open((chat_follow **)&j->follow, s->tk, j->thinking, err, sizeof err);
+    else if (tok_stream_open(&j->ts, s->tk)) rc = base_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
+    if (!rc) rc = strata_gen_create(&j->g, s->seqs[i], j->prompt, j->n_prompt, &j->go, 0, err, sizeof err);
+    s->slot[i] = j;
+    s->n_active++;
+    if (rc) {
+        job_end(j, NULL, rc == STRATA_EINVAL ? 400 : 500, err);
+        slot_clear(s, i);
+        return;
+    }
+    j->slot = i;
+    strata_gen_set_user(j->g, j);
+    metrics_tokens(s->mt, j->n_prompt, 0);
+}
+
+static void publish_gauges(sched *s) { metrics_gauges(s->mt, s->n_queued, s->n_active, s->o.parallel); }
+
+/* At a step boundary (s->mu held): drop cancelled jobs, admit queued ones. */
+static void boundary(sched *s) {
+    for (int i = 0; i < s->o.parallel; i++)
+        if (s->slot[i] && (atomic_load(&s->slot[i]->cancelled) || s->cancel_all)) {
+            job_end(s->slot[i], NULL, s->cancel_all ? 503 : 499, s->cancel_all ? "the server is shutting down" : "cancelled");
+            slot_clear(s, i);
+        }
+    for (job **pp = &s->q_head; *pp;) {
+        job *j = *pp;
+        if (atomic_load(&j->cancelled) || s->cancel_all) {
+            *pp = j->next;
+            s->n_queued--;
+            job_end(j, NULL, s->cancel_all ? 503 : 499, s->cancel_all ? "the server is shutting down" : "cancelled");
+            if (--j->refs == 0) job_destroy(j);
+        } else {
+            pp = &j->next;
+        }
+    }
+    s->q_tail = NULL;
+    for (job *j = s->q_head; j; j = j->next) s->q_tail = j;
+    for (int i = 0; i < s->o.parallel && s->q_head; i++) {
+        if (s->slot[i]) continue;
+        job *j = s->q_head;
+        s->q_head = j->next;
+        if (!s->q_head) s->q_tail = NULL;
+        s->n_queued--;
+        j->next = NULL;
+        slot_start(s, i, j);
+    }
+    publish_gauges(s);
+}
+
+static void step_delay(int ms) {
+    if (ms <= 0) return;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static int load(sched *s) {
+    char err[1024];
+    if (strata_model_load(s->m, &s->mopts, err, sizeof err)) goto fail;
+    for (int i = 0; i < s->o.parallel; i++)
+        if (strata_seq_create(s->m, &s->seqs[i], err, sizeof err)) goto fail;
+    s->n_end = strata_end_ids(s->m, s->end_ids, SCHED_MAX_END);
+    strata_model_get_info(s->m, &s->info);
+    return 0;
+fail:
+    pthread_mutex_lock(&s->mu);
+    snprintf(s->load_err, sizeof s->load_err, "%s", err);
+    s->state = -1;
+    pthread_mutex_unlock(&s->mu);
+    return -1;
+}
+
+static void *engine_main(void *arg) {
+    sched *s = arg;
+    char err[1024];
+    if (load(s)) return NULL;
+    strata_stats st;
+    strata_model_get_stats(s->m, &st);
+    metrics_model(s->mt, &st);
+    pthread_mutex_lock(&s->mu);
+    s->state = 1;
+    publish_gauges(s);
+    for (;;) {
+        boundary(s);
+        if (!s->n_active) {
+            if (s->stopping) break;
+            pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        int n = 0;
+        for (int i = 0; i < s->o.parallel; i++)
+            if (s->slot[i]) {
+                s->fed[n] = strata_gen_prefilled(s->slot[i]->g);
+                s->gens[n++] = s->slot[i]->g;
+            }
+        pthread_mutex_unlock(&s->mu);
+
+        step_delay(s->o.step_delay_ms);
+        step_ctx c = {s, 0};
+        const double t0 = base_now();
+        c.now = t0;
+        int rc = strata_gen_step(s->m, s->gens, n, on_token, &c, err, sizeof err);
+        const double dt = base_now() - t0;
+        /* rows of this step: each prompt row fed, plus one decode row per generator
+         * whose prompt was already in before the step */
+        int64_t rows = 0;
+        for (int k = 0; k < n; k++) {
+            const strata_gen *g = s->gens[k];
+            const job *j = strata_gen_user(g);
+            rows += strata_gen_prefilled(g) - s->fed[k] + (s->fed[k] == j->n_prompt);
+        }
+        metrics_step(s->mt, rows, dt);
+        strata_model_get_stats(s->m, &st);
+        metrics_model(s->mt, &st);
+
+        pthread_mutex_lock(&s->mu);
+        for (int i = 0; i < s->o.parallel; i++) {
+            job *j = s->slot[i];
+            if (!j) continue;
+            if (rc < 0) {
+                job_end(j, NULL, 500, err);
+            } else if (j->finished) {
+                /* ended inside the step (stop string, end of turn) */
+            } else if (strata_gen_done(j->g)) {
+                job_flush(j);
+                job_end(j, strata_gen_stopped(j->g) ? "stop" : "length", 0, NULL);
+            } else {
+                continue;
+            }
+            metrics_tokens(s->mt, 0, j->n_gen);
+            slot_clear(s, i);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* ===== control ===== */
+
+int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, tok *tk, const sched_opts *o, metrics *mt,
+                 char *err, size_t errlen) {
+    *out = NULL;
+    sched *s = base_calloc(1, sizeof *s, MEM_HTTP);
+    if (!s) return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    s->m = m;
+    s->mopts = *mopts;
+    s->mopts.max_seqs = o->parallel;
+    s->tk = tk;
+    s->o = *o;
+    s->mt = mt;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    const size_t P = (size_t)o->parallel;
+    s->seqs = base_calloc(P, sizeof *s->seqs, MEM_HTTP);
+    s->slot = base_calloc(P, sizeof *s->slot, MEM_HTTP);
+    s->gens = base_calloc(P, sizeof *s->gens, MEM_HTTP);
+    s->fed = base_calloc(P, sizeof *s->fed, MEM_HTTP);
+    if (!s->seqs || !s->slot || !s->gens || !s->fed) {
+        sched_free(s);
+        return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    }
+    *out = s;
+    return 0;
+}
+
+int sched_start(sched *s, char *err, size_t errlen) {
+    if (pthread_create(&s->th, NULL, engine_main, s)) return base_fail(err, errlen, STRATA_ENOMEM, "cannot start the engine thread");
+    s->started = 1;
+    return 0;
+}
+
+int sched_state(sched *s) {
+    pthread_mutex_lock(&s->mu);
+    int st = s->state;
+    pthread_mutex_unlock(&s->mu);
+    return st;
+}
+
+const char *sched_load_error(sched *s) { return s->load_err; }
+const strata_model_info *sched_info(sched *s) { return &s->info; }
+
+int sched_submit(sched *s, job *j, req_error *e) {
+    pthread_mutex_lock(&s->mu);
+    int rc = 0;
+    if (s->state != 1 || s->draining) {
+        metrics_rejected(s->mt, "draining");
+        rc = req_fail(e, 503, "server_error", s->draining ? "shutting_down" : "loading", NULL,
+                      s->draining ? "the server is shutting down" : "the model is loading");
+    } else {
+        int free_slots = s->o.parallel - s->n_active;
+        if (s->n_queued >= s->o.queue_max + (free_slots > 0 ? free_slots : 0)) {
+            metrics_rejected(s->mt, "queue_full");
+            rc = req_fail(e, 429, "rate_limit_error", "queue_full", NULL,
+                          "the server is busy: %d sequences generating and %d requests queued (--queue %d); retry later",
+                          s->n_active, s->n_queued, s->o.queue_max);
+        }
+    }
+    if (!rc) {
+        j->refs++;
+        j->t_submit = base_now();
+        j->next = NULL;
+        if (s->q_tail) s->q_tail->next = j;
+        else s->q_head = j;
+        s->q_tail = j;
+        s->n_queued++;
+        publish_gauges(s);
+        pthread_cond_signal(&s->cv);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+void sched_cancel(sched *s, job *j) {
+    atomic_store(&j->cancelled, 1);
+    pthread_mutex_lock(&s->mu);
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_shutdown(sched *s, double grace_s) {
+    if (!s->started) return;
+    pthread_mutex_lock(&s->mu);
+    s->draining = 1;
+    pthread_mutex_unlock(&s->mu);
+    const double t_end = base_now() + grace_s;
+    for (;;) {
+        int q, a;
+        sched_counts(s, &q, &a);
+        if ((q == 0 && a == 0) || base_now() >= t_end || sched_state(s) != 1) break;
+        step_delay(20);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->cancel_all = 1;
+    s->stopping = 1;
+    pthread_cond_signal(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->th, NULL);
+    s->started = 0;
+}
+
+void sched_counts(sched *s, int *queued, int *active) {
+    pthread_mutex_lock(&s->mu);
+    *queued = s->n_queued;
+    *active = s->n_active;
+    pthread_mutex_unlock(&s->mu);
+}
+
+void sched_free(sched *s) {
+    if (!s) return;
+    for (int i = 0; s->seqs && i < s->o.parallel; i++) strata_seq_free(s->seqs[i]);
+    base_free(s->seqs);
+    base_free(s->slot);
+    base_free(s->gens);
+    base_free(s->fed);
+    pthread_cond_destroy(&s->cv);
+    pthread_mutex_destroy(&s->mu);
+    base_free(s);
+}

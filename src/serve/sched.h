@@ -1,0 +1,101 @@
+/*
+ * sched.h: the engine thread of `strata serve` and the jobs it runs.
+ *
+ * One thread owns the model. It loads it (for `parallel` sequences, created once
+ * and reused), then loops: at each step boundary it drops cancelled jobs, admits
+ * queued jobs into free sequences, and advances every active generator with one
+ * strata_gen_step (decode rows first, then prompt rows), so all users share each
+ * weight read. A job that finishes (end id, stop string, max_tokens, context) or
+ * is cancelled leaves at that boundary and its sequence takes the next job.
+ *
+ * HTTP threads build a job (prompt ids, sampling options, stop strings), submit
+ * it, and wait on the job's own condition variable for text. The queue of jobs
+ * waiting for a sequence is bounded: sched_submit answers 429 beyond it. The
+ * engine thread turns ids into text (chat channels or plain text), holds back
+ * text that may be the start of a stop string, and cuts at a match.
+ *
+ * Determinism: each job's draw at position p depends only on (seed, p) and a
+ * sequence's logits do not depend on what else is in the step (strata.h), so a
+ * request's output is the same alone or among others.
+ */
+#ifndef STRATA_SERVE_SCHED_H
+#define STRATA_SERVE_SCHED_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include "serve/metrics.h"
+#include "serve/request.h"
+#include "strata.h"
+#include "tok.h"
+
+typedef struct job {
+    /* set by the submitter; read-only once submitted */
+    int kind;                     /* REQ_CHAT or REQ_COMPLETION */
+    int thinking;                 /* chat: the generation prompt opened the think channel */
+    int32_t *prompt;              /* (n_prompt) MEM_HTTP */
+    int64_t n_prompt;
+    strata_gen_opts go;
+    char stop[REQ_MAX_STOP][REQ_MAX_STOP_BYTES + 1];
+    size_t stop_len[REQ_MAX_STOP];
+    int n_stop;
+    double t_submit;
+
+    /* engine -> waiter, under mu; cv is broadcast on every change */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    req_buf content, reasoning;   /* UTF-8-clean text so far */
+    int64_t n_gen;                /* completion tokens */
+    int finished;                 /* no more text will come */
+    const char *finish_reason;    /* "stop" | "length" (NULL when failed or cancelled) */
+    int err_status;               /* != 0: the job failed (HTTP status), err_msg says why */
+    char err_msg[256];
+    atomic_int cancelled;         /* set by the waiter (client gone); honoured at the next step */
+
+    /* engine thread only */
+    strata_gen *g;
+    int slot;
+    void *follow;                 /* chat_follow (chat) */
+    tok_stream *ts;               /* plain text (completions) */
+    req_buf pend;                 /* response text held back for stop matching */
+    double t_prev;                /* time of the previous token */
+    struct job *next;             /* queue link */
+    int refs;                     /* under the scheduler's lock */
+} job;
+
+typedef struct sched sched;
+
+/* A job with one reference (the caller's). NULL on allocation failure. */
+job *job_new(void);
+/* Drops the caller's reference (after submit the engine holds its own). */
+void job_release(sched *s, job *j);
+
+typedef struct sched_opts {
+    int parallel;                 /* sequences stepped together (the model is loaded for this many) */
+    int queue_max;                /* jobs waiting beyond those; more -> 429 */
+    int step_delay_ms;            /* test hook: sleep before each step (STRATA_SERVE_STEP_MS) */
+} sched_opts;
+
+/* m: opened, not loaded (the engine thread loads it with mopts); tk: the
+ * server's tokenizer (detokenizing output). */
+int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, tok *tk, const sched_opts *o,
+                 metrics *mt, char *err, size_t errlen);
+/* Starts the engine thread (which loads the model first). */
+int sched_start(sched *s, char *err, size_t errlen);
+/* 0 loading, 1 ready, -1 the load failed (message in sched_load_error). */
+int sched_state(sched *s);
+const char *sched_load_error(sched *s);
+/* The model as loaded (valid once sched_state says 1). */
+const strata_model_info *sched_info(sched *s);
+/* Queues j (the scheduler takes its own reference). 0, or -1 with e: 503 while
+ * loading or draining, 429 when the queue is full (e->code "queue_full"). */
+int sched_submit(sched *s, job *j, req_error *e);
+/* The waiter is gone: j leaves at the next step boundary (or the queue). */
+void sched_cancel(sched *s, job *j);
+/* Stops admitting (submit -> 503), lets queued and running jobs finish for up to
+ * grace_s seconds, cancels the rest, and stops the engine thread. */
+void sched_shutdown(sched *s, double grace_s);
+/* Waiting jobs and active sequences, for metrics and logs. */
+void sched_counts(sched *s, int *queued, int *active);
+void sched_free(sched *s); /* after sched_shutdown */
+
+#endif

@@ -1,0 +1,514 @@
+/*
+ * t_serve.c: `strata serve`.
+ *   serve_request: the request parser on valid and hostile bodies (status and
+ *                  the field named), UTF-8 cleaning.
+ *   serve_http:    a server on a generated tiny model (loopback, free port):
+ *                  raw HTTP for malformed inputs, 401, 413, shapes of every
+ *                  endpoint, metrics; the official openai npm client
+ *                  (tests/serve/client.mjs: chat/completions, streams, stop
+ *                  strings, usage, typed errors, concurrent == solo); SIGTERM
+ *                  exits 0.
+ *   serve_limits:  --parallel 1 --queue 0 with slowed steps: 429 + Retry-After
+ *                  while the slot is busy, a dropped stream frees its slot at
+ *                  once, a partial request times out without holding the slot,
+ *                  SIGTERM with a stream in flight.
+ * Every wait is bounded; the server is always killed at the end.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include "jsonx.h"
+#include "serve/request.h"
+#include "test.h"
+
+/* ===== the parser ===== */
+
+static int parse_status(int kind, const char *body, const char *want_param) {
+    request r;
+    req_error e;
+    int rc = request_parse(&r, kind, (const uint8_t *)body, strlen(body), &e);
+    request_free(&r);
+    if (rc == 0) return 200;
+    if (want_param && strcmp(e.param, want_param)) {
+        fprintf(stderr, "  param '%s' (want '%s') for %s: %s\n", e.param, want_param, body, e.message);
+        return -1;
+    }
+    CHECK(e.message[0] != 0 && e.type[0] != 0);
+    return e.status;
+}
+
+TEST(serve_request) {
+    const int C = REQ_CHAT, P = REQ_COMPLETION;
+    CHECK(parse_status(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", NULL) == 200);
+    CHECK(parse_status(C, "{\"model\":\"m\",\"messages\":[{\"role\":\"developer\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},"
+                          "{\"type\":\"text\",\"text\":\"b\"}]},{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"r\"}],"
+                          "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"seed\":-5,\"stop\":[\"a\",\"b\"],\"n\":1,"
+                          "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"max_completion_tokens\":9,"
+                          "\"frequency_penalty\":0,\"logprobs\":false,\"user\":\"u\",\"reasoning_effort\":\"none\",\"max_tokens\":null}", NULL) == 200);
+    {
+        request r;
+        req_error e;
+        const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":7,\"max_completion_tokens\":5,"
+                        "\"stop\":\"END\",\"seed\":3,\"reasoning_effort\":\"low\"}";
+        CHECK(request_parse(&r, C, (const uint8_t *)b, strlen(b), &e) == 0);
+        CHECK(r.max_tokens == 5 && r.n_stop == 1 && r.stop_len[0] == 3 && r.seed == 3 && r.effort == 1 && r.n_msgs == 1);
+        request_free(&r);
+        b = "{\"prompt\":[[1,2,3]]}";
+        CHECK(request_parse(&r, P, (const uint8_t *)b, strlen(b), &e) == 0);
+        CHECK(r.has_ids && r.n_ids == 3 && r.ids[2] == 3);
+        request_free(&r);
+        b = "{\"prompt\":\"a\\u0000b\"}";
+        CHECK(request_parse(&r, P, (const uint8_t *)b, strlen(b), &e) == 0);
+        CHECK(r.text_len == 3 && r.effort == REQ_DEFAULT_EFFORT && r.seed == REQ_DEFAULT_SEED);
+        request_free(&r);
+    }
+    /* refusals, each naming its field */
+    static const struct { int kind; const char *body, *param; int status; } bad[] = {
+        {REQ_CHAT, "{\"messages\":[]}", "messages", 400},
+        {REQ_CHAT, "{}", "messages", 400},
+        {REQ_CHAT, "[1]", "", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":3}", "temperature", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":\"hot\"}", "temperature", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":0}", "top_p", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", "max_tokens", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1.5}", "max_tokens", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":true}", "max_tokens", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}", "n", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":0.5}", "presence_penalty", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", "logprobs", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"\"]}", "stop", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{\"include_usage\":true}}", "stream_options", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"medium\"}", "reasoning_effort", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", "tools", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temprature\":1}", "temprature", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.role", 400},
+        {REQ_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages.role", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "messages.content", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages.content", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\",\"reasoning_content\":\"r\"}]}", "messages.reasoning_content", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"seed\":99999999999999999999999}", "", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":1e999}", "", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"a\":1,\"a\":2}", "", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}", "", 400},
+        {REQ_COMPLETION, "{\"prompt\":[1,-2]}", "prompt", 400},
+        {REQ_COMPLETION, "{\"prompt\":[\"a\",\"b\"]}", "prompt", 400},
+        {REQ_COMPLETION, "{\"prompt\":{}}", "prompt", 400},
+        {REQ_COMPLETION, "{\"prompt\":\"x\",\"echo\":true}", "echo", 400},
+        {REQ_COMPLETION, "{\"prompt\":\"x\",\"suffix\":\"y\"}", "suffix", 400},
+        {REQ_COMPLETION, "{\"prompt\":\"x\",\"messages\":[]}", "messages", 400},
+        {REQ_TOKENIZE, "{\"content\":1}", "content", 400},
+        {REQ_DETOKENIZE, "{\"tokens\":[1,\"a\"]}", "tokens", 400},
+        {REQ_DETOKENIZE, "{}", "tokens", 400},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(parse_status(bad[i].kind, bad[i].body, bad[i].param) == bad[i].status, "case %zu: %s", i, bad[i].body);
+    /* deep nesting and a body that is not JSON at all */
+    size_t depth = 100000;
+    char *deep = base_alloc(2 * depth + 1, MEM_MISC);
+    memset(deep, '[', depth);
+    memset(deep + depth, ']', depth);
+    deep[2 * depth] = 0;
+    CHECK(parse_status(REQ_CHAT, deep, "") == 400);
+    base_free(deep);
+    CHECK(parse_status(REQ_CHAT, "", "") == 400);
+    CHECK(parse_status(REQ_CHAT, "{\"messages\":", "") == 400);
+
+    /* UTF-8 cleaning: valid text unchanged, each bad byte -> U+FFFD */
+    req_buf b = {0};
+    req_buf_add_utf8(&b, "a\xc3\xa9z\xff\xe2\x82", 7);
+    CHECK(b.n == strlen("a\xc3\xa9z\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd") && !memcmp(b.p, "a\xc3\xa9z\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", b.n));
+    req_buf_free(&b);
+    req_buf_add_utf8(&b, "\xed\xa0\x80\xf4\x90\x80\x80\xc0\xaf", 9); /* surrogate, > U+10FFFF, overlong */
+    CHECK(b.n == 9 * 3);
+    req_buf_free(&b);
+    CHECK(req_utf8_valid_prefix("ab\xe2\x82", 4) == 2);
+}
+
+/* ===== a server process and a small HTTP client ===== */
+
+typedef struct server {
+    pid_t pid;
+    int port;
+    char log[1024];
+} server;
+
+/* Starts ./strata serve DIR ARGS... on a free port; 0 when /health says ready. */
+static int server_start(server *s, const char *dir, const char *step_ms, const char *const *args) {
+    memset(s, 0, sizeof *s);
+    static int k;
+    snprintf(s->log, sizeof s->log, "%s/serve%d.log", t_tmpdir, k++);
+    const char *argv[32] = {"strata", "serve", dir, "--port", "0", "--host", "127.0.0.1"};
+    int n = 7;
+    for (int i = 0; args && args[i] && n < 30; i++) argv[n++] = args[i];
+    argv[n] = NULL;
+    fflush(NULL);
+    s->pid = fork();
+    if (s->pid < 0) return -1;
+    if (s->pid == 0) {
+        FILE *f = freopen(s->log, "w", stderr);
+        if (!f) _exit(126);
+        dup2(2, 1);
+        if (step_ms) setenv("STRATA_SERVE_STEP_MS", step_ms, 1);
+        execv(t_strata(), (char *const *)argv);
+        _exit(127);
+    }
+    for (int i = 0; i < 200 && !s->port; i++) { /* <= 10 s for the listening line */
+        uint8_t *txt = NULL;
+        size_t len;
+        if (!base_read_file(s->log, 1 << 20, &txt, &len, NULL, 0)) {
+            const char *at = strstr((char *)txt, "listening on http://127.0.0.1:");
+            if (at) s->port = atoi(at + strlen("listening on http://127.0.0.1:"));
+            base_free(txt);
+        }
+        if (!s->port) usleep(50000);
+    }
+    return s->port ? 0 : -1;
+}
+
+/* SIGTERM, then up to 15 s for the exit; SIGKILL after that. Returns the exit
+ * status (or -1 when it had to be killed). */
+static int server_stop(server *s) {
+    if (s->pid <= 0) return -1;
+    kill(s->pid, SIGTERM);
+    int st = 0;
+    for (int i = 0; i < 300; i++) {
+        pid_t w = waitpid(s->pid, &st, WNOHANG);
+        if (w == s->pid) { s->pid = 0; return WIFEXITED(st) ? WEXITSTATUS(st) : -1; }
+        usleep(50000);
+    }
+    kill(s->pid, SIGKILL);
+    waitpid(s->pid, &st, 0);
+    s->pid = 0;
+    return -1;
+}
+
+static int sock_open(int port) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof a)) { close(fd); return -1; }
+    return fd;
+}
+
+static int sock_send(int fd, const void *p, size_t n) {
+    const char *c = p;
+    while (n) {
+        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
+        if (k <= 0) return -1;
+        c += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Reads into b until the peer closes, stop appears, or timeout_s passes. 1 when
+ * the peer closed, 0 otherwise. */
+static int sock_read(int fd, req_buf *b, const char *stop, double timeout_s) {
+    const double t_end = base_now() + timeout_s;
+    for (;;) {
+        if (stop && b->p && strstr(b->p, stop)) return 0;
+        double left = t_end - base_now();
+        if (left <= 0) return 0;
+        struct pollfd p = {fd, POLLIN, 0};
+        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
+        char buf[8192];
+        ssize_t k = recv(fd, buf, sizeof buf, 0);
+        if (k <= 0) return 1;
+        req_buf_add(b, buf, (size_t)k);
+    }
+}
+
+/* One request (Connection: close); the response in *out (status line on). Returns
+ * the status or -1. */
+static int http(int port, const char *method, const char *path, const char *key, const char *body, size_t body_len,
+                req_buf *out) {
+    memset(out, 0, sizeof *out);
+    int fd = sock_open(port);
+    if (fd < 0) return -1;
+    req_buf rq = {0};
+    req_buf_addf(&rq, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
+    if (key) req_buf_addf(&rq, "Authorization: Bearer %s\r\n", key);
+    if (body) req_buf_addf(&rq, "Content-Type: application/json\r\nContent-Length: %zu\r\n", body_len);
+    req_buf_add(&rq, "\r\n", 2);
+    if (body) req_buf_add(&rq, body, body_len);
+    int st = -1;
+    if (!sock_send(fd, rq.p, rq.n)) {
+        sock_read(fd, out, NULL, 30);
+        if (out->p && !strncmp(out->p, "HTTP/1.1 ", 9)) st = atoi(out->p + 9);
+    }
+    req_buf_free(&rq);
+    close(fd);
+    return st;
+}
+
+static int post(int port, const char *path, const char *key, const char *body, req_buf *out) {
+    return http(port, "POST", path, key, body, strlen(body), out);
+}
+
+static const char *body_of(const req_buf *b) {
+    const char *p = b->p ? strstr(b->p, "\r\n\r\n") : NULL;
+    return p ? p + 4 : "";
+}
+
+/* An OpenAI error document naming param (NULL: any). */
+static int is_error(const req_buf *b, const char *param) {
+    char err[256];
+    const char *txt = body_of(b);
+    json_t *j = jsonx_load((const uint8_t *)txt, strlen(txt), "response", err, sizeof err);
+    json_t *e = json_object_get(j, "error");
+    int ok = json_is_object(e) && json_is_string(json_object_get(e, "message")) && json_is_string(json_object_get(e, "type")) &&
+             json_object_get(e, "code") != NULL;
+    if (ok && param) ok = json_is_string(json_object_get(e, "param")) && !strcmp(json_string_value(json_object_get(e, "param")), param);
+    json_decref(j);
+    return ok;
+}
+
+static int wait_health(int port) {
+    for (int i = 0; i < 200; i++) {
+        req_buf b;
+        int st = http(port, "GET", "/health", NULL, NULL, 0, &b);
+        req_buf_free(&b);
+        if (st == 200) return 0;
+        usleep(50000);
+    }
+    return -1;
+}
+
+static const char *serve_model(void) {
+    static char dir[512];
+    if (dir[0]) return dir;
+    snprintf(dir, sizeof dir, "%s/serve_tiny", t_tmpdir);
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny --seed 5 >/dev/null 2>&1", t_strata(), dir);
+    if (t_run(cmd, NULL) != 0) { dir[0] = 0; return NULL; }
+    return dir;
+}
+
+/* Prepares tests/serve/node_modules (openai@4) once; 0 when ready. */
+static int node_ready(void) {
+    char *out = NULL;
+    int rc = 0;
+    if (t_run("node --version && npm --version", &out) != 0) {
+        CHECK_MSG(0, "node/npm not found (needed for the openai client tests): %s", out);
+        rc = -1;
+    } else if (!base_is_dir("tests/serve/node_modules/openai")) {
+        base_free(out);
+        out = NULL;
+        if (t_run("npm ci --prefix tests/serve --no-audit --no-fund --loglevel=error", &out) != 0) {
+            CHECK_MSG(0, "npm ci --prefix tests/serve failed (registry unreachable?): %s", out);
+            rc = -1;
+        }
+    }
+    base_free(out);
+    return rc;
+}
+
+#define KEY "test-key-123"
+
+TEST(serve_http) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    server s;
+    static const char *const args[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--max-body", "64K", NULL};
+    CHECK(server_start(&s, dir, "1", args) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    req_buf b;
+    const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4}";
+
+    /* auth */
+    CHECK(post(s.port, "/v1/chat/completions", NULL, chat, &b) == 401 && is_error(&b, NULL) && strstr(b.p, "WWW-Authenticate"));
+    req_buf_free(&b);
+    CHECK(post(s.port, "/v1/chat/completions", "wrong", chat, &b) == 401 && is_error(&b, NULL));
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/v1/models", "test-key-12", NULL, 0, &b) == 401);
+    req_buf_free(&b);
+    /* hostile bodies: 400 each, and the server goes on */
+    static const char *const bad[] = {
+        "{", "nope", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", "{\"messages\":1e999999}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":123456789012345678901234567890}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":600}", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        CHECK_MSG(post(s.port, "/v1/chat/completions", KEY, bad[i], &b) == 400 && is_error(&b, NULL), "%s -> %s", bad[i], b.p ? b.p : "");
+        req_buf_free(&b);
+    }
+    {
+        size_t depth = 20000;
+        char *deep = base_alloc(depth * 2 + 1, MEM_MISC);
+        memset(deep, '[', depth);
+        memset(deep + depth, ']', depth);
+        deep[2 * depth] = 0;
+        CHECK(post(s.port, "/v1/completions", KEY, deep, &b) == 400 && is_error(&b, NULL));
+        req_buf_free(&b);
+        base_free(deep);
+    }
+    /* the context limit names the field */
+    CHECK(post(s.port, "/v1/chat/completions", KEY, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":500}", &b) == 400 &&
+          is_error(&b, "max_tokens") && strstr(b.p, "context_length_exceeded"));
+    req_buf_free(&b);
+    /* body limit (64K here): 413 from Content-Length, and a chunked body over it closes the connection */
+    {
+        size_t n = 70000;
+        char *big = base_alloc(n + 1, MEM_MISC);
+        memset(big, ' ', n);
+        big[n] = 0;
+        big[0] = '{';
+        big[n - 1] = '}';
+        CHECK(post(s.port, "/v1/chat/completions", KEY, big, &b) == 413 && is_error(&b, NULL));
+        req_buf_free(&b);
+        base_free(big);
+    }
+    CHECK(post(s.port, "/v1/nothing", KEY, "{}", &b) == 404 && is_error(&b, NULL));
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/v1/chat/completions", KEY, NULL, 0, &b) == 405 && is_error(&b, NULL));
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/v1/models/serve_tiny", KEY, NULL, 0, &b) == 200 && strstr(b.p, "\"id\":\"serve_tiny\""));
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/v1/models/other", KEY, NULL, 0, &b) == 404 && is_error(&b, "model"));
+    req_buf_free(&b);
+    /* tokenize <-> detokenize */
+    CHECK(post(s.port, "/tokenize", KEY, "{\"content\":\"hello world\"}", &b) == 200);
+    {
+        const char *t = body_of(&b);
+        json_t *j = jsonx_load((const uint8_t *)t, strlen(t), "tokenize", NULL, 0);
+        json_t *ids = json_object_get(j, "tokens");
+        CHECK(json_is_array(ids) && json_array_size(ids) > 0 && json_integer_value(json_object_get(j, "count")) == (json_int_t)json_array_size(ids));
+        char *txt = ids ? json_dumps(ids, JSON_COMPACT) : NULL;
+        req_buf rq = {0}, b2;
+        req_buf_addf(&rq, "{\"tokens\":%s}", txt ? txt : "[]");
+        CHECK(post(s.port, "/detokenize", KEY, rq.p, &b2) == 200 && strstr(body_of(&b2), "{\"content\":\"hello world\"}"));
+        req_buf_free(&b2);
+        req_buf_free(&rq);
+        base_free(txt);
+        json_decref(j);
+    }
+    req_buf_free(&b);
+    CHECK(post(s.port, "/detokenize", KEY, "{\"tokens\":[1,99999]}", &b) == 400 && is_error(&b, "tokens"));
+    req_buf_free(&b);
+    /* a raw stream ends with [DONE] and carries the usage when asked */
+    CHECK(post(s.port, "/v1/completions", KEY, "{\"prompt\":\"abc\",\"max_tokens\":6,\"stream\":true,\"stream_options\":{\"include_usage\":true}}", &b) == 200);
+    CHECK(b.p && strstr(b.p, "text/event-stream") && strstr(b.p, "\"completion_tokens\":6") && strstr(b.p, "data: [DONE]\n\n"));
+    req_buf_free(&b);
+
+    /* the official client */
+    if (!node_ready()) {
+        char cmd[512], *out = NULL;
+        snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/client.mjs %d %s serve_tiny", s.port, KEY);
+        int rc = t_run(cmd, &out);
+        CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "client.mjs: %s", out);
+        base_free(out);
+    }
+    /* the page, health and metrics (no key needed) */
+    CHECK(http(s.port, "GET", "/", NULL, NULL, 0, &b) == 200 && strstr(b.p, "<html") && strstr(b.p, "text/html"));
+    {
+        /* the page's script at least parses (no browser here) */
+        const char *a = b.p ? strstr(b.p, "<script>") : NULL, *z = a ? strstr(a, "</script>") : NULL;
+        CHECK(a && z);
+        if (a && z) {
+            const char *path = t_write("page.js", a + 8, (size_t)(z - a - 8));
+            char cmd[1200], *out = NULL;
+            snprintf(cmd, sizeof cmd, "node --check %s", path);
+            CHECK_MSG(t_run(cmd, &out) == 0, "page script: %s", out);
+            base_free(out);
+        }
+    }
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/health", NULL, NULL, 0, &b) == 200 && strstr(body_of(&b), "\"ok\""));
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/metrics", NULL, NULL, 0, &b) == 200);
+    static const char *const names[] = {"strata_requests_total{endpoint=\"/v1/chat/completions\",status=\"200\"}",
+                                        "strata_requests_total{endpoint=\"/v1/chat/completions\",status=\"401\"}",
+                                        "strata_completion_tokens_total", "strata_queue_length 0", "strata_active_sequences 0",
+                                        "strata_step_rows_bucket{le=\"+Inf\"}", "strata_read_bytes_total{what=\"experts\"}",
+                                        "strata_expert_hit_rate", "strata_time_to_first_token_seconds_count",
+                                        "strata_inter_token_latency_seconds_bucket"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) CHECK_MSG(b.p && strstr(b.p, names[i]), "metrics lack %s", names[i]);
+    req_buf_free(&b);
+    CHECK(server_stop(&s) == 0);
+}
+
+TEST(serve_limits) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    server s;
+    static const char *const args[] = {"--parallel", "1", "--queue", "0", "--ctx", "4096", "--timeout", "1", "--grace", "1", NULL};
+    CHECK(server_start(&s, dir, "5", args) == 0); /* 5 ms per step: 3000 tokens take 15 s */
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    const char *longreq = "{\"prompt\":\"abc\",\"max_tokens\":3000,\"stream\":true}";
+    req_buf b = {0}, rq = {0};
+    req_buf_addf(&rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(longreq), longreq);
+
+    /* a partial request: the slot stays free, and the server drops it after --timeout */
+    int slow = sock_open(s.port);
+    CHECK(slow >= 0 && sock_send(slow, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro", 68) == 0);
+
+    /* a stream holds the one slot: the next request gets 429 + Retry-After */
+    int fd = sock_open(s.port);
+    CHECK(fd >= 0 && sock_send(fd, rq.p, rq.n) == 0);
+    CHECK(sock_read(fd, &b, "\"text\"", 10) == 0 && b.p && strstr(b.p, "\"text\""));
+    req_buf_free(&b);
+    req_buf r2;
+    CHECK(post(s.port, "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r2) == 429 && is_error(&r2, NULL) &&
+          strstr(r2.p, "Retry-After: 1"));
+    req_buf_free(&r2);
+    /* the client hangs up: its sequence is freed at the next step, the next request is served at once */
+    close(fd);
+    double t0 = base_now();
+    int st = 0;
+    for (int i = 0; i < 100 && (st = post(s.port, "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r2)) == 429; i++) {
+        req_buf_free(&r2);
+        usleep(10000);
+    }
+    CHECK_MSG(st == 200 && base_now() - t0 < 2.0, "after the hang-up: %d in %.2f s", st, base_now() - t0);
+    req_buf_free(&r2);
+    /* a non-streaming request whose client leaves is cancelled too */
+    {
+        const char *nb = "{\"prompt\":\"abc\",\"max_tokens\":3000}";
+        req_buf q = {0};
+        req_buf_addf(&q, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(nb), nb);
+        int f2 = sock_open(s.port);
+        CHECK(f2 >= 0 && sock_send(f2, q.p, q.n) == 0);
+        usleep(200000);
+        close(f2);
+        req_buf_free(&q);
+        t0 = base_now();
+        for (int i = 0; i < 100 && (st = post(s.port, "/v1/completions", NULL, "{\"prompt\":\"x\",\"max_tokens\":2}", &r2)) == 429; i++) {
+            req_buf_free(&r2);
+            usleep(10000);
+        }
+        CHECK_MSG(st == 200 && base_now() - t0 < 2.0, "after a non-stream hang-up: %d in %.2f s", st, base_now() - t0);
+        req_buf_free(&r2);
+    }
+    /* the partial request was dropped by the timeout */
+    req_buf sb = {0};
+    CHECK(slow >= 0 && sock_read(slow, &sb, NULL, 5) == 1);
+    req_buf_free(&sb);
+    if (slow >= 0) close(slow);
+    CHECK(http(s.port, "GET", "/metrics", NULL, NULL, 0, &b) == 200 && b.p && strstr(b.p, "strata_requests_rejected_total{reason=\"queue_full\"} ") &&
+          strstr(b.p, "status=\"499\"") && strstr(b.p, "strata_active_sequences 0"));
+    req_buf_free(&b);
+
+    /* SIGTERM with a stream in flight: it is cut off after --grace, exit 0 */
+    fd = sock_open(s.port);
+    CHECK(fd >= 0 && sock_send(fd, rq.p, rq.n) == 0);
+    CHECK(sock_read(fd, &b, "\"text\"", 10) == 0);
+    t0 = base_now();
+    CHECK(server_stop(&s) == 0);
+    CHECK(base_now() - t0 < 8);
+    CHECK(sock_read(fd, &b, NULL, 5) == 1 && strstr(b.p, "data: [DONE]"));
+    req_buf_free(&b);
+    close(fd);
+    req_buf_free(&rq);
+}
