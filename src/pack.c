@@ -613,8 +613,13 @@ static void wring_done(wring *w, int i, int res) {
         ssize_t k = vfs_pwrite(w->fd, w->buf[i], w->len[i], w->boff[i]);
         res = k < 0 ? -errno : (int)k;
     }
+    if (res >= 0 && (uint64_t)res < w->len[i]) {
+        /* short (a signal, or the disk filling up): write the rest here; what
+         * stops that is the real reason */
+        int e = vfs_pwrite_full(w->fd, w->buf[i] + res, w->len[i] - (uint64_t)res, w->boff[i] + (uint64_t)res);
+        res = e ? -e : (int)w->len[i];
+    }
     if (res < 0 && !w->rc) { w->rc = STRATA_EIO; w->err_no = -res; }
-    else if ((uint64_t)res != w->len[i] && !w->rc) { w->rc = STRATA_EIO; w->err_no = ENOSPC; } /* short: disk full */
     w->busy[i] = 0;
     w->inflight--;
 }
@@ -1093,6 +1098,7 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
     }
     /* stamps before the first source byte is read: a shard written while we pack
      * leaves the pack stale, not silently mixed */
+    jsonx_build_begin(); /* covers the stamps and the manifest built below */
     json_t *stamps = stamps_json(ix, err, errlen);
     if (!stamps) return STRATA_EIO;
     char real[4096];
@@ -1114,7 +1120,11 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
     char trunk[2048];
     snprintf(trunk, sizeof trunk, "%s/trunk.bin", dir);
     unlink(path); /* a forced rebuild: the old manifest must not describe the new trunk */
-    if (vfs_rename(tmp, trunk)) { rc = base_fail(err, errlen, STRATA_EIO, "rename %s: %s", tmp, strerror(errno)); goto done; }
+    if (vfs_rename(tmp, trunk)) {
+        rc = base_fail(err, errlen, STRATA_EIO, "rename %s: %s", tmp, strerror(errno));
+        unlink(tmp); /* a whole trunk's worth of disk otherwise, until the next pack */
+        goto done;
+    }
     {
         json_t *m = json_object(), *units = json_array(), *xa = json_array(), *ex = json_object();
         char hex[20];
@@ -1142,7 +1152,9 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
         json_object_set_new(m, "experts", ex);
         char *s = json_dumps(m, JSON_COMPACT);
         json_decref(m);
-        if (!s) { rc = base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory"); goto done; }
+        /* a failed allocation drops a field without a word: never write that */
+        if (s && jsonx_build_failed()) { base_free(s); s = NULL; }
+        if (!s) { rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory building the manifest", path); goto done; }
         rc = base_write_file_atomic(path, s, strlen(s), err, errlen);
         json_malloc_t jm;
         json_free_t jf;
