@@ -23,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "io.h"
+#include "jsonx.h"
 #include "pack.h"
 #include "st.h"
 #include "test.h"
@@ -567,5 +568,40 @@ TEST(faults_alloc_run) {
             fz_free(&r);
         }
         base_free(ref);
+    }
+}
+
+/* jansson 2.14 wrote through a failed buffer when an allocation failed inside
+ * json_loadb (SEGV, the STRATA_FAIL_ALLOC sweep of run at config.json): every
+ * allocation of a parse fails once in turn; each parse ends with the tree or
+ * ENOMEM, never a crash, and a tree only when nothing failed. */
+TEST(faults_alloc_json) {
+    char path[1100];
+    const char *m = fz_model("fz_json_m");
+    CHECK(m != NULL);
+    if (!m) return;
+    static const char *files[] = {"config.json", "tokenizer_config.json"};
+    for (size_t f = 0; f < sizeof files / sizeof *files; f++) {
+        snprintf(path, sizeof path, "%s/%s", m, files[f]);
+        uint8_t *buf;
+        size_t len;
+        if (base_read_file(path, 1u << 24, &buf, &len, NULL, 0)) { CHECK(0); continue; }
+        const uint64_t a0 = base_mem_allocs();
+        json_t *j = jsonx_load(buf, len, path, NULL, 0);
+        const uint64_t n = base_mem_allocs() - a0;
+        CHECK(j != NULL && n > 10);
+        json_decref(j);
+        for (uint64_t i = 1; i <= n + 1; i++) {
+            char err[1200] = "";
+            json_t *k = NULL;
+            base_mem_fail_after(i);
+            int rc = jsonx_parse(&k, buf, len, path, err, sizeof err);
+            base_mem_fail_after(0);
+            if (i <= n) CHECK_MSG(rc == STRATA_ENOMEM && !k && strstr(err, "out of memory"), "%s, allocation %llu: rc %d %s",
+                                  files[f], (unsigned long long)i, rc, err);
+            else CHECK(rc == 0 && k);
+            json_decref(k);
+        }
+        base_free(buf);
     }
 }
