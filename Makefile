@@ -25,7 +25,7 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 
-.PHONY: all help test check tsan fuzz bench bench-batch bench-spec bench-kernels bench-decode bench-tokenizer conformance clean deps
+.PHONY: all help test check faults tsan fuzz bench bench-batch bench-spec bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
 
 help:
@@ -33,6 +33,7 @@ help:
 	@echo "make test       unit, kernel, end-to-end tests and fuzz-corpus replay (< 5 min)"
 	@echo "make check      the same tests under ASan+UBSan (build-san/)"
 	@echo "make tsan       the threaded suites under ThreadSanitizer (build-tsan/)"
+	@echo "make faults     every N of the fault-injection sweeps (make test samples them)"
 	@echo "make fuzz T=st  libFuzzer target fuzz/fz_T.c (clang); T in: $(patsubst fuzz/fz_%.c,%,$(FUZZ_SRC))"
 	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG)"
 	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
@@ -92,6 +93,10 @@ test: strata $(BUILD)/test_runner
 
 check:
 	$(MAKE) SAN=address,undefined WERROR=1 test
+
+# Every N of every fault sweep (tests/t_faults.c samples them in `make test`).
+faults: strata $(BUILD)/test_runner
+	STRATA_TEST_FAULTS=full ./$(BUILD)/test_runner faults_
 
 # ThreadSanitizer on the suites that run threads: the pool, the streaming source
 # (reader thread, prefaulter, io rings), the expert cache, the pack writer and

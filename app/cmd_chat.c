@@ -31,7 +31,8 @@ static void usage(FILE *f) {
         "\n"
         "Each line on stdin is one user message; the reply streams to stdout.\n"
         "REPL commands: /help, /reset (forget the conversation, keep --system),\n"
-        "  /save FILE (session state), /load FILE, /exit (or end of input).\n"
+        "  /save FILE (session state), /load FILE, /exit (or end of input). A /save or\n"
+        "  /load that failed makes the exit status 1 (the REPL goes on after it).\n"
         "\n"
         "  --system TEXT        system message\n"
         "  --think EFFORT       low, high, max (default) or off (no think channel)\n"
@@ -113,6 +114,7 @@ typedef struct chat_state {
     size_t line_cap;
     /* for the report at exit */
     int64_t n_turns, n_prefill, n_decode;
+    int n_failed;             /* /save and /load commands that failed: exit status 1 */
     double t_prefill, t_decode;
 } chat_state;
 
@@ -312,13 +314,23 @@ int cmd_chat(int argc, char **argv) {
             } else if ((!strcmp(r.line, "/save") || !strcmp(r.line, "/load")) && !(arg && *arg)) {
                 fprintf(stderr, "strata chat: usage: %s FILE\n", r.line);
             } else if (!strcmp(r.line, "/save")) {
-                if (strata_seq_save(r.s, arg, err, sizeof err)) fprintf(stderr, "strata chat: %s\n", err);
-                else fprintf(stderr, "strata chat: saved %lld positions to %s\n", (long long)strata_seq_pos(r.s), arg);
+                if (strata_seq_save(r.s, arg, err, sizeof err)) {
+                    fprintf(stderr, "strata chat: %s\n", err);
+                    r.n_failed++;
+                } else fprintf(stderr, "strata chat: saved %lld positions to %s\n", (long long)strata_seq_pos(r.s), arg);
             } else if (!strcmp(r.line, "/load")) {
-                /* a failed load leaves the conversation as it was */
-                if (strata_seq_load(r.s, arg, err, sizeof err))
-                    fprintf(stderr, "strata chat: %s (the conversation is unchanged)\n", err);
-                else
+                /* a refused file leaves the conversation as it was; a read that failed
+                 * after the file was checked leaves an empty sequence (strata.h) */
+                const int64_t before = strata_seq_pos(r.s);
+                if (strata_seq_load(r.s, arg, err, sizeof err)) {
+                    r.n_failed++;
+                    if (strata_seq_pos(r.s) == before) {
+                        fprintf(stderr, "strata chat: %s (the conversation is unchanged)\n", err);
+                    } else {
+                        fprintf(stderr, "strata chat: %s (the conversation was reset)\n", err);
+                        if (preamble(&r, &o)) goto out;
+                    }
+                } else
                     fprintf(stderr, "strata chat: loaded %lld positions from %s\n", (long long)strata_seq_pos(r.s), arg);
             } else {
                 fprintf(stderr, "strata chat: unknown command '%s' (/help)\n", r.line);
@@ -341,7 +353,8 @@ int cmd_chat(int argc, char **argv) {
     if (base_mem_guard_violations())
         fprintf(stderr, "strata chat: warning: %llu allocations inside the decode loop\n",
                 (unsigned long long)base_mem_guard_violations());
-    ret = 0;
+    if (r.n_failed) fprintf(stderr, "strata chat: %d /save or /load commands failed\n", r.n_failed);
+    ret = r.n_failed ? 1 : 0;
 out:
     chat_release(&r);
     return ret;

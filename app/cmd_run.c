@@ -229,7 +229,9 @@ static int parse_ids(run_state *r, const char *s, int32_t **ids, int64_t *n, con
     const int64_t V = r->m.info.vocab;
     int64_t *v;
     size_t k;
-    if (base_parse_id_list(s, 0, V - 1, &v, &k) || k == 0) {
+    int prc = base_parse_id_list(s, 0, V - 1, &v, &k);
+    if (prc == STRATA_ENOMEM) { fprintf(stderr, "strata run: out of memory reading %s\n", what); return 1; }
+    if (prc || k == 0) {
         fprintf(stderr, "strata run: bad %s '%.200s': need comma-separated ids in [0, %lld)\n", what, s, (long long)V);
         return EXIT_USAGE;
     }

@@ -3,9 +3,11 @@
  * app/cmd_<name>.c as int cmd_<name>(argc, argv) with argv[0] the subcommand.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "cli.h"
 #include "strata.h"
+#include "vfs.h"
 
 typedef struct {
     const char *name;
@@ -30,10 +32,56 @@ static void help(FILE *f) {
             STRATA_VERSION);
     for (const command *c = k_cmds; c->name; c++) fprintf(f, "  %-10s %s\n", c->name, c->summary);
     fprintf(f, "  %-10s %s\n  %-10s %s\n", "help", "this list", "version", "print the version");
+    fprintf(f, "\nenvironment (tests and development only):\n"
+               "  STRATA_FAULT=KIND:N     the Nth file call (open, read, write, fsync, rename, io_uring\n"
+               "                          completion; all threads, from start) fails once: eio, enospc\n"
+               "                          (calls that may allocate disk), short (half a read/write),\n"
+               "                          eintr (retried); count:0 only counts. A line on stderr at exit\n"
+               "                          gives the calls, the allocations and what was injected\n"
+               "  STRATA_FAIL_ALLOC=N     the Nth allocation through the engine's allocator fails\n"
+               "  STRATA_KERNEL=ISA       force a kernel table (scalar, avx2, avx512, avx512vbmi, neon)\n");
+}
+
+/* Test hooks, read once before any command runs (vfs.h, base_mem_fail_after). */
+static int fault_kind;
+static uint64_t fault_n;
+
+static void fault_report(void) {
+    uint64_t call;
+    const char *op;
+    if (vfs_fault_fired(&call, &op))
+        fprintf(stderr, "strata: fault: %s injected into call %llu (%s) of %llu; %llu allocations\n",
+                vfs_fault_name(fault_kind), (unsigned long long)call, op, (unsigned long long)vfs_fault_calls(),
+                (unsigned long long)base_mem_allocs());
+    else
+        fprintf(stderr, "strata: fault: %llu calls%s; %llu allocations\n", (unsigned long long)vfs_fault_calls(),
+                fault_kind == VFS_FAULT_COUNT ? "" : ", nothing injected", (unsigned long long)base_mem_allocs());
+}
+
+static int fault_setup(void) {
+    const char *f = getenv("STRATA_FAULT"), *a = getenv("STRATA_FAIL_ALLOC");
+    if (f && *f) {
+        if (vfs_fault_parse(f, &fault_kind, &fault_n)) {
+            fprintf(stderr, "strata: STRATA_FAULT='%s': expected eio:N, enospc:N, short:N, eintr:N or count:0\n", f);
+            return -1;
+        }
+        vfs_fault_set(fault_kind, fault_n);
+        atexit(fault_report);
+    }
+    if (a && *a) {
+        int64_t n;
+        if (base_parse_i64(a, 1, INT64_MAX, &n)) {
+            fprintf(stderr, "strata: STRATA_FAIL_ALLOC='%s': expected a count >= 1\n", a);
+            return -1;
+        }
+        base_mem_fail_after((uint64_t)n);
+    }
+    return 0;
 }
 
 int main(int argc, char **argv) {
     if (argc < 2) { help(stderr); return EXIT_USAGE; }
+    if (fault_setup()) return EXIT_USAGE;
     const char *name = argv[1];
     if (!strcmp(name, "help") || cli_is_help(name)) {
         if (argc > 2 && strcmp(argv[2], "help"))

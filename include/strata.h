@@ -141,7 +141,9 @@ int64_t strata_seq_pos(const strata_seq *s);
 const int32_t *strata_seq_tokens(const strata_seq *s); /* pos ids; valid until the next step/reset/load */
 const char *strata_seq_errmsg(const strata_seq *s);
 /* State files: carry the model's fingerprint; save is atomic (temp + rename);
- * load leaves the sequence unchanged on failure. */
+ * load checks the whole file first and leaves the sequence unchanged when it
+ * refuses it; a read that fails after that (an I/O error, the file replaced
+ * between the two passes) leaves the sequence empty, and the message says so. */
 int strata_seq_save(strata_seq *s, const char *path, char *err, size_t errlen);
 int strata_seq_load(strata_seq *s, const char *path, char *err, size_t errlen);
 

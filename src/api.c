@@ -29,6 +29,7 @@
 #include "st.h"
 #include "strata.h"
 #include "tok.h"
+#include "vfs.h"
 
 #define API_MAX_STOP 16
 #define API_DEFAULT_CTX 4096
@@ -113,7 +114,8 @@ int strata_model_open(strata_model **out, const char *dir, char *err, size_t err
     if ((rc = st_open(&m->ix, dir, err, errlen))) goto fail;
     sbuf pb = {0};
     if ((rc = model_bind_check(&m->c, m->ix, &m->lay, &pb))) {
-        base_fail(err, errlen, rc, "%s: the model does not match its config (%d problems):\n%s", dir, pb.n, pb.s ? pb.s : "");
+        if (rc == STRATA_ENOMEM) base_fail(err, errlen, rc, "%s: out of memory checking the tensors against the config", dir);
+        else base_fail(err, errlen, rc, "%s: the model does not match its config (%d problems):\n%s", dir, pb.n, pb.s ? pb.s : "");
         sbuf_free(&pb);
         goto fail;
     }
@@ -124,7 +126,12 @@ int strata_model_open(strata_model **out, const char *dir, char *err, size_t err
     if (base_is_file(path)) {
         char tc[4200];
         snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
-        if (tok_open(&m->tk, path, base_is_file(tc) ? tc : NULL, TOK_PAT_KIMI, m->tok_err, sizeof m->tok_err)) m->tk = NULL;
+        /* A tokenizer that cannot be read now (I/O error, out of memory) fails the
+         * open: tolerating it would turn a text run into an ids run. One that is
+         * malformed leaves an ids-only model, as one without a tokenizer. */
+        rc = tok_open(&m->tk, path, base_is_file(tc) ? tc : NULL, TOK_PAT_KIMI, m->tok_err, sizeof m->tok_err);
+        if (rc == STRATA_EIO || rc == STRATA_ENOMEM) { base_fail(err, errlen, rc, "%s", m->tok_err); goto fail; }
+        if (rc) m->tk = NULL;
     } else {
         snprintf(m->tok_err, sizeof m->tok_err, "%s has no tokenizer (tiktoken.model)", dir);
     }
@@ -139,9 +146,9 @@ fail:
  * shapes, offsets) and the first and last 64 KB of every shard. Two models with
  * the same config but other weights (generated with another seed, fine-tuned)
  * differ there; one shard read at each end keeps it cheap on K3's 96 shards. */
-static uint64_t model_identity(const strata_model *m) {
+static int model_identity(const strata_model *m, uint64_t *id, char *err, size_t errlen) {
     XXH3_state_t *h = XXH3_createState();
-    if (!h) return infer_cfg_fingerprint(&m->c);
+    if (!h) return base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory fingerprinting the model", m->dir);
     XXH3_64bits_reset(h);
     uint64_t fp = infer_cfg_fingerprint(&m->c);
     XXH3_64bits_update(h, &fp, sizeof fp);
@@ -153,19 +160,26 @@ static uint64_t model_identity(const strata_model *m) {
     }
     static const size_t k_sample = 64 << 10;
     uint8_t *buf = base_alloc(k_sample, MEM_MISC);
-    for (int sh = 0; buf && sh < st_n_shards(m->ix); sh++) {
+    int rc = buf ? STRATA_OK : base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory fingerprinting the model", m->dir);
+    /* an unreadable sample fails the load: a fingerprint of fewer bytes would tie
+     * state files to this one read */
+    for (int sh = 0; !rc && sh < st_n_shards(m->ix); sh++) {
         const uint64_t size = st_shard_size(m->ix, sh);
         const int fd = st_shard_fd(m->ix, sh);
         const uint64_t offs[2] = {0, size > k_sample ? size - k_sample : 0};
-        for (int k = 0; k < 2 && fd >= 0; k++) {
-            ssize_t got = pread(fd, buf, k_sample, (off_t)offs[k]);
-            if (got > 0) XXH3_64bits_update(h, buf, (size_t)got);
+        for (int k = 0; k < 2 && fd >= 0 && !rc; k++) {
+            const uint64_t n = size - offs[k] < k_sample ? size - offs[k] : k_sample;
+            int e = vfs_pread_full(fd, buf, n, offs[k]);
+            if (e) rc = base_fail(err, errlen, STRATA_EIO, "%s: reading %llu bytes at %llu: %s", st_shard_path(m->ix, sh),
+                                  (unsigned long long)n, (unsigned long long)offs[k], e > 0 ? strerror(e) : "end of file");
+            else XXH3_64bits_update(h, buf, (size_t)n);
         }
     }
     base_free(buf);
-    uint64_t id = XXH3_64bits_digest(h);
+    uint64_t d = XXH3_64bits_digest(h);
     XXH3_freeState(h);
-    return id ? id : 1;
+    *id = d ? d : 1;
+    return rc;
 }
 
 int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, size_t errlen) {
@@ -211,7 +225,9 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     m->t_load = base_now() - t;
     engine_opts eo = {m->threads, m->rows, m->spec ? m->spec + 1 : 0};
     if ((rc = engine_create(&m->e, &m->c, m->w, &eo, err, errlen))) return rc;
-    engine_set_model_id(m->e, model_identity(m));
+    uint64_t id = 0;
+    if ((rc = model_identity(m, &id, err, errlen))) return rc;
+    engine_set_model_id(m->e, id);
     m->grows = base_alloc((size_t)m->rows * sizeof *m->grows, MEM_SCRATCH);
     m->gown = base_alloc((size_t)m->rows * sizeof *m->gown, MEM_SCRATCH);
     m->irows = base_alloc((size_t)m->rows * sizeof *m->irows, MEM_SCRATCH);

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "vfs.h"
 
 /* ======================================================================== errors */
 
@@ -103,7 +104,7 @@ typedef struct {
 _Static_assert(sizeof(mem_hdr) == 32, "header keeps 32-byte alignment");
 #define MEM_MAGIC 0x5354524Du
 
-static _Atomic uint64_t g_used, g_peak, g_limit, g_guard_viol, g_fail_after;
+static _Atomic uint64_t g_used, g_peak, g_limit, g_guard_viol, g_fail_after, g_n_allocs;
 static _Atomic uint64_t g_tag_used[MEM_TAG_COUNT];
 /* Per thread: a decode loop guards its own thread only, so two models driven
  * from two threads never see each other's guard. */
@@ -117,7 +118,9 @@ const char *base_mem_tag_name(int tag) {
     return (tag >= 0 && tag < MEM_TAG_COUNT) ? k_tag_names[tag] : "?";
 }
 
-static int mem_reserve(uint64_t bytes, int tag) {
+/* force: an allocation that must not be refused by the test countdown or the
+ * limit (base_alloc_unrefused); still counted. */
+static int mem_reserve(uint64_t bytes, int tag, int force) {
     if (t_guard) {
         atomic_fetch_add(&g_guard_viol, 1);
 #ifndef NDEBUG
@@ -126,14 +129,15 @@ static int mem_reserve(uint64_t bytes, int tag) {
         abort();
 #endif
     }
-    uint64_t fa = atomic_load(&g_fail_after);
+    atomic_fetch_add_explicit(&g_n_allocs, 1, memory_order_relaxed);
+    uint64_t fa = force ? 0 : atomic_load(&g_fail_after);
     if (fa) {
         if (fa == 1) { atomic_store(&g_fail_after, 0); return 0; }
         atomic_fetch_sub(&g_fail_after, 1);
     }
     uint64_t limit = atomic_load(&g_limit);
     uint64_t used = atomic_fetch_add(&g_used, bytes) + bytes;
-    if (limit && used > limit) {
+    if (limit && used > limit && !force) {
         atomic_fetch_sub(&g_used, bytes);
         return 0;
     }
@@ -148,12 +152,12 @@ static void mem_release(uint64_t bytes, int tag) {
     atomic_fetch_sub(&g_tag_used[tag], bytes);
 }
 
-void *base_alloc_aligned(size_t bytes, size_t align, int tag) {
+static void *alloc_aligned(size_t bytes, size_t align, int tag, int force) {
     ST_ASSERT(tag >= 0 && tag < MEM_TAG_COUNT);
     if (align < 32) align = 32;
     ST_ASSERT((align & (align - 1)) == 0 && align <= (1u << 20));
     if (bytes > SIZE_MAX / 2) return NULL;
-    if (!mem_reserve(bytes, tag)) return NULL;
+    if (!mem_reserve(bytes, tag, force)) return NULL;
     size_t total = bytes + sizeof(mem_hdr) + align;
     uint8_t *raw = malloc(total);
     if (!raw) { mem_release(bytes, tag); return NULL; }
@@ -166,7 +170,9 @@ void *base_alloc_aligned(size_t bytes, size_t align, int tag) {
     return (void *)user;
 }
 
-void *base_alloc(size_t bytes, int tag) { return base_alloc_aligned(bytes, 32, tag); }
+void *base_alloc_aligned(size_t bytes, size_t align, int tag) { return alloc_aligned(bytes, align, tag, 0); }
+void *base_alloc(size_t bytes, int tag) { return alloc_aligned(bytes, 32, tag, 0); }
+void *base_alloc_unrefused(size_t bytes, int tag) { return alloc_aligned(bytes, 32, tag, 1); }
 
 void *base_calloc(size_t n, size_t size, int tag) {
     if (size && n > SIZE_MAX / size) return NULL;
@@ -214,6 +220,7 @@ uint64_t base_mem_used_tag(int tag) { return atomic_load(&g_tag_used[tag]); }
 void base_mem_guard(int on) { t_guard = on; }
 uint64_t base_mem_guard_violations(void) { return atomic_load(&g_guard_viol); }
 void base_mem_fail_after(uint64_t n) { atomic_store(&g_fail_after, n); }
+uint64_t base_mem_allocs(void) { return atomic_load(&g_n_allocs); }
 
 /* ======================================================================= logging */
 
@@ -346,7 +353,7 @@ int base_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, cha
     *len = 0;
     int rc = STRATA_EIO;
     uint8_t *b = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = vfs_open(path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st)) { rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno)); goto fail; }
@@ -359,13 +366,8 @@ int base_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, cha
     size_t n = (size_t)st.st_size;
     b = base_alloc(n + 1, MEM_MISC);
     if (!b) { rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: cannot allocate %zu bytes", path, n); goto fail; }
-    size_t got = 0;
-    while (got < n) {
-        ssize_t r = read(fd, b + got, n - got);
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0) { rc = base_fail(err, errlen, STRATA_EIO, "%s: short read", path); goto fail; }
-        got += (size_t)r;
-    }
+    int e = vfs_pread_full(fd, b, n, 0);
+    if (e) { rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, e > 0 ? strerror(e) : "short read"); goto fail; }
     b[n] = 0;
     close(fd);
     *buf = b;
@@ -381,23 +383,18 @@ int base_write_file_atomic(const char *path, const void *buf, size_t len, char *
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = vfs_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", tmp, strerror(errno));
-    const uint8_t *p = buf;
-    size_t done = 0;
-    while (done < len) {
-        ssize_t w = write(fd, p + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) goto fail;
-        done += (size_t)w;
-    }
-    if (fsync(fd)) goto fail;
-    if (close(fd)) { fd = -1; goto fail; }
+    int e = vfs_write_full(fd, buf, len);
+    if (e) goto fail;
+    if (vfs_fsync(fd)) goto fail_errno;
+    if (close(fd)) { fd = -1; goto fail_errno; }
     fd = -1;
-    if (rename(tmp, path)) goto fail;
+    if (vfs_rename(tmp, path)) goto fail_errno;
     return STRATA_OK;
-fail:;
-    int e = errno;
+fail_errno:
+    e = errno;
+fail:
     if (fd >= 0) close(fd);
     unlink(tmp);
     return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(e));
@@ -423,7 +420,7 @@ int base_mkdir_p(const char *path, char *err, size_t errlen) {
 
 int base_lock(const char *path, const char *what, char *err, size_t errlen) {
     for (int tries = 0; tries < 100; tries++) {
-        int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        int fd = vfs_open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
         if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: cannot create the lock file: %s", path, strerror(errno));
         if (flock(fd, LOCK_EX | LOCK_NB)) {
             int e = errno;

@@ -52,6 +52,9 @@ void *base_calloc(size_t n, size_t size, int tag);    /* zeroed, overflow-checke
 void *base_realloc(void *p, size_t bytes, int tag);   /* tag must match the original */
 void *base_alloc_aligned(size_t bytes, size_t align, int tag); /* align: power of 2 <= 1 MiB */
 char *base_strdup(const char *s, int tag);
+/* Neither the limit nor the test countdown refuses it (still counted; NULL only
+ * when malloc fails): for callers that cannot survive a refusal (jsonx.c). */
+void *base_alloc_unrefused(size_t bytes, int tag);
 void base_free(void *p);                              /* accepts NULL; any of the above */
 void base_mem_set_limit(uint64_t bytes);              /* 0 = no limit */
 uint64_t base_mem_limit(void);
@@ -63,8 +66,10 @@ const char *base_mem_tag_name(int tag);
  * and is counted otherwise (base_mem_guard_violations). */
 void base_mem_guard(int on);
 uint64_t base_mem_guard_violations(void);
-/* Test hook: fail the Nth allocation from now (1 = next); 0 disables. */
+/* Test hook: fail the Nth allocation from now (1 = next); 0 disables. The CLI
+ * sets it from STRATA_FAIL_ALLOC=N at start. */
 void base_mem_fail_after(uint64_t n);
+uint64_t base_mem_allocs(void);                       /* allocations attempted so far */
 
 /* ---- logging: stderr by default; the library never prints to stdout ---- */
 enum { LOG_ERROR, LOG_WARN, LOG_INFO, LOG_DEBUG };

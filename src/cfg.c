@@ -349,8 +349,9 @@ static int flush_problems(sbuf *pb, char *err, size_t errlen) {
 int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *err, size_t errlen) {
     cfg_defaults(c);
     if (!what) what = "config";
-    json_t *root = jsonx_load(buf, len, what, err, errlen);
-    if (!root) return STRATA_EFORMAT;
+    json_t *root;
+    int jrc = jsonx_parse(&root, buf, len, what, err, errlen);
+    if (jrc) return jrc;
     sbuf pb = {0};
     rd r = {what, &pb, root, NULL, NULL, 0};
     char tb[64];

@@ -32,6 +32,7 @@
 #include "num.h"
 #include "schema.h"
 #include "stw.h"
+#include "vfs.h"
 
 /* ========================================================================= RNG */
 
@@ -1065,16 +1066,11 @@ static void *producer_main(void *arg) {
     return NULL;
 }
 
+/* -1 with errno set on failure */
 static int pwrite_all(int fd, const uint8_t *p, size_t n, uint64_t off) {
-    while (n) {
-        ssize_t w = pwrite(fd, p, n, (off_t)off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return -1;
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return 0;
+    int e = vfs_pwrite_full(fd, p, n, off);
+    if (e) errno = e;
+    return e ? -1 : 0;
 }
 
 /* Write queue: io_uring when available, else synchronous pwrite (same results,
@@ -1113,7 +1109,7 @@ static void wq_reap(wq *q, uint64_t *j, int *res) {
         while ((rc = io_uring_wait_cqe(&q->ring, &cqe)) == -EINTR) {}
         if (rc < 0) { *j = UINT64_MAX; *res = rc; q->inflight--; return; }
         *j = io_uring_cqe_get_data64(cqe);
-        *res = cqe->res;
+        *res = vfs_cqe(cqe->res, UINT64_MAX, 1);
         io_uring_cqe_seen(&q->ring, cqe);
     } else {
         *j = q->sync_done[0];
@@ -1196,10 +1192,11 @@ static void clean_stale(const char *parent, const char *base) {
 }
 
 static int fsync_dir(const char *path) {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = vfs_open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0) return -1;
-    int rc = fsync(fd);
+    int rc = vfs_fsync(fd), e = errno;
     close(fd);
+    errno = e;
     return rc;
 }
 
@@ -1208,23 +1205,29 @@ static int fsync_dir(const char *path) {
 static int publish(const char *tmp, const char *out, const char *parent, char *err, size_t errlen) {
     struct stat st;
     if (lstat(out, &st) == 0) {
-        if (renameat2(AT_FDCWD, tmp, AT_FDCWD, out, RENAME_EXCHANGE) == 0) {
+        if (vfs_rename_exchange(tmp, out) == 0) {
             base_rm_rf(tmp); /* now holds the old model */
         } else {
             /* Filesystems without RENAME_EXCHANGE: move the old one aside under a
              * .partial name (a crash here leaves it to the stale cleanup). */
             char old[8200];
             snprintf(old, sizeof old, "%s-old", tmp);
-            if (rename(out, old))
+            if (vfs_rename(out, old))
                 return base_fail(err, errlen, STRATA_EIO, "%s: cannot move the old model aside: %s", out, strerror(errno));
-            if (rename(tmp, out))
-                return base_fail(err, errlen, STRATA_EIO, "%s: rename: %s", out, strerror(errno));
+            if (vfs_rename(tmp, out)) {
+                int e = errno;
+                /* put the old model back: out must not end up missing */
+                if (vfs_rename(old, out))
+                    return base_fail(err, errlen, STRATA_EIO, "%s: rename: %s; the old model is at %s", out, strerror(e), old);
+                return base_fail(err, errlen, STRATA_EIO, "%s: rename: %s", out, strerror(e));
+            }
             base_rm_rf(old);
         }
-    } else if (rename(tmp, out)) {
+    } else if (vfs_rename(tmp, out)) {
         return base_fail(err, errlen, STRATA_EIO, "%s: rename: %s", out, strerror(errno));
     }
-    fsync_dir(parent);
+    /* The model is in place; only the rename's durability is in doubt. */
+    if (fsync_dir(parent)) LOGW("gen: fsync %s: %s (%s is complete; a crash now could undo its rename)", parent, strerror(errno), out);
     return STRATA_OK;
 }
 
@@ -1479,7 +1482,7 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
             /* Preallocating makes every data write non-extending: ext4 serialises
              * O_DIRECT writes past EOF, which defeats the queue depth. Also
              * fails early when the disk is full. Unsupported -> plain writes. */
-            int fe = fallocate(f.fd, 0, 0, (off_t)(hlen + p.shard_data[s])) ? errno : 0;
+            int fe = vfs_fallocate(f.fd, hlen + p.shard_data[s]) ? errno : 0;
             if (fe == ENOSPC) {
                 rc = base_fail(err, errlen, STRATA_EIO, "gen: %s: no space left on the device", path);
                 goto fail;
@@ -1541,7 +1544,7 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
         if (shard_fds) {
             /* fsync later, all at once: on ext4 each fsync is a journal commit
              * (~0.6 s here), and one commit covers every shard */
-            if (o->sparse && ftruncate(f.fd, (off_t)(hlen + p.shard_data[s]))) {
+            if (o->sparse && vfs_ftruncate(f.fd, hlen + p.shard_data[s])) {
                 rc = base_fail(err, errlen, STRATA_EIO, "gen: %s: cannot extend: %s", path, strerror(errno));
                 goto fail;
             }
@@ -1557,10 +1560,15 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
     if (o->progress) o->progress(o->progress_ud, data_total, data_total, base_now() - t0);
     double tpub = base_now();
     for (int s = 0; shard_fds && s < p.n_shards; s++) {
-        int e = fsync(shard_fds[s]) ? errno : 0;
+        int e = vfs_fsync(shard_fds[s]) ? errno : 0;
         close(shard_fds[s]);
         shard_fds[s] = -1;
-        if (e) { rc = base_fail(err, errlen, STRATA_EIO, "gen: fsync shard %d: %s", s + 1, strerror(e)); goto fail; }
+        if (e) {
+            char sn[64];
+            shard_name(sn, sizeof sn, s, p.n_shards);
+            rc = base_fail(err, errlen, STRATA_EIO, "gen: %s/%s: fsync: %s", tmp, sn, strerror(e));
+            goto fail;
+        }
     }
     if (fsync_dir(tmp)) { rc = base_fail(err, errlen, STRATA_EIO, "gen: fsync %s: %s", tmp, strerror(errno)); goto fail; }
     if (!o->force && lstat(out, &sst) == 0) { /* made by something that ignores the lock */

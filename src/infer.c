@@ -33,6 +33,7 @@
 #include "num.h"
 #include "pool.h"
 #include "st.h"
+#include "vfs.h"
 
 #define ATT_BLOCK 256    /* attention positions scored per block (online softmax) */
 #define MM_MAX_SEG 72      /* products in one matmul job: the experts of a batch plus a few */
@@ -481,7 +482,7 @@ int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, cha
     e->spec_rows = o && o->spec_rows > 0 ? o->spec_rows : 0;
     const int nt = e->n_threads;
     int rc = pool_create(&e->pool, nt);
-    if (rc) { base_free(blk); return base_fail(err, errlen, rc, "infer: cannot start %d threads", nt); }
+    if (rc) { base_free(blk); return base_fail(err, errlen, rc, "infer: cannot start %d threads: %s", nt, strata_errstr(rc)); }
     *out = e;
     return 0;
 }
@@ -1374,12 +1375,13 @@ uint64_t infer_cfg_fingerprint(const cfg *c) {
     return base_fnv1a(c->is_mla, (size_t)c->n_layers, h);
 }
 
-typedef struct { FILE *f; uint64_t h; int bad; } wstream;
+/* State files are read and written through vfs.h (fault injection reaches them). */
+typedef struct { int fd; uint64_t h; int err_no; } wstream;
 
 static void ws_put(wstream *w, const void *p, size_t n) {
-    if (w->bad || n == 0) return;
+    if (w->err_no || n == 0) return;
     w->h = base_fnv1a(p, n, w->h);
-    if (fwrite(p, 1, n, w->f) != n) w->bad = 1;
+    w->err_no = vfs_write_full(w->fd, p, n);
 }
 
 int session_save(session *s, const char *path, char *err, size_t errlen) {
@@ -1393,9 +1395,9 @@ int session_save(session *s, const char *path, char *err, size_t errlen) {
         return base_fail(err, errlen, STRATA_EINVAL, "%s: exists and is not a regular file; not overwritten", path);
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return base_fail(err, errlen, STRATA_EIO, "%s: %s", tmp, strerror(errno));
-    wstream w = {f, BASE_FNV_INIT, 0};
+    int fd = vfs_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", tmp, strerror(errno));
+    wstream w = {fd, BASE_FNV_INIT, 0};
     uint32_t ver = STATE_VERSION;
     uint64_t fp = state_id(e);
     int64_t pos = s->pos;
@@ -1408,23 +1410,30 @@ int session_save(session *s, const char *path, char *err, size_t errlen) {
     for (int64_t i = 0; i < e->n_mla; i++)
         ws_put(&w, s->cache + i * s->max_ctx * e->C, (size_t)(pos * e->C) * sizeof(float));
     uint64_t h = w.h;
-    if (!w.bad && fwrite(&h, 1, 8, f) != 8) w.bad = 1;
-    if (!w.bad && (fflush(f) != 0 || fsync(fileno(f)) != 0)) w.bad = 1;
-    if (fclose(f) != 0) w.bad = 1;
-    if (w.bad || rename(tmp, path) != 0) {
-        int en = errno;
+    ws_put(&w, &h, 8);
+    if (!w.err_no && vfs_fsync(fd)) w.err_no = errno;
+    if (close(fd) && !w.err_no) w.err_no = errno;
+    if (!w.err_no && vfs_rename(tmp, path)) w.err_no = errno;
+    if (w.err_no) {
         unlink(tmp);
-        return base_fail(err, errlen, STRATA_EIO, "%s: write failed: %s", path, strerror(en));
+        return base_fail(err, errlen, STRATA_EIO, "%s: write failed: %s", path, strerror(w.err_no));
     }
     return 0;
 }
 
-typedef struct { FILE *f; uint64_t h; int bad; } rstream;
+typedef struct { int fd; uint64_t off, h; int bad, err_no; } rstream;
+
+/* n bytes at the cursor; bad at end of file, err_no too on an I/O error */
+static void rs_raw(rstream *r, void *p, size_t n) {
+    if (r->bad || n == 0) return;
+    int e = vfs_pread_full(r->fd, p, n, r->off);
+    if (e) { r->bad = 1; r->err_no = e > 0 ? e : 0; return; }
+    r->off += n;
+}
 
 static void rs_get(rstream *r, void *p, size_t n) {
-    if (r->bad || n == 0) return;
-    if (fread(p, 1, n, r->f) != n) { r->bad = 1; return; }
-    r->h = base_fnv1a(p, n, r->h);
+    rs_raw(r, p, n);
+    if (!r->bad) r->h = base_fnv1a(p, n, r->h);
 }
 
 /* Reads n bytes into p (or, with p NULL, through a bounce buffer: the
@@ -1441,10 +1450,10 @@ static void rs_take(rstream *r, void *p, size_t n) {
 
 /* One pass over a state file: header checks, then the body into s (apply = 1)
  * or only hashed (apply = 0). Returns 0 or an error in err. */
-static int load_pass(session *s, FILE *f, const char *path, int apply, int64_t *pos_out, char *err, size_t errlen) {
+static int load_pass(session *s, int fd, const char *path, int apply, int64_t *pos_out, char *err, size_t errlen) {
     engine *e = s->e;
     const cfg *c = e->c;
-    rstream r = {f, BASE_FNV_INIT, 0};
+    rstream r = {fd, 0, BASE_FNV_INIT, 0, 0};
     char magic[4];
     uint32_t ver = 0;
     uint64_t fp = 0, h = 0;
@@ -1453,6 +1462,7 @@ static int load_pass(session *s, FILE *f, const char *path, int apply, int64_t *
     rs_get(&r, &ver, 4);
     rs_get(&r, &fp, 8);
     rs_get(&r, &pos, 8);
+    if (r.err_no) return base_fail(err, errlen, STRATA_EIO, "%s: read failed: %s", path, strerror(r.err_no));
     if (r.bad || memcmp(magic, STATE_MAGIC, 4)) return base_fail(err, errlen, STRATA_EFORMAT, "%s: not a strata session state file", path);
     if (ver != STATE_VERSION)
         return base_fail(err, errlen, STRATA_EFORMAT, "%s: state version %u, this build reads %u", path, ver, STATE_VERSION);
@@ -1466,7 +1476,9 @@ static int load_pass(session *s, FILE *f, const char *path, int apply, int64_t *
     for (int64_t i = 0; i < e->n_mla; i++)
         rs_take(&r, apply ? s->cache + i * s->max_ctx * e->C : NULL, (size_t)(pos * e->C) * sizeof(float));
     uint64_t want = r.h;
-    if (r.bad || fread(&h, 1, 8, f) != 8) return base_fail(err, errlen, STRATA_EFORMAT, "%s: truncated state file", path);
+    rs_raw(&r, &h, 8);
+    if (r.err_no) return base_fail(err, errlen, STRATA_EIO, "%s: read failed: %s", path, strerror(r.err_no));
+    if (r.bad) return base_fail(err, errlen, STRATA_EFORMAT, "%s: truncated state file", path);
     if (h != want) return base_fail(err, errlen, STRATA_ECORRUPT, "%s: state checksum mismatch", path);
     *pos_out = pos;
     return 0;
@@ -1476,30 +1488,37 @@ static int load_pass(session *s, FILE *f, const char *path, int apply, int64_t *
  * session, then reads it in: a bad file leaves the session exactly as it was. */
 int session_load(session *s, const char *path, char *err, size_t errlen) {
     const cfg *c = s->e->c;
-    FILE *f = fopen(path, "rb");
-    if (!f) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+    int fd = vfs_open(path, O_RDONLY | O_CLOEXEC, 0);
+    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     int64_t pos = 0;
-    int rc = load_pass(s, f, path, 0, &pos, err, errlen);
+    int rc = load_pass(s, fd, path, 0, &pos, err, errlen);
     if (!rc) {
         /* ids are checked before anything is applied: read them once more */
         int32_t buf[1024];
-        if (fseek(f, 24, SEEK_SET)) rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
         for (int64_t i = 0; !rc && i < pos; i += 1024) {
             const size_t k = (size_t)(pos - i < 1024 ? pos - i : 1024);
-            if (fread(buf, sizeof(int32_t), k, f) != k) { rc = base_fail(err, errlen, STRATA_EIO, "%s: read failed", path); break; }
+            int en = vfs_pread_full(fd, buf, k * sizeof(int32_t), 24 + (uint64_t)i * sizeof(int32_t));
+            if (en) {
+                rc = base_fail(err, errlen, STRATA_EIO, "%s: read failed: %s", path, en > 0 ? strerror(en) : "end of file");
+                break;
+            }
             for (size_t j = 0; j < k; j++)
                 if (buf[j] < 0 || buf[j] >= c->vocab) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: token id out of range", path); break; }
         }
     }
     if (!rc) {
-        if (fseek(f, 0, SEEK_SET)) rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
-        else {
+        session_reset(s);
+        rc = load_pass(s, fd, path, 1, &pos, err, errlen);
+        if (rc) {
+            /* the file changed under us between the passes, or a read failed: the
+             * old state is gone, so the session is left empty, and says so */
             session_reset(s);
-            rc = load_pass(s, f, path, 1, &pos, err, errlen);
-            if (rc) session_reset(s); /* the file changed under us between the passes */
-            else s->pos = pos;
+            size_t k = strlen(err ? err : "");
+            if (err && k + 1 < errlen) snprintf(err + k, errlen - k, " (the session was reset)");
+        } else {
+            s->pos = pos;
         }
     }
-    fclose(f);
+    close(fd);
     return rc;
 }

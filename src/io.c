@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "base.h"
+#include "vfs.h"
 
 /* madvise wants page-aligned ranges in the kernel's page size, which on arm64 may
  * be 16 or 64 KiB (IO_ALIGN is the O_DIRECT unit, not a page). */
@@ -55,7 +56,7 @@ int io_file_open(io_file *f, const char *path, char *err, size_t errlen) {
     memset(f, 0, sizeof *f);
     f->fd_direct = f->fd_buf = -1;
     snprintf(f->path, sizeof f->path, "%s", path);
-    f->fd_buf = open(path, O_RDONLY | O_CLOEXEC);
+    f->fd_buf = vfs_open(path, O_RDONLY | O_CLOEXEC, 0);
     if (f->fd_buf < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     struct stat sb;
     if (fstat(f->fd_buf, &sb)) {
@@ -66,7 +67,7 @@ int io_file_open(io_file *f, const char *path, char *err, size_t errlen) {
     }
     f->size = (uint64_t)sb.st_size;
     /* tmpfs and some overlay filesystems refuse O_DIRECT: buffered reads then. */
-    f->fd_direct = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+    f->fd_direct = vfs_open(path, O_RDONLY | O_CLOEXEC | O_DIRECT, 0);
     return STRATA_OK;
 }
 
@@ -142,8 +143,7 @@ static void read_sync(io_ring *r, io_req *q) {
         uint64_t n = q->len - rel;
         if (n > r->chunk_bytes) n = r->chunk_bytes;
         int direct = req_direct(q, rel, n);
-        ssize_t got = pread(direct ? q->f->fd_direct : q->f->fd_buf, q->dst + rel, n, (off_t)(q->off + rel));
-        if (got < 0 && errno == EINTR) continue;
+        ssize_t got = vfs_pread(direct ? q->f->fd_direct : q->f->fd_buf, q->dst + rel, n, q->off + rel);
         if (got < 0) { q->rc = STRATA_EIO; q->err_no = errno; break; }
         if (got == 0) { q->eof = 1; break; }
         rel += (uint64_t)got;
@@ -213,9 +213,7 @@ static void complete(io_ring *r, chunk *ch, int res) {
             uint64_t rel = ch->rel + (uint64_t)res, end = ch->rel + ch->len;
             while (rel < end) {
                 int direct = req_direct(q, rel, end - rel);
-                ssize_t g = pread(direct ? q->f->fd_direct : q->f->fd_buf, q->dst + rel, end - rel,
-                                  (off_t)(q->off + rel));
-                if (g < 0 && errno == EINTR) continue;
+                ssize_t g = vfs_pread(direct ? q->f->fd_direct : q->f->fd_buf, q->dst + rel, end - rel, q->off + rel);
                 if (g < 0) { q->rc = STRATA_EIO; q->err_no = errno; break; }
                 if (g == 0) { q->eof = 1; break; }
                 rel += (uint64_t)g;
@@ -282,13 +280,13 @@ int io_reap(io_ring *r, int wait, io_req **done) {
             continue;
         }
         chunk *ch = io_uring_cqe_get_data(cqe);
-        int res = cqe->res;
+        int res = vfs_cqe(cqe->res, ch->len, 0);
         io_uring_cqe_seen(&r->ring, cqe);
         if (res == -EINTR || res == -EAGAIN) {
             /* Retry the whole chunk: put the request back at the front with `sub`
              * rewound is wrong when later chunks are out; read synchronously. */
             io_req *q = ch->q;
-            ssize_t g = pread(q->f->fd_buf, q->dst + ch->rel, ch->len, (off_t)(q->off + ch->rel));
+            ssize_t g = vfs_pread(q->f->fd_buf, q->dst + ch->rel, ch->len, q->off + ch->rel);
             res = g < 0 ? -errno : (int)g;
         }
         complete(r, ch, res);
@@ -321,8 +319,7 @@ int io_read_at(io_ring *r, const io_file *f, uint64_t off, uint64_t n, void *dst
     if (!bounce || f->fd_direct < 0) {
         uint64_t done = 0;
         while (done < n) {
-            ssize_t g = pread(f->fd_buf, (uint8_t *)dst + done, n - done, (off_t)(off + done));
-            if (g < 0 && errno == EINTR) continue;
+            ssize_t g = vfs_pread(f->fd_buf, (uint8_t *)dst + done, n - done, off + done);
             if (g <= 0)
                 return base_fail(err, errlen, STRATA_EIO, "%s: read of %llu bytes at %llu failed: %s", f->path,
                                  (unsigned long long)n, (unsigned long long)off, g < 0 ? strerror(errno) : "end of file");

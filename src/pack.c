@@ -33,6 +33,7 @@
 #include <xxhash.h>
 #include "io.h"
 #include "jsonx.h"
+#include "vfs.h"
 
 /* 4 MiB reads x 6 in flight and 4 MiB writes x 5 in flight: on this disk (shared
  * VM, O_DIRECT, 1 GiB files) 4 MiB x 8 and 16 MiB x 4 writes measured the same
@@ -99,14 +100,17 @@ int pack_model_id(const char *model_dir, const st_index *ix, uint64_t *id, char 
         XXH3_64bits_update(&st, &size, sizeof size);
         int fd = st_shard_fd(ix, s);
         uint8_t len8[8];
-        if (pread(fd, len8, 8, 0) != 8) return base_fail(err, errlen, STRATA_EIO, "%s: cannot read header", sp);
+        int e = vfs_pread_full(fd, len8, 8, 0);
+        if (e) return base_fail(err, errlen, STRATA_EIO, "%s: cannot read the header: %s", sp, e > 0 ? strerror(e) : "end of file");
         uint64_t n = 0;
         for (int i = 7; i >= 0; i--) n = n << 8 | len8[i];
         if (n > ST_MAX_HEADER || n + 8 > size) return base_fail(err, errlen, STRATA_EFORMAT, "%s: bad header length", sp);
         uint8_t *h = base_alloc(n + 8, MEM_IO);
         if (!h) return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
-        ssize_t got = pread(fd, h, n + 8, 0);
-        if (got != (ssize_t)(n + 8)) { base_free(h); return base_fail(err, errlen, STRATA_EIO, "%s: cannot read header", sp); }
+        if ((e = vfs_pread_full(fd, h, n + 8, 0))) {
+            base_free(h);
+            return base_fail(err, errlen, STRATA_EIO, "%s: cannot read the header: %s", sp, e > 0 ? strerror(e) : "end of file");
+        }
         XXH3_64bits_update(&st, h, n + 8);
         base_free(h);
     }
@@ -295,8 +299,9 @@ static int layout_build(const cfg *c, const st_index *ix, layout *l, char *err, 
         rc = schema_walk(c, 0, collect_fn, &cl);
     }
     if (rc || missing.n) {
-        rc = base_fail(err, errlen, rc ? rc : STRATA_EFORMAT, "pack: %d tensors missing:\n%s", missing.n,
-                       missing.s ? missing.s : "");
+        if (rc == STRATA_ENOMEM) base_fail(err, errlen, rc, "pack: out of memory laying out the trunk");
+        else rc = base_fail(err, errlen, rc ? rc : STRATA_EFORMAT, "pack: %d tensors missing:\n%s", missing.n,
+                            missing.s ? missing.s : "");
         sbuf_free(&missing);
         layout_free(l);
         return rc;
@@ -510,8 +515,7 @@ static int src_next(sstream *s, spiece *pc, char *err, size_t errlen) {
 static int src_pread(const sstream *s, const spiece *pc, uint8_t *dst, char *err, size_t errlen) {
     const io_file *f = &s->files[pc->shard];
     for (uint64_t got = 0; got < pc->n;) {
-        ssize_t r = pread(f->fd_buf, dst + got, pc->n - got, (off_t)(pc->off + got));
-        if (r < 0 && errno == EINTR) continue;
+        ssize_t r = vfs_pread(f->fd_buf, dst + got, pc->n - got, pc->off + got);
         if (r <= 0)
             return base_fail(err, errlen, STRATA_EIO, "%s: read at byte %llu: %s", f->path,
                              (unsigned long long)(pc->off + got), r < 0 ? strerror(errno) : "end of file");
@@ -606,11 +610,16 @@ static int wring_init(wring *w, int fd, uint64_t bsz, char *err, size_t errlen) 
 
 static void wring_done(wring *w, int i, int res) {
     if (res == -EINTR || res == -EAGAIN) { /* rare: retry synchronously */
-        ssize_t k = pwrite(w->fd, w->buf[i], w->len[i], (off_t)w->boff[i]);
+        ssize_t k = vfs_pwrite(w->fd, w->buf[i], w->len[i], w->boff[i]);
         res = k < 0 ? -errno : (int)k;
     }
+    if (res >= 0 && (uint64_t)res < w->len[i]) {
+        /* short (a signal, or the disk filling up): write the rest here; what
+         * stops that is the real reason */
+        int e = vfs_pwrite_full(w->fd, w->buf[i] + res, w->len[i] - (uint64_t)res, w->boff[i] + (uint64_t)res);
+        res = e ? -e : (int)w->len[i];
+    }
     if (res < 0 && !w->rc) { w->rc = STRATA_EIO; w->err_no = -res; }
-    else if ((uint64_t)res != w->len[i] && !w->rc) { w->rc = STRATA_EIO; w->err_no = ENOSPC; } /* short: disk full */
     w->busy[i] = 0;
     w->inflight--;
 }
@@ -624,7 +633,7 @@ static void wring_reap(wring *w) {
         for (int i = 0; i < w->nbuf; i++) if (w->busy[i]) { w->busy[i] = 0; w->inflight--; }
         return;
     }
-    int i = (int)(uintptr_t)io_uring_cqe_get_data(cqe), res = cqe->res;
+    int i = (int)(uintptr_t)io_uring_cqe_get_data(cqe), res = vfs_cqe(cqe->res, w->len[i], 1);
     io_uring_cqe_seen(&w->ring, cqe);
     wring_done(w, i, res);
 }
@@ -647,8 +656,7 @@ static int wring_put(wring *w, uint64_t len) {
         uint64_t done = 0;
         int e = 0;
         while (done < len) {
-            ssize_t k = pwrite(w->fd, w->buf[i] + done, len - done, (off_t)(w->boff[i] + done));
-            if (k < 0 && errno == EINTR) continue;
+            ssize_t k = vfs_pwrite(w->fd, w->buf[i] + done, len - done, w->boff[i] + done);
             if (k <= 0) { e = k < 0 ? errno : ENOSPC; break; }
             done += (uint64_t)k;
         }
@@ -675,10 +683,10 @@ static void wring_free(wring *w) {
  * here rather than half way). tmpfile: an unnamed file in the directory path. */
 static int wfile_open(const char *path, int tmpfile, uint64_t bytes, char *err, size_t errlen) {
     int base = O_WRONLY | O_CLOEXEC | (tmpfile ? O_TMPFILE : O_CREAT | O_TRUNC);
-    int fd = open(path, base | O_DIRECT, 0644);
-    if (fd < 0) fd = open(path, base, 0644);
+    int fd = vfs_open(path, base | O_DIRECT, 0644);
+    if (fd < 0) fd = vfs_open(path, base, 0644);
     if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
-    if (bytes && fallocate(fd, 0, 0, (off_t)bytes) && errno == ENOSPC) {
+    if (bytes && vfs_fallocate(fd, bytes) && errno == ENOSPC) {
         close(fd);
         return base_fail(err, errlen, STRATA_EIO, "%s: no space left on the device for %llu bytes", path,
                          (unsigned long long)bytes);
@@ -691,6 +699,7 @@ static int wfile_open(const char *path, int tmpfile, uint64_t bytes, char *err, 
 typedef struct tcopy {         /* the trunk copy in progress */
     int hash_only;             /* pack_verify: hash the source layout, write nothing */
     const char *phase;
+    const char *path;          /* the file written (messages) */
     wring *w;
     sstream *s;
     uint64_t fill, done, total;
@@ -703,7 +712,7 @@ static int tc_flush(tcopy *t, char *err, size_t errlen) {
     int rc = t->hash_only ? 0 : wring_put(t->w, t->fill);
     t->done += t->fill;
     t->fill = 0;
-    if (rc) return base_fail(err, errlen, STRATA_EIO, "pack: write failed: %s", strerror(t->w->err_no));
+    if (rc) return base_fail(err, errlen, STRATA_EIO, "%s: write failed: %s", t->path, strerror(t->w->err_no));
     double now = base_now();
     if (t->progress && now - t->last > 0.5) {
         t->progress(t->ud, t->phase, t->done, t->total, now - t->t0);
@@ -782,7 +791,7 @@ static int write_trunk(const layout *l, const st_index *ix, const char *tmp, int
     int rc = src_open(&s, ix, x, nx, flags & (PACK_SRC_DIRECT | PACK_SRC_CACHED), small ? SMALL_CHUNK : SRC_CHUNK, err, errlen);
     if (rc) { if (fd >= 0) close(fd); base_free(x); return rc; }
     rc = wring_init(&w, fd, small ? SMALL_OUT : OUT_BYTES, err, errlen);
-    tcopy t = {.hash_only = !tmp, .phase = tmp ? "trunk" : "source", .w = &w, .s = &s, .total = l->total,
+    tcopy t = {.hash_only = !tmp, .phase = tmp ? "trunk" : "source", .path = tmp, .w = &w, .s = &s, .total = l->total,
                .t0 = base_now(), .progress = progress, .ud = ud};
     for (int64_t u = -1; u < l->n_units && !rc; u++) {
         const lregion *r = u < 0 ? &l->embed : &l->units[u];
@@ -803,7 +812,7 @@ static int write_trunk(const layout *l, const st_index *ix, const char *tmp, int
     }
     if (!rc && t.fill) rc = tc_flush(&t, err, errlen);
     if (tmp && !rc && wring_drain(&w)) rc = base_fail(err, errlen, STRATA_EIO, "%s: write failed: %s", tmp, strerror(w.err_no));
-    if (tmp && !rc && fsync(fd)) rc = base_fail(err, errlen, STRATA_EIO, "%s: fsync: %s", tmp, strerror(errno));
+    if (tmp && !rc && vfs_fsync(fd)) rc = base_fail(err, errlen, STRATA_EIO, "%s: fsync: %s", tmp, strerror(errno));
     res->trunk_secs = base_now() - t0;
     res->src_direct_bytes = s.bytes_direct;
     res->src_cached_bytes = s.bytes_cached;
@@ -998,9 +1007,10 @@ static int load_manifest(const char *dir, json_t **out, uint64_t *id, int64_t *v
     size_t len;
     int rc = base_read_file(path, 1u << 30, &buf, &len, err, errlen);
     if (rc) return rc;
-    json_t *j = jsonx_load(buf, len, path, err, errlen);
+    json_t *j;
+    rc = jsonx_parse(&j, buf, len, path, err, errlen);
     base_free(buf);
-    if (!j) return STRATA_EFORMAT;
+    if (rc) return rc;
     const char *fmt = json_string_value(json_object_get(j, "format"));
     const char *mid = json_string_value(json_object_get(j, "model_id"));
     if (!fmt || strcmp(fmt, "strata-pack") || !mid) {
@@ -1088,6 +1098,7 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
     }
     /* stamps before the first source byte is read: a shard written while we pack
      * leaves the pack stale, not silently mixed */
+    jsonx_build_begin(); /* covers the stamps and the manifest built below */
     json_t *stamps = stamps_json(ix, err, errlen);
     if (!stamps) return STRATA_EIO;
     char real[4096];
@@ -1109,7 +1120,11 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
     char trunk[2048];
     snprintf(trunk, sizeof trunk, "%s/trunk.bin", dir);
     unlink(path); /* a forced rebuild: the old manifest must not describe the new trunk */
-    if (rename(tmp, trunk)) { rc = base_fail(err, errlen, STRATA_EIO, "rename %s: %s", tmp, strerror(errno)); goto done; }
+    if (vfs_rename(tmp, trunk)) {
+        rc = base_fail(err, errlen, STRATA_EIO, "rename %s: %s", tmp, strerror(errno));
+        unlink(tmp); /* a whole trunk's worth of disk otherwise, until the next pack */
+        goto done;
+    }
     {
         json_t *m = json_object(), *units = json_array(), *xa = json_array(), *ex = json_object();
         char hex[20];
@@ -1137,7 +1152,9 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
         json_object_set_new(m, "experts", ex);
         char *s = json_dumps(m, JSON_COMPACT);
         json_decref(m);
-        if (!s) { rc = base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory"); goto done; }
+        /* a failed allocation drops a field without a word: never write that */
+        if (s && jsonx_build_failed()) { base_free(s); s = NULL; }
+        if (!s) { rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory building the manifest", path); goto done; }
         rc = base_write_file_atomic(path, s, strlen(s), err, errlen);
         json_malloc_t jm;
         json_free_t jf;
@@ -1433,14 +1450,14 @@ static int source_mismatch(const pack *p, const pack_region *r, const st_index *
                            char *err, size_t errlen) {
     const uint64_t B = 1u << 20;
     uint8_t *a = base_alloc(B, MEM_IO), *b = base_alloc(B, MEM_IO);
-    int fd = open(p->trunk_path, O_RDONLY | O_CLOEXEC);
+    int fd = vfs_open(p->trunk_path, O_RDONLY | O_CLOEXEC, 0);
     int found = 0;
     for (int i = 0; i < r->n_tensors && !found && a && b && fd >= 0; i++) {
         const st_tensor *s = st_find(ix, r->t[i].name);
         for (uint64_t o = 0; s && o < s->nbytes && !found; o += B) {
             uint64_t n = s->nbytes - o < B ? s->nbytes - o : B, k = 0;
             char e2[256];
-            if (st_read(ix, s, o, a, n, e2, sizeof e2) || pread(fd, b, n, (off_t)(r->off + r->t[i].off + o)) != (ssize_t)n) break;
+            if (st_read(ix, s, o, a, n, e2, sizeof e2) || vfs_pread_full(fd, b, n, r->off + r->t[i].off + o)) break;
             if (!memcmp(a, b, n)) continue;
             while (a[k] == b[k]) k++;
             base_fail(err, errlen, STRATA_ECORRUPT,
@@ -1530,7 +1547,7 @@ double pack_measure_write_bw(const char *dir, uint64_t bytes) {
         w.fd = fd;
         int rc = 0;
         for (uint64_t o = 0; o < bytes && !rc; o += w.bsz) rc = wring_put(&w, w.bsz);
-        if (!wring_drain(&w) && !rc && !fsync(fd)) bw = (double)bytes / (base_now() - t0);
+        if (!wring_drain(&w) && !rc && !vfs_fsync(fd)) bw = (double)bytes / (base_now() - t0);
     }
     wring_free(&w);
     if (fd >= 0) close(fd);

@@ -173,9 +173,10 @@ int sample_stop_ids(const char *model_dir, const cfg *c, int32_t *ids, int max, 
     size_t len;
     int rc = base_read_file(path, 64u << 20, &buf, &len, err, errlen);
     if (rc) return rc;
-    json_t *root = jsonx_load(buf, len, path, err, errlen);
+    json_t *root;
+    rc = jsonx_parse(&root, buf, len, path, err, errlen);
     base_free(buf);
-    if (!root) return STRATA_EFORMAT;
+    if (rc) return rc;
     if (!json_is_object(root)) { json_decref(root); return base_fail(err, errlen, STRATA_EFORMAT, "%s: not an object", path); }
     const char *eos = NULL;
     json_t *et = json_object_get(root, "eos_token");

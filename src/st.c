@@ -24,6 +24,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 #include "base.h"
+#include "vfs.h"
 
 /* ===== dtypes ===== */
 
@@ -798,26 +799,10 @@ static int add_shard(st_index *ix, const char *path) {
     return 0;
 }
 
-static int pread_full(int fd, void *dst, uint64_t n, uint64_t off) {
-    uint8_t *p = dst;
-    while (n) {
-        /* Linux caps one pread at 0x7ffff000 bytes; ask for at most 1 GiB at a time. */
-        size_t chunk = n > (1u << 30) ? (1u << 30) : (size_t)n;
-        ssize_t r = pread(fd, p, chunk, (off_t)off);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) return errno ? errno : EIO;
-        if (r == 0) return -1; /* EOF: short read */
-        p += r;
-        off += (uint64_t)r;
-        n -= (uint64_t)r;
-    }
-    return 0;
-}
-
 /* Opens shard k, reads its length prefix and header, and indexes it. */
 static int open_shard(st_index *ix, int k, char *err, size_t errlen) {
     st_shard *s = &ix->shards[k];
-    s->fd = open(s->path, O_RDONLY | O_CLOEXEC);
+    s->fd = vfs_open(s->path, O_RDONLY | O_CLOEXEC, 0);
     if (s->fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", s->path, strerror(errno));
     struct stat sb;
     if (fstat(s->fd, &sb)) return base_fail(err, errlen, STRATA_EIO, "%s: %s", s->path, strerror(errno));
@@ -825,7 +810,7 @@ static int open_shard(st_index *ix, int k, char *err, size_t errlen) {
     s->size = (uint64_t)sb.st_size;
     uint8_t pre[8];
     size_t npre = s->size < 8 ? (size_t)s->size : 8;
-    int r = pread_full(s->fd, pre, npre, 0);
+    int r = vfs_pread_full(s->fd, pre, npre, 0);
     if (r) return base_fail(err, errlen, STRATA_EIO, "%s: cannot read the header length: %s", s->path,
                             r > 0 ? strerror(r) : "short read");
     uint64_t hlen;
@@ -834,7 +819,7 @@ static int open_shard(st_index *ix, int k, char *err, size_t errlen) {
     uint8_t *buf = base_alloc((size_t)hlen + 8, MEM_INDEX);
     if (!buf) return base_fail(err, errlen, STRATA_ENOMEM, "%s: cannot allocate the %" PRIu64
                                "-byte header", s->path, hlen);
-    r = pread_full(s->fd, buf, hlen + 8, 0);
+    r = vfs_pread_full(s->fd, buf, hlen + 8, 0);
     if (r) rc = base_fail(err, errlen, STRATA_EIO, "%s: cannot read the %" PRIu64 "-byte header: %s",
                           s->path, hlen, r > 0 ? strerror(r) : "short read");
     else rc = st_parse_header(ix, k, buf, (size_t)hlen + 8, s->size, s->path, err, errlen);
@@ -1124,7 +1109,7 @@ int st_read(const st_index *ix, const st_tensor *t, uint64_t rel, void *dst, uin
                          PRIu64 " is outside its %" PRIu64 " bytes", s->path, t->name, nbytes, rel, t->nbytes);
     if (nbytes && !dst)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: tensor '%s': NULL destination", s->path, t->name);
-    int r = pread_full(s->fd, dst, nbytes, t->off + rel);
+    int r = vfs_pread_full(s->fd, dst, nbytes, t->off + rel);
     if (r)
         return base_fail(err, errlen, STRATA_EIO, "%s: tensor '%s': reading %" PRIu64 " bytes at byte %"
                          PRIu64 ": %s", s->path, t->name, nbytes, t->off + rel,

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "base.h"
+#include "vfs.h"
 
 static const struct { const char *name; size_t size; } k_dtypes[DT_COUNT] = {
     [DT_F32] = {"F32", 4}, [DT_F16] = {"F16", 2}, [DT_BF16] = {"BF16", 2},
@@ -137,7 +138,7 @@ int stw_file_create(stw_file *f, const char *path, char *err, size_t errlen) {
     f->fd = -1;
     if (snprintf(f->path, sizeof f->path, "%s", path) >= (int)sizeof f->path)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
-    f->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    f->fd = vfs_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (f->fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     return STRATA_OK;
 }
@@ -154,8 +155,7 @@ int stw_file_write(stw_file *f, const void *p, size_t n, char *err, size_t errle
     if (f->direct && ((uintptr_t)c % STW_DIRECT_ALIGN || n % STW_DIRECT_ALIGN || f->written % STW_DIRECT_ALIGN))
         stw_file_direct(f, 0);
     while (n) {
-        ssize_t w = write(f->fd, c, n);
-        if (w < 0 && errno == EINTR) continue;
+        ssize_t w = vfs_write(f->fd, c, n);
         if (w < 0 && errno == EINVAL && f->direct) { stw_file_direct(f, 0); continue; }
         if (w <= 0)
             return base_fail(err, errlen, STRATA_EIO, "%s: write failed at byte %llu: %s", f->path,
@@ -169,10 +169,10 @@ int stw_file_write(stw_file *f, const void *p, size_t n, char *err, size_t errle
 
 int stw_file_finish(stw_file *f, uint64_t final_size, char *err, size_t errlen) {
     int rc = STRATA_OK;
-    if (final_size > f->written && ftruncate(f->fd, (off_t)final_size))
+    if (final_size > f->written && vfs_ftruncate(f->fd, final_size))
         rc = base_fail(err, errlen, STRATA_EIO, "%s: cannot extend to %llu bytes: %s", f->path,
                        (unsigned long long)final_size, strerror(errno));
-    if (!rc && fsync(f->fd)) rc = base_fail(err, errlen, STRATA_EIO, "%s: fsync: %s", f->path, strerror(errno));
+    if (!rc && vfs_fsync(f->fd)) rc = base_fail(err, errlen, STRATA_EIO, "%s: fsync: %s", f->path, strerror(errno));
     if (close(f->fd) && !rc) rc = base_fail(err, errlen, STRATA_EIO, "%s: close: %s", f->path, strerror(errno));
     f->fd = -1;
     return rc;
@@ -200,7 +200,7 @@ int stw_save(const char *path, const stw_entry *e, size_t n, const void *const *
     base_free(h);
     if (rc) { stw_file_abort(&f); return rc; }
     rc = stw_file_finish(&f, 0, err, errlen);
-    if (!rc && rename(tmp, path)) rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+    if (!rc && vfs_rename(tmp, path)) rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     if (rc) unlink(tmp);
     return rc;
 }

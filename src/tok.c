@@ -320,6 +320,7 @@ static int compile_pattern(tok *t, int pattern, char *err, size_t errlen) {
     t->re = pcre2_compile((PCRE2_SPTR)k_pats[pattern].pat, PCRE2_ZERO_TERMINATED,
                           PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ec, &eo, cc);
     pcre2_compile_context_free(cc);
+    if (!t->re && ec == PCRE2_ERROR_HEAP_FAILED) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
     if (!t->re) {
         PCRE2_UCHAR msg[256];
         pcre2_get_error_message(ec, msg, sizeof msg);
@@ -497,9 +498,9 @@ done:
 }
 
 static int parse_tokcfg(tok *t, const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen) {
-    json_t *root = jsonx_load(buf, len, name, err, errlen);
-    if (!root) return STRATA_EFORMAT;
-    int rc = STRATA_OK;
+    json_t *root;
+    int rc = jsonx_parse(&root, buf, len, name, err, errlen);
+    if (rc) return rc;
     char where[512];
     if (!json_is_object(root)) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: top level is not an object", name); goto done; }
     json_t *dec = json_object_get(root, "added_tokens_decoder");
