@@ -27,6 +27,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
+#if defined(__x86_64__) && defined(__linux__)
+/* The library's runtime-dispatched XXH3 (AVX2 / AVX-512 where the CPU has them;
+ * the inline default is SSE2): checksumming every streamed byte sits beside the
+ * compute threads on a small machine. Same hash values. */
+#include <xxh_x86dispatch.h>
+#endif
 #include "cache.h"
 #include "io.h"
 #include "num.h"
