@@ -58,6 +58,8 @@ static void usage(FILE *f) {
         "  --spec K             speculative decoding: verify up to K drafted tokens with each token in\n"
         "                       one pass (drafts: recent n-grams of the text); same output as without\n"
         "  --draft-ids LIST     with --spec: propose this continuation as the drafts (benchmarks, tests)\n"
+        "  --draft SRC          with --spec: ngram (default) or self: the model itself on what is already\n"
+        "                       in RAM (pinned layers, cached experts; the rest skipped), no disk reads\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
         "  --json FILE          write a JSON run report\n"
@@ -74,7 +76,7 @@ typedef struct run_opts {
     mo_opts mo;
     int64_t gen, ctx, parallel;
     strata_gen_opts go;
-    int print_ids, stop_eos, ignore_eos, batch_text;
+    int print_ids, stop_eos, ignore_eos, batch_text, draft_src;
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o) {
@@ -108,6 +110,13 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
         else if (!strcmp(a, "--spec")) { NEED(); if (base_parse_i64(v, 0, 16, &n)) BAD("an integer in [0, 16]"); o->mo.spec = (int)n; }
         else if (!strcmp(a, "--draft-ids")) { NEED(); o->draft_ids = v; }
+        else if (!strcmp(a, "--draft")) {
+            NEED();
+            if (!strcmp(v, "self")) o->go.self_draft = 1;
+            else if (!strcmp(v, "ngram")) o->go.self_draft = 0;
+            else BAD("ngram or self");
+            o->draft_src = 1;
+        }
         else if (!strcmp(a, "--json")) { NEED(); o->json_path = v; }
         else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
         else if (!strcmp(a, "--stop-eos")) o->stop_eos = 1;
@@ -125,6 +134,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
     if (o->draft_ids && !o->mo.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
+    if (o->draft_src && !o->mo.spec) return cli_usage_error(CMD, "--draft needs --spec K");
+    if (o->draft_ids && o->go.self_draft) return cli_usage_error(CMD, "--draft-ids and --draft self exclude each other");
     return 0;
 }
 
@@ -567,6 +578,17 @@ int cmd_run(int argc, char **argv) {
         fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%) in %lld verifying passes; %.2f tokens per decode pass\n",
                 (long long)sp_d, (long long)sp_a, sp_d ? 100.0 * (double)sp_a / (double)sp_d : 0, (long long)sp_v,
                 n_decode > 0 ? (double)n_decode / (double)(n_decode - sp_a) : 0);
+    if (o.mo.spec && o.go.self_draft) {
+        strata_stats ss;
+        strata_model_get_stats(r.m.m, &ss);
+        if (ss.draft_passes)
+            fprintf(stderr, "self-draft: %lld passes from RAM, %.1f%% of layers run (the rest streamed: skipped), %.1f%% of chosen "
+                    "experts in the cache\n", (long long)ss.draft_passes,
+                    ss.draft_layers ? 100.0 * (double)ss.draft_layers_run / (double)ss.draft_layers : 0,
+                    ss.draft_experts ? 100.0 * (double)ss.draft_experts_used / (double)ss.draft_experts : 0);
+        else
+            fprintf(stderr, "self-draft: not possible with this placement (resident model or streamed head): n-gram drafts\n");
+    }
     mo_report(&r.m, stderr);
     if (base_mem_guard_violations())
         fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",

@@ -119,6 +119,11 @@ typedef struct strata_stats {
     uint64_t n_reads, expert_requests, expert_hits, expert_misses;
     double read_s, wait_s, read_bw, hit_rate;
     uint64_t peak_rss;
+    /* self-draft passes (strata_gen_opts.self_draft) and what they could use:
+     * layers run of those visited, experts in RAM of those chosen */
+    int64_t draft_passes, draft_layers, draft_layers_run, draft_experts, draft_experts_used;
+    uint64_t verify_bytes;     /* bytes checked against the pack's checksums */
+    double verify_s;           /* thread-seconds spent on those checks */
 } strata_stats;
 void strata_model_get_stats(strata_model *m, strata_stats *out);
 void strata_model_reset_stats(strata_model *m);
@@ -200,6 +205,11 @@ typedef struct strata_gen_opts {
     int spec;
     const int32_t *draft_ids;  /* copied at create */
     int64_t n_draft_ids;
+    /* 1: drafts from the model itself evaluated on what is already in RAM (the
+     * layers pinned by the plan, the experts in the cache; the rest skipped), a
+     * pass that reads nothing from disk; n-grams where the placement cannot
+     * (strata_model_info.can_self_draft 0: a resident model, or a streamed head). */
+    int self_draft;
 } strata_gen_opts;
 strata_gen_opts strata_gen_opts_default(void);
 

@@ -58,6 +58,7 @@ struct strata_model {
     strata_gen **gown;        /* (rows) the generator of each row */
     float *glogits;           /* (max_out, vocab) */
     infer_row *irows;         /* (rows) strata_step's rows in engine form */
+    strata_gen **gdec, **gself; /* (rows) a generator step's decoding / self-drafting generators */
 };
 
 struct strata_seq {
@@ -80,6 +81,7 @@ struct strata_gen {
     int64_t n_drafts;         /* this step's (0: a plain decode row) */
     int spec_k, spec_fail, spec_off; /* current draft length, rejections in a row, steps left switched off */
     int64_t n_drafted, n_accepted, n_verifies;
+    int self_pending;         /* n_drafts are to come from a self-draft this step */
     sampler *sm;
     tok_stream *ts;
     uint64_t lhash;
@@ -231,8 +233,10 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     m->grows = base_alloc((size_t)m->rows * sizeof *m->grows, MEM_SCRATCH);
     m->gown = base_alloc((size_t)m->rows * sizeof *m->gown, MEM_SCRATCH);
     m->irows = base_alloc((size_t)m->rows * sizeof *m->irows, MEM_SCRATCH);
+    m->gdec = base_alloc((size_t)m->rows * sizeof *m->gdec, MEM_SCRATCH);
+    m->gself = base_alloc((size_t)m->rows * sizeof *m->gself, MEM_SCRATCH);
     m->glogits = base_alloc((size_t)m->max_out * (size_t)m->c.vocab * sizeof(float), MEM_SCRATCH);
-    if (!m->grows || !m->gown || !m->irows || !m->glogits)
+    if (!m->grows || !m->gown || !m->irows || !m->gdec || !m->gself || !m->glogits)
         return base_fail(err, errlen, STRATA_ENOMEM, "%s: cannot allocate the step buffers", m->dir);
     m->loaded = 1;
     return 0;
@@ -243,6 +247,8 @@ void strata_model_close(strata_model *m) {
     base_free(m->grows);
     base_free(m->gown);
     base_free(m->irows);
+    base_free(m->gdec);
+    base_free(m->gself);
     base_free(m->glogits);
     engine_free(m->e);
     if (m->w) m->w->ops->close(m->w);
@@ -313,12 +319,26 @@ void strata_model_get_stats(strata_model *m, strata_stats *o) {
     place_stats s;
     memset(&s, 0, sizeof s);
     if (m->placed && m->w) place_stats_get(m->w, &s);
-    *o = (strata_stats){s.bytes_trunk, s.bytes_head, s.bytes_embed, s.bytes_experts, s.n_reads, s.expert_requests,
-                        s.expert_hits, s.expert_misses, s.read_s, s.wait_s, s.bw, s.hit_rate, base_peak_rss()};
+    *o = (strata_stats){.bytes_trunk = s.bytes_trunk, .bytes_head = s.bytes_head, .bytes_embed = s.bytes_embed,
+                        .bytes_experts = s.bytes_experts, .n_reads = s.n_reads, .expert_requests = s.expert_requests,
+                        .expert_hits = s.expert_hits, .expert_misses = s.expert_misses, .read_s = s.read_s,
+                        .wait_s = s.wait_s, .read_bw = s.bw, .hit_rate = s.hit_rate, .peak_rss = base_peak_rss()};
+    if (m->e) {
+        engine_draft_stats d;
+        engine_draft_stats_get(m->e, &d);
+        o->draft_passes = d.passes;
+        o->draft_layers = d.layers;
+        o->draft_layers_run = d.layers - d.layers_skipped;
+        o->draft_experts = d.experts;
+        o->draft_experts_used = d.experts - d.experts_dropped;
+    }
+    o->verify_bytes = s.verify_bytes;
+    o->verify_s = s.verify_s;
 }
 
 void strata_model_reset_stats(strata_model *m) {
     if (m->placed && m->w) place_stats_reset(m->w);
+    if (m->e) engine_draft_stats_reset(m->e);
 }
 
 void strata_model_print_report(strata_model *m, FILE *f) {
@@ -546,6 +566,59 @@ static int64_t gen_propose(const strata_gen *g, strata_gen *w, int64_t max) {
     return 0;
 }
 
+/* A draft from RAM differs from the model only where the placement reads from
+ * disk: with every trunk unit pinned and a cache that holds every expert it is
+ * the model itself, at a token's full cost. */
+static int self_draft_useful(const strata_model *m) {
+    if (!m->placed) return 0;
+    int64_t n_experts = 0;
+    for (int64_t L = 0; L < m->c.n_layers; L++) n_experts += cfg_is_moe(&m->c, L) ? m->c.n_experts : 0;
+    return m->plan.streamed_bytes > 0 || m->plan.n_expert_slots < n_experts;
+}
+
+/* Self-drafts for gens[0 .. n) (each with n_drafts tokens wanted): every
+ * sequence inside a speculation, the draft passes of all of them stepped together
+ * (one row each: the token to evaluate, then the last draft), each draft the
+ * greedy choice of the pass's logits, then every sequence rolled back. A draft
+ * pass that fails leaves those sequences with no drafts (plain decode). */
+static void self_draft(strata_model *m, strata_gen **gens, int n) {
+    const int64_t V = m->c.vocab;
+    int64_t kmax = 0;
+    for (int i = 0; i < n; i++) {
+        strata_gen *g = gens[i];
+        if (session_spec_begin(g->seq->s)) { g->n_drafts = 0; g->self_pending = 0; continue; }
+        if (g->n_drafts > kmax) kmax = g->n_drafts;
+    }
+    for (int64_t k = 0; k < kmax; k++) {
+        int64_t nr = 0;
+        for (int i = 0; i < n; i++) {
+            strata_gen *g = gens[i];
+            if (!g->self_pending || g->n_drafts <= k) continue;
+            m->irows[nr++] = (infer_row){g->seq->s, k == 0 ? g->next : g->drafts[k - 1], 1};
+        }
+        if (!nr) break;
+        if (engine_draft_step(m->e, m->irows, nr, m->glogits)) {
+            for (int i = 0; i < n; i++) if (gens[i]->self_pending && gens[i]->n_drafts > k) gens[i]->n_drafts = 0;
+            continue;
+        }
+        int64_t r = 0;
+        for (int i = 0; i < n; i++) {
+            strata_gen *g = gens[i];
+            if (!g->self_pending || g->n_drafts <= k) continue;
+            const float *lg = m->glogits + r++ * V;
+            int32_t best = 0;
+            for (int64_t v = 1; v < V; v++) if (lg[v] > lg[best]) best = (int32_t)v;
+            g->drafts[k] = best;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        strata_gen *g = gens[i];
+        if (!g->self_pending) continue;
+        g->self_pending = 0;
+        if (session_spec_end(g->seq->s, 0)) g->n_drafts = 0;
+    }
+}
+
 /* After a verification: the draft length follows the acceptance, starting at
  * one token and doubling while every draft is accepted; two verifications in a
  * row that accept nothing switch speculation off for 64 steps (then one token is
@@ -570,10 +643,12 @@ int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_toke
     int64_t nr = 0, n_out = 0;
     /* decode rows first: each running stream advances every step, with its
      * drafted tokens when it speculates */
+    int n_dec = 0, n_self = 0, can_self = -1;
     for (int i = 0; i < n && nr < m->rows && n_out < m->max_out; i++) {
         strata_gen *g = gens[i];
         if (g->done || !g->has_next) continue;
         g->n_drafts = 0;
+        g->self_pending = 0;
         if (g->o.spec > 0 && g->spec_off > 0) g->spec_off--;
         else if (g->o.spec > 0) {
             int64_t room = m->rows - nr - 1, lr = m->max_out - n_out - 1;
@@ -582,9 +657,24 @@ int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_toke
             if (left_tok < room) room = left_tok;
             if (left_ctx < room) room = left_ctx;
             if (g->spec_k < room) room = g->spec_k;
-            g->n_drafts = gen_propose(g, g, room);
-            if (g->n_drafts && session_spec_begin(g->seq->s)) g->n_drafts = 0;
+            if (g->o.self_draft && room > 0 && can_self < 0) can_self = self_draft_useful(m) && engine_can_draft(m->e);
+            if (g->o.self_draft && room > 0 && can_self == 1) {
+                g->n_drafts = room;
+                g->self_pending = 1;
+                m->gself[n_self++] = g;
+            } else {
+                g->n_drafts = gen_propose(g, g, room);
+            }
         }
+        m->gdec[n_dec++] = g;
+        nr += 1 + g->n_drafts;
+        n_out += 1 + g->n_drafts;
+    }
+    if (n_self) self_draft(m, m->gself, n_self);
+    nr = n_out = 0;
+    for (int i = 0; i < n_dec; i++) {
+        strata_gen *g = m->gdec[i];
+        if (g->n_drafts && session_spec_begin(g->seq->s)) g->n_drafts = 0;
         m->grows[nr] = (strata_row){g->seq, g->next, 1};
         m->gown[nr++] = g;
         for (int64_t j = 0; j < g->n_drafts; j++) {

@@ -238,6 +238,12 @@ int64_t cache_n_slots(const cache *c) { return c->n_slots; }
 int64_t cache_n_pinned(const cache *c) { return c->n_pinned; }
 void cache_get_stats(const cache *c, cache_stats *s) { *s = c->st; }
 void cache_reset_stats(cache *c) { memset(&c->st, 0, sizeof c->st); }
+void cache_set_stats(cache *c, const cache_stats *s) { c->st = *s; }
+int cache_resident(const cache *c, int64_t key) {
+    if (key < 0 || key >= c->n_keys) return 0;
+    const int32_t i = c->slot_of[key];
+    return i >= 0 && c->s[i].state == ST_READY;
+}
 
 int cache_check(const cache *c) {
     int64_t counts[5] = {0}, pinned = 0;

@@ -53,6 +53,9 @@ int64_t cache_n_slots(const cache *c);
 int64_t cache_n_pinned(const cache *c);
 void cache_get_stats(const cache *c, cache_stats *s);
 void cache_reset_stats(cache *c);
+void cache_set_stats(cache *c, const cache_stats *s);
+/* 1 if key is READY in a slot now (no lease, no statistics, no policy update). */
+int cache_resident(const cache *c, int64_t key);
 /* Checks every invariant (queues, lookup table, leases); 0 if consistent. */
 int cache_check(const cache *c);
 

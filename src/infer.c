@@ -91,6 +91,9 @@ struct engine {
     char err[512];             /* the last pass's failure */
     uint64_t model_id;         /* written into state files (engine_set_model_id) */
     int64_t spec_rows;         /* rows a sequence may draft-verify in one go (0: no speculation) */
+    /* a self-draft pass (engine_draft_step): only weights already in RAM */
+    int draft;
+    engine_draft_stats dst;
 };
 
 struct session {
@@ -959,17 +962,28 @@ static int moe_layer(engine *e, int64_t L, const wt *W) {
     int32_t *pairs = e->f.pairs;
     memset(mark, 0, (size_t)E * sizeof(int32_t));
     for (int64_t t = 0; t < T; t++) route_token(e, t, bias);
+    /* a draft pass keeps the chosen experts that are in RAM; the others add
+     * nothing (their (row, slot) outputs are zero, idx -1) */
+    if (e->draft) {
+        for (int64_t i = 0; i < T * k; i++) {
+            e->dst.experts++;
+            if (ws->ops->expert_resident(ws, L, e->f.idx[i])) continue;
+            e->dst.experts_dropped++;
+            e->f.idx[i] = -1;
+            memset(e->f.eo + i * Z, 0, (size_t)Z * sizeof(float));
+        }
+    }
     /* the union of chosen experts, each once, ascending; mark[id] = its index */
     memset(mark, 0, (size_t)E * sizeof(int32_t));
-    for (int64_t i = 0; i < T * k; i++) mark[e->f.idx[i]] = 1;
+    for (int64_t i = 0; i < T * k; i++) if (e->f.idx[i] >= 0) mark[e->f.idx[i]] = 1;
     int nu = 0;
     for (int64_t i = 0; i < E; i++) if (mark[i]) { mark[i] = nu; list[nu++] = (int32_t)i; }
     /* (row, slot) pairs t*k+slot grouped by expert, ascending within each:
      * expert q's are pairs[off[q] .. off[q+1]) */
     memset(off, 0, (size_t)(nu + 1) * sizeof(int32_t));
-    for (int64_t i = 0; i < T * k; i++) off[mark[e->f.idx[i]] + 1]++;
+    for (int64_t i = 0; i < T * k; i++) if (e->f.idx[i] >= 0) off[mark[e->f.idx[i]] + 1]++;
     for (int q = 0; q < nu; q++) { off[q + 1] += off[q]; cur[q] = off[q]; }
-    for (int64_t i = 0; i < T * k; i++) pairs[cur[mark[e->f.idx[i]]]++] = (int32_t)i;
+    for (int64_t i = 0; i < T * k; i++) if (e->f.idx[i] >= 0) pairs[cur[mark[e->f.idx[i]]]++] = (int32_t)i;
     /* the window: list[0 .. n_asked) requested, rem[0 .. n_rem) of them not yet run */
     int64_t cap = ws->ops->experts_capacity ? ws->ops->experts_capacity(ws) : 0;
     if (cap <= 0 || cap > nu || !ws->ops->expert_put) cap = nu;
@@ -1103,6 +1117,8 @@ static int nonfinite_fail(engine *e, int64_t row, const char *where) {
  * layer's trunk is fetched once for all rows, the experts chosen by any row once
  * per layer (the union), KDA and MLA run per sequence. Writes e->n_out rows of
  * logits (the rows e->outr, in order) when e->n_out > 0. */
+/* Trunk units of a draft pass are borrowed without a hold: nothing to put back. */
+#define LPUT(L) do { if (!e->draft) w->ops->layer_put(w, (L)); } while (0)
 static int forward_pass(engine *e, float *logits) {
     const cfg *c = e->c;
     wsrc *w = e->w;
@@ -1116,18 +1132,35 @@ static int forward_pass(engine *e, float *logits) {
     if (rc) return wfail(e, rc, "embed_rows");
     float *fa = e->vec, *fm = e->vec + Hd, *nin = e->vec + 2 * Hd, *npost = e->vec + 3 * Hd;
     for (int64_t L = 0; L < c->n_layers; L++) {
-        if (w->ops->hint_layer) w->ops->hint_layer(w, L + 1);
         const wt *W;
-        rc = w->ops->layer_get(w, L, &W);
-        if (rc) return wfail(e, rc, "layer_get");
+        if (e->draft) {
+            /* a draft pass runs the layers pinned in RAM and skips the rest: a
+             * skipped layer adds nothing to the residual stream */
+            e->dst.layers++;
+            if (w->ops->layer_peek(w, L, &W)) {
+                e->dst.layers_skipped++;
+                if (L % c->attn_res_block == 0) {
+                    ST_ASSERT(nb < e->n_blocks);
+                    nb++;
+                    P = res[nb];
+                    memset(P, 0, (size_t)(T * Hd) * sizeof(float));
+                    P_empty = 0;
+                }
+                continue;
+            }
+        } else {
+            if (w->ops->hint_layer) w->ops->hint_layer(w, L + 1);
+            rc = w->ops->layer_get(w, L, &W);
+            if (rc) return wfail(e, rc, "layer_get");
+        }
         if (vec_f32(nin, &W[R_IN_NORM], Hd) || vec_f32(npost, &W[R_POST_NORM], Hd) ||
             vec_f32(fa, &W[R_ATTN_RES_NORM], Hd) || vec_f32(fm, &W[R_MLP_RES_NORM], Hd)) {
-            w->ops->layer_put(w, L);
+            LPUT(L);
             return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad norm vector", (long long)L);
         }
         /* fold f = res_norm * res_proj (proj converted into xn's first row as temp) */
         if (vec_f32(e->h, &W[R_ATTN_RES_PROJ], Hd) || vec_f32(e->xn, &W[R_MLP_RES_PROJ], Hd)) {
-            w->ops->layer_put(w, L);
+            LPUT(L);
             return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad AttnRes vector", (long long)L);
         }
         for (int64_t i = 0; i < Hd; i++) { fa[i] *= e->h[i]; fm[i] *= e->xn[i]; }
@@ -1146,7 +1179,7 @@ static int forward_pass(engine *e, float *logits) {
         /* 4-5: attention on RMSNorm(h) */
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, nin, Hd, c->rms_eps);
         rc = c->is_mla[L] ? mla_layer(e, L, W) : kda_layer(e, L, W);
-        if (rc) { w->ops->layer_put(w, L); return rc; }
+        if (rc) { LPUT(L); return rc; }
         if (P_empty) { memcpy(P, e->y, (size_t)(T * Hd) * sizeof(float)); P_empty = 0; }
         else for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         /* 6-8: FFN on RMSNorm(AttnRes([B..., P]; f_mlp)), added to P */
@@ -1155,10 +1188,10 @@ static int forward_pass(engine *e, float *logits) {
         for (int64_t t = 0; t < T; t++) attn_res(e->h, src, nb + 1, t, Hd, fm, c->rms_eps);
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, npost, Hd, c->rms_eps);
         rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
-        if (rc) { w->ops->layer_put(w, L); return rc; }
+        if (rc) { LPUT(L); return rc; }
         for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
-        w->ops->layer_put(w, L);
-        int64_t bad = first_nonfinite_row(P, T, Hd);
+        LPUT(L);
+        int64_t bad = e->draft ? -1 : first_nonfinite_row(P, T, Hd);
         if (bad >= 0) {
             char where[48];
             snprintf(where, sizeof where, "layer %lld", (long long)L);
@@ -1168,11 +1201,15 @@ static int forward_pass(engine *e, float *logits) {
     if (e->n_out == 0) return 0;
     /* head: output AttnRes, final norm, lm_head, for the rows that want logits */
     const wt *W;
-    rc = w->ops->layer_get(w, c->n_layers, &W);
-    if (rc) return wfail(e, rc, "layer_get(head)");
+    if (e->draft) {
+        if (w->ops->layer_peek(w, c->n_layers, &W)) return efail(e, STRATA_EINVAL, "infer: draft pass: the head is not in RAM");
+    } else {
+        rc = w->ops->layer_get(w, c->n_layers, &W);
+        if (rc) return wfail(e, rc, "layer_get(head)");
+    }
     float *fo = e->vec, *nf = e->vec + Hd;
     if (vec_f32(fo, &W[R_OUT_RES_NORM], Hd) || vec_f32(e->xn, &W[R_OUT_RES_PROJ], Hd) || vec_f32(nf, &W[R_FINAL_NORM], Hd)) {
-        w->ops->layer_put(w, c->n_layers);
+        LPUT(c->n_layers);
         return efail(e, STRATA_EFORMAT, "infer: bad final vectors");
     }
     for (int64_t i = 0; i < Hd; i++) fo[i] *= e->xn[i];
@@ -1187,13 +1224,15 @@ static int forward_pass(engine *e, float *logits) {
     mm_job j;
     mm_init(&j, e->n_out);
     mm_add(&j, &W[R_LM_HEAD], c->vocab, Hd, e->xn, Hd, logits, c->vocab, "lm_head");
-    if (j.bad) { w->ops->layer_put(w, c->n_layers); return efail(e, STRATA_EFORMAT, "infer: %s", j.what); }
+    if (j.bad) { LPUT(c->n_layers); return efail(e, STRATA_EFORMAT, "infer: %s", j.what); }
     mm_run(e, &j);
-    w->ops->layer_put(w, c->n_layers);
-    int64_t bad = first_nonfinite_row(logits, e->n_out, c->vocab);
+    LPUT(c->n_layers);
+    int64_t bad = e->draft ? -1 : first_nonfinite_row(logits, e->n_out, c->vocab);
     if (bad >= 0) return nonfinite_fail(e, e->outr[bad], "logits");
     return 0;
 }
+
+#undef LPUT
 
 /* Checks a whole step before anything runs: each sequence's rows consecutive,
  * every sequence of this engine and usable, ids in the vocabulary, contexts. */
@@ -1269,6 +1308,38 @@ int engine_step(engine *e, const infer_row *rows, int64_t n, float *logits) {
 }
 
 const char *engine_errmsg(const engine *e) { return e->err; }
+
+int engine_can_draft(const engine *e) {
+    const wsrc_ops *o = e->w->ops;
+    const wt *W;
+    if (!o->draft_mode || !o->layer_peek || !o->expert_resident) return 0;
+    if (o->layer_peek(e->w, e->c->n_layers, &W)) return 0; /* the head streams */
+    for (int64_t L = 0; L < e->c->n_layers; L++) if (!o->layer_peek(e->w, L, &W)) return 1;
+    return 0;
+}
+
+int engine_draft_step(engine *e, const infer_row *rows, int64_t n, float *logits) {
+    if (!engine_can_draft(e)) return efail(e, STRATA_EINVAL, "infer: this placement cannot draft from RAM");
+    e->err[0] = 0;
+    int rc = step_check(e, rows, n);
+    if (rc) return rc;
+    for (int64_t i = 0; i < n; i++)
+        if (!rows[i].s->spec_on) return efail(e, STRATA_EINVAL, "infer: a draft pass needs session_spec_begin first");
+    if ((rc = e->w->ops->draft_mode(e->w, 1))) return efail(e, rc, "infer: the weight source cannot draft");
+    e->draft = 1;
+    for (int64_t i0 = 0; i0 < n && !rc; i0 += e->chunk) {
+        const int64_t m = n - i0 < e->chunk ? n - i0 : e->chunk;
+        rc = step_pass(e, rows + i0, m, logits);
+        for (int64_t i = i0; i < i0 + m && !rc; i++) if (rows[i].logits && logits) logits += e->c->vocab;
+    }
+    e->draft = 0;
+    e->w->ops->draft_mode(e->w, 0);
+    e->dst.passes++;
+    return rc; /* the sequences are left as they were: session_spec_end rolls the rows back */
+}
+
+void engine_draft_stats_get(const engine *e, engine_draft_stats *out) { *out = e->dst; }
+void engine_draft_stats_reset(engine *e) { memset(&e->dst, 0, sizeof e->dst); }
 
 int session_spec_begin(session *s) {
     engine *e = s->e;

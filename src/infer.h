@@ -69,6 +69,19 @@ typedef struct infer_row {
  * non-finite values) leaves every sequence of the step broken until reset.
  * Message: engine_errmsg (also copied to each sequence's session_errmsg). */
 int engine_step(engine *e, const infer_row *rows, int64_t n, float *logits);
+/* Self-drafting: a pass over rows of sequences inside session_spec_begin that
+ * uses only weights already in RAM (pinned trunk layers, cached experts; the
+ * others are skipped) and reads nothing but embedding rows. Its logits only
+ * propose drafts; the caller ends with session_spec_end(s, 0). 0 from
+ * engine_can_draft: the head or every layer streams, or the source is resident
+ * (a draft would be the model itself). */
+typedef struct engine_draft_stats {
+    int64_t passes, layers, layers_skipped, experts, experts_dropped;
+} engine_draft_stats;
+int engine_can_draft(const engine *e);
+int engine_draft_step(engine *e, const infer_row *rows, int64_t n, float *logits);
+void engine_draft_stats_get(const engine *e, engine_draft_stats *out);
+void engine_draft_stats_reset(engine *e);
 const char *engine_errmsg(const engine *e);
 int64_t engine_prefill_chunk(const engine *e);
 const cfg *engine_cfg(const engine *e);

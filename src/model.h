@@ -105,6 +105,15 @@ typedef struct wsrc_ops {
     /* Experts that can be leased at once (the cache's slots). Optional: NULL or a
      * value <= 0 means no limit. */
     int64_t (*experts_capacity)(wsrc *w);
+    /* Self-drafting (optional; NULL: the source cannot draft). draft_mode(w, 1)
+     * starts a pass that reads nothing: layer_peek gives a layer's trunk only when
+     * it is pinned in RAM (0, nothing to put back) and returns 1 otherwise;
+     * expert_resident says whether an expert is in the cache now, and
+     * experts_request then asks only for such experts (a miss is refused, never
+     * read). draft_mode(w, 0) ends it; the cache's statistics are as before. */
+    int (*draft_mode)(wsrc *w, int on);
+    int (*layer_peek)(wsrc *w, int64_t L, const wt **roles);
+    int (*expert_resident)(wsrc *w, int64_t L, int32_t id);
 } wsrc_ops;
 struct wsrc {
     const wsrc_ops *ops;

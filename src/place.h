@@ -156,6 +156,8 @@ typedef struct place_stats {
     uint64_t expert_requests, expert_hits, expert_misses, expert_evictions;
     double hit_rate;          /* TRUE resident: hits on experts resident before the request */
     uint64_t peak_rss;        /* getrusage */
+    uint64_t verify_bytes;    /* bytes checked against the pack's XXH3 */
+    double verify_s;          /* thread-seconds spent hashing them (any thread) */
 } place_stats;
 /* w must come from place_open (or be NULL: zeros). */
 void place_stats_get(wsrc *w, place_stats *s);

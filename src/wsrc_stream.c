@@ -24,6 +24,7 @@
 #define XXH_STATIC_LINKING_ONLY
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
@@ -143,6 +144,9 @@ typedef struct stream {
     FILE *trace;               /* expert request trace, or NULL */
     /* stats (under mu) */
     place_stats st;
+    _Atomic uint64_t verify_ns, verify_bytes; /* hashing, from any thread */
+    int draft;                 /* a self-draft pass: nothing is read (draft_mode) */
+    cache_stats draft_saved;   /* the cache's statistics before it */
     int io_active;
     double io_t0;
     char err[1024];
@@ -308,6 +312,13 @@ static int build_units(stream *s, char *err, size_t errlen) {
 
 /* ========================================================== reading records */
 
+/* Counts bytes hashed against the pack and the time it took (any thread: the
+ * I/O thread hashes trunk pieces, the engine thread whole experts). */
+static void verify_count(stream *s, uint64_t bytes, double secs) {
+    atomic_fetch_add_explicit(&s->verify_bytes, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->verify_ns, (uint64_t)(secs * 1e9), memory_order_relaxed);
+}
+
 /* Reads a record's segments into buf on ring r (many in flight), then checks the
  * checksum when asked. Called without the mutex. Returns 0 or an error in err. */
 /* A pack record (one segment) read in pieces with the checksum computed as
@@ -352,7 +363,9 @@ static int read_record_hashed(stream *s, io_ring *r, const seg *g, uint8_t *buf,
             const uint64_t o = next_hash * HASH_PIECE;
             if (g->need > o) {
                 const uint64_t n = g->need - o < HASH_PIECE ? g->need - o : HASH_PIECE;
+                const double t0 = base_now();
                 XXH3_64bits_update(&h, buf + g->buf_off + o, n);
+                verify_count(s, n, base_now() - t0);
             }
             next_hash++;
         }
@@ -397,7 +410,9 @@ static int read_record(stream *s, io_ring *r, const seg *segs, int n_seg, uint8_
         }
     }
     if (!rc && check) {
+        const double t0 = base_now();
         uint64_t got = XXH3_64bits(buf + segs[0].buf_off, segs[0].need);
+        verify_count(s, segs[0].need, base_now() - t0);
         if (got != want_sum)
             rc = base_fail(err, errlen, STRATA_ECORRUPT,
                            "%s: checksum mismatch in %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is corrupt or "
@@ -690,9 +705,12 @@ static void expert_landed(stream *s, io_req *d) {
     uint64_t got = 0;
     if (!x->rc && x->has_sum) {
         XXH3_state_t h;
+        const double t0 = base_now();
+        uint64_t nb = 0;
         XXH3_64bits_reset(&h);
-        for (int k = 0; k < x->n_h; k++) XXH3_64bits_update(&h, buf + x->h_rel[k], x->h_len[k]);
+        for (int k = 0; k < x->n_h; k++) { XXH3_64bits_update(&h, buf + x->h_rel[k], x->h_len[k]); nb += x->h_len[k]; }
         got = XXH3_64bits_digest(&h);
+        verify_count(s, nb, base_now() - t0);
         if (got != x->xxh3_want) x->rc = STRATA_ECORRUPT;
     }
     if (x->rc) {
@@ -801,7 +819,12 @@ static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
             return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: expert %d of layer %lld out of range", id, (long long)L);
         }
         if (s->req_slot[id] >= 0) continue; /* already requested in this layer */
-        if (s->trace) {
+        if (s->draft && !cache_resident(s->xc, (L - s->c->first_dense) * s->NE + id)) {
+            release_request(s);
+            return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: a draft pass asked for expert %d of layer %lld, "
+                             "which is not in RAM", id, (long long)L);
+        }
+        if (s->trace && !s->draft) {
             int32_t rec[2] = {(int32_t)L, id};
             fwrite(rec, sizeof rec, 1, s->trace); /* stdio buffer from open: no allocation here */
         }
@@ -874,6 +897,36 @@ static void st_expert_put(wsrc *w, int64_t L, int32_t id) {
 }
 
 static int64_t st_experts_capacity(wsrc *w) { return cache_n_slots(((stream *)w)->xc); }
+
+/* ========================================================== self-drafting */
+
+static int st_draft_mode(wsrc *w, int on) {
+    stream *s = (stream *)w;
+    if (!s->xc) return STRATA_EINVAL;
+    if (on && !s->draft) cache_get_stats(s->xc, &s->draft_saved);
+    if (!on && s->draft) cache_set_stats(s->xc, &s->draft_saved);
+    s->draft = on;
+    return 0;
+}
+
+/* A pinned unit is never moved or freed while the source is open, so a draft
+ * pass borrows it without a hold (and without touching the read-ahead). */
+static int st_layer_peek(wsrc *w, int64_t L, const wt **roles) {
+    stream *s = (stream *)w;
+    if (L < 0 || L >= s->n_units) return 1;
+    pthread_mutex_lock(&s->mu);
+    const unit *x = &s->u[L];
+    const int ok = x->pinned && x->state == U_READY;
+    if (ok) *roles = x->roles;
+    pthread_mutex_unlock(&s->mu);
+    return ok ? 0 : 1;
+}
+
+static int st_expert_resident(wsrc *w, int64_t L, int32_t id) {
+    stream *s = (stream *)w;
+    if (!s->xc || L < s->c->first_dense || L >= s->c->n_layers || id < 0 || id >= s->NE) return 0;
+    return cache_resident(s->xc, (L - s->c->first_dense) * s->NE + id);
+}
 
 /* =============================================================== embeddings */
 
@@ -976,6 +1029,7 @@ static const char *st_errmsg(wsrc *w) { return ((stream *)w)->err; }
 static const wsrc_ops k_stream_ops = {
     st_layer_get, st_layer_put, st_experts_request, st_expert_wait, st_experts_put,
     st_embed_rows, st_hint_layer, ws_close, st_errmsg, st_expert_ready, st_expert_put, st_experts_capacity,
+    st_draft_mode, st_layer_peek, st_expert_resident,
 };
 
 /* ===================================================================== open */
@@ -1149,6 +1203,8 @@ void place_stats_get(wsrc *w, place_stats *o) {
         o->expert_evictions = cs.evictions;
         o->hit_rate = cs.requests ? (double)cs.hits / (double)cs.requests : 0;
     }
+    o->verify_bytes = atomic_load_explicit(&s->verify_bytes, memory_order_relaxed);
+    o->verify_s = (double)atomic_load_explicit(&s->verify_ns, memory_order_relaxed) * 1e-9;
     uint64_t bytes = o->bytes_trunk + o->bytes_head + o->bytes_embed + o->bytes_experts;
     o->bw = o->read_s > 0 ? (double)bytes / o->read_s : 0;
     o->peak_rss = base_peak_rss();
@@ -1159,6 +1215,8 @@ void place_stats_reset(wsrc *w) {
     stream *s = (stream *)w;
     pthread_mutex_lock(&s->mu);
     memset(&s->st, 0, sizeof s->st);
+    atomic_store(&s->verify_bytes, 0);
+    atomic_store(&s->verify_ns, 0);
     if (s->io_active) s->io_t0 = base_now();
     pthread_mutex_unlock(&s->mu);
     if (s->xc) cache_reset_stats(s->xc);
@@ -1171,6 +1229,9 @@ void place_stats_print(const place_stats *s, const place_plan *p, FILE *f) {
             (double)s->bytes_experts / 1e9, (unsigned long long)s->n_reads, s->bw / 1e9);
     fprintf(f, "io: %.2f s with reads in flight, %.2f s waited on I/O; layer gets %llu (%llu pinned)\n", s->read_s, s->wait_s,
             (unsigned long long)s->layer_gets, (unsigned long long)s->layer_gets_pinned);
+    if (s->verify_bytes)
+        fprintf(f, "verify: %.3f GB checked against the pack's XXH3 in %.3f s of hashing (%.1f GB/s)\n",
+                (double)s->verify_bytes / 1e9, s->verify_s, s->verify_s > 0 ? (double)s->verify_bytes / 1e9 / s->verify_s : 0);
     fprintf(f, "experts: %llu requests, %llu true resident hits (%.1f%%), %llu misses, %llu evictions\n",
             (unsigned long long)s->expert_requests, (unsigned long long)s->expert_hits, 100 * s->hit_rate,
             (unsigned long long)s->expert_misses, (unsigned long long)s->expert_evictions);
@@ -1201,6 +1262,8 @@ json_t *place_stats_json(const place_stats *s) {
     I("expert_evictions", s->expert_evictions);
     R("hit_rate", s->hit_rate);
     I("peak_rss", s->peak_rss);
+    I("verify_bytes", s->verify_bytes);
+    R("verify_s", s->verify_s);
 #undef I
 #undef R
     return j;

@@ -392,8 +392,8 @@ TEST(api_run_paths_and_limits) {
  * acceptance, rollback), n-gram drafts on a repetitive prompt, several K, a budget
  * whose cache is smaller than a pass's union, and speculating sequences batched
  * with plain ones: ids and every logits row equal plain decode's. */
-static int spec_run(strata_model *m, const int32_t *prompt, int64_t np, int64_t gen, double temp, int spec,
-                    const int32_t *draft, int64_t nd, tout *o, int64_t *accepted) {
+static int spec_run_src(strata_model *m, const int32_t *prompt, int64_t np, int64_t gen, double temp, int spec,
+                        const int32_t *draft, int64_t nd, int self, tout *o, int64_t *accepted) {
     char err[1024];
     strata_seq *s = NULL;
     strata_gen *g = NULL;
@@ -407,6 +407,7 @@ static int spec_run(strata_model *m, const int32_t *prompt, int64_t np, int64_t 
     go.spec = spec;
     go.draft_ids = draft;
     go.n_draft_ids = nd;
+    go.self_draft = self;
     if (strata_gen_create(&g, s, prompt, np, &go, 0, err, sizeof err)) { fprintf(stderr, "  %s\n", err); goto done; }
     for (int guard = 0; guard < 1000; guard++) {
         int a = strata_gen_step(m, &g, 1, NULL, NULL, err, sizeof err);
@@ -423,6 +424,11 @@ done:
     strata_gen_free(g);
     strata_seq_free(s);
     return rc;
+}
+
+static int spec_run(strata_model *m, const int32_t *prompt, int64_t np, int64_t gen, double temp, int spec,
+                    const int32_t *draft, int64_t nd, tout *o, int64_t *accepted) {
+    return spec_run_src(m, prompt, np, gen, temp, spec, draft, nd, 0, o, accepted);
 }
 
 TEST(api_spec_identity) {
@@ -511,6 +517,94 @@ TEST(api_spec_batched) {
         strata_seq_free(sq[i]);
     }
     strata_model_close(ms);
+}
+
+/* Self-drafts (the model on what is in RAM: pinned layers, cached experts)
+ * change nothing but speed: greedy and sampled, at budgets that pin part of the
+ * trunk, all of it, and with a cache that holds part of the experts, alone and
+ * batched; where the placement drafts, drafts are made and some accepted. */
+TEST(api_self_draft) {
+    const char *d = api_model("tiny", "tiny", 11, 1);
+    if (!d) { CHECK(0); return; }
+    const int32_t prompt[6] = {9, 41, 7, 300, 12, 77};
+    const int64_t gen = 24;
+    tout plain[2], got;
+    int64_t acc = 0;
+    for (int t = 0; t < 2; t++) {
+        strata_model *m = load(d, 0, 64, 2, 1, 4096);
+        if (!m) { CHECK(0); return; }
+        CHECK(spec_run(m, prompt, 6, gen, t ? 0.9 : 0, 0, NULL, 0, &plain[t], &acc) == 0);
+        strata_model_close(m);
+    }
+    /* budgets from the minimum up (the minimum follows this process's RSS, so
+     * the placements are found, not assumed): part of the trunk pinned (drafts
+     * skip the streamed layers), then all of it with part of the experts cached */
+    const uint64_t mins = min_budget_spec(d, 64, 1, 4096, 4);
+    int partial_layers = 0, partial_experts = 0, runs = 0;
+    int64_t accepted_any = 0;
+    uint64_t step = 24u << 10;
+    for (uint64_t extra = 0; extra <= (4u << 20) && !(partial_experts && accepted_any); extra += step) {
+        strata_model *ms = load_spec(d, mins + extra, 64, 2, 1, 4096, 4);
+        if (!ms) continue;
+        strata_model_info in;
+        strata_model_get_info(ms, &in);
+        const int part = strstr(in.placement, " of ") && !strstr(in.placement, "0 of ") && !strstr(in.placement, "1 of ");
+        const int cached = strstr(in.placement, "trunk pinned, experts cached") != NULL;
+        if (cached) step = 160u << 10; /* the cache grows by an expert per 12 KB: larger steps */
+        if ((part && !partial_layers) || (cached && (!partial_experts || !accepted_any))) {
+            runs++;
+            for (int t = 0; t < 2; t++) {
+                strata_model_reset_stats(ms);
+                CHECK(spec_run_src(ms, prompt, 6, gen, t ? 0.9 : 0, 4, NULL, 0, 1, &got, &acc) == 0);
+                CHECK_MSG(got.n == plain[t].n && !memcmp(got.ids, plain[t].ids, (size_t)got.n * sizeof(int32_t)) &&
+                              got.lhash == plain[t].lhash,
+                          "temp %d %s: output differs with self-drafts", t, in.placement);
+                strata_stats st;
+                strata_model_get_stats(ms, &st);
+                CHECK(st.draft_layers_run <= st.draft_layers && st.draft_experts_used <= st.draft_experts);
+                if (st.draft_passes && st.draft_layers_run < st.draft_layers) partial_layers++;
+                if (st.draft_passes && st.draft_layers_run == st.draft_layers && st.draft_experts_used < st.draft_experts)
+                    partial_experts++;
+                accepted_any += acc;
+            }
+        }
+        strata_model_close(ms);
+    }
+    /* layers skipped is covered by t_stream's draft test (placements here follow the RSS) */
+    CHECK_MSG(partial_experts > 0 && accepted_any > 0,
+              "self-drafts in %d placements: %d runs skipped layers, %d dropped experts, %lld accepted", runs, partial_layers,
+              partial_experts, (long long)accepted_any);
+    /* a resident model does not self-draft (the draft would be the model) */
+    strata_model *mr = load_spec(d, 0, 64, 2, 1, 64, 4);
+    if (mr) {
+        CHECK(spec_run_src(mr, prompt, 6, 8, 0, 4, NULL, 0, 1, &got, &acc) == 0);
+        strata_stats st;
+        strata_model_get_stats(mr, &st);
+        CHECK(st.draft_passes == 0);
+        strata_model_close(mr);
+    }
+}
+
+/* run --spec K --draft self: the same ids as plain; bad values are usage errors. */
+TEST(api_self_draft_cli) {
+    const char *d = api_model("tiny", "tiny", 11, 1);
+    if (!d) { CHECK(0); return; }
+    char cmd[4096], *a = NULL, *b = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 4,8,15 --gen 12 --temp 0.5 --seed 2 --print-ids 2>/dev/null", t_strata(), d);
+    CHECK(t_run(cmd, &a) == 0);
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 4,8,15 --gen 12 --temp 0.5 --seed 2 --print-ids --spec 3 --draft self --ram-gb 0.5 2>/dev/null",
+             t_strata(), d);
+    CHECK(t_run(cmd, &b) == 0);
+    CHECK_MSG(a && b && !strcmp(a, b), "plain '%s' vs self-draft '%s'", a ? a : "", b ? b : "");
+    base_free(a);
+    base_free(b);
+    const char *bad[3] = {"--spec 2 --draft nope", "--draft self", "--spec 2 --draft self --draft-ids 1,2"};
+    for (int i = 0; i < 3; i++) {
+        char *o = NULL;
+        snprintf(cmd, sizeof cmd, "%s run %s --ids 1 %s", t_strata(), d, bad[i]);
+        CHECK_MSG(t_run(cmd, &o) == 2, "%s", bad[i]);
+        base_free(o);
+    }
 }
 
 /* A checkpoint with an MXFP4 scale byte of 255 (NaN in the MX spec) is refused

@@ -562,3 +562,89 @@ TEST(stream_verify_default) {
     pack_close(pk);
     model_close(&m);
 }
+
+/* A self-draft pass (engine_draft_step: pinned layers only, cached experts
+ * only) inside a speculation that is rolled back leaves no trace: decoding with
+ * three draft passes before every token gives the resident run's ids and logits
+ * bits. The placement pins the head and every other layer, so the drafts skip
+ * the streamed layers and drop the experts not in the cache. */
+TEST(stream_draft_leaves_no_trace) {
+    const char *dir = tpack_model("tiny", "st_draft", 5);
+    if (!dir) { CHECK(0); return; }
+    model m;
+    if (model_open(&m, dir)) { CHECK(0); return; }
+    enum { G = 6 };
+    int32_t want[G], got[G];
+    const int64_t V = m.c.vocab;
+    float *wl = base_alloc((size_t)V * sizeof(float), MEM_MISC), *lg = base_alloc((size_t)V * sizeof(float), MEM_MISC);
+    CHECK(decode(&m, m.res, 4, want, G, wl) == 0);
+    uint64_t b[3];
+    budgets_for(&m, dir, b);
+    char err[1024];
+    place_opts o = opts_for(b[1]);
+    place_plan p;
+    if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err)) { CHECK_MSG(0, "%s", err); return; }
+    /* pin the head and the even layers, stream the odd ones */
+    uint64_t largest = 0;
+    p.n_pinned = 0;
+    p.pinned_bytes = p.streamed_bytes = 0;
+    for (int64_t u = 0; u < p.n_units; u++) {
+        p.pinned[u] = u == p.n_layers || u % 2 == 0;
+        if (p.pinned[u]) { p.n_pinned++; p.pinned_bytes += p.unit_bytes[u]; }
+        else { p.streamed_bytes += p.unit_bytes[u]; if (p.unit_bytes[u] > largest) largest = p.unit_bytes[u]; }
+    }
+    p.ring_min_bytes = largest;
+    if (p.ring_bytes < 2 * largest) p.ring_bytes = 2 * largest;
+    p.resident = 0;
+    p.budget_bytes = 0;
+    wsrc *w = NULL;
+    if (place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) { CHECK_MSG(0, "%s", err); return; }
+    engine *e = NULL;
+    session *s = NULL;
+    engine_opts eo = {.n_threads = 2, .prefill_chunk = p.prefill_chunk, .spec_rows = 4};
+    CHECK_MSG(engine_create(&e, &m.c, w, &eo, err, sizeof err) == 0, "%s", err);
+    CHECK_MSG(e && session_create(&s, e, 64, err, sizeof err) == 0, "%s", err);
+    if (!e || !s) return;
+    CHECK(engine_can_draft(e) == 0 || engine_can_draft(e) == 1);
+    int32_t prompt[7] = {1, 17, 42, 99, 3, 250, 8};
+    int rc = session_eval(s, prompt, 7, lg);
+    CHECK(engine_can_draft(e) == 1); /* the pinned units are in RAM once a pass has run */
+    for (int g = 0; g < G && !rc; g++) {
+        int32_t best = 0;
+        for (int64_t i = 1; i < V; i++) if (lg[i] > lg[best]) best = (int32_t)i;
+        got[g] = best;
+        /* three draft passes, then roll back */
+        CHECK(session_spec_begin(s) == 0);
+        int32_t t = best;
+        for (int k = 0; k < 3; k++) {
+            infer_row r = {s, t, 1};
+            CHECK_MSG(engine_draft_step(e, &r, 1, lg) == 0, "%s", engine_errmsg(e));
+            t = 0;
+            for (int64_t i = 1; i < V; i++) if (lg[i] > lg[t]) t = (int32_t)i;
+        }
+        CHECK(session_spec_end(s, 0) == 0);
+        rc = session_eval(s, &best, 1, lg);
+    }
+    CHECK_MSG(rc == 0, "%s", session_errmsg(s));
+    CHECK_MSG(!memcmp(want, got, sizeof want), "ids differ after draft passes");
+    CHECK_MSG(!memcmp(wl, lg, (size_t)V * sizeof(float)), "logits bits differ after draft passes");
+    engine_draft_stats ds;
+    engine_draft_stats_get(e, &ds);
+    CHECK(ds.passes == 3 * G);
+    CHECK_MSG(ds.layers_skipped > 0 && ds.layers_skipped < ds.layers, "%lld of %lld layers skipped", (long long)ds.layers_skipped,
+              (long long)ds.layers);
+    CHECK(ds.experts > 0);
+    /* a draft pass outside a speculation is refused; a resident source cannot draft */
+    infer_row r = {s, 1, 1};
+    CHECK(engine_draft_step(e, &r, 1, lg) != 0);
+    session_free(s);
+    engine_free(e);
+    w->ops->close(w);
+    engine *er = NULL;
+    CHECK(engine_create(&er, &m.c, m.res, &eo, err, sizeof err) == 0);
+    if (er) CHECK(engine_can_draft(er) == 0);
+    engine_free(er);
+    base_free(wl);
+    base_free(lg);
+    model_close(&m);
+}
