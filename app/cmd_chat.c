@@ -17,7 +17,6 @@
 #include "chat.h"
 #include "cli.h"
 #include "model_open.h"
-#include "sample.h"
 #include "strata.h"
 #include "tok.h"
 
@@ -40,8 +39,7 @@ static void usage(FILE *f) {
         "                       (default: to stderr)\n"
         "  --gen N              max tokens per reply (default %d)\n"
         "  --ctx N              context positions for the whole chat (default min(model, %d))\n"
-        "  --temp T             temperature, 0 = greedy (default 0)\n"
-        "  --top-k K, --top-p P, --min-p P, --repeat-penalty R, --seed S   sampling (see run)\n"
+        MO_GEN_USAGE
         MO_USAGE
         "\n"
         "With --ram-gb/--ram (or --pack) the weights go through the memory planner, as in\n"
@@ -57,21 +55,20 @@ typedef struct chat_opts {
     int effort, show_think;
     int64_t gen, ctx;
     mo_opts mo;
-    sample_opts so;
+    strata_gen_opts go;
 } chat_opts;
 
 static int parse_args(int argc, char **argv, chat_opts *o) {
-    sample_opts sd = SAMPLE_OPTS_DEFAULT;
     memset(o, 0, sizeof *o);
-    o->so = sd;
+    o->go = strata_gen_opts_default();
     o->gen = CHAT_DEFAULT_GEN;
     o->effort = CHAT_THINK_MAX;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        double d;
-        int64_t n;
         int f = mo_flag(argc, argv, &i, CMD, &o->mo);
         if (f == EXIT_USAGE) return f;
+        if (f == 0) continue;
+        if ((f = mo_gen_flag(argc, argv, &i, CMD, &o->go, &o->mo)) == EXIT_USAGE) return f;
         if (f == 0) continue;
 #define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
 #define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
@@ -83,12 +80,6 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         else if (!strcmp(a, "--show-think")) o->show_think = 1;
         else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, 1 << 20, &o->gen)) BAD("an integer in [1, 1048576]"); }
         else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
-        else if (!strcmp(a, "--temp")) { NEED(); if (base_parse_f64(v, 0, 1e6, &o->so.temp)) BAD(">= 0"); }
-        else if (!strcmp(a, "--top-k")) { NEED(); if (base_parse_i64(v, 0, INT32_MAX, &o->so.top_k)) BAD("an integer >= 0"); }
-        else if (!strcmp(a, "--top-p")) { NEED(); if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); o->so.top_p = d; }
-        else if (!strcmp(a, "--min-p")) { NEED(); if (base_parse_f64(v, 0, 1, &o->so.min_p)) BAD("in [0, 1]"); }
-        else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("> 0"); o->so.repeat_penalty = d; }
-        else if (!strcmp(a, "--seed")) { NEED(); if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); o->so.seed = (uint64_t)n; }
         else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
         else if (!o->model_dir) o->model_dir = a;
         else return cli_usage_error(CMD, "unexpected argument '%s'", a);
@@ -96,6 +87,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
 #undef BAD
     }
     if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
+    if (o->mo.draft_given && !o->mo.spec) return cli_usage_error(CMD, "--draft needs --spec K");
     return 0;
 }
 
@@ -105,15 +97,15 @@ typedef struct chat_state {
     strata_seq *s;
     strata_row *rows; /* prefill rows (MEM_MISC, grows with the render buffer) */
     size_t cap_rows;
-    sampler *sm;
     tok *tk;
+    chat_ids ci;
     float *logits;
     int32_t *ids; /* render buffer (MEM_TOK, grows) */
     size_t n_ids, cap_ids;
     char *line;   /* input line (MEM_MISC, grows) */
     size_t line_cap;
     /* for the report at exit */
-    int64_t n_turns, n_prefill, n_decode;
+    int64_t n_turns, n_prefill, n_decode, n_drafted, n_accepted;
     int n_failed;             /* /save and /load commands that failed: exit status 1 */
     double t_prefill, t_decode;
 } chat_state;
@@ -123,7 +115,6 @@ static void chat_release(chat_state *r) {
     base_free(r->ids);
     base_free(r->logits);
     tok_close(r->tk);
-    sampler_free(r->sm);
     base_free(r->rows);
     strata_seq_free(r->s);
     mo_close(&r->m);
@@ -153,8 +144,9 @@ static int read_line(chat_state *r, size_t *len) {
     return 1;
 }
 
-/* Renders msgs with flags into r->ids and prefills them. */
-static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int flags) {
+/* Renders msgs with flags into r->ids and, when prefill, evaluates them (a
+ * user turn is evaluated by reply's generator instead). */
+static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int flags, int prefill) {
     char err[512];
     r->n_ids = 0;
     if (chat_render(r->tk, msgs, n, effort, flags, &r->ids, &r->n_ids, &r->cap_ids, err, sizeof err)) {
@@ -172,6 +164,7 @@ static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int f
             fprintf(stderr, "strata chat: id %d is outside the model's vocabulary\n", r->ids[i]);
             return -1;
         }
+    if (!prefill) return 0;
     if (r->n_ids > r->cap_rows) {
         strata_row *nr = base_realloc(r->rows, r->n_ids * sizeof *nr, MEM_MISC);
         if (!nr) { fprintf(stderr, "strata chat: out of memory\n"); return -1; }
@@ -193,7 +186,7 @@ static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int f
 static int preamble(chat_state *r, const chat_opts *o) {
     strata_seq_reset(r->s);
     chat_msg sys = {CHAT_SYSTEM, o->system, NULL};
-    return feed(r, &sys, o->system ? 1 : 0, o->effort, 0);
+    return feed(r, &sys, o->system ? 1 : 0, o->effort, 0, 1);
 }
 
 static void show(const chat_opts *o, int ch, int *cur, const uint8_t *p, size_t n) {
@@ -208,55 +201,87 @@ static void show(const chat_opts *o, int ch, int *cur, const uint8_t *p, size_t 
     fflush(f);
 }
 
-/* Generates one reply; its ids (end id included) stay in the session. */
-static int reply(chat_state *r, const chat_opts *o) {
-    char err[512];
+/* One reply's progress, for the token callback. */
+typedef struct reply_ctx {
+    const chat_opts *o;
     chat_follow *f;
-    if (chat_follow_open(&f, r->tk, o->effort != CHAT_THINK_OFF, err, sizeof err)) {
-        fprintf(stderr, "strata chat: %s\n", err);
-        return -1;
-    }
-    int cur = CHAT_CH_NONE, ended = 0, ret = 0;
-    int64_t n = 0;
-    while (n < o->gen) {
-        base_mem_guard(1);
-        int32_t id = sampler_next_at(r->sm, r->logits, strata_seq_tokens(r->s), strata_seq_pos(r->s), strata_seq_pos(r->s));
-        base_mem_guard(0);
-        n++;
-        int ch;
-        const uint8_t *p;
-        size_t pn;
-        int rc = chat_follow_push(f, id, &ch, &p, &pn);
-        show(o, ch, &cur, p, pn);
-        if (strata_seq_pos(r->s) + 1 >= r->m.info.ctx) {
-            fprintf(stderr, "\nstrata chat: the context is full; /reset or a larger --ctx\n");
-            break;
-        }
-        /* the chosen id joins the state, end ids too: the next turn continues after it */
-        double t0 = base_now();
-        base_mem_guard(1);
-        strata_row row = {r->s, id, 1};
-        int erc = strata_step(r->m.m, &row, 1, r->logits, err, sizeof err);
-        base_mem_guard(0);
-        r->t_decode += base_now() - t0;
-        r->n_decode++;
-        if (erc) {
-            fprintf(stderr, "\nstrata chat: %s\n", err);
-            ret = -1;
-            break;
-        }
-        if (rc == 1) { ended = 1; break; }
-    }
+    int cur, ended;
+    double t0, t_first;
+} reply_ctx;
+
+static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size_t len, const float *logits) {
+    (void)g; (void)text; (void)len; (void)logits;
+    reply_ctx *x = ud;
+    if (id < 0 || x->ended) return;
+    if (x->t_first == 0) x->t_first = base_now();
     int ch;
     const uint8_t *p;
     size_t pn;
-    chat_follow_flush(f, &ch, &p, &pn);
-    show(o, ch, &cur, p, pn);
-    if (o->show_think && cur == CHAT_CH_THINK) fputs("\n</think>", stdout);
+    if (chat_follow_push(x->f, id, &ch, &p, &pn) == 1) x->ended = 1;
+    show(x->o, ch, &x->cur, p, pn);
+}
+
+/* Prefills the rendered turn (r->ids) and generates the reply through the
+ * generator API (sampling, speculation); its ids, the end id included, stay in
+ * the session: the generator leaves its last id unevaluated, so it joins here. */
+static int reply(chat_state *r, const chat_opts *o) {
+    char err[512];
+    reply_ctx x = {.o = o, .cur = CHAT_CH_NONE};
+    if (chat_follow_open(&x.f, r->tk, o->effort != CHAT_THINK_OFF, err, sizeof err)) {
+        fprintf(stderr, "strata chat: %s\n", err);
+        return -1;
+    }
+    strata_gen_opts go = o->go;
+    go.max_tokens = o->gen;
+    go.stop_at_end = 0;
+    const int32_t stop[2] = {r->ci.eos, r->ci.eom};
+    go.stop_ids = stop[0] >= 0 ? stop : stop + 1;
+    go.n_stop_ids = stop[0] >= 0 ? 2 : 1;
+    strata_gen *g = NULL;
+    int ret = 0;
+    const int64_t pos0 = strata_seq_pos(r->s);
+    x.t0 = base_now();
+    if (strata_gen_create(&g, r->s, r->ids, (int64_t)r->n_ids, &go, 1, err, sizeof err)) {
+        fprintf(stderr, "strata chat: %s\n", err);
+        chat_follow_close(x.f);
+        return -1;
+    }
+    for (;;) {
+        int a = strata_gen_step(r->m.m, &g, 1, on_token, &x, err, sizeof err);
+        if (a < 0) { fprintf(stderr, "\nstrata chat: %s\n", err); ret = -1; break; }
+        if (a == 0) break;
+    }
+    int64_t n = 0;
+    const int32_t *ids = strata_gen_ids(g, &n);
+    if (!ret && n > 0) {
+        if (strata_seq_pos(r->s) + 1 > r->m.info.ctx) {
+            fprintf(stderr, "\nstrata chat: the context is full; /reset or a larger --ctx\n");
+        } else {
+            strata_row row = {r->s, ids[n - 1], 0};
+            if (strata_step(r->m.m, &row, 1, NULL, err, sizeof err)) { fprintf(stderr, "\nstrata chat: %s\n", err); ret = -1; }
+        }
+    }
+    const double t1 = base_now();
+    if (x.t_first == 0) x.t_first = t1;
+    r->t_prefill += x.t_first - x.t0;
+    r->t_decode += t1 - x.t_first;
+    r->n_prefill += (int64_t)r->n_ids;
+    r->n_decode += strata_seq_pos(r->s) - pos0 - (int64_t)r->n_ids;
+    int64_t d, acc, v;
+    strata_gen_spec_stats(g, &d, &acc, &v);
+    r->n_drafted += d;
+    r->n_accepted += acc;
+    strata_gen_free(g);
+    int ch;
+    const uint8_t *p;
+    size_t pn;
+    chat_follow_flush(x.f, &ch, &p, &pn);
+    show(o, ch, &x.cur, p, pn);
+    if (o->show_think && x.cur == CHAT_CH_THINK) fputs("\n</think>", stdout);
     fputc('\n', stdout);
     fflush(stdout);
-    if (!ended && !ret) fprintf(stderr, "strata chat: (reply cut at %lld tokens)\n", (long long)n);
-    chat_follow_close(f);
+    if (!x.ended && !ret) fprintf(stderr, "strata chat: (reply cut at %lld tokens)\n", (long long)n);
+    chat_follow_close(x.f);
     return ret;
 }
 
@@ -275,8 +300,7 @@ int cmd_chat(int argc, char **argv) {
     snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
     snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
     if (tok_open(&r.tk, path, tc, TOK_PAT_KIMI, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    chat_ids ci;
-    if (chat_ids_init(&ci, r.tk, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if (chat_ids_init(&r.ci, r.tk, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     const int64_t mctx = r.m.info.model_max_ctx;
     if (o.ctx > mctx)
         fprintf(stderr, "strata chat: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ctx,
@@ -288,7 +312,6 @@ int cmd_chat(int argc, char **argv) {
     }
     const int threads = r.m.info.n_threads;
     if (strata_seq_create(r.m.m, &r.s, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    if (sampler_create(&r.sm, r.vocab, &o.so, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     r.logits = base_alloc((size_t)r.vocab * sizeof(float), MEM_SCRATCH);
     if (!r.logits) { fprintf(stderr, "strata chat: out of memory\n"); goto out; }
     if (preamble(&r, &o)) goto out;
@@ -338,7 +361,7 @@ int cmd_chat(int argc, char **argv) {
             continue;
         }
         chat_msg m = {CHAT_USER, r.line, NULL};
-        rc = feed(&r, &m, 1, o.effort, CHAT_GEN | CHAT_CONTINUE);
+        rc = feed(&r, &m, 1, o.effort, CHAT_GEN | CHAT_CONTINUE, 0);
         if (rc < 0) goto out;
         if (rc > 0) continue;
         r.n_turns++;
@@ -349,6 +372,9 @@ int cmd_chat(int argc, char **argv) {
     mo_fmt_speed(&r.m, r.n_prefill, r.t_prefill, r.n_decode, r.t_decode, base_peak_rss(), speed, sizeof speed);
     fprintf(stderr, "strata chat: %lld turns, prefilled %lld tokens, decoded %lld; %s\n", (long long)r.n_turns,
             (long long)r.n_prefill, (long long)r.n_decode, speed);
+    if (o.mo.spec)
+        fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%)\n", (long long)r.n_drafted, (long long)r.n_accepted,
+                r.n_drafted ? 100.0 * (double)r.n_accepted / (double)r.n_drafted : 0);
     mo_report(&r.m, stderr);
     if (base_mem_guard_violations())
         fprintf(stderr, "strata chat: warning: %llu allocations inside the decode loop\n",

@@ -47,19 +47,10 @@ static void usage(FILE *f) {
         "  --batch-text         --batch lines are text, not ids\n"
         "  --parallel N         sequences held at once with --batch (default min(lines, %d))\n"
         "  --gen N              tokens to generate (default %d, >= 1)\n"
-        "  --temp T             temperature; 0 = greedy, ties to the lowest id (default 0)\n"
-        "  --top-k K            keep the K most likely tokens (0 = off)\n"
-        "  --top-p P            nucleus sampling mass in (0, 1] (1 = off)\n"
-        "  --min-p P            drop tokens below P x the top probability (0 = off)\n"
-        "  --repeat-penalty R   penalise the last 64 ids (1 = off)\n"
-        "  --seed S             sampling seed (default 0): the draw at position p depends only on (S, p)\n"
+        MO_GEN_USAGE
+        "  --draft-ids LIST     with --spec: propose this continuation as the drafts (benchmarks, tests)\n"
         "  --ctx N              context positions (default prompt + gen, at most the model's maximum)\n"
         "  --chunk N            rows per pass (prefill chunk / batch; default %d)\n"
-        "  --spec K             speculative decoding: verify up to K drafted tokens with each token in\n"
-        "                       one pass (drafts: recent n-grams of the text); same output as without\n"
-        "  --draft-ids LIST     with --spec: propose this continuation as the drafts (benchmarks, tests)\n"
-        "  --draft SRC          with --spec: ngram (default) or self: the model itself on what is already\n"
-        "                       in RAM (pinned layers, cached experts; the rest skipped), no disk reads\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
         "  --json FILE          write a JSON run report\n"
@@ -76,7 +67,7 @@ typedef struct run_opts {
     mo_opts mo;
     int64_t gen, ctx, parallel;
     strata_gen_opts go;
-    int print_ids, stop_eos, ignore_eos, batch_text, draft_src;
+    int print_ids, stop_eos, ignore_eos, batch_text;
 } run_opts;
 
 static int parse_args(int argc, char **argv, run_opts *o) {
@@ -85,10 +76,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     o->gen = RUN_DEFAULT_GEN;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
-        double d;
-        int64_t n;
         int f = mo_flag(argc, argv, &i, CMD, &o->mo);
         if (f == EXIT_USAGE) return f;
+        if (f == 0) continue;
+        if ((f = mo_gen_flag(argc, argv, &i, CMD, &o->go, &o->mo)) == EXIT_USAGE) return f;
         if (f == 0) continue;
 #define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
 #define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
@@ -99,24 +90,10 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--batch-text")) o->batch_text = 1;
         else if (!strcmp(a, "--parallel")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->parallel)) BAD("an integer in [1, 4096]"); }
         else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, RUN_MAX_GEN, &o->gen)) BAD("an integer in [1, 1048576]"); }
-        else if (!strcmp(a, "--temp")) { NEED(); if (base_parse_f64(v, 0, 1e6, &o->go.temp)) BAD("a number in [0, 1e6]"); }
-        else if (!strcmp(a, "--top-k")) { NEED(); if (base_parse_i64(v, 0, INT32_MAX, &o->go.top_k)) BAD("an integer >= 0"); }
-        else if (!strcmp(a, "--top-p")) { NEED(); if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); o->go.top_p = d; }
-        else if (!strcmp(a, "--min-p")) { NEED(); if (base_parse_f64(v, 0, 1, &o->go.min_p)) BAD("in [0, 1]"); }
-        else if (!strcmp(a, "--repeat-penalty")) { NEED(); if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("in (0, 1e6]"); o->go.repeat_penalty = d; }
-        else if (!strcmp(a, "--seed")) { NEED(); if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); o->go.seed = (uint64_t)n; }
         else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
         else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->mo.chunk)) BAD("1..4096"); }
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
-        else if (!strcmp(a, "--spec")) { NEED(); if (base_parse_i64(v, 0, 16, &n)) BAD("an integer in [0, 16]"); o->mo.spec = (int)n; }
         else if (!strcmp(a, "--draft-ids")) { NEED(); o->draft_ids = v; }
-        else if (!strcmp(a, "--draft")) {
-            NEED();
-            if (!strcmp(v, "self")) o->go.self_draft = 1;
-            else if (!strcmp(v, "ngram")) o->go.self_draft = 0;
-            else BAD("ngram or self");
-            o->draft_src = 1;
-        }
         else if (!strcmp(a, "--json")) { NEED(); o->json_path = v; }
         else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
         else if (!strcmp(a, "--stop-eos")) o->stop_eos = 1;
@@ -134,7 +111,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
     if (o->draft_ids && !o->mo.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
-    if (o->draft_src && !o->mo.spec) return cli_usage_error(CMD, "--draft needs --spec K");
+    if (o->mo.draft_given && !o->mo.spec) return cli_usage_error(CMD, "--draft needs --spec K");
     if (o->draft_ids && o->go.self_draft) return cli_usage_error(CMD, "--draft-ids and --draft self exclude each other");
     return 0;
 }
@@ -636,6 +613,19 @@ int cmd_run(int argc, char **argv) {
                             json_pack("{s:i, s:I, s:I, s:I, s:f}", "max_drafts", o.mo.spec, "drafted", (json_int_t)sp_d,
                                       "accepted", (json_int_t)sp_a, "verifying_passes", (json_int_t)sp_v,
                                       "acceptance", sp_d ? (double)sp_a / (double)sp_d : 0.0));
+        {
+            strata_stats ss;
+            strata_model_get_stats(r.m.m, &ss);
+            json_t *sp = json_object_get(j, "speculation");
+            if (sp) {
+                json_object_set_new(sp, "draft_source", json_string(o.go.self_draft ? "self" : o.draft_ids ? "ids" : "ngram"));
+                json_object_set_new(sp, "self_draft_passes", json_integer((json_int_t)ss.draft_passes));
+                json_object_set_new(sp, "self_draft_layers_run",
+                                    json_real(ss.draft_layers ? (double)ss.draft_layers_run / (double)ss.draft_layers : 0.0));
+                json_object_set_new(sp, "self_draft_experts_in_ram",
+                                    json_real(ss.draft_experts ? (double)ss.draft_experts_used / (double)ss.draft_experts : 0.0));
+            }
+        }
         char *txt = json_dumps(j, JSON_INDENT(2));
         json_decref(j);
         if (!txt || base_write_file_atomic(o.json_path, txt, strlen(txt), err, sizeof err)) {

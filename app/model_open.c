@@ -36,6 +36,30 @@ int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o) {
     return 0;
 }
 
+int mo_gen_flag(int argc, char **argv, int *i, const char *cmd, strata_gen_opts *go, mo_opts *o) {
+    static const char *const k_flags[] = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--spec", "--draft"};
+    const char *a = argv[*i], *v;
+    int ours = 0;
+    for (size_t k = 0; k < sizeof k_flags / sizeof *k_flags; k++) ours |= !strcmp(a, k_flags[k]);
+    if (!ours) return -1;
+    if (!(v = cli_need_arg(argc, argv, i, cmd))) return EXIT_USAGE;
+    double d;
+    int64_t n;
+#define BAD(what) return cli_usage_error(cmd, "bad value for %s: '%s' (%s)", a, v, what)
+    if (!strcmp(a, "--temp")) { if (base_parse_f64(v, 0, 1e6, &go->temp)) BAD("a number in [0, 1e6]"); }
+    else if (!strcmp(a, "--top-k")) { if (base_parse_i64(v, 0, INT32_MAX, &go->top_k)) BAD("an integer >= 0"); }
+    else if (!strcmp(a, "--top-p")) { if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); go->top_p = d; }
+    else if (!strcmp(a, "--min-p")) { if (base_parse_f64(v, 0, 1, &go->min_p)) BAD("in [0, 1]"); }
+    else if (!strcmp(a, "--repeat-penalty")) { if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("in (0, 1e6]"); go->repeat_penalty = d; }
+    else if (!strcmp(a, "--seed")) { if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); go->seed = (uint64_t)n; }
+    else if (!strcmp(a, "--spec")) { if (base_parse_i64(v, 0, 16, &n)) BAD("an integer in [0, 16]"); o->spec = (int)n; go->spec = (int)n; }
+    else if (!strcmp(v, "self")) { go->self_draft = 1; o->draft_given = 1; }
+    else if (!strcmp(v, "ngram")) { go->self_draft = 0; o->draft_given = 1; }
+    else BAD("ngram or self");
+#undef BAD
+    return 0;
+}
+
 int mo_open(mo_model *m, const char *cmd, const char *model_dir) {
     char err[8192];
     memset(m, 0, sizeof *m);

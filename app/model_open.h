@@ -31,6 +31,7 @@ typedef struct mo_opts {
     uint64_t ram_bytes;
     int have_ram, plan_only, no_verify;
     int spec;               /* drafted tokens per verification (strata_model_opts.spec) */
+    int draft_given;        /* --draft was given (it needs --spec) */
     int64_t threads, chunk; /* 0 = defaults */
 } mo_opts;
 
@@ -45,6 +46,25 @@ typedef struct mo_model {
 /* If argv[*i] is one of MO_USAGE's flags, consumes it (and its value) and returns 0;
  * a bad value prints a usage error and returns EXIT_USAGE; -1: not one of ours. */
 int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o);
+
+/* The --help lines of the flags mo_gen_flag() takes. */
+#define MO_GEN_USAGE                                                                         \
+    "  --temp T             temperature; 0 = greedy, ties to the lowest id (default 0)\n"     \
+    "  --top-k K            keep the K most likely tokens (0 = off)\n"                        \
+    "  --top-p P            nucleus sampling mass in (0, 1] (1 = off)\n"                      \
+    "  --min-p P            drop tokens below P x the top probability (0 = off)\n"            \
+    "  --repeat-penalty R   penalise the last 64 ids (1 = off)\n"                             \
+    "  --seed S             sampling seed (default 0): the draw at position p depends only on (S, p)\n" \
+    "  --spec K             speculative decoding: verify up to K drafted tokens with each token in\n" \
+    "                       one pass; the output is identical to decoding without it\n"       \
+    "  --draft SRC          with --spec: ngram (default: recent n-grams of the text) or self: the\n" \
+    "                       model itself on what is already in RAM (pinned layers, cached experts;\n" \
+    "                       the rest skipped), no disk reads\n"
+
+/* Sampling and speculation flags shared by run and chat: if argv[*i] is one of
+ * MO_GEN_USAGE's, consumes it into go (and --spec into o->spec) and returns 0;
+ * EXIT_USAGE after a usage error; -1: not one of ours. */
+int mo_gen_flag(int argc, char **argv, int *i, const char *cmd, strata_gen_opts *go, mo_opts *o);
 
 /* strata_model_open: config, shard index, binding check, tokenizer. 0, or 1
  * after printing why. */

@@ -210,6 +210,10 @@ typedef struct strata_gen_opts {
      * pass that reads nothing from disk; n-grams where the placement cannot
      * (strata_model_info.can_self_draft 0: a resident model, or a streamed head). */
     int self_draft;
+    /* Ids that also end the generation (at most 16, copied at create), besides
+     * the model's end ids when stop_at_end: a chat front-end's end-of-message. */
+    const int32_t *stop_ids;
+    int n_stop_ids;
 } strata_gen_opts;
 strata_gen_opts strata_gen_opts_default(void);
 

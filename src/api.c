@@ -82,6 +82,8 @@ struct strata_gen {
     int spec_k, spec_fail, spec_off; /* current draft length, rejections in a row, steps left switched off */
     int64_t n_drafted, n_accepted, n_verifies;
     int self_pending;         /* n_drafts are to come from a self-draft this step */
+    int32_t stop_ids[16];     /* opts.stop_ids */
+    int n_stop_ids;
     sampler *sm;
     tok_stream *ts;
     uint64_t lhash;
@@ -447,6 +449,8 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
     if (o->spec < 0 || o->spec > m->spec)
         return base_fail(err, errlen, STRATA_EINVAL, "spec %d: the model was loaded for at most %d drafted tokens", o->spec, m->spec);
     if (o->n_draft_ids < 0 || (o->n_draft_ids && !o->draft_ids)) return base_fail(err, errlen, STRATA_EINVAL, "bad draft ids");
+    if (o->n_stop_ids < 0 || o->n_stop_ids > 16 || (o->n_stop_ids && !o->stop_ids))
+        return base_fail(err, errlen, STRATA_EINVAL, "stop ids: at most 16");
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= m->c.vocab)
             return base_fail(err, errlen, STRATA_EINVAL, "prompt id %d at %lld outside the vocabulary [0, %lld)", prompt[i],
@@ -472,6 +476,9 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
         memcpy(g->draft_ids, o->draft_ids, (size_t)o->n_draft_ids * sizeof(int32_t));
     }
     g->o.draft_ids = NULL;
+    g->n_stop_ids = o->n_stop_ids;
+    if (o->n_stop_ids) memcpy(g->stop_ids, o->stop_ids, (size_t)o->n_stop_ids * sizeof(int32_t));
+    g->o.stop_ids = NULL;
     g->spec_k = o->spec > 0 ? 1 : 0;
     sample_opts so = {o->temp, o->top_k, o->top_p, o->min_p, o->repeat_penalty, o->repeat_last_n, o->seed};
     if ((rc = sampler_create(&g->sm, m->c.vocab, &so, err, errlen))) goto fail;
@@ -519,6 +526,7 @@ static void gen_emit(strata_model *m, strata_gen *g, const float *lg, int64_t po
     int is_stop = 0;
     for (int i = 0; i < m->n_stop; i++) is_stop |= m->stop[i] == id;
     is_stop &= g->o.stop_at_end;
+    for (int i = 0; i < g->n_stop_ids; i++) is_stop |= g->stop_ids[i] == id;
     const uint8_t *p = NULL;
     size_t n = 0;
     if (g->ts && !is_stop && tok_stream_push(g->ts, id, &p, &n)) n = 0;

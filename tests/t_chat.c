@@ -315,6 +315,41 @@ TEST(chat_repl) {
     base_free(a);
 }
 
+/* chat --spec K (n-gram or self drafts) replies exactly as without, sampled too,
+ * and leaves the same session state (/save files byte-identical). */
+TEST(chat_spec) {
+    char dir[1024], cmd[8192], *a = NULL, *b = NULL;
+    snprintf(dir, sizeof dir, "%s/chatspec", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny --seed 4", t_strata(), dir);
+    if (t_run(cmd, &a) != 0) { CHECK_MSG(0, "gen-model: %s", a); base_free(a); return; }
+    base_free(a);
+    const char *modes[3] = {"--spec 3", "--spec 4 --temp 0.7 --seed 9", "--spec 2 --draft self --ram-gb 0.5"};
+    const char *plain[3] = {"", "--temp 0.7 --seed 9", ""};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "printf 'Hi there\\nsay it again, say it again\\n/save %s/sp_a\\n' | %s chat %s --gen 24 "
+                 "--think off %s 2>/dev/null", t_tmpdir, t_strata(), dir, plain[i]);
+        CHECK(t_run(cmd, &a) == 0);
+        snprintf(cmd, sizeof cmd, "printf 'Hi there\\nsay it again, say it again\\n/save %s/sp_b\\n' | %s chat %s --gen 24 "
+                 "--think off %s 2>/dev/null", t_tmpdir, t_strata(), dir, modes[i]);
+        CHECK(t_run(cmd, &b) == 0);
+        CHECK_MSG(a && b && !strcmp(a, b), "%s: '%s' vs plain '%s'", modes[i], b ? b : "", a ? a : "");
+        base_free(a);
+        base_free(b);
+        char pa[1200], pb[1200];
+        snprintf(pa, sizeof pa, "%s/sp_a", t_tmpdir);
+        snprintf(pb, sizeof pb, "%s/sp_b", t_tmpdir);
+        uint8_t *x = NULL, *y = NULL;
+        size_t nx = 0, ny = 0;
+        CHECK(base_read_file(pa, 1u << 26, &x, &nx, NULL, 0) == 0 && base_read_file(pb, 1u << 26, &y, &ny, NULL, 0) == 0);
+        CHECK_MSG(nx == ny && nx > 0 && !memcmp(x, y, nx), "%s: saved states differ", modes[i]);
+        base_free(x);
+        base_free(y);
+    }
+    snprintf(cmd, sizeof cmd, "%s chat %s --draft self </dev/null", t_strata(), dir);
+    CHECK(t_run(cmd, &a) == 2);
+    base_free(a);
+}
+
 /* The exact minimum budget (bytes) chat refuses below, from its refusal message at a
  * budget of 1 MB (which must exit 2 and name the minimum); 0 on failure. */
 static uint64_t chat_min_budget(const char *dir, const char *extra) {

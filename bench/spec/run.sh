@@ -4,7 +4,9 @@
 # model's own greedy continuation (every draft accepted: a pass verifies K + 1
 # rows), K = 1..8: decode tokens/s, ratio to plain, and the cost of a K + 1-row
 # pass relative to a 1-row pass. Then drafts that always fail (random ids): the
-# adaptive draft length must keep it within a few percent of plain decode. Every
+# adaptive draft length must keep it within a few percent of plain decode. Then
+# self-drafts (--draft self), and a prompt with a repeated passage with n-gram
+# drafts against plain decode on the same prompt. Every
 # run's ids must equal plain decode's. Writes build/bench/spec.csv and spec.png.
 set -euo pipefail
 BUILD=${BUILD:-build}
@@ -14,6 +16,9 @@ BUDGETS=${BUDGETS:-"1 4"}
 KS=${KS:-"1 2 3 4 5 6 7 8"}
 GEN=${GEN:-25}
 PROMPT=${PROMPT:-"1,2,3,4,5,6,7,8"}
+# a passage of 24 ids said three times (prompt lookup finds it; what the model
+# continues with decides whether the drafts hold)
+REPEAT=${REPEAT:-$(for r in 1 2 3; do seq 100 37 951 | head -24; done | paste -sd,)}
 mkdir -p "$OUT"
 [ -f "$M/config.json" ] || ./strata gen-model "$M" --preset ladder
 [ -f "$M/strata.pack/manifest.json" ] || ./strata pack "$M"
@@ -53,6 +58,33 @@ for b in $BUDGETS; do
   eq=$([ "$(cat "$OUT/spec-k.ids")" = "$plain_ids" ] && echo 1 || echo 0)
   awk -v b="$b" -v s="$s" -v p="$p" -v acc="$acc" -v dr="$dr" -v eq="$eq" 'BEGIN {
     printf "%s,failing,4,%.4f,%.3f,%.3f,,%s,%s,%s\n", b, s, 1 / s, p / s, acc, dr, eq }' >> "$CSV"
+  tail -1 "$CSV"
+  echo "== budget $b GB: --spec 4 --draft self (the model on what is in RAM)" >&2
+  ./strata run "$M" --ids "$PROMPT" --gen "$GEN" --ram-gb "$b" --print-ids --spec 4 --draft self \
+    --json "$OUT/spec-k.json" > "$OUT/spec-k.ids" 2> "$OUT/spec-$b-self.log"
+  s=$(field "$OUT/spec-k.json" "d['timings']['decode_s_per_token']")
+  acc=$(field "$OUT/spec-k.json" "d['speculation']['accepted']")
+  dr=$(field "$OUT/spec-k.json" "d['speculation']['drafted']")
+  eq=$([ "$(cat "$OUT/spec-k.ids")" = "$plain_ids" ] && echo 1 || echo 0)
+  awk -v b="$b" -v s="$s" -v p="$p" -v acc="$acc" -v dr="$dr" -v eq="$eq" 'BEGIN {
+    printf "%s,self,4,%.4f,%.3f,%.3f,,%s,%s,%s\n", b, s, 1 / s, p / s, acc, dr, eq }' >> "$CSV"
+  tail -1 "$CSV"
+  grep "^self-draft" "$OUT/spec-$b-self.log" >&2 || true
+  # a prompt with a repeated passage: n-gram drafts against plain decode
+  echo "== budget $b GB: repeated passage, plain and --spec 4 (n-gram drafts)" >&2
+  ./strata run "$M" --ids "$REPEAT" --gen "$GEN" --ram-gb "$b" --print-ids --json "$OUT/spec-plain.json" \
+    > "$OUT/spec-rplain.ids" 2> "$OUT/spec-$b-rplain.log"
+  rp=$(field "$OUT/spec-plain.json" "d['timings']['decode_s_per_token']")
+  echo "$b,repeat-plain,0,$rp,$(awk -v p="$rp" 'BEGIN{printf "%.3f", 1/p}'),1.000,,0,0,1" >> "$CSV"
+  tail -1 "$CSV"
+  ./strata run "$M" --ids "$REPEAT" --gen "$GEN" --ram-gb "$b" --print-ids --spec 4 \
+    --json "$OUT/spec-k.json" > "$OUT/spec-k.ids" 2> "$OUT/spec-$b-rngram.log"
+  s=$(field "$OUT/spec-k.json" "d['timings']['decode_s_per_token']")
+  acc=$(field "$OUT/spec-k.json" "d['speculation']['accepted']")
+  dr=$(field "$OUT/spec-k.json" "d['speculation']['drafted']")
+  eq=$([ "$(cat "$OUT/spec-k.ids")" = "$(cat "$OUT/spec-rplain.ids")" ] && echo 1 || echo 0)
+  awk -v b="$b" -v s="$s" -v p="$rp" -v acc="$acc" -v dr="$dr" -v eq="$eq" 'BEGIN {
+    printf "%s,repeat-ngram,4,%.4f,%.3f,%.3f,,%s,%s,%s\n", b, s, 1 / s, p / s, acc, dr, eq }' >> "$CSV"
   tail -1 "$CSV"
 done
 echo
