@@ -31,6 +31,9 @@ typedef struct mo_opts {
     uint64_t ram_bytes;
     int have_ram, plan_only, no_verify;
     int spec;               /* drafted tokens per verification (strata_model_opts.spec) */
+    uint64_t prefix_ram, prefix_dir_bytes; /* strata_model_opts.prefix_* (0: none) */
+    const char *prefix_dir;
+    int64_t prefix_every;
     int64_t threads, chunk; /* 0 = defaults */
 } mo_opts;
 
