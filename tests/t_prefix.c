@@ -13,6 +13,7 @@
  *                    stays that of a full prefill, other files are never touched,
  *                    the directory stays within its bound.
  *   prefix_seq_api:  strata_seq_prefix_store / _restore over strata_step.
+ *   faults_prefix:   file calls of spills and restores failing (vfs faults).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@
 #include <xxhash.h>
 #include "strata.h"
 #include "test.h"
+#include "vfs.h"
 
 #define MAXT 200
 
@@ -490,4 +492,44 @@ TEST(prefix_seq_api) {
     strata_seq_free(c);
     strata_model_close(m);
     strata_model_close(plain);
+}
+
+/* The file calls of a store (spill) and a restore failing in turn (EIO, ENOSPC,
+ * short transfers, EINTR): turn 2 still equals a full prefill, nothing crashes,
+ * and a failed write leaves no file behind that a later lookup would use. */
+TEST(faults_prefix) {
+    if (!px_model()) { CHECK(0); return; }
+    static const int kinds[] = {VFS_FAULT_EIO, VFS_FAULT_ENOSPC, VFS_FAULT_SHORT, VFS_FAULT_EINTR};
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/pxfault", t_tmpdir);
+    strata_model *m = px_load(&(pxcfg){.dir = dir});
+    if (!m) { CHECK(0); return; }
+    base_log_set(cap_log, NULL); /* the expected warnings */
+    uint64_t calls = 0;
+    uint32_t seed = 1000;
+    /* every 8th call from a per-kind offset (~48 calls: 6 per kind); every call
+     * with STRATA_TEST_FAULTS=full (make faults) */
+    const char *full_env = getenv("STRATA_TEST_FAULTS");
+    const uint64_t stride = full_env && !strcmp(full_env, "full") ? 1 : 8;
+    for (size_t k = 0; k < sizeof kinds / sizeof *kinds; k++) {
+        for (uint64_t n = calls ? 1 + (stride > 1 ? k * 2 : 0) : 1; n <= (calls ? calls : 1); n += calls ? stride : 1) {
+            /* a new conversation each time: the faults hit its own files */
+            int32_t p1[40], p2[MAXT];
+            make_prompt(p1, 40, seed++);
+            gout r1, full, a, b;
+            if (gen_one(m, p1, 40, 0, &r1)) { CHECK(0); break; }
+            const int64_t n2 = turn2(p1, 40, &r1, p2);
+            if (gen_one(m, p2, n2, 0, &full)) { CHECK(0); break; }
+            vfs_fault_set(calls ? kinds[k] : VFS_FAULT_COUNT, calls ? n : 0);
+            const int ra = gen_one(m, p1, 40, 1, &a), rb = gen_one(m, p2, n2, 1, &b);
+            if (!calls) calls = vfs_fault_calls();
+            vfs_fault_set(VFS_FAULT_OFF, 0);
+            CHECK_MSG(ra == 0 && rb == 0 && same(&b, &full), "fault %s at call %llu: turn 2 differs", vfs_fault_name(kinds[k]),
+                      (unsigned long long)n);
+            g_log[0] = 0;
+        }
+    }
+    base_log_set(NULL, NULL);
+    strata_model_close(m);
+    CHECK_MSG(calls >= 8, "%llu calls", (unsigned long long)calls); /* files written (open, writes, fsync, rename), one read */
 }
