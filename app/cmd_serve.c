@@ -44,6 +44,18 @@ static void usage(FILE *f) {
         "  --max-body SIZE      largest request body (default 1M)\n"
         "  --timeout S          idle / slow-request timeout in seconds (default 30)\n"
         "  --grace S            on SIGTERM, seconds to let requests finish (default 10)\n"
+        "  --prefix-gb X|auto   RAM for prefix snapshots (a request extending an earlier prompt\n"
+        "                       evaluates only its new tokens), inside the budget (default auto:\n"
+        "                       up to two sequences' state, at most a quarter of the budget's\n"
+        "                       headroom; 0 = none in RAM)\n"
+        "  --cache-dir DIR      also keep snapshots as files in DIR: written when they leave RAM,\n"
+        "                       read back on a match, kept across restarts (default: none)\n"
+        "  --cache-dir-gb X     bound on the snapshot files in DIR (default 8)\n"
+        "  --prefix-every N     prompt positions between snapshots (default 256)\n"
+        "  --no-prefix          no prefix reuse\n"
+        "  --spec K             speculative decoding for every request: up to K tokens drafted\n"
+        "                       from the text's own n-grams, verified in the same step as the\n"
+        "                       other sequences' rows; output identical (default 0: off)\n"
         MO_USAGE
         "\n"
         "Environment (tests only): STRATA_SERVE_STEP_MS=N sleeps N ms before each step.\n",
@@ -52,8 +64,11 @@ static void usage(FILE *f) {
 
 typedef struct serve_opts {
     const char *model_dir, *host, *api_key, *api_key_file;
-    int64_t port, parallel, queue, ctx, timeout, grace;
+    int64_t port, parallel, queue, ctx, timeout, grace, spec, prefix_every;
     uint64_t max_body;
+    double prefix_gb, cache_dir_gb; /* prefix_gb < 0: auto */
+    const char *cache_dir;
+    int no_prefix;
     mo_opts mo;
 } serve_opts;
 
@@ -66,6 +81,8 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
     o->timeout = 30;
     o->grace = 10;
     o->max_body = 1 << 20;
+    o->prefix_gb = -1;
+    o->cache_dir_gb = 8;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         int f = mo_flag(argc, argv, &i, CMD, &o->mo);
@@ -83,6 +100,16 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--max-body")) { NEED(); if (base_parse_size(v, &o->max_body) || o->max_body < 64 || o->max_body > ((uint64_t)1 << 30)) BAD("64 B .. 1G"); }
         else if (!strcmp(a, "--timeout")) { NEED(); if (base_parse_i64(v, 1, 86400, &o->timeout)) BAD("1..86400 seconds"); }
         else if (!strcmp(a, "--grace")) { NEED(); if (base_parse_i64(v, 0, 86400, &o->grace)) BAD("0..86400 seconds"); }
+        else if (!strcmp(a, "--prefix-gb")) {
+            NEED();
+            if (!strcmp(v, "auto")) o->prefix_gb = -1;
+            else if (base_parse_f64(v, 0, 1e6, &o->prefix_gb)) BAD("GB >= 0, or auto");
+        }
+        else if (!strcmp(a, "--cache-dir")) { NEED(); if (!*v) BAD("a directory"); o->cache_dir = v; }
+        else if (!strcmp(a, "--cache-dir-gb")) { NEED(); if (base_parse_f64(v, 0.001, 1e6, &o->cache_dir_gb)) BAD("GB > 0"); }
+        else if (!strcmp(a, "--prefix-every")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->prefix_every)) BAD("an integer >= 1"); }
+        else if (!strcmp(a, "--no-prefix")) o->no_prefix = 1;
+        else if (!strcmp(a, "--spec")) { NEED(); if (base_parse_i64(v, 0, 16, &o->spec)) BAD("an integer in [0, 16]"); }
         else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
         else if (!o->model_dir) o->model_dir = a;
         else return cli_usage_error(CMD, "unexpected argument '%s'", a);
@@ -91,6 +118,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
     }
     if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
     if (o->api_key && o->api_key_file) return cli_usage_error(CMD, "--api-key and --api-key-file are exclusive");
+    if (o->no_prefix && o->cache_dir) return cli_usage_error(CMD, "--no-prefix and --cache-dir are exclusive");
     return 0;
 }
 
@@ -158,6 +186,13 @@ int cmd_serve(int argc, char **argv) {
     if (o.ctx > mctx)
         fprintf(stderr, "strata serve: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ctx, (long long)mctx);
     const int64_t ctx = o.ctx ? o.ctx : (mctx < SERVE_DEFAULT_CTX ? mctx : SERVE_DEFAULT_CTX);
+    o.mo.spec = (int)o.spec;
+    if (!o.no_prefix) {
+        o.mo.prefix_ram = o.prefix_gb < 0 ? STRATA_PREFIX_AUTO : (uint64_t)(o.prefix_gb * 1e9);
+        o.mo.prefix_dir = o.cache_dir;
+        o.mo.prefix_dir_bytes = (uint64_t)(o.cache_dir_gb * 1e9);
+        o.mo.prefix_every = o.prefix_every;
+    }
     if (o.mo.plan_only) {
         rc = mo_place(&m, &o.mo, ctx, (int)o.parallel);
         ret = rc == MO_PLANNED ? 0 : rc;
@@ -170,7 +205,12 @@ int cmd_serve(int argc, char **argv) {
     so.max_seqs = (int)o.parallel;
     so.n_threads = (int)o.mo.threads;
     so.no_verify = o.mo.no_verify;
-    sched_opts sopt = {(int)o.parallel, (int)o.queue, 0};
+    so.spec = o.mo.spec;
+    so.prefix_ram = o.mo.prefix_ram;
+    so.prefix_dir = o.mo.prefix_dir;
+    so.prefix_dir_bytes = o.mo.prefix_dir_bytes;
+    so.prefix_every = o.mo.prefix_every;
+    sched_opts sopt = {(int)o.parallel, (int)o.queue, 0, (int)o.spec};
     const char *delay = getenv("STRATA_SERVE_STEP_MS");
     int64_t d;
     if (delay && !base_parse_i64(delay, 0, 10000, &d)) sopt.step_delay_ms = (int)d;
@@ -211,10 +251,16 @@ int cmd_serve(int argc, char **argv) {
                             "weights %s (%.2f s)\n",
                     (long long)i->n_layers, (long long)i->vocab, i->n_threads, i->kernel, i->max_seqs, (long long)i->ctx,
                     i->placement, i->load_s);
+            const strata_stats *ls = sched_load_stats(s);
+            if (ls->prefix_ram_bytes || ls->prefix_dir_bytes)
+                fprintf(stderr, "strata serve: prefix cache: %.3f GB of RAM%s%s%s\n", (double)ls->prefix_ram_bytes / 1e9,
+                        o.cache_dir ? ", files in " : "", o.cache_dir ? o.cache_dir : "", o.cache_dir ? "" : " (no --cache-dir)");
         }
     }
     http_quiesce(h);
     sched_shutdown(s, (double)o.grace);
+    /* the engine thread is gone: the model has one caller again */
+    if (sched_state(s) == 1) strata_model_print_report(m.m, stderr);
     ret = 0;
 out:
     if (s) sched_shutdown(s, 0);

@@ -85,6 +85,10 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.plan_only = o->plan_only;
     so.no_verify = o->no_verify;
     so.spec = o->spec;
+    so.prefix_ram = o->prefix_ram;
+    so.prefix_dir = o->prefix_dir;
+    so.prefix_dir_bytes = o->prefix_dir_bytes;
+    so.prefix_every = o->prefix_every;
     int rc = strata_model_load(m->m, &so, err, sizeof err);
     if (rc) {
         fprintf(stderr, "strata %s: %s\n", m->cmd, err);

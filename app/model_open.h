@@ -32,6 +32,9 @@ typedef struct mo_opts {
     int have_ram, plan_only, no_verify;
     int spec;               /* drafted tokens per verification (strata_model_opts.spec) */
     int draft_given;        /* --draft was given (it needs --spec) */
+    uint64_t prefix_ram, prefix_dir_bytes; /* strata_model_opts.prefix_* (0: none) */
+    const char *prefix_dir;
+    int64_t prefix_every;
     int64_t threads, chunk; /* 0 = defaults */
 } mo_opts;
 

@@ -73,7 +73,18 @@ typedef struct strata_model_opts {
     int spec;                /* most drafted tokens a generator may verify per step (0 = no
                                 speculation); each sequence then holds a KDA snapshot and
                                 per-row replay records, counted in the plan */
+    /* Prefix cache (see "prefix reuse" below). Off unless prefix_ram or prefix_dir. */
+    uint64_t prefix_ram;     /* RAM for snapshots, counted in the plan; 0 = none;
+                                STRATA_PREFIX_AUTO = up to two sequences' state, at most a
+                                quarter of what the budget leaves above its minimum (0 when
+                                that is less than a snapshot of 256 positions) */
+    const char *prefix_dir;  /* NULL = no disk tier; else snapshots leaving RAM (or larger
+                                than it) are written here and read back on a later match */
+    uint64_t prefix_dir_bytes; /* bound on this model's snapshot files there; 0 = 8 GB */
+    int64_t prefix_every;    /* prompt positions between snapshots; 0 = 256 */
 } strata_model_opts;
+
+#define STRATA_PREFIX_AUTO UINT64_MAX
 
 strata_model_opts strata_model_opts_default(void);
 
@@ -124,6 +135,14 @@ typedef struct strata_stats {
     int64_t draft_passes, draft_layers, draft_layers_run, draft_experts, draft_experts_used;
     uint64_t verify_bytes;     /* bytes checked against the pack's checksums */
     double verify_s;           /* thread-seconds spent on those checks */
+    /* prefix cache: generators (or strata_seq_prefix_restore calls) that looked for
+     * a cached prefix, found one, found it on disk; positions not evaluated again;
+     * snapshots kept, files written, files refused; bytes read and written by it;
+     * RAM and disk held now and their bounds */
+    uint64_t prefix_lookups, prefix_hits, prefix_disk_hits, prefix_tokens;
+    uint64_t prefix_stores, prefix_spills, prefix_rejected;
+    uint64_t prefix_disk_read, prefix_disk_written;
+    uint64_t prefix_ram_used, prefix_ram_bytes, prefix_disk_used, prefix_dir_bytes;
 } strata_stats;
 void strata_model_get_stats(strata_model *m, strata_stats *out);
 void strata_model_reset_stats(strata_model *m);
@@ -151,6 +170,26 @@ const char *strata_seq_errmsg(const strata_seq *s);
  * between the two passes) leaves the sequence empty, and the message says so. */
 int strata_seq_save(strata_seq *s, const char *path, char *err, size_t errlen);
 int strata_seq_load(strata_seq *s, const char *path, char *err, size_t errlen);
+
+/* Prefix reuse. A model loaded with a prefix cache keeps snapshots of sequences'
+ * state: the token ids, the KDA conv + recurrent state at exactly that position
+ * and the MLA latent rows before it. Generators store them on their own (every
+ * prefix_every prompt positions, at the end of the prompt and at the end of the
+ * generation) and start from the longest one that the prompt extends, so a chat
+ * that re-sends its history evaluates only the new tokens. A sequence continued
+ * from a snapshot gives bit-identical logits and tokens to a full re-prefill.
+ * Snapshots live in RAM (least recently used leave first) and, with prefix_dir,
+ * in files there (written atomically, tied to the model's identity, checked when
+ * read; a bad file is refused with a warning on the log and counts as a miss).
+ *
+ * strata_seq_prefix_store keeps a snapshot of s at its current position (0, or a
+ * negative code when it could not be kept: not fatal). strata_seq_prefix_restore
+ * resets s and restores the longest snapshot of a prefix of ids[0, n) (at most n
+ * positions: pass n - 1 to leave a token whose logits the next step gives);
+ * returns the positions restored (0: none; s is then empty) or a negative code.
+ * Both: STRATA_EINVAL without a prefix cache. */
+int strata_seq_prefix_store(strata_seq *s, char *err, size_t errlen);
+int64_t strata_seq_prefix_restore(strata_seq *s, const int32_t *ids, int64_t n, char *err, size_t errlen);
 
 /* =================================================================== steps
  *
@@ -214,6 +253,9 @@ typedef struct strata_gen_opts {
      * the model's end ids when stop_at_end: a chat front-end's end-of-message. */
     const int32_t *stop_ids;
     int n_stop_ids;
+    int prefix;              /* 1 (default): with a prefix cache, start from the longest
+                                snapshot the prompt extends (not with continue_seq) and
+                                store snapshots of this sequence; 0: neither */
 } strata_gen_opts;
 strata_gen_opts strata_gen_opts_default(void);
 
@@ -237,6 +279,8 @@ const int32_t *strata_gen_ids(const strata_gen *g, int64_t *n); /* generated ids
 void strata_gen_set_user(strata_gen *g, void *user);
 void *strata_gen_user(const strata_gen *g);
 uint64_t strata_gen_logits_hash(const strata_gen *g);  /* FNV-1a of every logits row produced */
+/* Prompt tokens restored from the prefix cache instead of evaluated (<= n_prompt - 1). */
+int64_t strata_gen_reused(const strata_gen *g);
 /* Speculation counts: tokens drafted, drafted tokens accepted, verification steps. */
 void strata_gen_spec_stats(const strata_gen *g, int64_t *drafted, int64_t *accepted, int64_t *verifies);
 

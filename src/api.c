@@ -25,6 +25,7 @@
 #include "model.h"
 #include "place.h"
 #include "pool.h"
+#include "prefix.h"
 #include "sample.h"
 #include "st.h"
 #include "strata.h"
@@ -33,6 +34,7 @@
 
 #define API_MAX_STOP 16
 #define API_DEFAULT_CTX 4096
+#define API_PREFIX_EVERY 256
 
 struct strata_model {
     char dir[4096];
@@ -59,6 +61,8 @@ struct strata_model {
     float *glogits;           /* (max_out, vocab) */
     infer_row *irows;         /* (rows) strata_step's rows in engine form */
     strata_gen **gdec, **gself; /* (rows) a generator step's decoding / self-drafting generators */
+    prefix_cache *px;         /* NULL: no prefix cache */
+    int64_t px_every;         /* prompt positions between snapshots */
 };
 
 struct strata_seq {
@@ -84,6 +88,10 @@ struct strata_gen {
     int self_pending;         /* n_drafts are to come from a self-draft this step */
     int32_t stop_ids[16];     /* opts.stop_ids */
     int n_stop_ids;
+    /* prefix cache */
+    int64_t n_reused;         /* prompt positions restored from a snapshot */
+    int64_t px_last;          /* position of the last snapshot stored */
+    int px_prompt, px_final;  /* stored: at the end of the prompt, at the end */
     sampler *sm;
     tok_stream *ts;
     uint64_t lhash;
@@ -98,7 +106,7 @@ strata_model_opts strata_model_opts_default(void) {
 
 strata_gen_opts strata_gen_opts_default(void) {
     return (strata_gen_opts){.temp = 0, .top_k = 0, .top_p = 1, .min_p = 0, .repeat_penalty = 1, .repeat_last_n = 64,
-                             .seed = 0, .max_tokens = 32, .stop_at_end = 1};
+                             .seed = 0, .max_tokens = 32, .stop_at_end = 1, .prefix = 1};
 }
 
 void strata_free(void *p) { base_free(p); }
@@ -207,6 +215,32 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
                                                     infer_session_spec_bytes(&m->c, m->spec ? m->spec + 1 : 0));
     int rc;
     m->placed = o->ram_bytes || o->pack_dir || o->plan_only || o->place;
+    /* the prefix cache's RAM; auto: two sequences' state, at most a quarter of
+     * what the budget leaves above its minimum without it */
+    prefix_opts pxo = {o->prefix_ram, o->prefix_dir, o->prefix_dir_bytes, 0};
+    m->px_every = o->prefix_every > 0 ? o->prefix_every : API_PREFIX_EVERY;
+    if (pxo.ram_bytes == STRATA_PREFIX_AUTO) {
+        pxo.ram_bytes = 2 * infer_session_bytes(&m->c, m->ctx);
+        if (m->placed && o->ram_bytes) {
+            place_opts po = place_opts_default();
+            po.ram_bytes = o->ram_bytes;
+            po.pack_dir = o->pack_dir;
+            po.ctx = m->ctx;
+            po.prefill_chunk = m->rows;
+            po.n_threads = m->threads;
+            po.n_seqs = m->max_seqs;
+            po.extra_bytes = extra;
+            po.session_bytes = infer_session_bytes;
+            po.engine_bytes = infer_engine_bytes;
+            prefix_opts p0 = pxo;
+            p0.ram_bytes = 0;
+            po.prefix_bytes = prefix_alloc_bytes(&p0);
+            if ((rc = place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen))) return rc;
+            const uint64_t q = (o->ram_bytes - m->plan.min_bytes) / 4;
+            if (q < pxo.ram_bytes) pxo.ram_bytes = q;
+        }
+        if (pxo.ram_bytes < infer_session_bytes(&m->c, m->ctx < 256 ? m->ctx : 256)) pxo.ram_bytes = 0;
+    }
     if (m->placed) {
         place_opts po = place_opts_default();
         po.ram_bytes = o->ram_bytes;
@@ -216,6 +250,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
         po.n_threads = m->threads;
         po.n_seqs = m->max_seqs;
         po.extra_bytes = extra;
+        po.prefix_bytes = prefix_alloc_bytes(&pxo);
         po.session_bytes = infer_session_bytes;
         po.engine_bytes = infer_engine_bytes;
         if (o->no_verify) po.verify_reads = PLACE_VERIFY_OFF;
@@ -232,6 +267,10 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     uint64_t id = 0;
     if ((rc = model_identity(m, &id, err, errlen))) return rc;
     engine_set_model_id(m->e, id);
+    if (pxo.ram_bytes || pxo.dir) {
+        pxo.model_id = id;
+        if ((rc = prefix_open(&m->px, m->e, &pxo, err, errlen))) return rc;
+    }
     m->grows = base_alloc((size_t)m->rows * sizeof *m->grows, MEM_SCRATCH);
     m->gown = base_alloc((size_t)m->rows * sizeof *m->gown, MEM_SCRATCH);
     m->irows = base_alloc((size_t)m->rows * sizeof *m->irows, MEM_SCRATCH);
@@ -252,6 +291,7 @@ void strata_model_close(strata_model *m) {
     base_free(m->gdec);
     base_free(m->gself);
     base_free(m->glogits);
+    prefix_close(m->px);
     engine_free(m->e);
     if (m->w) m->w->ops->close(m->w);
     tok_close(m->tk);
@@ -336,14 +376,49 @@ void strata_model_get_stats(strata_model *m, strata_stats *o) {
     }
     o->verify_bytes = s.verify_bytes;
     o->verify_s = s.verify_s;
+    if (m->px) {
+        prefix_stats p;
+        prefix_get_stats(m->px, &p);
+        o->prefix_lookups = p.lookups;
+        o->prefix_hits = p.hits;
+        o->prefix_disk_hits = p.disk_hits;
+        o->prefix_tokens = p.tokens;
+        o->prefix_stores = p.stores;
+        o->prefix_spills = p.spills;
+        o->prefix_rejected = p.rejected;
+        o->prefix_disk_read = p.disk_read;
+        o->prefix_disk_written = p.disk_written;
+        o->prefix_ram_used = p.ram_used;
+        o->prefix_ram_bytes = p.ram_bytes;
+        o->prefix_disk_used = p.disk_used;
+        o->prefix_dir_bytes = p.dir_bytes;
+    }
 }
 
 void strata_model_reset_stats(strata_model *m) {
     if (m->placed && m->w) place_stats_reset(m->w);
     if (m->e) engine_draft_stats_reset(m->e);
+    if (m->px) prefix_reset_stats(m->px);
+}
+
+/* The prefix cache's line of the run report. */
+static void prefix_report(strata_model *m, FILE *f) {
+    prefix_stats p;
+    prefix_get_stats(m->px, &p);
+    fprintf(f, "prefix cache: %llu lookups, %llu hits (%llu from disk), %llu prompt tokens reused; %llu snapshots stored, "
+               "RAM %.3f of %.3f GB (%lld held)",
+            (unsigned long long)p.lookups, (unsigned long long)p.hits, (unsigned long long)p.disk_hits,
+            (unsigned long long)p.tokens, (unsigned long long)p.stores, (double)p.ram_used / 1e9, (double)p.ram_bytes / 1e9,
+            (long long)p.n_ram);
+    if (p.dir_bytes)
+        fprintf(f, ", disk %.3f of %.3f GB (%lld files; %.3f GB written, %.3f GB read, %llu refused)", (double)p.disk_used / 1e9,
+                (double)p.dir_bytes / 1e9, (long long)p.n_disk, (double)p.disk_written / 1e9, (double)p.disk_read / 1e9,
+                (unsigned long long)p.rejected);
+    fputc('\n', f);
 }
 
 void strata_model_print_report(strata_model *m, FILE *f) {
+    if (m->px) prefix_report(m, f);
     if (!m->placed || !m->w) return;
     place_stats s;
     memset(&s, 0, sizeof s);
@@ -365,6 +440,17 @@ char *strata_model_report_json(strata_model *m) {
         j = json_object();
         json_object_set_new(j, "plan", place_plan_json(&m->plan));
         json_object_set_new(j, "stats", place_stats_json(&s));
+    }
+    if (j && m->px) {
+        prefix_stats p;
+        prefix_get_stats(m->px, &p);
+        json_object_set_new(j, "prefix", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
+            "lookups", (json_int_t)p.lookups, "hits", (json_int_t)p.hits, "disk_hits", (json_int_t)p.disk_hits,
+            "tokens_reused", (json_int_t)p.tokens, "stores", (json_int_t)p.stores, "spills", (json_int_t)p.spills,
+            "rejected", (json_int_t)p.rejected, "disk_read_bytes", (json_int_t)p.disk_read,
+            "disk_written_bytes", (json_int_t)p.disk_written, "ram_used_bytes", (json_int_t)p.ram_used,
+            "ram_bytes", (json_int_t)p.ram_bytes, "disk_used_bytes", (json_int_t)p.disk_used,
+            "dir_bytes", (json_int_t)p.dir_bytes));
     }
     char *txt = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
@@ -402,6 +488,22 @@ const int32_t *strata_seq_tokens(const strata_seq *s) { return session_tokens(s-
 const char *strata_seq_errmsg(const strata_seq *s) { return session_errmsg(s->s); }
 int strata_seq_save(strata_seq *s, const char *path, char *err, size_t errlen) { return session_save(s->s, path, err, errlen); }
 int strata_seq_load(strata_seq *s, const char *path, char *err, size_t errlen) { return session_load(s->s, path, err, errlen); }
+
+int strata_seq_prefix_store(strata_seq *s, char *err, size_t errlen) {
+    strata_model *m = s->m;
+    if (!m->px) return base_fail(err, errlen, STRATA_EINVAL, "%s: the model was loaded without a prefix cache", m->dir);
+    if (session_broken(s->s)) return base_fail(err, errlen, STRATA_EINVAL, "the sequence failed earlier; nothing to store");
+    int rc = prefix_store(m->px, s->s);
+    return rc ? base_fail(err, errlen, rc, "%s", prefix_errmsg(m->px)) : 0;
+}
+
+int64_t strata_seq_prefix_restore(strata_seq *s, const int32_t *ids, int64_t n, char *err, size_t errlen) {
+    strata_model *m = s->m;
+    if (!m->px) return base_fail(err, errlen, STRATA_EINVAL, "%s: the model was loaded without a prefix cache", m->dir);
+    if (n < 0 || (n && !ids)) return base_fail(err, errlen, STRATA_EINVAL, "bad ids");
+    session_reset(s->s);
+    return prefix_restore(m->px, s->s, ids, n);
+}
 
 /* =================================================================== steps */
 
@@ -484,6 +586,11 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
     if ((rc = sampler_create(&g->sm, m->c.vocab, &so, err, errlen))) goto fail;
     if (o->want_text && tok_stream_open(&g->ts, m->tk)) { rc = base_fail(err, errlen, STRATA_ENOMEM, "out of memory"); goto fail; }
     if (!continue_seq) session_reset(seq->s);
+    /* the longest snapshot the prompt extends (one token at least is left: its
+     * logits give the first sampled token) */
+    if (!continue_seq && o->prefix && m->px && n_prompt > 1)
+        g->n_fed = g->n_reused = prefix_restore(m->px, seq->s, g->prompt, n_prompt - 1);
+    g->px_last = session_pos(seq->s);
     *out = g;
     return 0;
 fail:
@@ -504,6 +611,7 @@ void strata_gen_free(strata_gen *g) {
 int strata_gen_done(const strata_gen *g) { return g->done; }
 int strata_gen_stopped(const strata_gen *g) { return g->stopped; }
 int64_t strata_gen_prefilled(const strata_gen *g) { return g->n_fed; }
+int64_t strata_gen_reused(const strata_gen *g) { return g->n_reused; }
 const int32_t *strata_gen_ids(const strata_gen *g, int64_t *n) { *n = g->n_out; return g->out; }
 void strata_gen_set_user(strata_gen *g, void *user) { g->user = user; }
 void *strata_gen_user(const strata_gen *g) { return g->user; }
@@ -646,6 +754,25 @@ static void gen_adapt(strata_gen *g, int64_t drafted, int64_t accepted) {
     }
 }
 
+/* After a step: snapshots of the generators' sequences at a prompt boundary
+ * (every px_every positions), at the end of the prompt and at the end of the
+ * generation (prompt + every generated token but the last, which was sampled and
+ * not evaluated). A snapshot that cannot be kept is not an error. */
+static void gen_snapshots(strata_model *m, strata_gen *const *gens, int n) {
+    for (int i = 0; i < n; i++) {
+        strata_gen *g = gens[i];
+        if (!g->o.prefix || g->px_final) continue;
+        const int64_t pos = session_pos(g->seq->s);
+        int want = 0;
+        if (g->n_fed < g->n_prompt) want = pos % m->px_every == 0;
+        else if (!g->px_prompt) want = g->px_prompt = 1;
+        if (g->done) want = g->px_final = 1;
+        if (!want || pos == g->px_last) continue;
+        g->px_last = pos;
+        prefix_store(m->px, g->seq->s);
+    }
+}
+
 int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_token_fn cb, void *ud, char *err, size_t errlen) {
     if (!m->loaded) return base_fail(err, errlen, STRATA_EINVAL, "%s: the model is not loaded", m->dir);
     int64_t nr = 0, n_out = 0;
@@ -697,6 +824,10 @@ int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_toke
         if (g->done || g->n_fed == g->n_prompt) continue;
         const int64_t left = g->n_prompt - g->n_fed;
         int64_t k = left < m->rows - nr ? left : m->rows - nr;
+        if (m->px && g->o.prefix) { /* a run ends at the next snapshot boundary */
+            const int64_t to_b = m->px_every - session_pos(g->seq->s) % m->px_every;
+            if (k > to_b) k = to_b;
+        }
         const int last = k == left;
         if (last && n_out >= m->max_out) { if (k == 1) continue; k--; }
         for (int64_t j = 0; j < k; j++) {
@@ -745,6 +876,7 @@ int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_toke
             gen_adapt(g, nd, acc);
         }
     }
+    if (m->px) gen_snapshots(m, gens, n);
     active = 0;
     for (int i = 0; i < n; i++) active += !gens[i]->done;
     return active;

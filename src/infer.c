@@ -1400,6 +1400,28 @@ uint64_t infer_session_spec_bytes(const cfg *c, int64_t spec_rows) {
     return n_kda * ((uint64_t)kda_floats(c) + (uint64_t)spec_rows * (uint64_t)rec_floats(c)) * sizeof(float);
 }
 
+/* The state of s's first pos positions as regions (see infer.h). */
+int session_parts(session *s, int64_t pos, session_part *parts, int max) {
+    engine *e = s->e;
+    if (pos < 0 || pos > s->max_ctx || max < 2 + (int)e->n_mla) return -1;
+    int n = 0;
+    parts[n++] = (session_part){s->ids, (size_t)pos * sizeof(int32_t)};
+    parts[n++] = (session_part){s->kda, (size_t)e->n_kda * (size_t)kda_floats(e->c) * sizeof(float)};
+    for (int64_t i = 0; i < e->n_mla; i++)
+        parts[n++] = (session_part){s->cache + i * s->max_ctx * e->C, (size_t)(pos * e->C) * sizeof(float)};
+    return n;
+}
+
+int session_broken(const session *s) { return s->broken; }
+
+void session_restored(session *s, int64_t pos) {
+    s->pos = pos;
+    s->spec_on = 0;
+    s->spec_n = 0;
+    s->broken = 0;
+    s->err[0] = 0;
+}
+
 int session_eval(session *s, const int32_t *ids, int64_t n, float *logits) {
     engine *e = s->e;
     const cfg *c = e->c;

@@ -116,6 +116,19 @@ int session_spec_end(session *s, int64_t keep);
 /* Bytes session_create adds per sequence for spec_rows (snapshot + records). */
 uint64_t infer_session_spec_bytes(const cfg *c, int64_t spec_rows);
 
+/* A sequence's state at a position as memory regions, for snapshots (the prefix
+ * cache): ids[pos] (int32), the KDA block of every KDA layer (conv history and
+ * recurrent state at pos, one region), then each MLA layer's latent rows [0, pos).
+ * Copying the regions out while s is at pos takes a snapshot; writing them back
+ * (into any sequence of the engine with max_ctx >= pos) and then calling
+ * session_restored(s, pos) makes that sequence continue exactly as the original
+ * did from pos. Returns the number of regions (2 + MLA layers), or -1 when pos is
+ * outside [0, max_ctx] or max is too small. */
+typedef struct session_part { void *p; size_t n; } session_part;
+int session_parts(session *s, int64_t pos, session_part *parts, int max);
+void session_restored(session *s, int64_t pos);
+int session_broken(const session *s); /* 1: failed during a step, unusable until reset */
+
 /* Marks s unusable until session_reset (its state was partly updated). */
 void session_mark_broken(session *s, const char *why);
 

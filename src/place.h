@@ -52,6 +52,7 @@ typedef struct place_opts {
     int64_t prefill_chunk;    /* rows per pass (0 = 64); never lowered by the budget */
     int n_seqs;               /* sequences held at once (each a session); 0 = 1 */
     uint64_t extra_bytes;     /* the caller's own buffers (the API's step rows, samplers) */
+    uint64_t prefix_bytes;    /* the prefix cache's RAM (snapshots of sequences; api.c) */
     int n_threads;            /* compute threads (0 = default) */
     place_session_bytes_fn session_bytes; /* NULL = the planner's own estimate */
     place_engine_bytes_fn engine_bytes;   /* NULL = the planner's own estimate */
@@ -107,6 +108,7 @@ typedef struct place_plan {
     int cache_policy;
     /* the rest */
     uint64_t session_bytes, engine_bytes, io_bytes, index_bytes, overhead_bytes, extra_bytes;
+    uint64_t prefix_bytes;    /* prefix cache snapshots (RAM tier and its tables) */
     uint64_t total_bytes;     /* planned peak RSS */
     uint64_t min_bytes;       /* smallest budget that gives a valid plan */
     int resident;             /* every unit pinned and the embedding resident */

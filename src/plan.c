@@ -93,7 +93,7 @@ static uint64_t ring_need(const place_plan *p, int pair) {
 }
 
 static uint64_t plan_total(const place_plan *p) {
-    return p->overhead_bytes + p->index_bytes + p->session_bytes + p->engine_bytes + p->extra_bytes + p->io_bytes + p->pinned_bytes +
+    return p->overhead_bytes + p->index_bytes + p->session_bytes + p->engine_bytes + p->extra_bytes + p->prefix_bytes + p->io_bytes + p->pinned_bytes +
            p->ring_bytes + (p->embed_resident ? p->embed_bytes : 0) + p->cache_bytes;
 }
 
@@ -168,6 +168,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->seq_bytes = o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);
     p->session_bytes = p->seq_bytes * (uint64_t)p->n_seqs;
     p->extra_bytes = o->extra_bytes;
+    p->prefix_bytes = o->prefix_bytes;
     /* I/O: per-ring descriptors, the embedding-row bounce buffer (64 rows), and
      * the read-ahead/verification staging */
     p->io_bytes = (4u << 20) + io_align_up(p->embed_row_bytes * 64) + 4 * IO_ALIGN;
@@ -322,6 +323,7 @@ void place_plan_print(const place_plan *p, FILE *f) {
             (long long)p->prefill_chunk, (long long)p->prefill_chunk);
     fprintf(f, "  I/O buffers       %10.3f GB\n", gb(p->io_bytes));
     if (p->extra_bytes) fprintf(f, "  step buffers      %10.3f GB  (logits rows, samplers)\n", gb(p->extra_bytes));
+    if (p->prefix_bytes) fprintf(f, "  prefix cache      %10.3f GB  (snapshots of sequences' state)\n", gb(p->prefix_bytes));
     fprintf(f, "  index + manifest  %10.3f GB\n", gb(p->index_bytes));
     fprintf(f, "  process baseline  %10.3f GB  (VmRSS now + thread stacks + allocator slack)\n", gb(p->overhead_bytes));
     fprintf(f, "  weights from      %s\n", p->has_pack ? p->pack_dir : "the shards, in place (no pack: strata pack makes layers one read)");
@@ -353,6 +355,7 @@ json_t *place_plan_json(const place_plan *p) {
     I("n_seqs", p->n_seqs);
     I("engine_bytes", p->engine_bytes);
     I("io_bytes", p->io_bytes);
+    I("prefix_bytes", p->prefix_bytes);
     I("index_bytes", p->index_bytes);
     I("overhead_bytes", p->overhead_bytes);
     I("ctx", p->ctx);

@@ -320,7 +320,9 @@ TEST(serve_http) {
     CHECK(dir != NULL);
     if (!dir) return;
     server s;
-    static const char *const args[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--max-body", "64K", NULL};
+    char cache_dir[600];
+    snprintf(cache_dir, sizeof cache_dir, "%s/serve_cache", t_tmpdir);
+    const char *const args[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--max-body", "64K", "--cache-dir", cache_dir, NULL};
     CHECK(server_start(&s, dir, "1", args) == 0);
     if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
     req_buf b;
@@ -408,6 +410,20 @@ TEST(serve_http) {
         int rc = t_run(cmd, &out);
         CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "client.mjs: %s", out);
         base_free(out);
+        /* prefix reuse against a fresh server without a prefix cache that speculates */
+        server sb;
+        static const char *const bargs[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--no-prefix", "--spec", "3", NULL};
+        CHECK(server_start(&sb, dir, NULL, bargs) == 0);
+        if (sb.port && !wait_health(sb.port)) {
+            out = NULL;
+            snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/prefix.mjs %d %d %s serve_tiny", s.port, sb.port, KEY);
+            rc = t_run(cmd, &out);
+            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "prefix.mjs: %s", out);
+            base_free(out);
+        } else {
+            CHECK(0);
+        }
+        CHECK(server_stop(&sb) == 0);
     }
     /* the page, health and metrics (no key needed) */
     CHECK(http(s.port, "GET", "/", NULL, NULL, 0, &b) == 200 && strstr(b.p, "<html") && strstr(b.p, "text/html"));
@@ -432,7 +448,9 @@ TEST(serve_http) {
                                         "strata_completion_tokens_total", "strata_queue_length 0", "strata_active_sequences 0",
                                         "strata_step_rows_bucket{le=\"+Inf\"}", "strata_read_bytes_total{what=\"experts\"}",
                                         "strata_expert_hit_rate", "strata_time_to_first_token_seconds_count",
-                                        "strata_inter_token_latency_seconds_bucket"};
+                                        "strata_inter_token_latency_seconds_bucket", "strata_prefix_hits_total{tier=\"ram\"}",
+                                        "strata_prefix_tokens_reused_total", "strata_prefix_bytes{tier=\"disk\"}",
+                                        "strata_spec_drafted_tokens_total"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) CHECK_MSG(b.p && strstr(b.p, names[i]), "metrics lack %s", names[i]);
     req_buf_free(&b);
     CHECK(server_stop(&s) == 0);

@@ -197,9 +197,12 @@ static job *make_job(http_server *h, const request *r, req_error *e) {
     return j;
 }
 
+/* OpenAI's usage, with the prompt tokens the prefix cache restored as
+ * prompt_tokens_details.cached_tokens. */
 static json_t *usage_json(const job *j) {
-    return json_pack("{s:I,s:I,s:I}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens", (json_int_t)j->n_gen,
-                     "total_tokens", (json_int_t)(j->n_prompt + j->n_gen));
+    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens", (json_int_t)j->n_gen,
+                     "total_tokens", (json_int_t)(j->n_prompt + j->n_gen), "prompt_tokens_details", "cached_tokens",
+                     (json_int_t)j->n_cached);
 }
 
 /* ===== streaming ===== */

@@ -26,6 +26,7 @@ struct metrics {
     struct { char endpoint[40]; int status; uint64_t n; } req[MET_MAX_REQ];
     int n_req;
     uint64_t prompt_tokens, completion_tokens, steps, rejected_queue, rejected_draining;
+    uint64_t spec_drafted, spec_accepted, spec_verifies;
     double step_seconds;
     int queued, active, parallel;
     strata_stats st;
@@ -123,6 +124,14 @@ void metrics_rejected(metrics *mt, const char *why) {
     pthread_mutex_unlock(&mt->mu);
 }
 
+void metrics_spec(metrics *mt, int64_t drafted, int64_t accepted, int64_t verifies) {
+    pthread_mutex_lock(&mt->mu);
+    mt->spec_drafted += (uint64_t)drafted;
+    mt->spec_accepted += (uint64_t)accepted;
+    mt->spec_verifies += (uint64_t)verifies;
+    pthread_mutex_unlock(&mt->mu);
+}
+
 static void hist_render(req_buf *b, const char *name, const char *help, const hist *h) {
     req_buf_addf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
     uint64_t cum = 0;
@@ -180,6 +189,40 @@ void metrics_render(metrics *mt, req_buf *b) {
                  (unsigned long long)s->bytes_trunk, (unsigned long long)s->bytes_head, (unsigned long long)s->bytes_embed,
                  (unsigned long long)s->bytes_experts, (unsigned long long)s->expert_requests,
                  (unsigned long long)s->expert_hits, s->hit_rate, (unsigned long long)s->peak_rss);
+    req_buf_addf(b,
+                 "# HELP strata_prefix_lookups_total Requests that looked for a cached prefix of their prompt.\n"
+                 "# TYPE strata_prefix_lookups_total counter\nstrata_prefix_lookups_total %llu\n"
+                 "# HELP strata_prefix_hits_total Requests that started from a cached prefix, by where it was.\n"
+                 "# TYPE strata_prefix_hits_total counter\n"
+                 "strata_prefix_hits_total{tier=\"ram\"} %llu\nstrata_prefix_hits_total{tier=\"disk\"} %llu\n"
+                 "# HELP strata_prefix_tokens_reused_total Prompt tokens restored from the prefix cache instead of evaluated.\n"
+                 "# TYPE strata_prefix_tokens_reused_total counter\nstrata_prefix_tokens_reused_total %llu\n"
+                 "# HELP strata_prefix_snapshots_stored_total Snapshots of sequences kept by the prefix cache.\n"
+                 "# TYPE strata_prefix_snapshots_stored_total counter\nstrata_prefix_snapshots_stored_total %llu\n"
+                 "# HELP strata_prefix_files_refused_total Snapshot files refused on reading (damaged, another model's).\n"
+                 "# TYPE strata_prefix_files_refused_total counter\nstrata_prefix_files_refused_total %llu\n"
+                 "# HELP strata_prefix_disk_bytes_total Bytes of snapshot files, by direction.\n"
+                 "# TYPE strata_prefix_disk_bytes_total counter\n"
+                 "strata_prefix_disk_bytes_total{op=\"read\"} %llu\nstrata_prefix_disk_bytes_total{op=\"written\"} %llu\n"
+                 "# HELP strata_prefix_bytes Bytes the prefix cache holds now, by tier.\n"
+                 "# TYPE strata_prefix_bytes gauge\nstrata_prefix_bytes{tier=\"ram\"} %llu\nstrata_prefix_bytes{tier=\"disk\"} %llu\n"
+                 "# HELP strata_prefix_capacity_bytes Bounds of the prefix cache, by tier.\n"
+                 "# TYPE strata_prefix_capacity_bytes gauge\n"
+                 "strata_prefix_capacity_bytes{tier=\"ram\"} %llu\nstrata_prefix_capacity_bytes{tier=\"disk\"} %llu\n"
+                 "# HELP strata_spec_drafted_tokens_total Tokens drafted for speculative decoding (finished requests).\n"
+                 "# TYPE strata_spec_drafted_tokens_total counter\nstrata_spec_drafted_tokens_total %llu\n"
+                 "# HELP strata_spec_accepted_tokens_total Drafted tokens the model agreed with.\n"
+                 "# TYPE strata_spec_accepted_tokens_total counter\nstrata_spec_accepted_tokens_total %llu\n"
+                 "# HELP strata_spec_verifications_total Decode rows that carried drafts.\n"
+                 "# TYPE strata_spec_verifications_total counter\nstrata_spec_verifications_total %llu\n",
+                 (unsigned long long)s->prefix_lookups, (unsigned long long)(s->prefix_hits - s->prefix_disk_hits),
+                 (unsigned long long)s->prefix_disk_hits, (unsigned long long)s->prefix_tokens,
+                 (unsigned long long)s->prefix_stores, (unsigned long long)s->prefix_rejected,
+                 (unsigned long long)s->prefix_disk_read, (unsigned long long)s->prefix_disk_written,
+                 (unsigned long long)s->prefix_ram_used, (unsigned long long)s->prefix_disk_used,
+                 (unsigned long long)s->prefix_ram_bytes, (unsigned long long)s->prefix_dir_bytes,
+                 (unsigned long long)mt->spec_drafted, (unsigned long long)mt->spec_accepted,
+                 (unsigned long long)mt->spec_verifies);
     hist_render(b, "strata_step_rows", "Rows (prompt + decode tokens) evaluated per engine step.", &mt->rows);
     hist_render(b, "strata_time_to_first_token_seconds", "From request admission to its first generated token.", &mt->ttft);
     hist_render(b, "strata_inter_token_latency_seconds", "Between consecutive generated tokens of a request.", &mt->itl);

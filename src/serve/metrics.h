@@ -24,6 +24,8 @@ void metrics_step(metrics *mt, int64_t rows, double seconds);
 void metrics_gauges(metrics *mt, int queued, int active, int parallel);
 void metrics_model(metrics *mt, const strata_stats *st);
 void metrics_rejected(metrics *mt, const char *why); /* "queue_full", "draining", ... */
+/* A speculating request's counts when it leaves: drafted, accepted, verifying steps. */
+void metrics_spec(metrics *mt, int64_t drafted, int64_t accepted, int64_t verifies);
 
 /* The exposition text (text/plain; version=0.0.4) appended to b. */
 void metrics_render(metrics *mt, req_buf *b);

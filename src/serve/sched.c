@@ -38,6 +38,7 @@ struct sched {
     int32_t end_ids[SCHED_MAX_END];
     int n_end;
     strata_model_info info;          /* after the load */
+    strata_stats st_load;
 };
 
 /* ===== jobs ===== */
@@ -188,6 +189,11 @@ static void job_flush(job *j) {
 /* Frees slot i's generator and drops the engine's reference to its job. */
 static void slot_clear(sched *s, int i) {
     job *j = s->slot[i];
+    if (j->g) {
+        int64_t d, a, v;
+        strata_gen_spec_stats(j->g, &d, &a, &v);
+        if (v) metrics_spec(s->mt, d, a, v);
+    }
     strata_gen_free(j->g);
     j->g = NULL;
     s->slot[i] = NULL;
@@ -201,6 +207,7 @@ static void slot_start(sched *s, int i, job *j) {
     int rc = 0;
     if (j->kind == REQ_CHAT) rc = chat_follow_open((chat_follow **)&j->follow, s->tk, j->thinking, err, sizeof err);
     else if (tok_stream_open(&j->ts, s->tk)) rc = base_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
+    j->go.spec = s->o.spec;
     if (!rc) rc = strata_gen_create(&j->g, s->seqs[i], j->prompt, j->n_prompt, &j->go, 0, err, sizeof err);
     s->slot[i] = j;
     s->n_active++;
@@ -211,6 +218,9 @@ static void slot_start(sched *s, int i, job *j) {
     }
     j->slot = i;
     strata_gen_set_user(j->g, j);
+    pthread_mutex_lock(&j->mu);
+    j->n_cached = strata_gen_reused(j->g);
+    pthread_mutex_unlock(&j->mu);
     metrics_tokens(s->mt, j->n_prompt, 0);
 }
 
@@ -261,6 +271,7 @@ static int load(sched *s) {
         if (strata_seq_create(s->m, &s->seqs[i], err, sizeof err)) goto fail;
     s->n_end = strata_end_ids(s->m, s->end_ids, SCHED_MAX_END);
     strata_model_get_info(s->m, &s->info);
+    strata_model_get_stats(s->m, &s->st_load);
     return 0;
 fail:
     pthread_mutex_lock(&s->mu);
@@ -378,6 +389,7 @@ int sched_state(sched *s) {
 
 const char *sched_load_error(sched *s) { return s->load_err; }
 const strata_model_info *sched_info(sched *s) { return &s->info; }
+const strata_stats *sched_load_stats(sched *s) { return &s->st_load; }
 
 int sched_submit(sched *s, job *j, req_error *e) {
     pthread_mutex_lock(&s->mu);

@@ -45,6 +45,7 @@ typedef struct job {
     pthread_cond_t cv;
     req_buf content, reasoning;   /* UTF-8-clean text so far */
     int64_t n_gen;                /* completion tokens */
+    int64_t n_cached;             /* prompt tokens restored from the prefix cache */
     int finished;                 /* no more text will come */
     const char *finish_reason;    /* "stop" | "length" (NULL when failed or cancelled) */
     int err_status;               /* != 0: the job failed (HTTP status), err_msg says why */
@@ -73,6 +74,7 @@ typedef struct sched_opts {
     int parallel;                 /* sequences stepped together (the model is loaded for this many) */
     int queue_max;                /* jobs waiting beyond those; more -> 429 */
     int step_delay_ms;            /* test hook: sleep before each step (STRATA_SERVE_STEP_MS) */
+    int spec;                     /* drafted tokens per sequence and step (0: no speculation) */
 } sched_opts;
 
 /* m: opened, not loaded (the engine thread loads it with mopts); tk: the
@@ -86,6 +88,8 @@ int sched_state(sched *s);
 const char *sched_load_error(sched *s);
 /* The model as loaded (valid once sched_state says 1). */
 const strata_model_info *sched_info(sched *s);
+/* The model's counters right after the load (prefix cache sizes), same validity. */
+const strata_stats *sched_load_stats(sched *s);
 /* Queues j (the scheduler takes its own reference). 0, or -1 with e: 503 while
  * loading or draining, 429 when the queue is full (e->code "queue_full"). */
 int sched_submit(sched *s, job *j, req_error *e);
