@@ -73,6 +73,8 @@ typedef struct strata_model_opts {
     int spec;                /* most drafted tokens a generator may verify per step (0 = no
                                 speculation); each sequence then holds a KDA snapshot and
                                 per-row replay records, counted in the plan */
+    int no_prefetch;         /* 1: no expert reads a layer ahead of the router (placed
+                                models); outputs are the same bits either way */
 } strata_model_opts;
 
 strata_model_opts strata_model_opts_default(void);
