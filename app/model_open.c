@@ -12,6 +12,7 @@ int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o) {
     double d;
     if (!strcmp(a, "--plan")) { o->plan_only = 1; return 0; }
     if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 0; }
+    if (!strcmp(a, "--no-prefetch")) { o->no_prefetch = 1; return 0; }
     if (strcmp(a, "--ram-gb") && strcmp(a, "--ram") && strcmp(a, "--pack") && strcmp(a, "--threads")) return -1;
     if (!(v = cli_need_arg(argc, argv, i, cmd))) return EXIT_USAGE;
     if (!strcmp(a, "--pack")) { o->pack_dir = v; return 0; }
@@ -84,6 +85,7 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.n_threads = (int)o->threads;
     so.plan_only = o->plan_only;
     so.no_verify = o->no_verify;
+    so.no_prefetch = o->no_prefetch;
     so.spec = o->spec;
     so.prefix_ram = o->prefix_ram;
     so.prefix_dir = o->prefix_dir;

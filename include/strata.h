@@ -82,6 +82,8 @@ typedef struct strata_model_opts {
                                 than it) are written here and read back on a later match */
     uint64_t prefix_dir_bytes; /* bound on this model's snapshot files there; 0 = 8 GB */
     int64_t prefix_every;    /* prompt positions between snapshots; 0 = 256 */
+    int no_prefetch;         /* 1: no expert reads a layer ahead of the router (placed
+                                models); outputs are the same bits either way */
 } strata_model_opts;
 
 #define STRATA_PREFIX_AUTO UINT64_MAX

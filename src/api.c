@@ -254,6 +254,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
         po.session_bytes = infer_session_bytes;
         po.engine_bytes = infer_engine_bytes;
         if (o->no_verify) po.verify_reads = PLACE_VERIFY_OFF;
+        po.no_prefetch = o->no_prefetch;
         if ((rc = place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen))) return rc;
         if (o->plan_only) return 0;
     }

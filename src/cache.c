@@ -159,28 +159,14 @@ static int32_t evict(cache *c) {
     return -1;
 }
 
-int cache_pin(cache *c, int64_t key, int *kind) {
-    ST_ASSERT(key >= 0 && key < c->n_keys);
-    c->st.requests++;
-    int32_t i = c->slot_of[key];
-    if (i >= 0) {
-        slot *x = &c->s[i];
-        if (x->state == ST_READY) { c->st.hits++; *kind = CACHE_HIT; }
-        else { c->st.inflight_joins++; *kind = CACHE_INFLIGHT; }
-        if (x->freq < 3) x->freq++;
-        if (x->pins++ == 0) {
-            c->n_pinned++;
-            if (x->queue == Q_LRU) l_remove(c, i);
-        }
-        return i;
-    }
-    c->st.misses++;
-    i = c->q[Q_FREE].tail;
+/* A free or evicted slot for key, reserved INFLIGHT with one lease; -1 if none. */
+static int32_t take_slot(cache *c, int64_t key) {
+    int32_t i = c->q[Q_FREE].tail;
     if (i >= 0) {
         l_remove(c, i);
     } else {
         i = evict(c);
-        if (i < 0) { c->st.requests--; c->st.misses--; return STRATA_EBUDGET; }
+        if (i < 0) return -1;
         ST_ASSERT(c->s[i].pins == 0 && c->s[i].state != ST_INFLIGHT);
         forget(c, i);
         c->st.evictions++;
@@ -197,8 +183,42 @@ int cache_pin(cache *c, int64_t key, int *kind) {
         if (ghost) c->ghost_at[key] = 0;
         l_push_head(c, ghost ? Q_MAIN : Q_SMALL, i);
     } /* LRU: leased slots stay off the list until unpinned */
+    return i;
+}
+
+int cache_pin(cache *c, int64_t key, int *kind) {
+    ST_ASSERT(key >= 0 && key < c->n_keys);
+    c->st.requests++;
+    int32_t i = c->slot_of[key];
+    if (i >= 0) {
+        slot *x = &c->s[i];
+        if (x->state == ST_READY) { c->st.hits++; *kind = CACHE_HIT; }
+        else { c->st.inflight_joins++; *kind = CACHE_INFLIGHT; }
+        if (x->freq < 3) x->freq++;
+        if (x->pins++ == 0) {
+            c->n_pinned++;
+            if (x->queue == Q_LRU) l_remove(c, i);
+        }
+        return i;
+    }
+    i = take_slot(c, key);
+    if (i < 0) { c->st.requests--; return STRATA_EBUDGET; }
+    c->st.misses++;
     *kind = CACHE_MISS;
     return i;
+}
+
+int cache_prefetch(cache *c, int64_t key) {
+    ST_ASSERT(key >= 0 && key < c->n_keys);
+    if (c->slot_of[key] >= 0) return -1;
+    int32_t i = take_slot(c, key);
+    if (i >= 0) c->st.prefetches++;
+    return i;
+}
+
+int cache_find(const cache *c, int64_t key) {
+    ST_ASSERT(key >= 0 && key < c->n_keys);
+    return c->slot_of[key];
 }
 
 void cache_publish(cache *c, int slot_i) {
@@ -234,6 +254,7 @@ uint8_t *cache_data(cache *c, int slot_i) {
 }
 int cache_state(const cache *c, int slot_i) { return c->s[slot_i].state; }
 int64_t cache_key(const cache *c, int slot_i) { return c->s[slot_i].key; }
+int cache_leases(const cache *c, int slot_i) { return c->s[slot_i].pins; }
 int64_t cache_n_slots(const cache *c) { return c->n_slots; }
 int64_t cache_n_pinned(const cache *c) { return c->n_pinned; }
 void cache_get_stats(const cache *c, cache_stats *s) { *s = c->st; }

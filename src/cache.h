@@ -30,6 +30,7 @@ typedef struct cache cache;
 
 typedef struct cache_stats {
     uint64_t requests, hits, misses, evictions, inflight_joins;
+    uint64_t prefetches;      /* slots reserved by cache_prefetch (not requests) */
 } cache_stats;
 
 /* n_keys keys, n_slots slots of slot_bytes each (IO_ALIGN multiple). with_arena = 0
@@ -43,12 +44,21 @@ void cache_free(cache *c); /* accepts NULL */
  * cache_fail on error), CACHE_INFLIGHT (another lease is loading it). Returns the
  * slot index, or STRATA_EBUDGET when every slot is leased or in flight. */
 int cache_pin(cache *c, int64_t key, int *kind);
+/* A read ahead of a request: when key is not resident and a slot can be taken
+ * (a free one, or a victim), reserves it INFLIGHT with one lease exactly as a
+ * miss would, without counting a request. Returns the slot, or -1 when the key
+ * is already resident or in flight, or no slot can be taken. A later cache_pin
+ * of the key finds it (CACHE_INFLIGHT until published, then CACHE_HIT). */
+int cache_prefetch(cache *c, int64_t key);
+/* The slot holding key (any state), or -1; changes nothing. */
+int cache_find(const cache *c, int64_t key);
 void cache_publish(cache *c, int slot);   /* INFLIGHT -> READY */
 void cache_fail(cache *c, int slot);      /* INFLIGHT -> EMPTY (key forgotten); lease kept */
 void cache_unpin(cache *c, int slot);     /* drops one lease */
 uint8_t *cache_data(cache *c, int slot);  /* slot bytes; valid while leased */
 int cache_state(const cache *c, int slot); /* 0 EMPTY, 1 INFLIGHT, 2 READY */
 int64_t cache_key(const cache *c, int slot);
+int cache_leases(const cache *c, int slot); /* leases held on slot */
 int64_t cache_n_slots(const cache *c);
 int64_t cache_n_pinned(const cache *c);
 void cache_get_stats(const cache *c, cache_stats *s);

@@ -114,6 +114,16 @@ typedef struct wsrc_ops {
     int (*draft_mode)(wsrc *w, int on);
     int (*layer_peek)(wsrc *w, int64_t L, const wt **roles);
     int (*expert_resident)(wsrc *w, int64_t L, int32_t id);
+    /* Expert reads a layer ahead. predict_layer: 0 and *roles (unit L's trunk, as
+     * layer_get; the caller owes a layer_put) when the source would act on a
+     * prediction of layer L's experts now: prefetch on, room in the cache, and
+     * unit L in RAM so that nothing blocks; 1 otherwise (nothing to release).
+     * experts_prefetch: ids are the predicted experts of layer L (the next layer
+     * to request experts); their reads start into free cache slots. Never blocks,
+     * never fails, never changes what a later request returns: a wrong guess
+     * costs only bandwidth. Both optional (NULL: no prediction). */
+    int (*predict_layer)(wsrc *w, int64_t L, const wt **roles);
+    void (*experts_prefetch)(wsrc *w, int64_t L, int n, const int32_t *ids);
 } wsrc_ops;
 struct wsrc {
     const wsrc_ops *ops;

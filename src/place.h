@@ -70,6 +70,8 @@ typedef struct place_opts {
     uint64_t overhead_bytes;  /* process baseline; 0 = measure (VmRSS now + stacks + slack) */
     const char *trace_path;   /* NULL = off; else every expert request is appended as two
                                  int32 LE (layer, expert) for offline policy replay */
+    int no_prefetch;          /* 1: no expert reads ahead of the router (wsrc predict_layer
+                                 says no); the output is the same either way */
 } place_opts;
 
 #define PLACE_VERIFY_OFF (-1) /* place_opts.verify_reads: `strata run --no-verify` */
@@ -121,6 +123,7 @@ typedef struct place_plan {
     /* options carried to place_open */
     int verify_reads, no_uring, no_readahead, mem_limit;
     char trace_path[1024];
+    int no_prefetch;
 } place_plan;
 
 /* Computes the plan. lay may be NULL (sizes from the config's census: `plan
@@ -160,6 +163,13 @@ typedef struct place_stats {
     uint64_t peak_rss;        /* getrusage */
     uint64_t verify_bytes;    /* bytes checked against the pack's XXH3 */
     double verify_s;          /* thread-seconds spent hashing them (any thread) */
+    /* reads a layer ahead (wsrc experts_prefetch) */
+    uint64_t pred_layers;     /* layers whose experts were predicted before their request */
+    uint64_t pred_requests;   /* experts requested in those layers */
+    uint64_t pred_hits;       /* of them, predicted */
+    uint64_t pred_ids;        /* experts predicted (distinct per layer) */
+    uint64_t prefetch_reads;  /* experts read ahead (the rest of the predictions were resident) */
+    uint64_t prefetch_used;   /* of them, requested afterwards */
 } place_stats;
 /* w must come from place_open (or be NULL: zeros). */
 void place_stats_get(wsrc *w, place_stats *s);

@@ -118,6 +118,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->no_readahead = o->no_readahead;
     p->mem_limit = o->mem_limit;
     if (o->trace_path) snprintf(p->trace_path, sizeof p->trace_path, "%s", o->trace_path);
+    p->no_prefetch = o->no_prefetch;
     if (model_dir && !(o->pack_dir && !o->pack_dir[0])) {
         if (o->pack_dir) {
             char m[2048];

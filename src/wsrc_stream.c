@@ -91,6 +91,9 @@ typedef struct xslot {         /* per cache slot: the expert being read into it 
     uint64_t h_rel[MAX_XT], h_len[MAX_XT];
     int64_t L, E;
     wt roles[R_COUNT];
+    uint8_t pf_lease;          /* the read was started by experts_prefetch, which holds a
+                                  lease until it lands */
+    uint8_t pf_fresh;          /* read ahead and not requested since */
 } xslot;
 
 typedef struct stream {
@@ -133,6 +136,11 @@ typedef struct stream {
     int32_t *req_slot;         /* expert id -> slot for req_L, -1 */
     int32_t *req_list;         /* ids requested, in order */
     int n_req;
+    /* reads a layer ahead: the layer predicted last (-1 none) and its predicted
+     * ids (pf_mark[id] = 1), prefetch leases outstanding */
+    int64_t pf_L;
+    uint8_t *pf_mark;
+    int64_t n_pf;
     uint64_t xslot_bytes;
     /* embeddings */
     int32_t emb_file;
@@ -680,6 +688,7 @@ static int expert_submit(stream *s, int sl, int64_t L, int64_t E) {
     x->L = L;
     x->E = E;
     x->rc = 0;
+    x->pf_lease = x->pf_fresh = 0;
     x->pending = x->n_seg;
     uint8_t *buf = cache_data(s->xc, sl);
     if (x->pending) io_enter_l(s);
@@ -692,7 +701,18 @@ static int expert_submit(stream *s, int sl, int64_t L, int64_t E) {
     return 0;
 }
 
-/* One expert read landed: when the slot is complete, bind or fail it. */
+/* Drops the lease a prefetch held while its read was in flight. */
+static void prefetch_release(stream *s, int sl) {
+    xslot *x = &s->xs[sl];
+    if (!x->pf_lease) return;
+    x->pf_lease = 0;
+    s->n_pf--;
+    cache_unpin(s->xc, sl);
+}
+
+/* One expert read landed: when the slot is complete, bind or fail it. A failed
+ * read that only a prefetch holds fails silently (the slot is forgotten, so a
+ * request reads it again and reports what happens then). */
 static void expert_landed(stream *s, io_req *d) {
     int sl = (int)(intptr_t)d->ud;
     xslot *x = &s->xs[sl];
@@ -701,6 +721,7 @@ static void expert_landed(stream *s, io_req *d) {
     io_leave_l(s, &s->st.bytes_experts, d->got, 0, 0);
     if (!last) return;
     io_leave_l(s, NULL, 0, (uint64_t)x->n_seg, 0);
+    const int silent = x->pf_lease && cache_leases(s->xc, sl) == 1;
     uint8_t *buf = cache_data(s->xc, sl);
     uint64_t got = 0;
     if (!x->rc && x->has_sum) {
@@ -714,7 +735,8 @@ static void expert_landed(stream *s, io_req *d) {
         if (got != x->xxh3_want) x->rc = STRATA_ECORRUPT;
     }
     if (x->rc) {
-        if (x->rc == STRATA_ECORRUPT) {
+        if (silent) {
+        } else if (x->rc == STRATA_ECORRUPT) {
             const seg *a = &x->segs[0], *b = &x->segs[x->n_seg - 1];
             base_fail(s->err, sizeof s->err, STRATA_ECORRUPT,
                       "layer %lld expert %lld: checksum mismatch in %s bytes %llu..%llu%s (expected %016llx, got %016llx): "
@@ -722,13 +744,13 @@ static void expert_landed(stream *s, io_req *d) {
                       (long long)x->L, (long long)x->E, s->files[a->file].path, (unsigned long long)a->off,
                       (unsigned long long)(a->file == b->file ? b->off + b->need : a->off + a->need),
                       a->file == b->file ? "" : " and more", (unsigned long long)x->xxh3_want, (unsigned long long)got);
-        }
-        else {
+        } else {
             char e2[600];
             for (int i = 0; i < x->n_seg; i++) if (x->reqs[i].rc) { io_req_errstr(&x->reqs[i], e2, sizeof e2); break; }
             base_fail(s->err, sizeof s->err, STRATA_EIO, "layer %lld expert %lld unreadable: %s", (long long)x->L, (long long)x->E, e2);
         }
         cache_fail(s->xc, sl);
+        prefetch_release(s, sl);
         return;
     }
     memset(x->roles, 0, sizeof x->roles);
@@ -745,19 +767,29 @@ static void expert_landed(stream *s, io_req *d) {
         const wt *v = &x->roles[k_sc[i]];
         size_t bad = v->p ? num_mxfp4_count_nan_scales(v->p, (size_t)(v->rows * v->cols)) : 0;
         if (bad) {
-            base_fail(s->err, sizeof s->err, STRATA_EFORMAT,
-                      "layer %lld expert %lld: %zu MXFP4 scale bytes are 255 (NaN in the MX spec): the checkpoint is "
-                      "defective (strata inspect --scan lists every such tensor)", (long long)x->L, (long long)x->E, bad);
+            if (!silent)
+                base_fail(s->err, sizeof s->err, STRATA_EFORMAT,
+                          "layer %lld expert %lld: %zu MXFP4 scale bytes are 255 (NaN in the MX spec): the checkpoint is "
+                          "defective (strata inspect --scan lists every such tensor)", (long long)x->L, (long long)x->E, bad);
             cache_fail(s->xc, sl);
+            prefetch_release(s, sl);
             return;
         }
     }
     cache_publish(s->xc, sl);
+    prefetch_release(s, sl);
 }
 
-static void release_request(stream *s) {
+/* Reaps completions until slot sl's read is no longer in flight. */
+static void expert_settle(stream *s, int sl) {
     io_req *d;
-    while (io_pending(s->xring) && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+    while (cache_state(s->xc, sl) == 1 /* INFLIGHT */ && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+}
+
+/* Releases the open request's leases once their reads have landed; reads a
+ * prefetch started stay in flight (they hold their own leases). */
+static void release_request(stream *s) {
+    for (int i = 0; i < s->n_req; i++) expert_settle(s, s->req_slot[s->req_list[i]]);
     for (int i = 0; i < s->n_req; i++) {
         int32_t id = s->req_list[i];
         cache_unpin(s->xc, s->req_slot[id]);
@@ -812,6 +844,8 @@ static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
         return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: layer %lld has no routed experts", (long long)L);
     if (s->req_L >= 0 && s->req_L != L) release_request(s); /* the caller skipped experts_put */
     s->req_L = L;
+    const int predicted = s->pf_L == L;
+    if (predicted && s->n_req == 0) s->st.pred_layers++;
     for (int i = 0; i < n; i++) {
         int32_t id = ids[i];
         if (id < 0 || id >= s->NE) {
@@ -828,8 +862,19 @@ static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
             int32_t rec[2] = {(int32_t)L, id};
             fwrite(rec, sizeof rec, 1, s->trace); /* stdio buffer from open: no allocation here */
         }
+        if (predicted) {
+            s->st.pred_requests++;
+            s->st.pred_hits += s->pf_mark[id];
+        }
+        const int64_t key = (L - s->c->first_dense) * s->NE + id;
         int kind;
-        int sl = cache_pin(s->xc, (L - s->c->first_dense) * s->NE + id, &kind);
+        int sl = cache_pin(s->xc, key, &kind);
+        /* slots a prefetch holds come free as their reads land */
+        io_req *d;
+        while (sl < 0 && s->n_pf > 0 && io_reap(s->xring, 1, &d) == 1) {
+            expert_landed(s, d);
+            sl = cache_pin(s->xc, key, &kind);
+        }
         if (sl < 0) {
             int64_t held = s->n_req;
             release_request(s);
@@ -844,9 +889,58 @@ static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
             prefault_note(s, sl);
             int rc = expert_submit(s, sl, L, id);
             if (rc) { cache_fail(s->xc, sl); release_request(s); return rc; }
+        } else if (s->xs[sl].pf_fresh) {
+            s->xs[sl].pf_fresh = 0;
+            s->st.prefetch_used++;
         }
     }
     return 0;
+}
+
+/* Room for reads ahead: the slots neither leased nor in flight, less what one
+ * row's experts need so a request never waits on a guess. */
+static int64_t prefetch_room(const stream *s) {
+    return cache_n_slots(s->xc) - cache_n_pinned(s->xc) - s->c->topk;
+}
+
+static int st_predict_layer(wsrc *w, int64_t L, const wt **roles) {
+    stream *s = (stream *)w;
+    if (s->plan.no_prefetch || !s->xc || L < s->c->first_dense || L >= s->c->n_layers || prefetch_room(s) < 1) return 1;
+    pthread_mutex_lock(&s->mu);
+    unit *x = &s->u[L];
+    /* pinned units only: a streamed one would be dropped from the arena at its put */
+    const int ok = x->pinned && x->state == U_READY;
+    if (ok) { x->held++; *roles = x->roles; }
+    pthread_mutex_unlock(&s->mu);
+    return !ok;
+}
+
+static void st_experts_prefetch(wsrc *w, int64_t L, int n, const int32_t *ids) {
+    stream *s = (stream *)w;
+    if (s->plan.no_prefetch || !s->xc || L < s->c->first_dense || L >= s->c->n_layers) return;
+    if (s->pf_L != L) memset(s->pf_mark, 0, (size_t)s->NE); /* a second guess for L adds to the first */
+    s->pf_L = L;
+    for (int i = 0; i < n; i++)
+        if (ids[i] >= 0 && ids[i] < s->NE && !s->pf_mark[ids[i]]) {
+            s->pf_mark[ids[i]] = 1;
+            s->st.pred_ids++;
+        }
+    for (int i = 0; i < n; i++) {
+        const int32_t id = ids[i];
+        if (id < 0 || id >= s->NE || prefetch_room(s) < 1) continue;
+        const int sl = cache_prefetch(s->xc, (L - s->c->first_dense) * s->NE + id);
+        if (sl < 0) continue; /* resident, in flight, or no victim */
+        prefault_note(s, sl);
+        if (expert_submit(s, sl, L, id)) { /* a record that cannot be read: the request will say why */
+            s->err[0] = 0;
+            cache_fail(s->xc, sl);
+            cache_unpin(s->xc, sl);
+            continue;
+        }
+        s->xs[sl].pf_lease = s->xs[sl].pf_fresh = 1;
+        s->n_pf++;
+        s->st.prefetch_reads++;
+    }
 }
 
 static int st_expert_wait(wsrc *w, int64_t L, int32_t id, const wt **roles) {
@@ -880,6 +974,10 @@ static int st_expert_ready(wsrc *w, int64_t L, int32_t id) {
 static void st_experts_put(wsrc *w, int64_t L) {
     stream *s = (stream *)w;
     if (s->req_L == L) release_request(s);
+    if (s->pf_L == L) s->pf_L = -1; /* the prediction was used */
+    else if (s->pf_L >= 0 && s->pf_L != L + 1) { /* never requested: not counted */
+        s->pf_L = -1;
+    }
 }
 
 /* One expert of the open request, released early (its compute is done). The
@@ -888,8 +986,7 @@ static void st_expert_put(wsrc *w, int64_t L, int32_t id) {
     stream *s = (stream *)w;
     if (s->req_L != L || id < 0 || id >= s->NE || s->req_slot[id] < 0) return;
     const int sl = s->req_slot[id];
-    io_req *d;
-    while (cache_state(s->xc, sl) == 1 /* INFLIGHT */ && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+    expert_settle(s, sl);
     cache_unpin(s->xc, sl);
     s->req_slot[id] = -1;
     for (int i = 0; i < s->n_req; i++)
@@ -1011,6 +1108,7 @@ static void ws_close(wsrc *w) {
     base_free(s->xs);
     base_free(s->req_slot);
     base_free(s->req_list);
+    base_free(s->pf_mark);
     base_free(s->emb);
     base_free(s->emb_bounce);
     if (s->files) for (int i = 0; i < s->n_files; i++) io_file_close(&s->files[i]);
@@ -1030,6 +1128,7 @@ static const wsrc_ops k_stream_ops = {
     st_layer_get, st_layer_put, st_experts_request, st_expert_wait, st_experts_put,
     st_embed_rows, st_hint_layer, ws_close, st_errmsg, st_expert_ready, st_expert_put, st_experts_capacity,
     st_draft_mode, st_layer_peek, st_expert_resident,
+    st_predict_layer, st_experts_prefetch,
 };
 
 /* ===================================================================== open */
@@ -1083,6 +1182,7 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
     s->plan = *p;
     s->q_head = s->q_tail = -1;
     s->req_L = -1;
+    s->pf_L = -1;
     s->last_get = -1;
     s->head_follows = 1;
     pthread_mutex_init(&s->mu, NULL);
@@ -1129,7 +1229,8 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
         s->xs = base_calloc((size_t)p->n_expert_slots, sizeof *s->xs, MEM_CACHE);
         s->req_slot = base_alloc((size_t)s->NE * sizeof *s->req_slot, MEM_CACHE);
         s->req_list = base_alloc((size_t)s->NE * sizeof *s->req_list, MEM_CACHE);
-        if (!s->xs || !s->req_slot || !s->req_list) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
+        s->pf_mark = base_calloc((size_t)s->NE, 1, MEM_CACHE);
+        if (!s->xs || !s->req_slot || !s->req_list || !s->pf_mark) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
         for (int64_t i = 0; i < s->NE; i++) s->req_slot[i] = -1;
         s->x_low = cache_n_slots(s->xc);
         s->pf_want = s->pf_asked = PF_AHEAD;
@@ -1235,6 +1336,13 @@ void place_stats_print(const place_stats *s, const place_plan *p, FILE *f) {
     fprintf(f, "experts: %llu requests, %llu true resident hits (%.1f%%), %llu misses, %llu evictions\n",
             (unsigned long long)s->expert_requests, (unsigned long long)s->expert_hits, 100 * s->hit_rate,
             (unsigned long long)s->expert_misses, (unsigned long long)s->expert_evictions);
+    if (s->pred_layers)
+        fprintf(f, "prefetch: %llu layers predicted a layer ahead: %.1f%% of their %llu requested experts predicted, "
+                   "%.1f%% of %llu predictions requested; %llu read ahead, %llu of them requested (%.1f%%)\n",
+                (unsigned long long)s->pred_layers, s->pred_requests ? 100.0 * (double)s->pred_hits / (double)s->pred_requests : 0,
+                (unsigned long long)s->pred_requests, s->pred_ids ? 100.0 * (double)s->pred_hits / (double)s->pred_ids : 0,
+                (unsigned long long)s->pred_ids, (unsigned long long)s->prefetch_reads, (unsigned long long)s->prefetch_used,
+                s->prefetch_reads ? 100.0 * (double)s->prefetch_used / (double)s->prefetch_reads : 0);
     if (p && p->budget_bytes)
         fprintf(f, "memory: peak RSS %.3f GB, budget %.3f GB (planned %.3f GB)\n", (double)s->peak_rss / 1e9,
                 (double)p->budget_bytes / 1e9, (double)p->total_bytes / 1e9);
@@ -1264,6 +1372,12 @@ json_t *place_stats_json(const place_stats *s) {
     I("peak_rss", s->peak_rss);
     I("verify_bytes", s->verify_bytes);
     R("verify_s", s->verify_s);
+    I("pred_layers", s->pred_layers);
+    I("pred_requests", s->pred_requests);
+    I("pred_hits", s->pred_hits);
+    I("pred_ids", s->pred_ids);
+    I("prefetch_reads", s->prefetch_reads);
+    I("prefetch_used", s->prefetch_used);
 #undef I
 #undef R
     return j;

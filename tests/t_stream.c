@@ -344,6 +344,78 @@ TEST(stream_decode_identical) {
     model_close(&m);
 }
 
+/* Expert reads a layer ahead never change bits: greedy decode with prefetch on
+ * and off at budgets where the trunk is pinned and the cache has room gives the
+ * same ids and logits bits, and the predictions are made and used. */
+TEST(stream_prefetch_identity) {
+    const char *dir = tpack_model("tiny", "st_pf", 6);
+    if (!dir) { CHECK(0); return; }
+    model m;
+    if (model_open(&m, dir)) { CHECK(0); return; }
+    enum { G = 8 };
+    int32_t want[G], got[G];
+    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
+    uint64_t b[3];
+    budgets_for(&m, dir, b);
+    char err[1024];
+    uint64_t pred = 0, reads = 0;
+    const uint64_t budgets[2] = {b[1], b[1] + (b[1] - b[0])};
+    for (int i = 0; i < 2; i++)
+        for (int off = 1; off >= 0; off--) {
+            place_opts o = opts_for(budgets[i]);
+            o.no_prefetch = off;
+            place_plan p;
+            wsrc *w = NULL;
+            if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) || place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) {
+                CHECK_MSG(0, "%s", err);
+                continue;
+            }
+            CHECK(decode(&m, w, p.prefill_chunk, off ? want : got, G, off ? wl : gl) == 0);
+            place_stats st;
+            place_stats_get(w, &st);
+            if (off) {
+                CHECK(st.pred_layers == 0 && st.prefetch_reads == 0);
+            } else {
+                CHECK_MSG(!memcmp(want, got, sizeof want), "budget %llu: ids differ with prefetch", (unsigned long long)budgets[i]);
+                CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu: logits bits differ with prefetch",
+                          (unsigned long long)budgets[i]);
+                CHECK(st.pred_hits <= st.pred_requests && st.prefetch_used <= st.prefetch_reads);
+                pred += st.pred_layers;
+                reads += st.prefetch_reads;
+                printf("    budget %llu: %llu slots, %llu layers predicted, %.1f%% of requests predicted, %llu read ahead, %llu used\n",
+                       (unsigned long long)budgets[i], (unsigned long long)p.n_expert_slots, (unsigned long long)st.pred_layers,
+                       st.pred_requests ? 100.0 * (double)st.pred_hits / (double)st.pred_requests : 0.0,
+                       (unsigned long long)st.prefetch_reads, (unsigned long long)st.prefetch_used);
+            }
+            w->ops->close(w);
+        }
+    CHECK(pred > 0 && reads > 0);
+    base_free(wl);
+    base_free(gl);
+    model_close(&m);
+    /* the CLI: --no-prefetch gives the same ids and logits bits; the run report
+     * says what was predicted */
+    char cmd[4096], *out = NULL, *ia = NULL, *ib = NULL;
+    snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), dir, t_strata(), dir);
+    CHECK(t_run(cmd, &out) == 0);
+    const char *pmin = out ? strstr(out, "\"min_bytes\": ") : NULL, *pall = out ? strstr(out, "\"total_bytes\": ") : NULL;
+    CHECK(pmin && pall);
+    const uint64_t lo = pmin ? strtoull(pmin + 13, NULL, 10) : 0, hi = pall ? strtoull(pall + 15, NULL, 10) : 0;
+    base_free(out);
+    const uint64_t ram = lo + (hi > lo ? (hi - lo) / 2 : 0) + (4u << 20);
+    for (int off = 0; off < 2; off++) {
+        snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2,3,4,5,6,7 --gen 6 --print-ids --ram %llu %s --dump-logits %s/st_pf_%d.bin 2>%s/st_pf_%d.err",
+                 t_strata(), dir, (unsigned long long)ram, off ? "--no-prefetch" : "", t_tmpdir, off, t_tmpdir, off);
+        CHECK_MSG(t_run(cmd, off ? &ib : &ia) == 0, "%s", cmd);
+    }
+    CHECK_MSG(ia && ib && !strcmp(ia, ib), "ids %s vs %s with --no-prefetch", ia ? ia : "", ib ? ib : "");
+    snprintf(cmd, sizeof cmd, "cmp -s %s/st_pf_0.bin %s/st_pf_1.bin && grep -q '^prefetch: ' %s/st_pf_0.err && ! grep -q '^prefetch: ' %s/st_pf_1.err",
+             t_tmpdir, t_tmpdir, t_tmpdir, t_tmpdir);
+    CHECK_MSG(t_run(cmd, NULL) == 0, "logits bits or reports differ: %s", cmd);
+    base_free(ia);
+    base_free(ib);
+}
+
 /* A child process decodes at a budget computed in the child (its own baseline
  * RSS): its peak RSS stays within the budget, and its ids equal the resident run's. */
 TEST(stream_child_rss) {

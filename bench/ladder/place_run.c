@@ -6,7 +6,7 @@
  * bandwidth) and the share of it achieved, peak RSS, the hash of the ids.
  *
  * usage: place_run MODEL_DIR (--ram-gb X | --resident) [--gen N] [--prompt-len N]
- *                  [--threads N] [--chunk N] [--policy lru|s3fifo] [--csv FILE]
+ *                  [--threads N] [--chunk N] [--policy lru|s3fifo] [--no-prefetch] [--csv FILE]
  */
 #include <stdlib.h>
 #include <string.h>
@@ -17,7 +17,7 @@
 int main(int argc, char **argv) {
     const char *dir = NULL, *csv = NULL, *trace = NULL;
     double ram_gb = -1;
-    int gen = 8, plen = 16, threads = 0, chunk = 64, policy = PLACE_POLICY_S3FIFO, no_ra = 0;
+    int gen = 8, plen = 16, threads = 0, chunk = 64, policy = PLACE_POLICY_S3FIFO, no_ra = 0, no_pf = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -29,6 +29,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--chunk")) { chunk = atoi(v); i++; }
         else if (!strcmp(a, "--policy")) { policy = !strcmp(v, "lru") ? PLACE_POLICY_LRU : PLACE_POLICY_S3FIFO; i++; }
         else if (!strcmp(a, "--no-readahead")) no_ra = 1;
+        else if (!strcmp(a, "--no-prefetch")) no_pf = 1;
         else if (!strcmp(a, "--csv")) { csv = v; i++; }
         else if (!strcmp(a, "--trace")) { trace = v; i++; }
         else if (!dir) dir = a;
@@ -57,6 +58,7 @@ int main(int argc, char **argv) {
     po.n_threads = threads;
     po.cache_policy = policy;
     po.no_readahead = no_ra;
+    po.no_prefetch = no_pf;
     po.trace_path = trace;
     po.session_bytes = infer_session_bytes;
     po.engine_bytes = infer_engine_bytes;
