@@ -170,6 +170,7 @@ int cmd_serve(int argc, char **argv) {
     so.max_seqs = (int)o.parallel;
     so.n_threads = (int)o.mo.threads;
     so.no_verify = o.mo.no_verify;
+    so.cluster = mo_cluster.cl;
     sched_opts sopt = {(int)o.parallel, (int)o.queue, 0};
     const char *delay = getenv("STRATA_SERVE_STEP_MS");
     int64_t d;

@@ -59,6 +59,7 @@ const char *strata_errstr(int rc);
 
 typedef struct strata_model strata_model;
 typedef struct strata_seq strata_seq;
+typedef struct strata_cluster strata_cluster;
 
 typedef struct strata_model_opts {
     uint64_t ram_bytes;      /* whole-process peak RSS budget; 0 = none (every weight read into RAM) */
@@ -73,6 +74,10 @@ typedef struct strata_model_opts {
     int spec;                /* most drafted tokens a generator may verify per step (0 = no
                                 speculation); each sequence then holds a KDA snapshot and
                                 per-row replay records, counted in the plan */
+    struct strata_cluster *cluster; /* NULL: this process holds the whole model; else this
+                                process is one rank of a cluster (include/strata_mpi.h):
+                                ram_bytes is each rank's own budget, and rank 0 loads the
+                                model across every rank */
 } strata_model_opts;
 
 strata_model_opts strata_model_opts_default(void);
