@@ -86,6 +86,7 @@ typedef struct clu {
     pthread_mutex_t mu;        /* every MPI call after start-up */
     int prev, next;
     double timeout;
+    int delay_ms;              /* STRATA_MPI_STEP_DELAY_MS: rank 0 sleeps before each pass (tests) */
     char host[64];
     /* heartbeats */
     pthread_t hb;
@@ -299,6 +300,7 @@ static void hb_stop(clu *k) {
 static int link_pass(void *ud, const engine_pass *p, char *err, size_t errlen) {
     clu *k = ud;
     if (atomic_load(&k->broken)) return clu_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier; no pass can run");
+    if (k->delay_ms) usleep((useconds_t)k->delay_ms * 1000u);
     int64_t nm = 0;
     for (int64_t g = 0; g < p->n_grp; g++) {
         k->meta[nm++] = p->g_slot[g];
@@ -672,7 +674,8 @@ static void hello_of(clu_hello *h, const char *host) {
     memset(h, 0, sizeof *h);
     h->magic = CLU_MAGIC;
     h->proto = CLU_PROTO;
-    snprintf(h->version, sizeof h->version, "%s", STRATA_VERSION);
+    const char *fake = getenv("STRATA_MPI_FAKE_VERSION"); /* tests: a rank that claims another version */
+    snprintf(h->version, sizeof h->version, "%s", fake && *fake ? fake : STRATA_VERSION);
     /* same version and protocol, same message layouts: the build facts that matter */
     snprintf(h->build, sizeof h->build, "hdr %zu load %zu reply %zu; %s", sizeof(clu_hdr), sizeof(clu_load), sizeof(clu_reply),
 #ifdef __VERSION__
@@ -761,6 +764,9 @@ int strata_mpi_init(int *argc, char ***argv, strata_cluster **out, char *err, si
     const char *t = getenv("STRATA_MPI_TIMEOUT");
     double tv;
     if (t && *t && !base_parse_f64(t, 0.5, 86400, &tv)) k->timeout = tv;
+    const char *d = getenv("STRATA_MPI_STEP_DELAY_MS");
+    int64_t dv;
+    if (d && *d && !base_parse_i64(d, 0, 60000, &dv)) k->delay_ms = (int)dv;
     if (provided < MPI_THREAD_SERIALIZED)
         return clu_fail(err, errlen, STRATA_EINVAL, "mpi: this MPI library offers thread level %d; strata needs MPI_THREAD_SERIALIZED", provided);
     if (k->pub.size > CLU_MAX_RANKS) return clu_fail(err, errlen, STRATA_EINVAL, "mpi: at most %d ranks", CLU_MAX_RANKS);
