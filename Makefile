@@ -28,12 +28,22 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 .PHONY: all help test check faults tsan fuzz bench bench-batch bench-spec bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
 
+# Open MPI (libopenmpi-dev): strata-mpi, one model across the ranks of an MPI job,
+# is built only where mpicc compiles against mpi.h; the plain strata never needs it.
+MPICC    ?= mpicc
+HAVE_MPI := $(shell printf '#include <mpi.h>\nint main(void){return 0;}\n' | $(MPICC) -x c -o /dev/null - >/dev/null 2>&1 && echo 1)
+ifeq ($(HAVE_MPI),1)
+all: strata-mpi
+endif
+
 help:
 	@echo "make            build ./strata"
 	@echo "make test       unit, kernel, end-to-end tests and fuzz-corpus replay (< 5 min)"
 	@echo "make check      the same tests under ASan+UBSan (build-san/)"
 	@echo "make tsan       the threaded suites under ThreadSanitizer (build-tsan/)"
 	@echo "make faults     every N of the fault-injection sweeps (make test samples them)"
+	@echo "make strata-mpi the MPI build (needs libopenmpi-dev); make test-mpi: its tests under mpirun"
+	@echo "make bench-mpi  ladder on 2 ranks vs 1 at the same total budget (bench/mpi)"
 	@echo "make fuzz T=st  libFuzzer target fuzz/fz_T.c (clang); T in: $(patsubst fuzz/fz_%.c,%,$(FUZZ_SRC))"
 	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG)"
 	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
@@ -75,6 +85,27 @@ strata: $(BUILD)/strata
 $(BUILD)/strata: $(BUILD)/app/strata.o $(APP_OBJ) $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
+# strata-mpi: app/strata.c again with -DSTRATA_MPI (an MPI main around the same
+# commands) and src/mpi/, compiled by mpicc; everything else is the same objects.
+MPI_OBJ := $(BUILD)/mpi/app/strata.o $(BUILD)/mpi/src/mpi/cluster_mpi.o
+$(BUILD)/mpi/app/strata.o: app/strata.c | $(BUILD)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -DSTRATA_MPI -c $< -o $@
+$(BUILD)/mpi/src/mpi/cluster_mpi.o: src/mpi/cluster_mpi.c | $(BUILD)/.deps-ok
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CFLAGS) -c $< -o $@
+$(BUILD)/strata-mpi: $(MPI_OBJ) $(APP_OBJ) $(BUILD)/libstrata.a
+	$(MPICC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+.PHONY: strata-mpi test-mpi bench-mpi
+strata-mpi: $(BUILD)/strata-mpi
+	@cp -f $< $@.tmp && mv -f $@.tmp $@
+
+# Under mpirun on this machine (ranks 1-4 over shared memory): ids and logits of
+# run, batched run and speculative decode equal to the plain strata's, version
+# and model refusals, a killed rank (tests/mpi/run.sh).
+test-mpi: strata strata-mpi
+	BUILD=$(BUILD) bash tests/mpi/run.sh
+
 # Test and fuzz registration tables are generated from TEST(name) / FUZZ_ENTRY(name)
 # lines, so adding a test never edits a shared file.
 $(BUILD)/gen/tests_list.h: $(TEST_SRC) $(FUZZ_SRC)
@@ -90,6 +121,8 @@ $(BUILD)/test_runner: $(TEST_OBJ) $(APP_OBJ) $(BUILD)/libstrata.a
 
 test: strata $(BUILD)/test_runner
 	./$(BUILD)/test_runner
+	@if command -v mpirun >/dev/null 2>&1 && [ "$(HAVE_MPI)" = 1 ]; then $(MAKE) --no-print-directory test-mpi; \
+	 else echo "test-mpi: skipped (no mpirun/mpicc: install libopenmpi-dev and openmpi-bin to run the cluster tests)"; fi
 
 check:
 	$(MAKE) SAN=address,undefined WERROR=1 test
@@ -119,7 +152,7 @@ fuzz:
 	./build-fuzz/fz_$(T) -max_total_time=$(SECS) -max_len=65536 fuzz/corpus/$(T)
 
 clean:
-	rm -rf build build-san build-tsan build-fuzz strata
+	rm -rf build build-san build-tsan build-fuzz strata strata-mpi
 
 -include $(shell find build build-san build-tsan -name '*.d' 2>/dev/null)
 

@@ -23,13 +23,101 @@ static void usage(FILE *f) {
                "  --pack DIR       use this pack (default: the model's own, if any)\n"
                "  --policy P       expert cache policy: s3fifo (default) or lru\n"
                "  --measure        re-measure disk and memory bandwidth now (cached otherwise)\n"
-               "  --json           print the plan as JSON\n",
+               "  --json           print the plan as JSON\n"
+               "\ncluster (strata-mpi: one model over N machines as pipeline stages):\n"
+               "  --ranks N        plan N ranks of --ram-gb each: the layer split, each rank's plan\n"
+               "                   and the predicted decode tokens/s with the network's share\n"
+               "  --disk-gbs X     disk read bandwidth in GB/s (default: measured or cached)\n"
+               "  --mem-gbs X      memory read bandwidth in GB/s (default: measured or cached)\n"
+               "  --net-gbs X      network bandwidth between ranks in GB/s (default 1.25: 10 GbE)\n"
+               "  --net-lat-us X   one message's latency in microseconds (default 50)\n",
             INFER_DEFAULT_CHUNK);
+}
+
+/* One rank's plan: its layers, their experts and sequence state, under its own
+ * budget (the head and the embedding on rank 0). */
+static int rank_plan(const cfg *c, const model_layout *lp, const char *model, const place_opts *po, int64_t lo, int64_t hi,
+                     int rank, double disk, double mem, place_plan *out, char *err, size_t errlen) {
+    place_opts o = *po;
+    o.layer_lo = lo;
+    o.layer_hi = hi;
+    o.no_head = rank > 0;
+    o.seq_bytes = infer_session_bytes_range(c, o.ctx > 0 ? o.ctx : 4096, lo, hi);
+    int rc = place_plan_compute(c, lp, model, &o, out, err, errlen);
+    if (rc) return rc;
+    out->disk_bw = disk;
+    out->mem_bw = mem;
+    out->pred_s_per_token = (double)out->read_bytes_per_token / disk + (double)out->touch_bytes_per_token / mem;
+    return 0;
+}
+
+/* strata plan --ranks N: pipeline stages over N machines of the same budget.
+ * A decode token visits every stage in turn (one sequence: no overlap), so its
+ * time is the sum of the stages' (each one's reads at the disk's bandwidth and
+ * touches at memory's, as the single-machine plan predicts) plus one message
+ * per hop: the residual stream after the stage's last layer (Block AttnRes:
+ * the closed blocks and the partial, hidden floats each) and a header. */
+static int cluster_plan(const cfg *c, const model_layout *lp, const char *model, const place_opts *po, int ranks, double disk,
+                        double mem, double net, double lat) {
+    static int64_t lo[256], hi[256];
+    static place_plan q;
+    char err[2048];
+    if (ranks > c->n_layers) {
+        fprintf(stderr, "strata plan: %d ranks for %lld layers: at most one rank per layer\n", ranks, (long long)c->n_layers);
+        return EXIT_USAGE;
+    }
+    place_cluster_split(c, lp, ranks, lo, hi);
+    printf("cluster plan: %d ranks x %.1f GB (%.1f GB in all), disk %.2f GB/s, memory %.2f GB/s, network %.2f GB/s + %.0f us per message\n",
+           ranks, (double)po->ram_bytes / 1e9, (double)po->ram_bytes * ranks / 1e9, disk / 1e9, mem / 1e9, net / 1e9, lat * 1e6);
+    printf("  %4s  %9s  %9s  %11s  %13s  %9s  %12s  %9s  %10s\n", "rank", "layers", "weights GB", "trunk pinned", "expert slots",
+           "plan GB", "read GB/tok", "s/token", "net B/tok");
+    double s_tok = 0, read_tok = 0, net_bytes = 0, net_s = 0;
+    int ok = 1;
+    for (int r = 0; r < ranks; r++) {
+        const uint64_t wb = place_stage_bytes(c, lp, lo[r], hi[r], r == 0);
+        char lay[32];
+        snprintf(lay, sizeof lay, "%lld-%lld", (long long)lo[r], (long long)hi[r] - 1);
+        /* the hop after this stage: to the next stage, the last one back to rank 0 */
+        const int64_t L = r + 1 < ranks ? hi[r] : c->n_layers;
+        const double hop = (double)(infer_blocks_before(c, L) + 1) * (double)c->hidden * 4 + 64 + 12;
+        net_bytes += hop;
+        net_s += lat + hop / net;
+        if (rank_plan(c, lp, model, po, lo[r], hi[r], r, disk, mem, &q, err, sizeof err)) {
+            printf("  %4d  %9s  %9.1f  does not fit: %s\n", r, lay, (double)wb / 1e9, err);
+            ok = 0;
+            continue;
+        }
+        const int64_t own = q.n_owned, pinned = q.n_pinned - (q.n_units - q.n_owned);
+        char pin[32], xs[32];
+        snprintf(pin, sizeof pin, "%lld/%lld", (long long)pinned, (long long)own);
+        snprintf(xs, sizeof xs, "%lld/%lld", (long long)q.n_expert_slots, (long long)(q.n_moe * c->n_experts));
+        printf("  %4d  %9s  %9.1f  %11s  %13s  %9.1f  %12.3f  %9.3f  %10.0f\n", r, lay, (double)wb / 1e9, pin, xs,
+               (double)q.total_bytes / 1e9, (double)q.read_bytes_per_token / 1e9, q.pred_s_per_token, hop);
+        s_tok += q.pred_s_per_token;
+        read_tok += (double)q.read_bytes_per_token;
+    }
+    if (!ok) {
+        printf("  the cluster does not fit: give each rank more RAM or add ranks\n");
+        return 2;
+    }
+    s_tok += net_s;
+    printf("  predicted decode (one sequence): %.3f s/token = %.2f tokens/s; reads %.3f GB/token from disk in all;\n"
+           "  network %.0f B/token in %d messages (%.3f ms/token)\n",
+           s_tok, 1 / s_tok, read_tok / 1e9, net_bytes, ranks, net_s * 1e3);
+    place_opts one = *po;
+    if (!rank_plan(c, lp, model, &one, 0, c->n_layers, 0, disk, mem, &q, err, sizeof err))
+        printf("  one machine of %.1f GB: %.3f s/token = %.2f tokens/s (reads %.3f GB/token): the cluster is %.2fx\n",
+               (double)po->ram_bytes / 1e9, q.pred_s_per_token, 1 / q.pred_s_per_token, (double)q.read_bytes_per_token / 1e9,
+               q.pred_s_per_token / s_tok);
+    else
+        printf("  one machine of %.1f GB: does not fit (%s)\n", (double)po->ram_bytes / 1e9, err);
+    return 0;
 }
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *config = NULL, *pack_dir = NULL;
-    int json = 0, measure = 0, have_ram = 0;
+    int json = 0, measure = 0, have_ram = 0, ranks = 0;
+    double disk_gbs = 0, mem_gbs = 0, net_gbs = 1.25, lat_us = 50;
     place_opts po = place_opts_default();
     po.session_bytes = infer_session_bytes;
     po.engine_bytes = infer_engine_bytes;
@@ -66,6 +154,19 @@ int cmd_plan(int argc, char **argv) {
             if (!strcmp(v, "lru")) po.cache_policy = PLACE_POLICY_LRU;
             else if (!strcmp(v, "s3fifo")) po.cache_policy = PLACE_POLICY_S3FIFO;
             else return cli_usage_error("plan", "bad --policy %s", v);
+        } else if (!strcmp(a, "--ranks")) {
+            int64_t n;
+            if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
+            if (base_parse_i64(v, 1, 256, &n)) return cli_usage_error("plan", "bad --ranks %s (1..256)", v);
+            ranks = (int)n;
+        } else if (!strcmp(a, "--disk-gbs") || !strcmp(a, "--mem-gbs") || !strcmp(a, "--net-gbs") || !strcmp(a, "--net-lat-us")) {
+            double d;
+            if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
+            if (base_parse_f64(v, 1e-3, 1e7, &d)) return cli_usage_error("plan", "bad %s %s", a, v);
+            if (!strcmp(a, "--disk-gbs")) disk_gbs = d;
+            else if (!strcmp(a, "--mem-gbs")) mem_gbs = d;
+            else if (!strcmp(a, "--net-gbs")) net_gbs = d;
+            else lat_us = d;
         } else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--measure")) measure = 1;
         else if (a[0] == '-') return cli_usage_error("plan", "unknown option %s", a);
@@ -99,6 +200,15 @@ int cmd_plan(int argc, char **argv) {
         double d, m;
         char src[160];
         place_bandwidth(model ? model : NULL, 1, &d, &m, src, sizeof src);
+    }
+    if (ranks) {
+        double d = 0, m = 0;
+        place_bandwidth(NULL, 0, &d, &m, NULL, 0);
+        if (disk_gbs > 0) d = disk_gbs * 1e9;
+        if (mem_gbs > 0) m = mem_gbs * 1e9;
+        int crc = cluster_plan(&c, lp, model, &po, ranks, d, m, net_gbs * 1e9, lat_us * 1e-6);
+        st_close(ix);
+        return crc;
     }
     static place_plan plan;
     int rc = place_plan_compute(&c, lp, model, &po, &plan, err, sizeof err);

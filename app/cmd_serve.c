@@ -211,6 +211,7 @@ int cmd_serve(int argc, char **argv) {
     so.prefix_dir_bytes = o.mo.prefix_dir_bytes;
     so.prefix_every = o.mo.prefix_every;
     so.no_prefetch = o.mo.no_prefetch;
+    so.cluster = mo_cluster.cl;
     sched_opts sopt = {(int)o.parallel, (int)o.queue, 0, (int)o.spec};
     const char *delay = getenv("STRATA_SERVE_STEP_MS");
     int64_t d;

@@ -7,6 +7,8 @@
 #include "jsonx.h"
 #include "model_open.h"
 
+mo_cluster_hooks mo_cluster;
+
 int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o) {
     const char *a = argv[*i], *v;
     double d;
@@ -91,6 +93,7 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.prefix_dir = o->prefix_dir;
     so.prefix_dir_bytes = o->prefix_dir_bytes;
     so.prefix_every = o->prefix_every;
+    so.cluster = mo_cluster.cl;
     int rc = strata_model_load(m->m, &so, err, sizeof err);
     if (rc) {
         fprintf(stderr, "strata %s: %s\n", m->cmd, err);
@@ -105,6 +108,7 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     fprintf(stderr, "strata %s: %lld layers (%lld MLA), vocab %lld, %d threads, kernels %s, ctx %lld, weights %s (%.2f s)\n",
             m->cmd, (long long)i->n_layers, (long long)i->n_mla, (long long)i->vocab, i->n_threads, i->kernel,
             (long long)ctx, i->placement, i->load_s);
+    if (mo_cluster.print_stages) mo_cluster.print_stages(mo_cluster.cl, stderr);
     return 0;
 }
 
@@ -121,6 +125,7 @@ void mo_fmt_speed(const mo_model *m, int64_t n_prefill, double t_prefill, int64_
 
 void mo_report(mo_model *m, FILE *f) {
     if (m->m) strata_model_print_report(m->m, f);
+    if (m->m && mo_cluster.print_report) mo_cluster.print_report(mo_cluster.cl, f);
 }
 
 json_t *mo_placement_json(mo_model *m) {

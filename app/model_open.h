@@ -47,6 +47,16 @@ typedef struct mo_model {
 
 #define MO_PLANNED 100 /* mo_place with --plan: the plan is printed, exit 0 */
 
+/* strata-mpi (app/strata.c) sets these on rank 0: every model is then loaded
+ * across the cluster, its stages printed after the load line and each rank's
+ * reads and traffic after the report. All NULL in the plain binary. */
+typedef struct mo_cluster_hooks {
+    strata_cluster *cl;
+    void (*print_stages)(const strata_cluster *cl, FILE *f);
+    void (*print_report)(strata_cluster *cl, FILE *f);
+} mo_cluster_hooks;
+extern mo_cluster_hooks mo_cluster;
+
 /* If argv[*i] is one of MO_USAGE's flags, consumes it (and its value) and returns 0;
  * a bad value prints a usage error and returns EXIT_USAGE; -1: not one of ours. */
 int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o);

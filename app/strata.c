@@ -79,7 +79,7 @@ static int fault_setup(void) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+static int strata_main(int argc, char **argv) {
     if (argc < 2) { help(stderr); return EXIT_USAGE; }
     if (fault_setup()) return EXIT_USAGE;
     const char *name = argv[1];
@@ -100,3 +100,45 @@ int main(int argc, char **argv) {
     help(stderr);
     return EXIT_USAGE;
 }
+
+#ifndef STRATA_MPI
+int main(int argc, char **argv) { return strata_main(argc, argv); }
+#else
+/* strata-mpi: the same commands on rank 0; the other ranks serve its model
+ * (include/strata_mpi.h). Every rank runs this same binary under mpirun. */
+#include <signal.h>
+#include <unistd.h>
+#include "model_open.h"
+#include "strata_mpi.h"
+
+/* mpirun stops the whole job when a rank dies (SIGTERM, then SIGKILL): say so
+ * on rank 0, whose output would otherwise just end. */
+static void on_sigterm(int sig) {
+    static const char m[] = "strata: rank 0: stopped by the MPI runtime: a rank of the job ended or the job was interrupted "
+                            "(mpirun's message names it); any output above is incomplete\n";
+    ssize_t w = write(2, m, sizeof m - 1);
+    (void)w;
+    _exit(128 + sig);
+}
+
+int main(int argc, char **argv) {
+    char err[2048];
+    strata_cluster *cl = NULL;
+    if (strata_mpi_init(&argc, &argv, &cl, err, sizeof err)) {
+        if (strata_mpi_rank(cl) == 0) fprintf(stderr, "strata: %s\n", err);
+        strata_mpi_finalize(cl, 1);
+        return 1;
+    }
+    int rc;
+    if (strata_mpi_rank(cl) > 0) {
+        rc = strata_mpi_work(cl, err, sizeof err) ? 1 : 0;
+        if (rc) fprintf(stderr, "strata: rank %d: %s\n", strata_mpi_rank(cl), err);
+    } else {
+        signal(SIGTERM, on_sigterm);
+        mo_cluster = (mo_cluster_hooks){cl, strata_mpi_print_stages, strata_mpi_print_report};
+        rc = strata_main(argc, argv);
+    }
+    strata_mpi_finalize(cl, rc != 0);
+    return rc;
+}
+#endif

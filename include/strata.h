@@ -59,6 +59,7 @@ const char *strata_errstr(int rc);
 
 typedef struct strata_model strata_model;
 typedef struct strata_seq strata_seq;
+typedef struct strata_cluster strata_cluster;
 
 typedef struct strata_model_opts {
     uint64_t ram_bytes;      /* whole-process peak RSS budget; 0 = none (every weight read into RAM) */
@@ -84,6 +85,10 @@ typedef struct strata_model_opts {
     int64_t prefix_every;    /* prompt positions between snapshots; 0 = 256 */
     int no_prefetch;         /* 1: no expert reads a layer ahead of the router (placed
                                 models); outputs are the same bits either way */
+    struct strata_cluster *cluster; /* NULL: this process holds the whole model; else this
+                                process is one rank of a cluster (include/strata_mpi.h):
+                                ram_bytes is each rank's own budget, and rank 0 loads the
+                                model across every rank */
 } strata_model_opts;
 
 #define STRATA_PREFIX_AUTO UINT64_MAX

@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <xxhash.h>
 #include "cfg.h"
+#include "cluster.h"
 #include "infer.h"
 #include "jsonx.h"
 #include "kern.h"
@@ -63,6 +64,9 @@ struct strata_model {
     strata_gen **gdec, **gself; /* (rows) a generator step's decoding / self-drafting generators */
     prefix_cache *px;         /* NULL: no prefix cache */
     int64_t px_every;         /* prompt positions between snapshots */
+    strata_cluster *cl;       /* the cluster this model is spread over (cluster.h), or NULL */
+    cluster_stage stage;      /* the layers this process holds */
+    uint64_t model_id;        /* model_identity at load */
 };
 
 struct strata_seq {
@@ -208,13 +212,19 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     m->spec = o->spec > 0 ? (o->spec < 63 ? o->spec : 63) : 0;
     m->max_out = m->max_seqs * (int64_t)(m->spec + 1);
     if (m->max_out > m->rows) m->max_out = m->rows;
+    int rc;
+    m->stage = (cluster_stage){0, m->c.n_layers, 1};
+    if (o->cluster) {
+        m->cl = o->cluster;
+        if ((rc = m->cl->stage(m->cl, m, o, &m->stage, err, errlen))) return rc;
+    }
+    const int partial = m->stage.lo > 0 || m->stage.hi < m->c.n_layers || !m->stage.head;
     /* the API's own step buffers and each generator's sampler, counted in the plan */
     const uint64_t extra = (uint64_t)m->max_out * (uint64_t)m->c.vocab * sizeof(float) +
                            (uint64_t)m->rows * (sizeof(strata_row) + sizeof(strata_gen *) + sizeof(infer_row)) +
                            (uint64_t)m->max_seqs * ((uint64_t)m->c.vocab * 16 + 4096 +
                                                     infer_session_spec_bytes(&m->c, m->spec ? m->spec + 1 : 0));
-    int rc;
-    m->placed = o->ram_bytes || o->pack_dir || o->plan_only || o->place;
+    m->placed = o->ram_bytes || o->pack_dir || o->plan_only || o->place || partial;
     /* the prefix cache's RAM; auto: two sequences' state, at most a quarter of
      * what the budget leaves above its minimum without it */
     prefix_opts pxo = {o->prefix_ram, o->prefix_dir, o->prefix_dir_bytes, 0};
@@ -255,6 +265,12 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
         po.engine_bytes = infer_engine_bytes;
         if (o->no_verify) po.verify_reads = PLACE_VERIFY_OFF;
         po.no_prefetch = o->no_prefetch;
+        if (partial) { /* a pipeline stage: its layers, their experts and sequence state only */
+            po.layer_lo = m->stage.lo;
+            po.layer_hi = m->stage.hi;
+            po.no_head = !m->stage.head;
+            po.seq_bytes = infer_session_bytes_range(&m->c, m->ctx, m->stage.lo, m->stage.hi);
+        }
         if ((rc = place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen))) return rc;
         if (o->plan_only) return 0;
     }
@@ -263,7 +279,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
                    : wsrc_resident_open(&m->w, &m->c, m->ix, err, errlen);
     if (rc) return rc;
     m->t_load = base_now() - t;
-    engine_opts eo = {m->threads, m->rows, m->spec ? m->spec + 1 : 0};
+    engine_opts eo = {m->threads, m->rows, m->spec ? m->spec + 1 : 0, m->stage.lo, m->stage.hi};
     if ((rc = engine_create(&m->e, &m->c, m->w, &eo, err, errlen))) return rc;
     uint64_t id = 0;
     if ((rc = model_identity(m, &id, err, errlen))) return rc;
@@ -272,6 +288,8 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
         pxo.model_id = id;
         if ((rc = prefix_open(&m->px, m->e, &pxo, err, errlen))) return rc;
     }
+    m->model_id = id;
+    if (m->cl && (rc = m->cl->attach(m->cl, m, m->e, id, err, errlen))) return rc;
     m->grows = base_alloc((size_t)m->rows * sizeof *m->grows, MEM_SCRATCH);
     m->gown = base_alloc((size_t)m->rows * sizeof *m->gown, MEM_SCRATCH);
     m->irows = base_alloc((size_t)m->rows * sizeof *m->irows, MEM_SCRATCH);
@@ -286,6 +304,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
 
 void strata_model_close(strata_model *m) {
     if (!m) return;
+    if (m->cl) m->cl->detach(m->cl, m);
     base_free(m->grows);
     base_free(m->gown);
     base_free(m->irows);
@@ -300,12 +319,18 @@ void strata_model_close(strata_model *m) {
     base_free(m);
 }
 
+engine *api_model_engine(strata_model *m) { return m->e; }
+const cfg *api_model_cfg(const strata_model *m) { return &m->c; }
+const model_layout *api_model_layout(const strata_model *m) { return &m->lay; }
+const char *api_model_dir(const strata_model *m) { return m->dir; }
+uint64_t api_model_id(const strata_model *m) { return m->model_id; }
+
 /* What the load line says about where the weights are: "all resident" only when
  * nothing is read twice; otherwise what is pinned, streamed and cached. */
 static void placement_name(const strata_model *m, char *buf, size_t n) {
     const place_plan *p = &m->plan;
     if (!m->placed) { snprintf(buf, n, "resident"); return; }
-    const int64_t n_exp = (m->c.n_layers - m->c.first_dense) * m->c.n_experts;
+    const int64_t n_exp = p->n_moe * m->c.n_experts; /* this process's MoE layers */
     if (p->resident && p->n_expert_slots >= n_exp) { snprintf(buf, n, "placed: all resident (experts read on first use)"); return; }
     char trunk[96];
     if (p->n_pinned == p->n_units) snprintf(trunk, sizeof trunk, "trunk pinned");

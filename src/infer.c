@@ -101,12 +101,16 @@ struct engine {
     float *const *psrc;        /* the pass's AttnRes sources during the FFN (moe_predict) */
     int64_t pnsrc;
     int64_t pred_early;        /* ranks predicted while a layer's experts are read */
+    int64_t L0, L1;            /* layers this engine computes (a pipeline stage: [L0, L1)) */
+    const engine_link *link;   /* first stage of a pipeline: the other stages, else NULL */
+    int32_t *g_slot;           /* (chunk) link slot of each group's sequence */
 };
 
 struct session {
     engine *e;
     int64_t max_ctx, pos;
     int broken;
+    int32_t slot;    /* the link's slot of this sequence (-1: no link) */
     float *kda;      /* n_kda x kda_floats: conv[3][conv_k-1][P] then S[heads][D][D] */
     float *cache;    /* n_mla x max_ctx x C */
     int32_t *ids;    /* max_ctx */
@@ -174,6 +178,7 @@ static void engine_carve(engine *e, carve *cv_) {
     e->mla_i = CVI(cv_, c->n_layers);
     e->g_s = (session **)cv(cv_, (size_t)T * sizeof(session *));
     e->g_r0 = (int64_t *)cv(cv_, (size_t)(T + 1) * sizeof(int64_t));
+    e->g_slot = CVI(cv_, T);
     e->ids = CVI(cv_, T);
     e->outr = CVI(cv_, T);
     e->rowbuf = (infer_row *)cv(cv_, (size_t)T * sizeof(infer_row));
@@ -242,8 +247,10 @@ static void engine_carve(engine *e, carve *cv_) {
     cv_->off = end;
 }
 
-static void engine_dims(engine *e, const cfg *c, int64_t chunk, int n_threads) {
+static void engine_dims(engine *e, const cfg *c, int64_t chunk, int n_threads, int64_t lo, int64_t hi) {
     memset(e, 0, sizeof *e);
+    e->L0 = lo > 0 ? lo : 0;
+    e->L1 = hi > 0 && hi < c->n_layers ? hi : c->n_layers;
     e->c = c;
     e->chunk = chunk > 0 ? chunk : INFER_DEFAULT_CHUNK;
     e->n_threads = n_threads > 0 ? n_threads : pool_default_threads();
@@ -252,14 +259,16 @@ static void engine_dims(engine *e, const cfg *c, int64_t chunk, int n_threads) {
     e->qh = c->qk_nope + c->qk_rope;
     e->C = c->kv_lora + c->qk_rope;
     e->xcap = e->chunk + c->topk;
-    e->n_mla = 0;
-    for (int64_t L = 0; L < c->n_layers; L++) e->n_mla += c->is_mla[L] ? 1 : 0;
-    e->n_kda = c->n_layers - e->n_mla;
+    e->n_mla = e->n_kda = 0;
+    for (int64_t L = e->L0; L < e->L1; L++) {
+        e->n_mla += c->is_mla[L] ? 1 : 0;
+        e->n_kda += c->is_mla[L] ? 0 : 1;
+    }
 }
 
 uint64_t infer_engine_bytes(const cfg *c, int64_t prefill_chunk, int n_threads) {
     engine e;
-    engine_dims(&e, c, prefill_chunk, n_threads);
+    engine_dims(&e, c, prefill_chunk, n_threads, 0, 0);
     carve k = {NULL, 0};
     engine_carve(&e, &k);
     return (uint64_t)ENGINE_HDR + k.off;
@@ -282,6 +291,18 @@ uint64_t infer_session_bytes(const cfg *c, int64_t max_ctx) {
     return (uint64_t)sizeof(session) + session_state_bytes(c, max_ctx) +
            (uint64_t)max_ctx * infer_mla_cache_bytes_per_pos(c);
 }
+
+uint64_t infer_session_bytes_range(const cfg *c, int64_t max_ctx, int64_t lo, int64_t hi) {
+    uint64_t n_mla = 0, n_kda = 0;
+    for (int64_t L = lo; L < hi && L < c->n_layers; L++) {
+        n_mla += c->is_mla[L] ? 1 : 0;
+        n_kda += c->is_mla[L] ? 0 : 1;
+    }
+    return (uint64_t)sizeof(session) + n_kda * (uint64_t)kda_floats(c) * sizeof(float) + (uint64_t)max_ctx * sizeof(int32_t) +
+           (uint64_t)max_ctx * n_mla * (uint64_t)(c->kv_lora + c->qk_rope) * sizeof(float);
+}
+
+int64_t infer_blocks_before(const cfg *c, int64_t L) { return L <= 0 ? 0 : (L - 1) / c->attn_res_block + 1; }
 
 /* ======================================================================= */
 /* Small math helpers                                                       */
@@ -473,7 +494,8 @@ static void mm_run(engine *e, mm_job *j) {
 int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, char *err, size_t errlen) {
     *out = NULL;
     engine tmp;
-    engine_dims(&tmp, c, o ? o->prefill_chunk : 0, o ? o->n_threads : 0);
+    engine_dims(&tmp, c, o ? o->prefill_chunk : 0, o ? o->n_threads : 0, o ? o->layer_lo : 0, o ? o->layer_hi : 0);
+    if (tmp.L0 >= tmp.L1) return base_fail(err, errlen, STRATA_EINVAL, "infer: empty layer range [%lld, %lld)", (long long)tmp.L0, (long long)tmp.L1);
     if (tmp.chunk < 1 || tmp.chunk > (1 << 20))
         return base_fail(err, errlen, STRATA_EINVAL, "infer: prefill chunk %lld out of range", (long long)tmp.chunk);
     if (c->topk < 1 || c->topk > CFG_MAX_TOPK || c->n_layers < 1 || c->n_layers > CFG_MAX_LAYERS)
@@ -492,8 +514,9 @@ int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, cha
     engine_carve(e, &k2);
     int64_t ik = 0, im = 0;
     for (int64_t L = 0; L < c->n_layers; L++) {
-        e->kda_i[L] = c->is_mla[L] ? -1 : (int32_t)ik++;
-        e->mla_i[L] = c->is_mla[L] ? (int32_t)im++ : -1;
+        const int own = L >= e->L0 && L < e->L1;
+        e->kda_i[L] = !own || c->is_mla[L] ? -1 : (int32_t)ik++;
+        e->mla_i[L] = own && c->is_mla[L] ? (int32_t)im++ : -1;
     }
     e->spec_rows = o && o->spec_rows > 0 ? o->spec_rows : 0;
     /* half the top-k early: ladder at 4 GB, 24 tokens, two runs each: 0.13-0.15
@@ -514,6 +537,11 @@ void engine_free(engine *e) {
 }
 
 int engine_threads(const engine *e) { return e->n_threads; }
+void engine_set_link(engine *e, const engine_link *l) { e->link = l; }
+float *engine_res(engine *e, int64_t *stride) {
+    *stride = e->chunk * e->c->hidden;
+    return e->res[0];
+}
 void engine_set_model_id(engine *e, uint64_t id) { e->model_id = id; }
 static uint64_t state_id(const engine *e) { return e->model_id ? e->model_id : infer_cfg_fingerprint(e->c); }
 int64_t engine_prefill_chunk(const engine *e) { return e->chunk; }
@@ -532,8 +560,10 @@ int session_create(session **out, engine *e, int64_t max_ctx, char *err, size_t 
     if (!s) return base_fail(err, errlen, STRATA_ENOMEM, "infer: out of memory");
     s->e = e;
     s->max_ctx = max_ctx;
-    uint64_t sb = session_state_bytes(c, max_ctx);
-    uint64_t cb = (uint64_t)max_ctx * infer_mla_cache_bytes_per_pos(c);
+    s->slot = -1;
+    /* this engine's layers only (all of them unless it is a pipeline stage) */
+    uint64_t sb = (uint64_t)e->n_kda * (uint64_t)kda_floats(c) * sizeof(float) + (uint64_t)max_ctx * sizeof(int32_t);
+    uint64_t cb = (uint64_t)max_ctx * (uint64_t)e->n_mla * (uint64_t)e->C * sizeof(float);
     s->ids = base_alloc((size_t)sb, MEM_STATE);
     if (!s->ids) goto oom;
     s->kda = (float *)(s->ids + max_ctx);
@@ -546,6 +576,10 @@ int session_create(session **out, engine *e, int64_t max_ctx, char *err, size_t 
         s->spec_rec = base_alloc((size_t)(e->spec_rows * e->n_kda * rec_floats(c)) * sizeof(float), MEM_STATE);
         if (!s->spec_snap || !s->spec_rec) goto oom;
     }
+    if (e->link && e->link->seq_open(e->link->ud, &s->slot, err, errlen)) {
+        session_free(s);
+        return STRATA_EBUSY;
+    }
     session_reset(s);
     *out = s;
     return 0;
@@ -557,6 +591,7 @@ oom:
 
 void session_free(session *s) {
     if (!s) return;
+    if (s->slot >= 0) s->e->link->seq_event(s->e->link->ud, s->slot, ENGINE_EV_CLOSE, 0);
     base_free(s->ids);
     base_free(s->cache);
     base_free(s->spec_snap);
@@ -565,6 +600,7 @@ void session_free(session *s) {
 }
 
 void session_reset(session *s) {
+    if (s->slot >= 0) s->e->link->seq_event(s->e->link->ud, s->slot, ENGINE_EV_RESET, 0);
     s->pos = 0;
     s->spec_on = 0;
     s->spec_n = 0;
@@ -1192,25 +1228,23 @@ static int nonfinite_fail(engine *e, int64_t row, const char *where) {
                  "the model's weights or config produce them", where, (long long)row);
 }
 
-/* One pass over the e->T rows set up by engine_step (groups, ids, outr): every
+/* Layers [L0, L1) over the e->T rows set up by engine_step (groups, ids): every
  * layer's trunk is fetched once for all rows, the experts chosen by any row once
- * per layer (the union), KDA and MLA run per sequence. Writes e->n_out rows of
- * logits (the rows e->outr, in order) when e->n_out > 0. */
+ * per layer (the union), KDA and MLA run per sequence. The residual stream before
+ * L0 is in res[0 .. infer_blocks_before(L0)], the last block the partial sum. */
 /* Trunk units of a draft pass are borrowed without a hold: nothing to put back. */
 #define LPUT(L) do { if (!e->draft) w->ops->layer_put(w, (L)); } while (0)
-static int forward_pass(engine *e, float *logits) {
+static int layers_run(engine *e, int64_t L0, int64_t L1) {
     const cfg *c = e->c;
     wsrc *w = e->w;
     const int64_t Hd = c->hidden, T = e->T;
     float *const *res = e->res;
     float *src[CFG_MAX_LAYERS + 2];
-    int64_t nb = 0;            /* closed blocks B_0 .. B_{nb-1} = res[0 .. nb-1] */
-    float *P = res[0];         /* the partial sum */
-    int P_empty = 0;
-    int rc = w->ops->embed_rows(w, (int)T, e->ids, P);
-    if (rc) return wfail(e, rc, "embed_rows");
+    int64_t nb = infer_blocks_before(c, L0); /* closed blocks B_0 .. B_{nb-1} = res[0 .. nb-1] */
+    float *P = res[nb];        /* the partial sum */
+    int P_empty = 0, rc;
     float *fa = e->vec, *fm = e->vec + Hd, *nin = e->vec + 2 * Hd, *npost = e->vec + 3 * Hd;
-    for (int64_t L = 0; L < c->n_layers; L++) {
+    for (int64_t L = L0; L < L1; L++) {
         const wt *W;
         if (e->draft) {
             /* a draft pass runs the layers pinned in RAM and skips the rest: a
@@ -1280,6 +1314,32 @@ static int forward_pass(engine *e, float *logits) {
             return nonfinite_fail(e, bad, where);
         }
     }
+    return 0;
+}
+
+/* One pass over the e->T rows set up by engine_step (groups, ids, outr): the
+ * embedding, this engine's layers, the other stages' (through the link), then
+ * the head. Writes e->n_out rows of logits (the rows e->outr, in order) when
+ * e->n_out > 0. */
+static int forward_pass(engine *e, float *logits) {
+    const cfg *c = e->c;
+    wsrc *w = e->w;
+    const int64_t Hd = c->hidden;
+    float *const *res = e->res;
+    float *src[CFG_MAX_LAYERS + 2];
+    int rc = w->ops->embed_rows(w, (int)e->T, e->ids, res[0]);
+    if (rc) return wfail(e, rc, "embed_rows");
+    if ((rc = layers_run(e, 0, e->L1))) return rc;
+    const int64_t nb = infer_blocks_before(c, c->n_layers);
+    float *P = res[nb];
+    if (e->L1 < c->n_layers) {
+        if (!e->link) return efail(e, STRATA_EINVAL, "infer: layers %lld.. belong to no stage", (long long)e->L1);
+        for (int64_t g = 0; g < e->n_grp; g++) e->g_slot[g] = e->g_s[g]->slot;
+        const engine_pass p = {e->T, e->n_grp, e->g_slot, e->g_r0, e->ids, res[0], e->chunk * Hd, Hd,
+                               infer_blocks_before(c, e->L1), nb};
+        rc = e->link->pass(e->link->ud, &p, e->err, sizeof e->err);
+        if (rc) return rc;
+    }
     if (e->n_out == 0) return 0;
     /* head: output AttnRes, final norm, lm_head, for the rows that want logits */
     const wt *W;
@@ -1345,8 +1405,10 @@ static int step_check(engine *e, const infer_row *rows, int64_t n) {
     return 0;
 }
 
-/* Runs rows[0 .. n) (n <= chunk) as one pass and advances the sequences. */
-static int step_pass(engine *e, const infer_row *rows, int64_t n, float *logits) {
+/* Runs rows[0 .. n) (n <= chunk) as one pass and advances the sequences: the
+ * whole forward (logits != NULL or a first stage), or this stage's layers over
+ * the residual state already in res (stage = 1). */
+static int step_run(engine *e, const infer_row *rows, int64_t n, float *logits, int stage) {
     e->T = n;
     e->n_grp = 0;
     e->n_out = 0;
@@ -1359,7 +1421,7 @@ static int step_pass(engine *e, const infer_row *rows, int64_t n, float *logits)
         if (rows[i].logits) e->outr[e->n_out++] = (int32_t)i;
     }
     e->g_r0[e->n_grp] = n;
-    int rc = forward_pass(e, logits);
+    int rc = stage ? layers_run(e, e->L0, e->L1) : forward_pass(e, logits);
     if (rc) return rc;
     for (int64_t g = 0; g < e->n_grp; g++) {
         session *s = e->g_s[g];
@@ -1375,7 +1437,8 @@ int engine_step(engine *e, const infer_row *rows, int64_t n, float *logits) {
     if (rc) return rc;
     for (int64_t i0 = 0; i0 < n; i0 += e->chunk) {
         const int64_t m = n - i0 < e->chunk ? n - i0 : e->chunk;
-        rc = step_pass(e, rows + i0, m, logits);
+        rc = e->L0 ? efail(e, STRATA_EINVAL, "infer: a stage from layer %lld is driven by engine_stage_step", (long long)e->L0)
+                   : step_run(e, rows + i0, m, logits, 0);
         if (rc) {
             /* every sequence of the step is left mid-update: broken until reset */
             for (int64_t i = 0; i < n; i++) {
@@ -1389,12 +1452,27 @@ int engine_step(engine *e, const infer_row *rows, int64_t n, float *logits) {
     return 0;
 }
 
+int engine_stage_step(engine *e, const infer_row *rows, int64_t n) {
+    e->err[0] = 0;
+    if (n > e->chunk) return efail(e, STRATA_EINVAL, "infer: %lld rows exceed the pass of %lld", (long long)n, (long long)e->chunk);
+    int rc = step_check(e, rows, n);
+    if (rc) return rc;
+    rc = step_run(e, rows, n, NULL, 1);
+    if (rc)
+        for (int64_t i = 0; i < n; i++) {
+            rows[i].s->broken = 1;
+            snprintf(rows[i].s->err, sizeof rows[i].s->err, "%s", e->err);
+        }
+    return rc;
+}
+
 const char *engine_errmsg(const engine *e) { return e->err; }
 
 int engine_can_draft(const engine *e) {
     const wsrc_ops *o = e->w->ops;
     const wt *W;
     if (!o->draft_mode || !o->layer_peek || !o->expert_resident) return 0;
+    if (e->link || e->L0 > 0 || e->L1 < e->c->n_layers) return 0; /* a pipeline stage: layers live elsewhere */
     if (o->layer_peek(e->w, e->c->n_layers, &W)) return 0; /* the head streams */
     for (int64_t L = 0; L < e->c->n_layers; L++) if (!o->layer_peek(e->w, L, &W)) return 1;
     return 0;
@@ -1411,7 +1489,7 @@ int engine_draft_step(engine *e, const infer_row *rows, int64_t n, float *logits
     e->draft = 1;
     for (int64_t i0 = 0; i0 < n && !rc; i0 += e->chunk) {
         const int64_t m = n - i0 < e->chunk ? n - i0 : e->chunk;
-        rc = step_pass(e, rows + i0, m, logits);
+        rc = step_run(e, rows + i0, m, logits, 0);
         for (int64_t i = i0; i < i0 + m && !rc; i++) if (rows[i].logits && logits) logits += e->c->vocab;
     }
     e->draft = 0;
@@ -1431,6 +1509,7 @@ int session_spec_begin(session *s) {
     s->spec_pos0 = s->pos;
     s->spec_n = 0;
     s->spec_on = 1;
+    if (s->slot >= 0) e->link->seq_event(e->link->ud, s->slot, ENGINE_EV_SPEC_BEGIN, 0);
     return 0;
 }
 
@@ -1446,6 +1525,7 @@ int session_spec_end(session *s, int64_t keep) {
     if (!s->spec_on) return sfail(s, STRATA_EINVAL, "infer: no speculation in progress");
     if (keep < 0 || keep > s->spec_n) return sfail(s, STRATA_EINVAL, "infer: cannot keep %lld of %lld rows", (long long)keep, (long long)s->spec_n);
     s->spec_on = 0;
+    if (s->slot >= 0) e->link->seq_event(e->link->ud, s->slot, ENGINE_EV_SPEC_END, keep);
     if (keep == s->spec_n) return 0;
     const int64_t P = e->P, D = c->kda_head_dim, NHk = c->kda_heads, ck = c->conv_k, kf = kda_floats(c), rf = rec_floats(c);
     float *o = e->thr; /* D floats of scratch: no pass is running */
@@ -1563,6 +1643,9 @@ int session_save(session *s, const char *path, char *err, size_t errlen) {
     engine *e = s->e;
     const cfg *c = e->c;
     if (s->broken) return base_fail(err, errlen, STRATA_EINVAL, "infer: cannot save a failed session");
+    if (e->L0 != 0 || e->L1 != c->n_layers)
+        return base_fail(err, errlen, STRATA_EINVAL, "infer: state files are not supported across ranks (this process holds layers %lld-%lld)",
+                         (long long)e->L0, (long long)e->L1 - 1);
     char tmp[4096];
     struct stat sb;
     /* never rename over a device, a FIFO or a directory that happens to be there */
@@ -1663,6 +1746,9 @@ static int load_pass(session *s, int fd, const char *path, int apply, int64_t *p
  * session, then reads it in: a bad file leaves the session exactly as it was. */
 int session_load(session *s, const char *path, char *err, size_t errlen) {
     const cfg *c = s->e->c;
+    if (s->e->L0 != 0 || s->e->L1 != c->n_layers)
+        return base_fail(err, errlen, STRATA_EINVAL, "infer: state files are not supported across ranks (this process holds layers %lld-%lld)",
+                         (long long)s->e->L0, (long long)s->e->L1 - 1);
     int fd = vfs_open(path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     int64_t pos = 0;

@@ -34,6 +34,11 @@ typedef struct engine_opts {
     int64_t prefill_chunk;  /* tokens per batched forward; 0 = INFER_DEFAULT_CHUNK */
     int64_t spec_rows;      /* rows a sequence may verify speculatively at once (0 = none);
                                sessions then also hold a KDA snapshot and per-row records */
+    /* Pipeline stage (src/mpi/): this engine computes layers [layer_lo, layer_hi) only
+     * and its sessions hold those layers' state; layer_hi 0 = every layer. The first
+     * stage (layer_lo 0) embeds the rows and computes the head; the others are driven
+     * by engine_stage_step. */
+    int64_t layer_lo, layer_hi;
 } engine_opts;
 #define INFER_DEFAULT_CHUNK 64
 
@@ -85,6 +90,48 @@ void engine_draft_stats_reset(engine *e);
 const char *engine_errmsg(const engine *e);
 int64_t engine_prefill_chunk(const engine *e);
 const cfg *engine_cfg(const engine *e);
+
+/* ---- pipeline stages ----
+ * Between stages a pass travels as its residual stream: Block AttnRes keeps the
+ * closed block sums and the partial sum, so before layer L the state is blocks
+ * 0 .. infer_blocks_before(c, L) of (rows, hidden) floats, the last one the
+ * partial. A first stage whose engine stops before the last layer hands the pass
+ * to its link after its own layers; the link runs the other stages and returns
+ * with the state after the last layer in place, then the head runs. Sequences are
+ * mirrored: each session of a linked engine has a slot (link->seq_open), and
+ * resets and speculation are reported to the link in the order they happen. */
+typedef struct engine_pass {
+    int64_t T, n_grp;          /* rows, groups (one per sequence, rows consecutive) */
+    const int32_t *g_slot;     /* (n_grp) slot of each group's sequence */
+    const int64_t *g_r0;       /* (n_grp + 1) first row of each group */
+    const int32_t *ids;        /* (T) token of each row */
+    float *res;                /* residual block i at res + i * stride; T x hidden floats each */
+    int64_t stride, hidden;
+    int64_t nb_have, nb_want;  /* blocks 0..nb_have valid now; 0..nb_want wanted back */
+} engine_pass;
+enum { ENGINE_EV_RESET = 1, ENGINE_EV_SPEC_BEGIN, ENGINE_EV_SPEC_END, ENGINE_EV_CLOSE };
+typedef struct engine_link {
+    void *ud;
+    int (*pass)(void *ud, const engine_pass *p, char *err, size_t errlen);
+    int (*seq_open)(void *ud, int32_t *slot, char *err, size_t errlen);
+    /* ENGINE_EV_*; arg: rows kept for SPEC_END. Failures surface at the next pass. */
+    void (*seq_event)(void *ud, int32_t slot, int ev, int64_t arg);
+} engine_link;
+/* Set before any session exists (borrowed; must outlive the engine). */
+void engine_set_link(engine *e, const engine_link *l);
+/* Blocks of the residual stream before layer L (L = n_layers: before the head). */
+int64_t infer_blocks_before(const cfg *c, int64_t L);
+/* The engine's residual blocks: block i at base + i * *stride floats. A stage
+ * receives a pass's state there before engine_stage_step and sends it on after. */
+float *engine_res(engine *e, int64_t *stride);
+/* A non-first stage: runs this engine's layers over rows (n <= prefill chunk;
+ * ids are recorded as the sequences' history) whose residual state
+ * (infer_blocks_before(layer_lo) + 1 blocks) is in engine_res, leaving
+ * infer_blocks_before(layer_hi) + 1 blocks there, and advances the sequences.
+ * Checks like engine_step; a failure breaks the step's sequences. */
+int engine_stage_step(engine *e, const infer_row *rows, int64_t n);
+/* Session bytes for a stage owning layers [lo, hi) (the planner's seq_bytes). */
+uint64_t infer_session_bytes_range(const cfg *c, int64_t max_ctx, int64_t lo, int64_t hi);
 
 /* A sequence of at most max_ctx positions (1 <= max_ctx). Allocates its KDA state
  * (MEM_STATE) and MLA cache (MEM_KV) up front. Free with session_free. */

@@ -72,6 +72,13 @@ typedef struct place_opts {
                                  int32 LE (layer, expert) for offline policy replay */
     int no_prefetch;          /* 1: no expert reads ahead of the router (wsrc predict_layer
                                  says no); the output is the same either way */
+    /* A pipeline stage (src/mpi/): this process holds layers [layer_lo, layer_hi) and
+     * their experts only (layer_hi 0 = every layer); no_head = 1: the head and the
+     * embedding are held elsewhere. Units it does not hold cost nothing and are
+     * never read. */
+    int64_t layer_lo, layer_hi;
+    int no_head;
+    uint64_t seq_bytes;       /* one sequence's bytes; 0 = session_bytes(c, ctx) */
 } place_opts;
 
 #define PLACE_VERIFY_OFF (-1) /* place_opts.verify_reads: `strata run --no-verify` */
@@ -124,6 +131,11 @@ typedef struct place_plan {
     int verify_reads, no_uring, no_readahead, mem_limit;
     char trace_path[1024];
     int no_prefetch;
+    /* a pipeline stage: units held elsewhere (never read; counted pinned at 0 bytes) */
+    uint8_t absent[PLACE_MAX_UNITS];
+    int64_t n_owned;          /* units this process holds */
+    int64_t n_moe;            /* MoE layers this process holds */
+    int no_head;
 } place_plan;
 
 /* Computes the plan. lay may be NULL (sizes from the config's census: `plan
@@ -132,6 +144,14 @@ typedef struct place_plan {
 int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_dir,
                        const place_opts *o, place_plan *out, char *err, size_t errlen);
 void place_plan_print(const place_plan *p, FILE *f);
+
+/* The cluster split: layers into n_ranks contiguous stages [lo[r], hi[r]) with
+ * the largest stage's bytes (trunk + experts; rank 0 also the head and the
+ * embedding) as small as it can be. lay may be NULL (sizes from the config).
+ * Returns the largest stage's bytes; n_ranks <= n_layers. */
+uint64_t place_cluster_split(const cfg *c, const model_layout *lay, int n_ranks, int64_t *lo, int64_t *hi);
+/* Weight bytes of the stage [lo, hi) (with the head and embedding when head). */
+uint64_t place_stage_bytes(const cfg *c, const model_layout *lay, int64_t lo, int64_t hi, int head);
 /* Predicted seconds of one decode step of n_rows rows, one per sequence (the
  * trunk once, the rows' expert union), from the plan's bandwidths. */
 double place_plan_step_seconds(const place_plan *p, const cfg *c, int n_rows);

@@ -119,6 +119,11 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->mem_limit = o->mem_limit;
     if (o->trace_path) snprintf(p->trace_path, sizeof p->trace_path, "%s", o->trace_path);
     p->no_prefetch = o->no_prefetch;
+    const int64_t lo = o->layer_lo > 0 ? o->layer_lo : 0, hi = o->layer_hi > 0 && o->layer_hi < c->n_layers ? o->layer_hi : c->n_layers;
+    if (lo >= hi) return base_fail(err, errlen, STRATA_EINVAL, "plan: empty layer range [%lld, %lld)", (long long)lo, (long long)hi);
+    p->no_head = o->no_head;
+    for (int64_t u = 0; u < p->n_units; u++)
+        p->absent[u] = u < c->n_layers ? (u < lo || u >= hi) : o->no_head != 0;
     if (model_dir && !(o->pack_dir && !o->pack_dir[0])) {
         if (o->pack_dir) {
             char m[2048];
@@ -136,6 +141,11 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     for (int64_t u = 0; u < p->n_units; u++) {
         ncount n = {0};
         uint64_t bytes;
+        if (p->absent[u]) { /* held by another process: pinned at no cost, never read */
+            p->unit_bytes[u] = 0;
+            p->pinned[u] = 1;
+            continue;
+        }
         if (u < c->n_layers) {
             schema_walk_layer(c, u, count_fn, &n);
             bytes = lay ? lay->layer_bytes[u] : k.layer_bytes_bf16[u];
@@ -148,10 +158,14 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         else if (lay && lay->layers_contiguous && u < c->n_layers) p->unit_bytes[u] = io_align_up(bytes) + 2 * IO_ALIGN;
         else p->unit_bytes[u] = io_align_up(bytes) + (uint64_t)n.n * 3 * IO_ALIGN;
     }
-    uint64_t embed = lay ? lay->embed_bytes : (uint64_t)(c->vocab * c->hidden * 2);
+    uint64_t embed = o->no_head ? 0 : lay ? lay->embed_bytes : (uint64_t)(c->vocab * c->hidden * 2);
     p->embed_row_bytes = c->vocab ? embed / (uint64_t)c->vocab : 0;
     p->embed_bytes = io_align_up(embed);
-    const int64_t n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0;
+    int64_t n_moe = 0;
+    for (int64_t L = lo; L < hi; L++) n_moe += cfg_is_moe(c, L) ? 1 : 0;
+    p->n_moe = n_moe;
+    p->n_owned = 0;
+    for (int64_t u = 0; u < p->n_units; u++) p->n_owned += !p->absent[u];
     const int64_t n_expert_all = n_moe * c->n_experts;
     p->expert_bytes = lay ? lay->expert_bytes : k.expert_bytes;
     p->expert_slot_bytes = (lay && !lay->experts_contiguous) ? io_align_up(p->expert_bytes) + 6 * 3 * IO_ALIGN
@@ -166,7 +180,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->index_bytes = lay ? 0 : (uint64_t)n_tensors_all * 256;
     if (p->has_pack) p->index_bytes += (uint64_t)n_tensors_all * 48 + (uint64_t)p->n_units * 4096;
     p->n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
-    p->seq_bytes = o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);
+    p->seq_bytes = o->seq_bytes ? o->seq_bytes : o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);
     p->session_bytes = p->seq_bytes * (uint64_t)p->n_seqs;
     p->extra_bytes = o->extra_bytes;
     p->prefix_bytes = o->prefix_bytes;
@@ -286,7 +300,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
  * random: E (1 - (1 - k/E)^n) distinct per layer), minus the cache's share,
  * from disk; every byte touched from memory. */
 double place_plan_step_seconds(const place_plan *p, const cfg *c, int n_rows) {
-    const int64_t n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0;
+    const int64_t n_moe = p->n_moe;
     const double E = (double)c->n_experts, k = (double)c->topk;
     const double distinct = E > 0 ? E * (1.0 - pow(1.0 - k / E, n_rows)) : 0;
     const double n_all = (double)n_moe * E;
@@ -309,8 +323,12 @@ void place_plan_print(const place_plan *p, FILE *f) {
             p->resident ? ", trunk and embeddings resident" : "");
     if (p->budget_bytes) fprintf(f, "  budget            %10.3f GB\n", gb(p->budget_bytes));
     else fprintf(f, "  budget                  none  (resident: what MemAvailable holds)\n");
-    fprintf(f, "  trunk pinned      %10.3f GB  %lld of %lld units (layers + head)\n", gb(p->pinned_bytes),
-            (long long)p->n_pinned, (long long)p->n_units);
+    if (p->n_owned < p->n_units)
+        fprintf(f, "  trunk pinned      %10.3f GB  %lld of the %lld units this rank holds (the others are on other ranks)\n",
+                gb(p->pinned_bytes), (long long)(p->n_pinned - (p->n_units - p->n_owned)), (long long)p->n_owned);
+    else
+        fprintf(f, "  trunk pinned      %10.3f GB  %lld of %lld units (layers + head)\n", gb(p->pinned_bytes),
+                (long long)p->n_pinned, (long long)p->n_units);
     fprintf(f, "  stream arena      %10.3f GB  (largest streamed unit %.3f GB; streamed %.3f GB per pass)\n",
             gb(p->ring_bytes), gb(p->ring_min_bytes), gb(p->streamed_bytes));
     fprintf(f, "  embeddings        %10.3f GB  %s (row %llu B)\n", gb(p->embed_resident ? p->embed_bytes : 0),
@@ -496,4 +514,69 @@ int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw,
         base_write_file_atomic(path, js, (size_t)n, NULL, 0);
     }
     return STRATA_OK;
+}
+
+/* ============================================================ cluster split */
+
+static uint64_t layer_weight_bytes(const cfg *c, const model_layout *lay, const cfg_census *k, int64_t L) {
+    uint64_t b = lay ? lay->layer_bytes[L] : k->layer_bytes_bf16[L];
+    if (cfg_is_moe(c, L)) b += (uint64_t)c->n_experts * (lay ? lay->expert_bytes : k->expert_bytes);
+    return b;
+}
+
+uint64_t place_stage_bytes(const cfg *c, const model_layout *lay, int64_t lo, int64_t hi, int head) {
+    cfg_census k;
+    cfg_census_compute(c, &k);
+    uint64_t b = head ? (lay ? lay->head_bytes + lay->embed_bytes : k.embed_bytes_bf16) : 0;
+    for (int64_t L = lo; L < hi && L < c->n_layers; L++) b += layer_weight_bytes(c, lay, &k, L);
+    return b;
+}
+
+/* Contiguous split minimising the largest stage (rank 0's counts the head and
+ * the embedding): best[r][j] is the smallest largest stage when layers 0..j-1
+ * form stages 0..r-1; ties keep the earliest cut. O(ranks x layers^2). */
+uint64_t place_cluster_split(const cfg *c, const model_layout *lay, int n_ranks, int64_t *lo, int64_t *hi) {
+    enum { NL = CFG_MAX_LAYERS + 1 };
+    const int64_t n = c->n_layers;
+    if (n_ranks < 1) n_ranks = 1;
+    if (n_ranks > n) n_ranks = (int)n;
+    cfg_census k;
+    cfg_census_compute(c, &k);
+    uint64_t pre[NL];         /* pre[j]: bytes of layers 0..j-1 */
+    pre[0] = 0;
+    for (int64_t L = 0; L < n; L++) pre[L + 1] = pre[L] + layer_weight_bytes(c, lay, &k, L);
+    const uint64_t head = lay ? lay->head_bytes + lay->embed_bytes : k.embed_bytes_bf16;
+    static const uint64_t INF = UINT64_MAX;
+    uint64_t *best = base_alloc((size_t)(n_ranks + 1) * NL * sizeof *best, MEM_MISC);
+    int16_t *cut = base_alloc((size_t)(n_ranks + 1) * NL * sizeof *cut, MEM_MISC);
+    if (!best || !cut) { /* even split by layers: still a valid plan */
+        base_free(best);
+        base_free(cut);
+        for (int r = 0; r < n_ranks; r++) { lo[r] = n * r / n_ranks; hi[r] = n * (r + 1) / n_ranks; }
+        return place_stage_bytes(c, lay, lo[0], hi[0], 1);
+    }
+#define B(r, j) best[(size_t)(r) * NL + (size_t)(j)]
+#define C(r, j) cut[(size_t)(r) * NL + (size_t)(j)]
+    for (int64_t j = 0; j <= n; j++) B(1, j) = j ? head + pre[j] : INF;
+    for (int r = 2; r <= n_ranks; r++)
+        for (int64_t j = 0; j <= n; j++) {
+            B(r, j) = INF;
+            for (int64_t i = r - 1; i < j; i++) { /* stage r-1 = layers i..j-1 */
+                if (B(r - 1, i) == INF) continue;
+                const uint64_t s = pre[j] - pre[i], m = B(r - 1, i) > s ? B(r - 1, i) : s;
+                if (m < B(r, j)) { B(r, j) = m; C(r, j) = (int16_t)i; }
+            }
+        }
+    const uint64_t worst = B(n_ranks, n);
+    int64_t j = n;
+    for (int r = n_ranks; r >= 1; r--) {
+        hi[r - 1] = j;
+        lo[r - 1] = r == 1 ? 0 : C(r, j);
+        j = lo[r - 1];
+    }
+#undef B
+#undef C
+    base_free(best);
+    base_free(cut);
+    return worst;
 }

@@ -281,6 +281,8 @@ static int build_units(stream *s, char *err, size_t errlen) {
     if (!g.p) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
     for (int64_t u = 0; u < s->n_units && !rc; u++) {
         unit *x = &s->u[u];
+        x->qnext = -1;
+        if (s->plan.absent[u]) continue; /* another stage's: no record, never read */
         g.n = 0;
         g.rc = 0;
         if (u < c->n_layers) { g.cls_mask = 0; schema_walk_layer(c, u, gather_fn, &g); }
@@ -570,7 +572,9 @@ static void schedule_locked(stream *s, int64_t from) {
         if (u > nl) u = 0;
         if (u == nl && !s->head_follows) u = 0; /* last passes skipped the head */
         unit *x = &s->u[u];
-        if (x->pinned) {
+        if (s->plan.absent[u]) {
+            /* another stage's unit: nothing to read */
+        } else if (x->pinned) {
             if (x->state == U_IDLE) enqueue_locked(s, u);
         } else if (!x->in_arena) {
             if (x->state == U_ERROR) break;
@@ -586,6 +590,7 @@ static void schedule_locked(stream *s, int64_t from) {
 static int st_layer_get(wsrc *w, int64_t L, const wt **roles) {
     stream *s = (stream *)w;
     if (L < 0 || L >= s->n_units) return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: layer %lld out of range", (long long)L);
+    if (s->plan.absent[L]) return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: unit %lld is held by another stage", (long long)L);
     double t0 = base_now();
     pthread_mutex_lock(&s->mu);
     unit *x = &s->u[L];
@@ -1030,6 +1035,7 @@ static int st_expert_resident(wsrc *w, int64_t L, int32_t id) {
 static int st_embed_rows(wsrc *w, int n, const int32_t *ids, float *out) {
     stream *s = (stream *)w;
     const int64_t H = s->c->hidden;
+    if (s->plan.no_head) return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: the embedding is held by another stage");
     for (int i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= s->c->vocab)
             return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: token id %d outside the vocabulary (%lld)", ids[i],
@@ -1208,7 +1214,7 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
     if ((rc = build_units(s, err, errlen))) goto fail;
     for (int64_t u = 0; u < s->n_units; u++) {
         unit *x = &s->u[u];
-        if (!x->pinned) continue;
+        if (!x->pinned || p->absent[u]) continue;
         x->buf = base_alloc_aligned(x->buf_bytes ? x->buf_bytes : IO_ALIGN, IO_ALIGN, MEM_TRUNK);
         if (!x->buf) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate pinned layer %lld", (long long)u); goto fail; }
     }
@@ -1219,7 +1225,7 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
     }
     /* experts */
     s->NE = c->n_experts;
-    s->n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0;
+    s->n_moe = p->n_moe > 0 ? c->n_layers - c->first_dense : 0; /* cache keys span every MoE layer */
     s->experts_bf16 = experts_are_bf16(c, ix);
     s->xslot_bytes = p->expert_slot_bytes;
     if (s->n_moe > 0) {
@@ -1237,7 +1243,7 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
         if (pthread_create(&s->pf_th, NULL, prefault_main, s) == 0) s->pf_started = 1;
     }
     /* embeddings: a row is embed_row bytes at a known offset (pack region or the shard) */
-    {
+    if (!p->no_head) {
         const char *en = "language_model.model.embed_tokens.weight";
         const st_tensor *t = st_find(ix, en);
         if (!t || t->ndim != 2 || t->shape[0] != c->vocab || t->shape[1] != c->hidden) {
