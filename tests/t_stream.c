@@ -706,6 +706,41 @@ TEST(stream_draft_leaves_no_trace) {
     CHECK_MSG(ds.layers_skipped > 0 && ds.layers_skipped < ds.layers, "%lld of %lld layers skipped", (long long)ds.layers_skipped,
               (long long)ds.layers);
     CHECK(ds.experts > 0);
+    /* with every layer pinned and the token's experts in the cache, a draft pass
+     * is the model itself: the same logits bits as the pass that loaded them */
+    {
+        place_opts oa = opts_for(1ull << 40);
+        place_plan pa;
+        wsrc *wa = NULL;
+        engine *ea = NULL;
+        session *sa = NULL;
+        float *la = base_alloc((size_t)V * sizeof(float), MEM_MISC), *lb = base_alloc((size_t)V * sizeof(float), MEM_MISC);
+        CHECK(place_plan_compute(&m.c, &m.lay, dir, &oa, &pa, err, sizeof err) == 0);
+        CHECK_MSG(place_open(&wa, &m.c, m.ix, dir, &pa, err, sizeof err) == 0, "%s", err);
+        CHECK(wa && engine_create(&ea, &m.c, wa, &eo, err, sizeof err) == 0);
+        CHECK(ea && session_create(&sa, ea, 64, err, sizeof err) == 0);
+        if (sa) {
+            CHECK(session_eval(sa, prompt, 7, la) == 0);
+            for (int32_t tok = 5; tok < 8; tok++) {
+                infer_row r = {sa, tok, 1};
+                engine_draft_stats d0, d1;
+                CHECK(session_spec_begin(sa) == 0 && engine_step(ea, &r, 1, la) == 0 && session_spec_end(sa, 0) == 0);
+                engine_draft_stats_get(ea, &d0);
+                CHECK(session_spec_begin(sa) == 0);
+                CHECK_MSG(engine_draft_step(ea, &r, 1, lb) == 0, "%s", engine_errmsg(ea));
+                CHECK(session_spec_end(sa, 0) == 0);
+                engine_draft_stats_get(ea, &d1);
+                CHECK(d1.layers_skipped == d0.layers_skipped && d1.experts_dropped == d0.experts_dropped && d1.experts > d0.experts);
+                CHECK_MSG(!memcmp(la, lb, (size_t)V * sizeof(float)), "token %d: a draft with nothing missing differs", tok);
+                CHECK(session_eval(sa, &tok, 1, la) == 0);
+            }
+        }
+        session_free(sa);
+        engine_free(ea);
+        if (wa) wa->ops->close(wa);
+        base_free(la);
+        base_free(lb);
+    }
     /* a draft pass outside a speculation is refused; a resident source cannot draft */
     infer_row r = {s, 1, 1};
     CHECK(engine_draft_step(e, &r, 1, lg) != 0);
