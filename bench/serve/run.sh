@@ -9,16 +9,19 @@
 # (--prefix-gb 0 --cache-dir): bytes read and time of the second turn; the
 # replies must be equal in every mode. Writes build/bench/serve.csv,
 # serve-chat.csv and serve.png. The model is never modified (LADDER_MODEL or
-# build/models/ladder, generated and packed once if missing).
+# build/models/ladder, generated and packed once if missing). SPEC=K runs the
+# throughput servers with --spec K; CLIENTS="" skips them, TWO_TURN=0 the chat.
 set -euo pipefail
 BUILD=${BUILD:-build}
 M=${LADDER_MODEL:-$BUILD/models/ladder}
 OUT=$BUILD/bench
 RAM=${RAM:-1}
-CLIENTS=${CLIENTS:-"1 2 4 8"}
+CLIENTS=${CLIENTS-"1 2 4 8"}
 REQS=${REQS:-2}
 TOKENS=${TOKENS:-12}
 CTX=${CTX:-1024}
+SPEC=${SPEC:-0}
+TWO_TURN=${TWO_TURN:-1}
 mkdir -p "$OUT"
 [ -f "$M/config.json" ] || ./strata gen-model "$M" --preset ladder
 [ -f "$M/strata.pack/manifest.json" ] || ./strata pack "$M"
@@ -44,12 +47,12 @@ start_server() {
 }
 metric() { curl -s "http://127.0.0.1:$PORT/metrics" | sed -n "s/^$1 //p" | head -1; }
 
-CSV=$OUT/serve.csv
-echo "label,clients,requests,tokens,seconds,tokens_per_s,ttft_p50_s,ttft_p99_s,itl_p50_s,itl_p99_s,peak_rss_gb,mean_rows_per_step" > "$CSV"
+CSV=$OUT/serve$([ "$SPEC" = 0 ] || echo "-spec$SPEC").csv
+[ -z "$CLIENTS" ] || echo "label,clients,requests,tokens,seconds,tokens_per_s,ttft_p50_s,ttft_p99_s,itl_p50_s,itl_p99_s,peak_rss_gb,mean_rows_per_step" > "$CSV"
 for c in $CLIENTS; do
-  echo "== $c clients (--parallel $c, --ram-gb $RAM)" >&2
-  start_server "$OUT/serve-$c.log" --parallel "$c" --no-prefix
-  node bench/serve/bench.mjs "$PORT" "$c" "$REQS" "$TOKENS" --csv "$OUT/serve-row.csv" --label "ram${RAM}"
+  echo "== $c clients (--parallel $c, --ram-gb $RAM, --spec $SPEC)" >&2
+  start_server "$OUT/serve-$c.log" --parallel "$c" --no-prefix --spec "$SPEC"
+  node bench/serve/bench.mjs "$PORT" "$c" "$REQS" "$TOKENS" --csv "$OUT/serve-row.csv" --label "ram${RAM}-spec${SPEC}"
   rss=$(metric strata_peak_rss_bytes)
   rows=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^strata_step_rows_sum/ {s=$2} /^strata_step_rows_count/ {n=$2} END {printf "%.2f", n ? s / n : 0}')
   stop_server
@@ -58,9 +61,9 @@ for c in $CLIENTS; do
 done
 
 CHAT=$OUT/serve-chat.csv
-echo "label,turn,prompt_tokens,cached_tokens,ttft_s,total_s,gb_read_weights,gb_read_snapshots,reply_hash" > "$CHAT"
+[ "$TWO_TURN" = 0 ] || echo "label,turn,prompt_tokens,cached_tokens,ttft_s,total_s,gb_read_weights,gb_read_snapshots,reply_hash" > "$CHAT"
 SNAP=$OUT/serve-snapshots
-for mode in none ram disk; do
+for mode in $([ "$TWO_TURN" = 1 ] && echo none ram disk); do
   echo "== two-turn chat: prefix $mode" >&2
   rm -rf "$SNAP"
   case $mode in
@@ -75,10 +78,10 @@ rm -rf "$SNAP"
 echo
 awk -F, 'NR > 1 { if ($2 == 1) one = $6; printf "%d clients: %6.3f tok/s (x%.2f vs 1), TTFT p50 %.2f s p99 %.2f s, inter-token p50 %.2f s p99 %.2f s, %.2f rows/step, peak RSS %.3f GB\n",
   $2, $6, (one > 0 ? $6 / one : 0), $7, $8, $9, $10, $12, $11 }' "$CSV"
-awk -F, 'NR > 1 && $2 == 2 { printf "turn 2, prefix %-4s: %d prompt tokens (%d cached), first token %.2f s, total %.2f s, read %.3f GB weights + %.3f GB snapshots, reply %s\n",
+[ "$TWO_TURN" = 0 ] || awk -F, 'NR > 1 && $2 == 2 { printf "turn 2, prefix %-4s: %d prompt tokens (%d cached), first token %.2f s, total %.2f s, read %.3f GB weights + %.3f GB snapshots, reply %s\n",
   $1, $3, $4, $5, $6, $7, $8, $9 }' "$CHAT"
 n=$(awk -F, 'NR > 1 && $2 == 2 { print $9 }' "$CHAT" | sort -u | wc -l)
-[ "$n" = 1 ] || { echo "second-turn replies differ between modes"; exit 1; }
+[ "$TWO_TURN" = 0 ] || [ "$n" = 1 ] || { echo "second-turn replies differ between modes"; exit 1; }
 if command -v gnuplot > /dev/null; then
-  gnuplot -e "csv='$CSV'; out='$OUT/serve.png'" bench/serve/plot.gp && echo "plot: $OUT/serve.png"
+  gnuplot -e "csv='$CSV'; out='${CSV%.csv}.png'" bench/serve/plot.gp && echo "plot: ${CSV%.csv}.png"
 fi
