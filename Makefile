@@ -25,7 +25,7 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 
-.PHONY: all help test check faults tsan fuzz bench bench-batch bench-spec bench-kernels bench-decode bench-tokenizer conformance clean deps
+.PHONY: all help test check faults tsan fuzz bench bench-batch bench-spec bench-serve bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
 
 # Open MPI (libopenmpi-dev): strata-mpi, one model across the ranks of an MPI job,
@@ -50,6 +50,7 @@ help:
 	@echo "make bench-decode   resident decode ms/token vs the memory-bandwidth floor (demo model)"
 	@echo "make bench-batch    sequences per step and long prefills on ladder (CSV + PNG)"
 	@echo "make bench-spec     speculative decoding on ladder: K = 1..8, failing drafts (CSV + PNG)"
+	@echo "make bench-serve    strata serve on ladder at 1 GB: 1-8 streaming clients, two-turn chat (CSV + PNG)"
 	@echo "make bench-io   disk read bandwidth at the engine's read sizes"
 	@echo "make bench-index    safetensors indexing on K3-shaped shards"
 	@echo "make bench-tokenizer  strata vs js-tiktoken vs tiktoken (WASM), MB/s"
@@ -229,6 +230,12 @@ bench-batch: strata $(BUILD)/b_batch
 # Speculative decoding on ladder: --spec K with the model's own continuation as drafts.
 bench-spec: strata
 	BUILD=$(BUILD) bash bench/spec/run.sh
+# strata serve on ladder (LADDER_MODEL=DIR for a model made elsewhere): concurrent
+# streaming clients and a two-turn chat with and without prefix reuse. flock: one
+# ladder benchmark at a time on a shared machine.
+LADDER_MODEL ?= $(BUILD)/models/ladder
+bench-serve: strata
+	flock /tmp/strata-bench.lock env BUILD=$(BUILD) LADDER_MODEL=$(LADDER_MODEL) bash bench/serve/run.sh
 bench-io: strata $(BUILD)/bench_io
 	@test -f $(BUILD)/models/ladder/config.json || ./strata gen-model $(BUILD)/models/ladder --preset ladder
 	./$(BUILD)/bench_io $(BUILD)/models/ladder $(ARGS)

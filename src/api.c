@@ -198,6 +198,31 @@ static int model_identity(const strata_model *m, uint64_t *id, char *err, size_t
     return rc;
 }
 
+/* The memory plan of m for o with the API's extra bytes and the prefix cache's. */
+static int api_plan(strata_model *m, const strata_model_opts *o, uint64_t extra, uint64_t prefix_bytes, char *err, size_t errlen) {
+    place_opts po = place_opts_default();
+    po.ram_bytes = o->ram_bytes;
+    po.pack_dir = o->pack_dir;
+    po.ctx = m->ctx;
+    po.prefill_chunk = m->rows;
+    po.n_threads = m->threads;
+    po.n_seqs = m->max_seqs;
+    po.extra_bytes = extra;
+    po.prefix_bytes = prefix_bytes;
+    po.session_bytes = infer_session_bytes;
+    po.engine_bytes = infer_engine_bytes;
+    if (o->no_verify) po.verify_reads = PLACE_VERIFY_OFF;
+    po.no_prefetch = o->no_prefetch;
+    if (m->stage.lo > 0 || m->stage.hi < m->c.n_layers || !m->stage.head) {
+        /* a pipeline stage: its layers, their experts and sequence state only */
+        po.layer_lo = m->stage.lo;
+        po.layer_hi = m->stage.hi;
+        po.no_head = !m->stage.head;
+        po.seq_bytes = infer_session_bytes_range(&m->c, m->ctx, m->stage.lo, m->stage.hi);
+    }
+    return place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen);
+}
+
 int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, size_t errlen) {
     strata_model_opts d = strata_model_opts_default();
     if (!o) o = &d;
@@ -232,46 +257,16 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     if (pxo.ram_bytes == STRATA_PREFIX_AUTO) {
         pxo.ram_bytes = 2 * infer_session_bytes(&m->c, m->ctx);
         if (m->placed && o->ram_bytes) {
-            place_opts po = place_opts_default();
-            po.ram_bytes = o->ram_bytes;
-            po.pack_dir = o->pack_dir;
-            po.ctx = m->ctx;
-            po.prefill_chunk = m->rows;
-            po.n_threads = m->threads;
-            po.n_seqs = m->max_seqs;
-            po.extra_bytes = extra;
-            po.session_bytes = infer_session_bytes;
-            po.engine_bytes = infer_engine_bytes;
             prefix_opts p0 = pxo;
             p0.ram_bytes = 0;
-            po.prefix_bytes = prefix_alloc_bytes(&p0);
-            if ((rc = place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen))) return rc;
+            if ((rc = api_plan(m, o, extra, prefix_alloc_bytes(&p0), err, errlen))) return rc;
             const uint64_t q = (o->ram_bytes - m->plan.min_bytes) / 4;
             if (q < pxo.ram_bytes) pxo.ram_bytes = q;
         }
         if (pxo.ram_bytes < infer_session_bytes(&m->c, m->ctx < 256 ? m->ctx : 256)) pxo.ram_bytes = 0;
     }
     if (m->placed) {
-        place_opts po = place_opts_default();
-        po.ram_bytes = o->ram_bytes;
-        po.pack_dir = o->pack_dir;
-        po.ctx = m->ctx;
-        po.prefill_chunk = m->rows;
-        po.n_threads = m->threads;
-        po.n_seqs = m->max_seqs;
-        po.extra_bytes = extra;
-        po.prefix_bytes = prefix_alloc_bytes(&pxo);
-        po.session_bytes = infer_session_bytes;
-        po.engine_bytes = infer_engine_bytes;
-        if (o->no_verify) po.verify_reads = PLACE_VERIFY_OFF;
-        po.no_prefetch = o->no_prefetch;
-        if (partial) { /* a pipeline stage: its layers, their experts and sequence state only */
-            po.layer_lo = m->stage.lo;
-            po.layer_hi = m->stage.hi;
-            po.no_head = !m->stage.head;
-            po.seq_bytes = infer_session_bytes_range(&m->c, m->ctx, m->stage.lo, m->stage.hi);
-        }
-        if ((rc = place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen))) return rc;
+        if ((rc = api_plan(m, o, extra, prefix_alloc_bytes(&pxo), err, errlen))) return rc;
         if (o->plan_only) return 0;
     }
     double t = base_now();

@@ -19,8 +19,9 @@
  *   disk  an optional directory (bounded by dir_bytes): a snapshot leaving RAM, or
  *         one larger than the arena, is written there, and a lookup reads it back
  *         straight into the sequence. Files are written atomically through vfs
- *         (name.tmp.PID, fsync, rename) and carry the model identity, the key and
- *         an XXH3-64 of everything; a file that fails any check (another model,
+ *         (name.tmp.PID, then rename; no fsync: a file cut short by a crash
+ *         fails its size or checksum check) and carry the model identity, the
+ *         key and an XXH3-64 of everything; a file that fails any check (another model,
  *         wrong size, other tokens, non-finite values, checksum) is refused with a
  *         logged warning naming it and the reason, and the lookup goes on as a
  *         miss. Files that are not ours (by name) are never touched.

@@ -531,5 +531,5 @@ TEST(faults_prefix) {
     }
     base_log_set(NULL, NULL);
     strata_model_close(m);
-    CHECK_MSG(calls >= 8, "%llu calls", (unsigned long long)calls); /* files written (open, writes, fsync, rename), one read */
+    CHECK_MSG(calls >= 8, "%llu calls", (unsigned long long)calls); /* files written (open, writes, rename), one read */
 }

@@ -8,6 +8,9 @@
  *                  (tests/serve/client.mjs: chat/completions, streams, stop
  *                  strings, usage, typed errors, concurrent == solo); SIGTERM
  *                  exits 0.
+ *   serve_page:    the web page in headless chromium (tests/serve/page.mjs):
+ *                  a message streams a reply, Stop ends it and frees the
+ *                  sequence; skipped with the reason when no browser starts.
  *   serve_limits:  --parallel 1 --queue 0 with slowed steps: 429 + Retry-After
  *                  while the slot is busy, a dropped stream frees its slot at
  *                  once, a partial request times out without holding the slot,
@@ -294,14 +297,14 @@ static const char *serve_model(void) {
     return dir;
 }
 
-/* Prepares tests/serve/node_modules (openai@4) once; 0 when ready. */
+/* Prepares tests/serve/node_modules (openai@4, puppeteer-core) once; 0 when ready. */
 static int node_ready(void) {
     char *out = NULL;
     int rc = 0;
     if (t_run("node --version && npm --version", &out) != 0) {
         CHECK_MSG(0, "node/npm not found (needed for the openai client tests): %s", out);
         rc = -1;
-    } else if (!base_is_dir("tests/serve/node_modules/openai")) {
+    } else if (!base_is_dir("tests/serve/node_modules/openai") || !base_is_dir("tests/serve/node_modules/puppeteer-core")) {
         base_free(out);
         out = NULL;
         if (t_run("npm ci --prefix tests/serve --no-audit --no-fund --loglevel=error", &out) != 0) {
@@ -529,4 +532,29 @@ TEST(serve_limits) {
     req_buf_free(&b);
     close(fd);
     req_buf_free(&rq);
+}
+
+/* The page in a real browser. A browser that cannot start here (not installed,
+ * no way to run in this sandbox) skips the suite with the reason; anything the
+ * page does wrong fails it. */
+TEST(serve_page) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir || node_ready()) return;
+    server s;
+    static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "512", NULL};
+    CHECK(server_start(&s, dir, "15", args) == 0); /* 15 ms per step: a long reply lasts seconds */
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    char cmd[512], *out = NULL;
+    snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/page.mjs %d %s serve_tiny", s.port, KEY);
+    int rc = t_run(cmd, &out);
+    const char *skip = out ? strstr(out, "SKIP: ") : NULL;
+    if (skip && rc == 0) {
+        const char *nl = strchr(skip, '\n');
+        printf("     serve_page skipped: %.*s\n", (int)(nl ? nl - skip - 6 : (long)strlen(skip + 6)), skip + 6);
+    } else {
+        CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "page.mjs: %s", out ? out : "");
+    }
+    base_free(out);
+    CHECK(server_stop(&s) == 0);
 }

@@ -1,13 +1,16 @@
 /*
  * page.c: the web chat page served at GET / (page.h): one static document, no
  * external resources. It streams /v1/chat/completions with fetch, shows the
- * think channel above the reply, keeps the conversation client-side, and its
- * Stop button aborts the request (the server then frees the sequence).
+ * think channel folded above the reply, the reply's speed figures under it
+ * (tokens, tokens/s, time to first token, prompt tokens taken from the prefix
+ * cache), keeps the conversation client-side (reasoning included, so the next
+ * turn extends the evaluated prefix), and its Stop button aborts the request
+ * (the server then frees the sequence).
  * Generated from readable HTML: one C string literal per line.
  */
 #include "serve/page.h"
 
-/* One literal of ~5 KB: C11 only promises 4095 characters, gcc and clang take any. */
+/* One literal of ~7 KB: C11 only promises 4095 characters, gcc and clang take any. */
 #pragma GCC diagnostic ignored "-Woverlength-strings"
 
 const char page_html[] =
@@ -23,6 +26,8 @@ const char page_html[] =
     ".user{background:#e3f2fd;margin-left:auto}\n"
     ".assistant{background:#fff;border:1px solid #ddd}\n"
     ".think{color:#777;font-size:13px;border-left:3px solid #ccc;padding-left:6px;margin-bottom:6px}\n"
+    ".think summary{cursor:pointer;user-select:none}\n"
+    ".stats{color:#888;font-size:12px;margin-top:4px}\n"
     ".err{background:#ffebee;color:#b71c1c}\n"
     "form{display:flex;gap:8px;padding:10px;border-top:1px solid #ddd;background:#fff}\n"
     "textarea{flex:1;font:inherit;height:3.2em;resize:vertical}\n"
@@ -33,7 +38,7 @@ const char page_html[] =
     "<label>key <input id=\"key\" type=\"password\" size=\"12\" placeholder=\"API key\"></label>\n"
     "<label>thinking <select id=\"effort\"><option>max</option><option>high</option><option>low</option><option value=\"none\">off</option></select></label>\n"
     "<label>temperature <input id=\"temp\" type=\"number\" min=\"0\" max=\"2\" step=\"0.1\" value=\"0.7\" style=\"width:4em\"></label>\n"
-    "<label>max tokens <input id=\"maxtok\" type=\"number\" min=\"1\" value=\"512\" style=\"width:5em\"></label>\n"
+    "<label>max tokens <input id=\"maxtok\" type=\"number\" min=\"1\" placeholder=\"auto\" style=\"width:5em\"></label>\n"
     "<button id=\"clear\" type=\"button\">new chat</button></header>\n"
     "<div id=\"log\"></div>\n"
     "<form id=\"f\"><textarea id=\"in\" placeholder=\"Message (Enter sends, Shift+Enter new line)\"></textarea>\n"
@@ -72,19 +77,30 @@ const char page_html[] =
     "  convo.push({role: \"user\", content: text});\n"
     "  bubble(\"user\", text);\n"
     "  const box = bubble(\"assistant\", \"\");\n"
-    "  const think = document.createElement(\"div\");\n"
+    "  const think = document.createElement(\"details\"), sum = document.createElement(\"summary\");\n"
+    "  const thinkText = document.createElement(\"div\");\n"
     "  think.className = \"think\";\n"
-    "  const body = document.createElement(\"div\");\n"
+    "  think.hidden = true;\n"
+    "  sum.textContent = \"thinking\";\n"
+    "  think.appendChild(sum);\n"
+    "  think.appendChild(thinkText);\n"
+    "  const body = document.createElement(\"div\"), stats = document.createElement(\"div\");\n"
+    "  body.className = \"reply\";\n"
+    "  stats.className = \"stats\";\n"
     "  box.appendChild(think);\n"
     "  box.appendChild(body);\n"
-    "  let content = \"\", reasoning = \"\";\n"
+    "  box.appendChild(stats);\n"
+    "  let content = \"\", reasoning = \"\", usage = null, tFirst = 0, nChunks = 0;\n"
+    "  const t0 = performance.now();\n"
     "  ctl = new AbortController();\n"
     "  $(\"send\").disabled = true;\n"
     "  $(\"stop\").disabled = false;\n"
     "  try {\n"
     "    const r = await fetch(\"/v1/chat/completions\", {method: \"POST\", headers: hdrs(), signal: ctl.signal,\n"
-    "      body: JSON.stringify({messages: convo, stream: true, reasoning_effort: $(\"effort\").value,\n"
-    "                            temperature: Number($(\"temp\").value), max_tokens: Number($(\"maxtok\").value)})});\n"
+    "      body: JSON.stringify({messages: convo, stream: true, stream_options: {include_usage: true},\n"
+    "                            reasoning_effort: $(\"effort\").value,\n"
+    "                            temperature: Number($(\"temp\").value),\n"
+    "                            max_tokens: $(\"maxtok\").value ? Number($(\"maxtok\").value) : undefined})});\n"
     "    if (!r.ok) {\n"
     "      const j = await r.json().catch(() => ({}));\n"
     "      throw new Error(j.error ? j.error.message : \"HTTP \" + r.status);\n"
@@ -102,15 +118,24 @@ const char page_html[] =
     "        if (!line.startsWith(\"data: \") || line === \"data: [DONE]\") continue;\n"
     "        const j = JSON.parse(line.slice(6));\n"
     "        if (j.error) throw new Error(j.error.message);\n"
+    "        if (j.usage) usage = j.usage;\n"
     "        const d = j.choices && j.choices[0] && j.choices[0].delta;\n"
     "        if (!d) continue;\n"
-    "        if (d.reasoning_content) { reasoning += d.reasoning_content; think.textContent = reasoning; }\n"
+    "        if (d.reasoning_content || d.content) { if (!tFirst) tFirst = performance.now(); nChunks++; }\n"
+    "        if (d.reasoning_content) { reasoning += d.reasoning_content; thinkText.textContent = reasoning; think.hidden = false; }\n"
     "        if (d.content) { content += d.content; body.textContent = content; }\n"
     "        $(\"log\").scrollTop = $(\"log\").scrollHeight;\n"
     "      }\n"
     "    }\n"
     "  } catch (err) {\n"
     "    if (err.name !== \"AbortError\") bubble(\"err\", String(err.message || err));\n"
+    "    else stats.textContent = \"stopped\";\n"
+    "  }\n"
+    "  if (usage) {\n"
+    "    const n = usage.completion_tokens, t = (performance.now() - (tFirst || t0)) / 1000;\n"
+    "    const c = usage.prompt_tokens_details ? usage.prompt_tokens_details.cached_tokens : 0;\n"
+    "    stats.textContent = n + \" tokens, \" + (n > 1 && t > 0 ? ((n - 1) / t).toFixed(1) : \"-\") + \" tok/s, first token \" +\n"
+    "      Math.round((tFirst || performance.now()) - t0) + \" ms; prompt \" + usage.prompt_tokens + \" tokens (\" + c + \" cached)\";\n"
     "  }\n"
     "  convo.push({role: \"assistant\", content: content, reasoning_content: reasoning || null});\n"
     "  ctl = null;\n"
