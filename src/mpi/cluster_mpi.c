@@ -196,8 +196,10 @@ static int clu_wait(clu *k, MPI_Request *req, MPI_Status *st, const char *what, 
                             "mpi: %s has not answered for %.1f s while %s: it died or cannot be reached (rank %d on %s)",
                             nm, silent, what, k->pub.rank, k->host);
         }
+        /* a pass that comes back within microseconds is caught spinning; a long
+         * wait (another stage computing for a second) polls every 0.5 ms at most */
         if (++spins < 2000) sched_yield();
-        else usleep(50);
+        else usleep(spins < 4000 ? 50 : 500);
     }
 }
 
