@@ -3,7 +3,7 @@
 # benchmark. Idempotent: does nothing when everything is present.
 set -euo pipefail
 PKGS=(gcc make pkg-config clang libjansson-dev libpcre2-dev libxxhash-dev liburing-dev libmicrohttpd-dev
-      python3 python3-numpy python3-regex gnuplot-nox)
+      python3 python3-numpy python3-regex gnuplot-nox libopenmpi-dev openmpi-bin)
 missing=()
 # Node.js (npm oracles for the tokenizer tests) may come from another apt source.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
