@@ -107,6 +107,11 @@ strata-mpi: $(BUILD)/strata-mpi
 test-mpi: strata strata-mpi
 	BUILD=$(BUILD) bash tests/mpi/run.sh
 
+# The ladder model on 2 ranks vs 1 at the same total budget (bench/mpi/run.sh);
+# LADDER_MODEL=DIR for a model generated elsewhere.
+bench-mpi: strata strata-mpi
+	BUILD=$(BUILD) bash bench/mpi/run.sh
+
 # Test and fuzz registration tables are generated from TEST(name) / FUZZ_ENTRY(name)
 # lines, so adding a test never edits a shared file.
 $(BUILD)/gen/tests_list.h: $(TEST_SRC) $(FUZZ_SRC)
@@ -137,7 +142,7 @@ faults: strata $(BUILD)/test_runner
 # readers, the tokenizer shared by threads, the engine across thread counts and
 # the generator's producers. Filters are substrings of suite names (tests/run.c).
 TSAN_SUITES := pool_ stream_bytes stream_errors stream_decode stream_prefetch stream_verify cache_ io_ring tok_small_threads \
-               infer_threads gen_deterministic pack_roundtrip
+               infer_threads gen_deterministic pack_roundtrip stage_chain_bits
 tsan:
 	$(MAKE) SAN=thread BUILD=build-tsan WERROR=1 strata build-tsan/test_runner
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ./build-tsan/test_runner $(TSAN_SUITES)

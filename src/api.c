@@ -328,11 +328,12 @@ static void placement_name(const strata_model *m, char *buf, size_t n) {
     const int64_t n_exp = p->n_moe * m->c.n_experts; /* this process's MoE layers */
     if (p->resident && p->n_expert_slots >= n_exp) { snprintf(buf, n, "placed: all resident (experts read on first use)"); return; }
     char trunk[96];
+    const int64_t absent = p->n_owned ? p->n_units - p->n_owned : 0; /* a pipeline stage's other units */
     if (p->n_pinned == p->n_units) snprintf(trunk, sizeof trunk, "trunk pinned");
     else
-        snprintf(trunk, sizeof trunk, "%lld of %lld trunk units pinned, the rest streamed", (long long)p->n_pinned,
-                 (long long)p->n_units);
-    snprintf(buf, n, "placed: %s%s, experts cached (%lld of %lld)", trunk, p->embed_resident ? "" : ", embeddings read by row",
+        snprintf(trunk, sizeof trunk, "%lld of %lld trunk units pinned, the rest streamed", (long long)(p->n_pinned - absent),
+                 (long long)(p->n_units - absent));
+    snprintf(buf, n, "placed: %s%s, experts cached (%lld of %lld)", trunk, p->embed_resident || p->no_head ? "" : ", embeddings read by row",
              (long long)p->n_expert_slots, (long long)n_exp);
 }
 

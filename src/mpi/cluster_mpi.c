@@ -99,6 +99,7 @@ typedef struct clu {
     int32_t *hb_rbuf, hb_sbuf;
     double t0;
     atomic_int broken;
+    int ready;                 /* start-up succeeded: the other ranks wait for messages */
     /* the load */
     clu_load ld;
     cluster_stage my;
@@ -196,8 +197,10 @@ static int clu_wait(clu *k, MPI_Request *req, MPI_Status *st, const char *what, 
                             "mpi: %s has not answered for %.1f s while %s: it died or cannot be reached (rank %d on %s)",
                             nm, silent, what, k->pub.rank, k->host);
         }
+        /* a pass that comes back within microseconds is caught spinning; a long
+         * wait (another stage computing for a second) polls every 0.5 ms at most */
         if (++spins < 2000) sched_yield();
-        else usleep(50);
+        else usleep(spins < 4000 ? 50 : 500);
     }
 }
 
@@ -786,6 +789,7 @@ int strata_mpi_init(int *argc, char ***argv, strata_cluster **out, char *err, si
         if (pthread_create(&k->hb, NULL, hb_main, k)) return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: cannot start the heartbeat thread");
         k->hb_started = 1;
     }
+    k->ready = 1;
     return 0;
 }
 
@@ -866,7 +870,7 @@ int strata_mpi_finalize(strata_cluster *cl, int failed) {
     }
     int ok = !atomic_load(&k->broken); /* a command that failed still finishes cleanly */
     char e2[256];
-    if (ok && cl->rank == 0 && cl->size > 1) {
+    if (ok && k->ready && cl->rank == 0 && cl->size > 1) {
         clu_hdr h = {CLU_MAGIC, OP_EXIT, 0, 0, 0, 0, 0, 0, 0, 0};
         if (clu_send_msg(k, &h, NULL, NULL, 0, 0, k->next, "stopping the other ranks", e2, sizeof e2)) ok = 0;
     }

@@ -110,11 +110,11 @@ killed() { # name extra-mpirun-args expect-regex
   if kill -0 $mp 2>/dev/null; then kill $mp; wait $mp; bad "$name: still running 30 s after the kill" "$out"; return; fi
   wait $mp
   local rc=$?
-  local dt=$(echo "$k1 - $k0" | bc)
+  local dt=$(awk -v a="$k0" -v b="$k1" 'BEGIN{printf "%.2f", b - a}')
   # with --enable-recovery mpirun itself exits 0 after rank 0's MPI_Abort: the
   # message is what counts there (and no ids line, which --print-ids prints at the end)
   if { [ $rc -ne 0 ] || [ -n "$extra" ]; } && grep -Eq "$want" "$out" && ! grep -Eq '^[0-9]+(,[0-9]+)+$' "$out" &&
-     [ "$(echo "$dt < 10" | bc)" = 1 ]; then ok "$name: rank 0 stopped in ${dt%??????} s, exit $rc"
+     awk -v d="$dt" 'BEGIN{exit !(d < 10)}'; then ok "$name: rank 0 stopped in $dt s, exit $rc"
   else bad "$name (rc $rc, ${dt} s)" "$out"; fi
 }
 killed "killed rank (mpirun stops the job)" "" "strata: rank 0: stopped by the MPI runtime"
