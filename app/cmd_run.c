@@ -13,6 +13,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -23,6 +24,7 @@
 #include "jsonx.h"
 #include "model_open.h"
 #include "strata.h"
+#include "vfs.h"
 
 #define CMD "run"
 #define RUN_DEFAULT_GEN 32
@@ -127,7 +129,7 @@ typedef struct run_seq {
     uint64_t lhash;
     int64_t drafted, accepted, verifies;
     sbuf text;                /* batch: the generated text */
-    FILE *dump;
+    int dump_on, dump_fd;      /* --dump-logits: open, through the vfs layer (fault injection) */
     char dump_path[4096], dump_tmp[4200];
 } run_seq;
 
@@ -160,19 +162,21 @@ static int dump_open(run_seq *q, const char *path) {
             return 1;
         }
     }
-    if (!(q->dump = fopen(q->dump_tmp[0] ? q->dump_tmp : path, "wb"))) {
+    q->dump_fd = vfs_open(q->dump_tmp[0] ? q->dump_tmp : path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (q->dump_fd < 0) {
         fprintf(stderr, "strata run: --dump-logits %s: %s\n", path, strerror(errno));
         q->dump_tmp[0] = 0;
         return 1;
     }
+    q->dump_on = 1;
     return 0;
 }
 
 static int dump_commit(run_seq *q) {
-    int bad = fflush(q->dump) || (q->dump_tmp[0] && fsync(fileno(q->dump)));
-    bad |= fclose(q->dump) != 0;
-    q->dump = NULL;
-    if (!bad && q->dump_tmp[0] && rename(q->dump_tmp, q->dump_path)) bad = 1;
+    int bad = q->dump_tmp[0] && vfs_fsync(q->dump_fd);
+    bad |= close(q->dump_fd) != 0;
+    q->dump_on = 0;
+    if (!bad && q->dump_tmp[0] && vfs_rename(q->dump_tmp, q->dump_path)) bad = 1;
     if (bad) {
         fprintf(stderr, "strata run: %s: write failed (%s)\n", q->dump_path, strerror(errno));
         if (q->dump_tmp[0]) unlink(q->dump_tmp);
@@ -184,7 +188,7 @@ static int dump_commit(run_seq *q) {
 static void run_release(run_state *r) {
     for (int64_t i = 0; r->q && i < r->n_q; i++) {
         run_seq *q = &r->q[i];
-        if (q->dump) fclose(q->dump);
+        if (q->dump_on) close(q->dump_fd);
         if (q->dump_tmp[0]) unlink(q->dump_tmp);
         strata_gen_free(q->g);
         base_free(q->prompt);
@@ -358,7 +362,7 @@ static json_t *ids_json(const int32_t *ids, int64_t n) {
 static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size_t len, const float *logits) {
     run_state *r = ud;
     run_seq *q = strata_gen_user(g);
-    if (logits && q->dump && fwrite(logits, sizeof(float), (size_t)r->m.info.vocab, q->dump) != (size_t)r->m.info.vocab) {
+    if (logits && q->dump_on && vfs_write_full(q->dump_fd, logits, (uint64_t)r->m.info.vocab * sizeof(float))) {
         fprintf(stderr, "strata run: %s: write failed\n", q->dump_path);
         r->failed = 1;
     }
@@ -529,7 +533,7 @@ int cmd_run(int argc, char **argv) {
     }
     fflush(stdout);
     for (int64_t i = 0; i < r.n_q; i++)
-        if (r.q[i].dump && dump_commit(&r.q[i])) goto out;
+        if (r.q[i].dump_on && dump_commit(&r.q[i])) goto out;
 
     /* report: prefill = until the first token; decode = the rest */
     uint64_t rss = base_peak_rss();

@@ -481,6 +481,44 @@ TEST(faults_run) {
     }
 }
 
+/* run --dump-logits over an older dump: afterwards the file is the old one or
+ * the new one, byte for byte, never a partial dump, and no temp file is left;
+ * exit 0 only with the new one. */
+TEST(faults_run_dump) {
+    const char *m = fz_model("fz_dump_m");
+    CHECK(m != NULL);
+    if (!m) return;
+    char dp[1100], oldp[1100], newp[1100], args[2048], cmd[8192], spec[64];
+    snprintf(dp, sizeof dp, "%s/fz.dump", t_tmpdir);
+    snprintf(oldp, sizeof oldp, "%s/fz.dump.old", t_tmpdir);
+    snprintf(newp, sizeof newp, "%s/fz.dump.new", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 7 --gen 2 --print-ids --dump-logits %s >/dev/null 2>&1 && "
+             "%s run %s --ids 1,2,3 --gen 4 --print-ids --dump-logits %s >/dev/null 2>&1", t_strata(), m, oldp, t_strata(), m, newp);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(args, sizeof args, "run %s --ids 1,2,3 --gen 4 --print-ids --dump-logits %s", m, dp);
+    snprintf(cmd, sizeof cmd, "cp %s %s", oldp, dp);
+    t_run(cmd, NULL);
+    char *ref = NULL;
+    uint64_t n = fz_count(args, NULL, NULL, &ref);
+    static uint64_t ns[4096];
+    for (size_t k = 0; k < 4 && ref; k++) {
+        int cnt = fz_pick(n, FZ_BUDGET / 4, (int)k, ns, 4096);
+        for (int j = 0; j < cnt; j++) {
+            t_run(cmd, NULL);
+            snprintf(spec, sizeof spec, "STRATA_FAULT=%s:%llu", k_kinds[k], (unsigned long long)ns[j]);
+            fz_res r;
+            fz_run(spec, args, NULL, &r);
+            fz_check("run --dump-logits", spec, &r, ref, t_tmpdir);
+            const int is_old = fz_same_file(dp, oldp), is_new = fz_same_file(dp, newp);
+            CHECK_MSG(is_old || is_new, "run %s: the dump is neither the old nor the new one", spec);
+            if (r.rc == 0) CHECK_MSG(is_new, "run %s: exit 0 without the new dump", spec);
+            CHECK_MSG(fz_leftovers(t_tmpdir, "fz.dump.partial") == 0, "run %s: a partial dump was left", spec);
+            fz_free(&r);
+        }
+    }
+    base_free(ref);
+}
+
 /* chat /save over an older state file: the file afterwards is the old one or the
  * new one, byte for byte, with no temp file beside it; exit 1 when the save
  * failed. The sweep covers the whole session, the /save calls one by one. */
