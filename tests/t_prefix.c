@@ -310,6 +310,17 @@ TEST(prefix_identity) {
                           (unsigned long long)ib.plan_bytes, (unsigned long long)budget);
                 two_turns(b, "budget", p1, 40, 51);
             }
+            /* with a directory, auto gives snapshots no RAM at a budget: files only */
+            strata_model_close(b);
+            char adir[600];
+            snprintf(adir, sizeof adir, "%s/pxauto", t_tmpdir);
+            b = px_load(&(pxcfg){.ram = budget, .prefix_ram = STRATA_PREFIX_AUTO, .dir = adir});
+            CHECK(b != NULL);
+            if (b) {
+                two_turns(b, "budget + dir", p1, 40, 51);
+                strata_model_get_stats(b, &st);
+                CHECK(st.prefix_ram_bytes == 0 && st.prefix_disk_hits == 1);
+            }
         } else {
             CHECK(0);
         }
