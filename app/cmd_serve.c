@@ -269,6 +269,6 @@ out:
     metrics_free(mt);
     tok_close(tk);
     mo_close(&m);
-    if (ret == 0) fprintf(stderr, "strata serve: stopped\n");
+    if (ret == 0 && !o.mo.plan_only) fprintf(stderr, "strata serve: stopped\n");
     return ret;
 }
