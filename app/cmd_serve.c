@@ -46,8 +46,8 @@ static void usage(FILE *f) {
         "  --grace S            on SIGTERM, seconds to let requests finish (default 10)\n"
         "  --prefix-gb X|auto   RAM for prefix snapshots (a request extending an earlier prompt\n"
         "                       evaluates only its new tokens), inside the budget (default auto:\n"
-        "                       up to two sequences' state, at most a quarter of the budget's\n"
-        "                       headroom; 0 = none in RAM)\n"
+        "                       two sequences' state; with --ram-gb at most a quarter of the\n"
+        "                       budget's headroom, and none with --cache-dir; 0 = none in RAM)\n"
         "  --cache-dir DIR      also keep snapshots as files in DIR: written when they leave RAM,\n"
         "                       read back on a match, kept across restarts (default: none)\n"
         "  --cache-dir-gb X     bound on the snapshot files in DIR (default 8)\n"
@@ -271,6 +271,6 @@ out:
     metrics_free(mt);
     tok_close(tk);
     mo_close(&m);
-    if (ret == 0) fprintf(stderr, "strata serve: stopped\n");
+    if (ret == 0 && !o.mo.plan_only) fprintf(stderr, "strata serve: stopped\n");
     return ret;
 }

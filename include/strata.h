@@ -76,9 +76,11 @@ typedef struct strata_model_opts {
                                 per-row replay records, counted in the plan */
     /* Prefix cache (see "prefix reuse" below). Off unless prefix_ram or prefix_dir. */
     uint64_t prefix_ram;     /* RAM for snapshots, counted in the plan; 0 = none;
-                                STRATA_PREFIX_AUTO = up to two sequences' state, at most a
-                                quarter of what the budget leaves above its minimum (0 when
-                                that is less than a snapshot of 256 positions) */
+                                STRATA_PREFIX_AUTO = two sequences' state; at a budget, at most
+                                a quarter of what it leaves above its minimum (0 when that is
+                                less than a snapshot of 256 positions), and 0 when prefix_dir
+                                is given (snapshots then go to files, leaving RAM to the
+                                weights) */
     const char *prefix_dir;  /* NULL = no disk tier; else snapshots leaving RAM (or larger
                                 than it) are written here and read back on a later match */
     uint64_t prefix_dir_bytes; /* bound on this model's snapshot files there; 0 = 8 GB */

@@ -251,12 +251,17 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
                                                     infer_session_spec_bytes(&m->c, m->spec ? m->spec + 1 : 0));
     m->placed = o->ram_bytes || o->pack_dir || o->plan_only || o->place || partial;
     /* the prefix cache's RAM; auto: two sequences' state, at most a quarter of
-     * what the budget leaves above its minimum without it */
+     * what the budget leaves above its minimum without it; none at a budget with
+     * a directory: RAM for snapshots comes out of trunk pins, read every pass
+     * (ladder at 1 GB: 87 MB cost 2 of 10 pins), a snapshot file costs one read
+     * per hit */
     prefix_opts pxo = {o->prefix_ram, o->prefix_dir, o->prefix_dir_bytes, 0};
     m->px_every = o->prefix_every > 0 ? o->prefix_every : API_PREFIX_EVERY;
     if (pxo.ram_bytes == STRATA_PREFIX_AUTO) {
         pxo.ram_bytes = 2 * infer_session_bytes(&m->c, m->ctx);
-        if (m->placed && o->ram_bytes) {
+        if (m->placed && o->ram_bytes && pxo.dir) {
+            pxo.ram_bytes = 0;
+        } else if (m->placed && o->ram_bytes) {
             prefix_opts p0 = pxo;
             p0.ram_bytes = 0;
             if ((rc = api_plan(m, o, extra, prefix_alloc_bytes(&p0), err, errlen))) return rc;

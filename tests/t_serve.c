@@ -6,8 +6,12 @@
  *                  raw HTTP for malformed inputs, 401, 413, shapes of every
  *                  endpoint, metrics; the official openai npm client
  *                  (tests/serve/client.mjs: chat/completions, streams, stop
- *                  strings, usage, typed errors, concurrent == solo); SIGTERM
- *                  exits 0.
+ *                  strings, usage, typed errors, concurrent == solo) against a
+ *                  server with a prefix cache (RAM and --cache-dir); then
+ *                  tests/serve/prefix.mjs against it and a fresh server without
+ *                  one that speculates (--spec 3): second turns equal the fresh
+ *                  server's answers, speculating streams equal plain ones;
+ *                  SIGTERM exits 0.
  *   serve_page:    the web page in headless chromium (tests/serve/page.mjs):
  *                  a message streams a reply, Stop ends it and frees the
  *                  sequence; skipped with the reason when no browser starts.

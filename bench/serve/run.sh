@@ -48,15 +48,17 @@ start_server() {
 metric() { curl -s "http://127.0.0.1:$PORT/metrics" | sed -n "s/^$1 //p" | head -1; }
 
 CSV=$OUT/serve$([ "$SPEC" = 0 ] || echo "-spec$SPEC").csv
-[ -z "$CLIENTS" ] || echo "label,clients,requests,tokens,seconds,tokens_per_s,ttft_p50_s,ttft_p99_s,itl_p50_s,itl_p99_s,peak_rss_gb,mean_rows_per_step" > "$CSV"
+[ -z "$CLIENTS" ] || echo "label,clients,requests,tokens,seconds,tokens_per_s,ttft_p50_s,ttft_p99_s,itl_p50_s,itl_p99_s,peak_rss_gb,mean_rows_per_step,drafted,accepted" > "$CSV"
 for c in $CLIENTS; do
   echo "== $c clients (--parallel $c, --ram-gb $RAM, --spec $SPEC)" >&2
   start_server "$OUT/serve-$c.log" --parallel "$c" --no-prefix --spec "$SPEC"
   node bench/serve/bench.mjs "$PORT" "$c" "$REQS" "$TOKENS" --csv "$OUT/serve-row.csv" --label "ram${RAM}-spec${SPEC}"
   rss=$(metric strata_peak_rss_bytes)
   rows=$(curl -s "http://127.0.0.1:$PORT/metrics" | awk '/^strata_step_rows_sum/ {s=$2} /^strata_step_rows_count/ {n=$2} END {printf "%.2f", n ? s / n : 0}')
+  dr=$(metric strata_spec_drafted_tokens_total)
+  ac=$(metric strata_spec_accepted_tokens_total)
   stop_server
-  sed "s/\$/,$(awk -v r="$rss" 'BEGIN{printf "%.3f", r/1e9}'),$rows/" "$OUT/serve-row.csv" >> "$CSV"
+  sed "s/\$/,$(awk -v r="$rss" 'BEGIN{printf "%.3f", r/1e9}'),$rows,$dr,$ac/" "$OUT/serve-row.csv" >> "$CSV"
   rm -f "$OUT/serve-row.csv"
 done
 
@@ -76,8 +78,8 @@ for mode in $([ "$TWO_TURN" = 1 ] && echo none ram disk); do
 done
 rm -rf "$SNAP"
 echo
-awk -F, 'NR > 1 { if ($2 == 1) one = $6; printf "%d clients: %6.3f tok/s (x%.2f vs 1), TTFT p50 %.2f s p99 %.2f s, inter-token p50 %.2f s p99 %.2f s, %.2f rows/step, peak RSS %.3f GB\n",
-  $2, $6, (one > 0 ? $6 / one : 0), $7, $8, $9, $10, $12, $11 }' "$CSV"
+awk -F, 'NR > 1 { if ($2 == 1) one = $6; printf "%d clients: %6.3f tok/s (x%.2f vs 1), TTFT p50 %.2f s p99 %.2f s, inter-token p50 %.2f s p99 %.2f s, %.2f rows/step, peak RSS %.3f GB, %d drafted, %d accepted\n",
+  $2, $6, (one > 0 ? $6 / one : 0), $7, $8, $9, $10, $12, $11, $13, $14 }' "$CSV"
 [ "$TWO_TURN" = 0 ] || awk -F, 'NR > 1 && $2 == 2 { printf "turn 2, prefix %-4s: %d prompt tokens (%d cached), first token %.2f s, total %.2f s, read %.3f GB weights + %.3f GB snapshots, reply %s\n",
   $1, $3, $4, $5, $6, $7, $8, $9 }' "$CHAT"
 n=$(awk -F, 'NR > 1 && $2 == 2 { print $9 }' "$CHAT" | sort -u | wc -l)

@@ -35,6 +35,7 @@ struct sched {
     job **slot;                      /* (parallel) job in each sequence, or NULL */
     strata_gen **gens;               /* (parallel) step argument */
     int64_t *fed;                    /* (parallel) prefilled counts before a step */
+    int64_t *drafted;                /* (parallel) drafted tokens before a step */
     int32_t end_ids[SCHED_MAX_END];
     int n_end;
     strata_model_info info;          /* after the load */
@@ -301,7 +302,9 @@ static void *engine_main(void *arg) {
         int n = 0;
         for (int i = 0; i < s->o.parallel; i++)
             if (s->slot[i]) {
+                int64_t a, v;
                 s->fed[n] = strata_gen_prefilled(s->slot[i]->g);
+                strata_gen_spec_stats(s->slot[i]->g, &s->drafted[n], &a, &v);
                 s->gens[n++] = s->slot[i]->g;
             }
         pthread_mutex_unlock(&s->mu);
@@ -313,12 +316,14 @@ static void *engine_main(void *arg) {
         int rc = strata_gen_step(s->m, s->gens, n, on_token, &c, err, sizeof err);
         const double dt = base_now() - t0;
         /* rows of this step: each prompt row fed, plus one decode row per generator
-         * whose prompt was already in before the step */
+         * whose prompt was already in before the step and its drafted rows */
         int64_t rows = 0;
         for (int k = 0; k < n; k++) {
             const strata_gen *g = s->gens[k];
             const job *j = strata_gen_user(g);
-            rows += strata_gen_prefilled(g) - s->fed[k] + (s->fed[k] == j->n_prompt);
+            int64_t d, a, v;
+            strata_gen_spec_stats(g, &d, &a, &v);
+            rows += strata_gen_prefilled(g) - s->fed[k] + (s->fed[k] == j->n_prompt) + d - s->drafted[k];
         }
         metrics_step(s->mt, rows, dt);
         strata_model_get_stats(s->m, &st);
@@ -366,7 +371,8 @@ int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, t
     s->slot = base_calloc(P, sizeof *s->slot, MEM_HTTP);
     s->gens = base_calloc(P, sizeof *s->gens, MEM_HTTP);
     s->fed = base_calloc(P, sizeof *s->fed, MEM_HTTP);
-    if (!s->seqs || !s->slot || !s->gens || !s->fed) {
+    s->drafted = base_calloc(P, sizeof *s->drafted, MEM_HTTP);
+    if (!s->seqs || !s->slot || !s->gens || !s->fed || !s->drafted) {
         sched_free(s);
         return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
     }
@@ -464,6 +470,7 @@ void sched_free(sched *s) {
     base_free(s->slot);
     base_free(s->gens);
     base_free(s->fed);
+    base_free(s->drafted);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     base_free(s);

@@ -16,7 +16,10 @@
  *
  * Determinism: each job's draw at position p depends only on (seed, p) and a
  * sequence's logits do not depend on what else is in the step (strata.h), so a
- * request's output is the same alone or among others.
+ * request's output is the same alone or among others, with or without
+ * speculation (opts.spec: every generator drafts), and whether its prompt
+ * started from a prefix snapshot (the model's prefix cache, used by
+ * strata_gen_create; job.n_cached tells how many prompt tokens it restored).
  */
 #ifndef STRATA_SERVE_SCHED_H
 #define STRATA_SERVE_SCHED_H
