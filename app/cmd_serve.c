@@ -212,6 +212,7 @@ int cmd_serve(int argc, char **argv) {
                             "weights %s (%.2f s)\n",
                     (long long)i->n_layers, (long long)i->vocab, i->n_threads, i->kernel, i->max_seqs, (long long)i->ctx,
                     i->placement, i->load_s);
+            if (mo_cluster.print_stages) mo_cluster.print_stages(mo_cluster.cl, stderr); /* reads no MPI */
         }
     }
     http_quiesce(h);
