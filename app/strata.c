@@ -142,7 +142,8 @@ int main(int argc, char **argv) {
         if (rc) fprintf(stderr, "strata: rank %d: %s\n", strata_mpi_rank(cl), err);
     } else {
         signal(SIGTERM, on_sigterm);
-        mo_cluster = (mo_cluster_hooks){cl, strata_mpi_print_stages, strata_mpi_print_report};
+        mo_cluster = (mo_cluster_hooks){cl, strata_mpi_print_stages, strata_mpi_print_report, strata_mpi_measure_net,
+                                        strata_mpi_size(cl)};
         rc = strata_main(argc, argv);
     }
     strata_mpi_finalize(cl, rc != 0);

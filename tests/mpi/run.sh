@@ -71,6 +71,14 @@ timeout 60 "${MPIRUN[@]}" -np $((L + 1)) "$SM" run "$M" --threads 1 --ids 1,2 --
 rc=$?
 if [ $rc -ne 0 ] && grep -q "at most one rank per layer" "$out"; then ok "np=$((L + 1)) > $L layers refused"; else bad "too many ranks (rc $rc)" "$out"; fi
 
+# strata plan --ranks under mpirun measures the network round the ring
+out="$T/plan"
+timeout 60 "${MPIRUN[@]}" -np 2 "$SM" plan "$M" --ranks 3 --ram-gb 0.5 >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -Eq "^network measured between 2 ranks: [0-9.]+ GB/s" "$out" && grep -q "predicted decode" "$out"; then
+  ok "plan --ranks with the network measured ($(grep -o 'measured between.*' "$out"))"
+else bad "plan with a measured network (rc $rc)" "$out"; fi
+
 # a rank that runs another version is refused at start-up, before any model
 out="$T/ver"
 timeout 60 "${MPIRUN[@]}" -np 1 "$SM" run "$M" --threads 1 --ids 1,2 --gen 2 : -np 1 -x STRATA_MPI_FAKE_VERSION=0.0.1 "$SM" run "$M" >"$out" 2>&1
