@@ -6,6 +6,7 @@
 #include <string.h>
 #include "cli.h"
 #include "infer.h"
+#include "model_open.h"
 #include "place.h"
 
 static void usage(FILE *f) {
@@ -29,8 +30,9 @@ static void usage(FILE *f) {
                "                   and the predicted decode tokens/s with the network's share\n"
                "  --disk-gbs X     disk read bandwidth in GB/s (default: measured or cached)\n"
                "  --mem-gbs X      memory read bandwidth in GB/s (default: measured or cached)\n"
-               "  --net-gbs X      network bandwidth between ranks in GB/s (default 1.25: 10 GbE)\n"
-               "  --net-lat-us X   one message's latency in microseconds (default 50)\n",
+               "  --net-gbs X      network bandwidth between ranks in GB/s (default: measured when run as\n"
+               "                   mpirun -np M strata-mpi plan ..., M >= 2; else 1.25, 10 GbE)\n"
+               "  --net-lat-us X   one message's latency in microseconds (default: measured, else 50)\n",
             INFER_DEFAULT_CHUNK);
 }
 
@@ -116,7 +118,7 @@ static int cluster_plan(const cfg *c, const model_layout *lp, const char *model,
 
 int cmd_plan(int argc, char **argv) {
     const char *model = NULL, *config = NULL, *pack_dir = NULL;
-    int json = 0, measure = 0, have_ram = 0, ranks = 0;
+    int json = 0, measure = 0, have_ram = 0, ranks = 0, net_given = 0, lat_given = 0;
     double disk_gbs = 0, mem_gbs = 0, net_gbs = 1.25, lat_us = 50;
     place_opts po = place_opts_default();
     po.session_bytes = infer_session_bytes;
@@ -165,8 +167,8 @@ int cmd_plan(int argc, char **argv) {
             if (base_parse_f64(v, 1e-3, 1e7, &d)) return cli_usage_error("plan", "bad %s %s", a, v);
             if (!strcmp(a, "--disk-gbs")) disk_gbs = d;
             else if (!strcmp(a, "--mem-gbs")) mem_gbs = d;
-            else if (!strcmp(a, "--net-gbs")) net_gbs = d;
-            else lat_us = d;
+            else if (!strcmp(a, "--net-gbs")) { net_gbs = d; net_given = 1; }
+            else { lat_us = d; lat_given = 1; }
         } else if (!strcmp(a, "--json")) json = 1;
         else if (!strcmp(a, "--measure")) measure = 1;
         else if (a[0] == '-') return cli_usage_error("plan", "unknown option %s", a);
@@ -206,6 +208,17 @@ int cmd_plan(int argc, char **argv) {
         place_bandwidth(NULL, 0, &d, &m, NULL, 0);
         if (disk_gbs > 0) d = disk_gbs * 1e9;
         if (mem_gbs > 0) m = mem_gbs * 1e9;
+        if ((!net_given || !lat_given) && mo_cluster.measure_net && mo_cluster.size >= 2) {
+            double nb = 0, nl = 0;
+            if (mo_cluster.measure_net(mo_cluster.cl, &nb, &nl, err, sizeof err)) {
+                fprintf(stderr, "strata plan: %s\n", err);
+                st_close(ix);
+                return 1;
+            }
+            if (!net_given && nb > 0) net_gbs = nb / 1e9;
+            if (!lat_given) lat_us = nl * 1e6;
+            printf("network measured between %d ranks: %.2f GB/s, %.1f us per message\n", mo_cluster.size, nb / 1e9, nl * 1e6);
+        }
         int crc = cluster_plan(&c, lp, model, &po, ranks, d, m, net_gbs * 1e9, lat_us * 1e-6);
         st_close(ix);
         return crc;

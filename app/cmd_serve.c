@@ -257,6 +257,7 @@ int cmd_serve(int argc, char **argv) {
             if (ls->prefix_ram_bytes || ls->prefix_dir_bytes)
                 fprintf(stderr, "strata serve: prefix cache: %.3f GB of RAM%s%s%s\n", (double)ls->prefix_ram_bytes / 1e9,
                         o.cache_dir ? ", files in " : "", o.cache_dir ? o.cache_dir : "", o.cache_dir ? "" : " (no --cache-dir)");
+            if (mo_cluster.print_stages) mo_cluster.print_stages(mo_cluster.cl, stderr); /* reads no MPI */
         }
     }
     http_quiesce(h);

@@ -54,6 +54,8 @@ typedef struct mo_cluster_hooks {
     strata_cluster *cl;
     void (*print_stages)(const strata_cluster *cl, FILE *f);
     void (*print_report)(strata_cluster *cl, FILE *f);
+    int (*measure_net)(strata_cluster *cl, double *bw, double *lat, char *err, size_t errlen);
+    int size;                 /* ranks */
 } mo_cluster_hooks;
 extern mo_cluster_hooks mo_cluster;
 

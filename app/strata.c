@@ -40,6 +40,13 @@ static void help(FILE *f) {
                "                          gives the calls, the allocations and what was injected\n"
                "  STRATA_FAIL_ALLOC=N     the Nth allocation through the engine's allocator fails\n"
                "  STRATA_KERNEL=ISA       force a kernel table (scalar, avx2, avx512, avx512vbmi, neon)\n");
+#ifdef STRATA_MPI
+    fprintf(f, "\nstrata-mpi: run under mpirun; rank 0 runs the command, the other ranks hold layers of\n"
+               "its model within their own --ram-gb (README: Several machines).\n"
+               "  STRATA_MPI_TIMEOUT=S       seconds without a heartbeat before a rank is lost (default 5)\n"
+               "  STRATA_MPI_STEP_DELAY_MS=N tests: rank 0 waits N ms before each pass\n"
+               "  STRATA_MPI_FAKE_VERSION=V  tests: this rank claims version V at start-up\n");
+#endif
 }
 
 /* Test hooks, read once before any command runs (vfs.h, base_mem_fail_after). */
@@ -135,7 +142,8 @@ int main(int argc, char **argv) {
         if (rc) fprintf(stderr, "strata: rank %d: %s\n", strata_mpi_rank(cl), err);
     } else {
         signal(SIGTERM, on_sigterm);
-        mo_cluster = (mo_cluster_hooks){cl, strata_mpi_print_stages, strata_mpi_print_report};
+        mo_cluster = (mo_cluster_hooks){cl, strata_mpi_print_stages, strata_mpi_print_report, strata_mpi_measure_net,
+                                        strata_mpi_size(cl)};
         rc = strata_main(argc, argv);
     }
     strata_mpi_finalize(cl, rc != 0);

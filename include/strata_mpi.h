@@ -55,6 +55,9 @@ typedef struct strata_mpi_rank_stats {
 int strata_mpi_stats(strata_cluster *cl, strata_mpi_rank_stats *out, int max, char *err, size_t errlen);
 /* Rank 0: the stats of every rank as a table, with totals. */
 void strata_mpi_print_report(strata_cluster *cl, FILE *f);
+/* Rank 0: the network between the ranks, from trips round the ring of 8 bytes
+ * and 16 MB (best of several): bytes/s and seconds per message, per hop. */
+int strata_mpi_measure_net(strata_cluster *cl, double *bw, double *lat, char *err, size_t errlen);
 /* 1 once a rank stopped answering or a transfer failed. */
 int strata_mpi_broken(const strata_cluster *cl);
 /* Rank 0 tells the others to stop, then MPI_Finalize; MPI_Abort when failed or

@@ -220,3 +220,24 @@ TEST(stage_split_and_plans) {
         CHECK(q.total_bytes <= o.ram_bytes);
     }
 }
+
+/* strata plan --ranks: a row per rank, the prediction, one machine beside it;
+ * more ranks than layers is a usage error. */
+TEST(stage_plan_cli) {
+    char cmd[1024], p[600];
+    char *out = NULL;
+    snprintf(p, sizeof p, "%s/m_stage_plan", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "./strata gen-model %s --preset tiny --seed 5 >/dev/null 2>&1", p);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "./strata plan %s --ranks 3 --ram-gb 0.5 --disk-gbs 2 --mem-gbs 20 --net-gbs 1.25 --net-lat-us 50", p);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "cluster plan: 3 ranks x 0.5 GB") && strstr(out, "predicted decode (one sequence)") &&
+                  strstr(out, "one machine of 0.5 GB") && strstr(out, "\n     2  "),
+              "%s", out ? out : "");
+    base_free(out);
+    out = NULL;
+    snprintf(cmd, sizeof cmd, "./strata plan %s --ranks 9 --ram-gb 0.5", p);
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK(out && strstr(out, "at most one rank per layer"));
+    base_free(out);
+}

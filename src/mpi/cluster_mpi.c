@@ -46,7 +46,8 @@
 #define HELLO_TIMEOUT_S 120.0  /* start-up: every rank must arrive */
 
 enum { TAG_RING = 1, TAG_BODY, TAG_STATE, TAG_REPLY, TAG_HB, TAG_HELLO };
-enum { OP_LOAD = 1, OP_STEP, OP_CTL, OP_CLOSE, OP_STATS, OP_EXIT };
+enum { OP_LOAD = 1, OP_STEP, OP_CTL, OP_CLOSE, OP_STATS, OP_EXIT, OP_PING };
+#define PING_MAX (64u << 20)   /* largest probe of strata_mpi_measure_net */
 
 typedef struct clu_hdr {
     uint32_t magic, op;
@@ -124,6 +125,7 @@ typedef struct clu {
     int ctl_bad;
     char ctl_msg[512];
     uint64_t net_sent, net_recv, passes;
+    uint8_t *ping;             /* probe buffer (strata_mpi_measure_net), PING_MAX */
 } clu;
 
 /* ============================================================== helpers */
@@ -634,7 +636,7 @@ int strata_mpi_work(strata_cluster *cl, char *err, size_t errlen) {
         clu_hdr h;
         if ((rc = clu_recv(k, &h, sizeof h, k->prev, TAG_RING, what, err, errlen))) break;
         if (h.magic != CLU_MAGIC) { rc = clu_fail(err, errlen, STRATA_EIO, "mpi: rank %d: a message that is not ours", cl->rank); break; }
-        const int fwd = h.op != OP_STEP && k->next != 0; /* control travels on first */
+        const int fwd = h.op != OP_STEP && h.op != OP_PING && k->next != 0; /* control travels on first */
         if (h.op == OP_LOAD) {
             if (h.body != (int64_t)sizeof *ld) { rc = clu_fail(err, errlen, STRATA_EIO, "mpi: a load message of the wrong size"); break; }
             if ((rc = clu_recv(k, ld, sizeof *ld, k->prev, TAG_BODY, what, err, errlen))) break;
@@ -656,6 +658,12 @@ int strata_mpi_work(strata_cluster *cl, char *err, size_t errlen) {
         case OP_CTL: stage_ctl(k, &h); break;
         case OP_CLOSE: if (k->m) stage_close(k); break;
         case OP_STEP: rc = stage_step(k, &h, err, errlen); break;
+        case OP_PING: /* a network probe: the body goes round the ring */
+            if (h.body < 0 || (uint64_t)h.body > PING_MAX) { rc = clu_fail(err, errlen, STRATA_EIO, "mpi: a probe of %lld bytes", (long long)h.body); break; }
+            if (!k->ping && !(k->ping = base_alloc(PING_MAX, MEM_IO))) { rc = clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory"); break; }
+            if (h.body && (rc = clu_recv(k, k->ping, (size_t)h.body, k->prev, TAG_BODY, what, err, errlen))) break;
+            rc = clu_send_msg(k, &h, k->ping, NULL, 0, 0, k->next, "passing a probe on", err, errlen);
+            break;
         default: rc = clu_fail(err, errlen, STRATA_EIO, "mpi: rank %d: unknown message %u", cl->rank, h.op);
         }
         if (rc) break;
@@ -663,6 +671,8 @@ int strata_mpi_work(strata_cluster *cl, char *err, size_t errlen) {
     if (k->m) stage_close(k);
     base_free(rep);
     base_free(ld);
+    base_free(k->ping);
+    k->ping = NULL;
     if (rc) atomic_store(&k->broken, 1); /* rank 0 would wait for this rank forever */
     return rc;
 }
@@ -836,6 +846,34 @@ int strata_mpi_stats(strata_cluster *cl, strata_mpi_rank_stats *out, int max, ch
         out[r] = (strata_mpi_rank_stats){r, p.lo, p.hi, p.st, p.budget, p.plan, p.net_sent, p.net_recv, p.passes};
     }
     return rc ? rc : cl->size;
+}
+
+/* One trip of n bytes round the ring (rank 0 -> 1 -> ... -> 0), in seconds. */
+static int ring_trip(clu *k, size_t n, double *s, char *err, size_t errlen) {
+    clu_hdr h = {CLU_MAGIC, OP_PING, 0, 0, 0, 0, 0, 0, 0, (int64_t)n}, r;
+    const double t0 = clu_now();
+    int rc = clu_send_msg(k, &h, k->ping, NULL, 0, 0, k->next, "sending a probe", err, errlen);
+    if (!rc) rc = clu_recv(k, &r, sizeof r, k->pub.size - 1, TAG_RING, "waiting for a probe", err, errlen);
+    if (!rc && n) rc = clu_recv(k, k->ping, n, k->pub.size - 1, TAG_BODY, "waiting for a probe", err, errlen);
+    *s = clu_now() - t0;
+    return rc;
+}
+
+int strata_mpi_measure_net(strata_cluster *cl, double *bw, double *lat, char *err, size_t errlen) {
+    clu *k = (clu *)cl;
+    if (!cl || cl->rank != 0 || cl->size < 2) return clu_fail(err, errlen, STRATA_EINVAL, "mpi: measuring the network needs 2 ranks or more");
+    if (atomic_load(&k->broken)) return clu_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier");
+    const size_t big = 16u << 20;
+    if (!k->ping && !(k->ping = base_calloc(1, PING_MAX, MEM_IO))) return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
+    double small = 1e30, large = 1e30, t;
+    int rc = 0;
+    for (int i = 0; i < 50 && !rc; i++) if (!(rc = ring_trip(k, 8, &t, err, errlen)) && t < small) small = t;
+    for (int i = 0; i < 8 && !rc; i++) if (!(rc = ring_trip(k, big, &t, err, errlen)) && t < large) large = t;
+    if (rc) return rc;
+    /* per hop: a small message's time, and the large body's extra time */
+    *lat = small / cl->size;
+    *bw = large > small ? (double)big * cl->size / (large - small) : 0;
+    return 0;
 }
 
 void strata_mpi_print_report(strata_cluster *cl, FILE *f) {

@@ -65,11 +65,39 @@ done
 same "spec sampled" 3 --ids 3,1,4,1,5 --gen 16 --spec 3 --temp 0.7 --seed 3 --draft-ids "$G"
 same "spec batch" 2 --batch "$T/batch" --parallel 3 --chunk 8 --gen 8 --spec 2
 
+# strata serve on 3 ranks answers as the plain server does (same ids, same text)
+serve_once() { # binary-and-args... ; prints the completion's text
+  local log="$T/serve.log" port="" i
+  "$@" serve "$M" --port 0 --threads 1 --parallel 2 >"$log" 2>&1 &
+  local sp=$!
+  for i in $(seq 1 100); do port=$(sed -n 's/.*127\.0\.0\.1:\([0-9]*\).*/\1/p' "$log" | head -1); [ -n "$port" ] && break; sleep 0.1; done
+  for i in $(seq 1 100); do curl -s "localhost:$port/health" 2>/dev/null | grep -q '"ok"' && break; sleep 0.1; done
+  curl -s "localhost:$port/v1/completions" -d '{"prompt":[1,2,3,4],"max_tokens":8}' | sed 's/.*"text":"\([^"]*\)".*/\1/'
+  kill -TERM $sp 2>/dev/null
+  wait $sp 2>/dev/null
+}
+if command -v curl >/dev/null 2>&1; then
+  a=$(serve_once "$S")
+  b=$(serve_once "${MPIRUN[@]}" -np 3 "$SM")
+  if [ -n "$a" ] && [ "$a" = "$b" ] && grep -q "mpi: rank 2 on" "$T/serve.log"; then ok "serve np=3 answers as the plain server"
+  else bad "serve np=3: '$a' vs '$b'" "$T/serve.log"; fi
+else
+  echo "skip serve np=3 (no curl)"
+fi
+
 # more ranks than layers
 out="$T/many"
 timeout 60 "${MPIRUN[@]}" -np $((L + 1)) "$SM" run "$M" --threads 1 --ids 1,2 --gen 2 >"$out" 2>&1
 rc=$?
 if [ $rc -ne 0 ] && grep -q "at most one rank per layer" "$out"; then ok "np=$((L + 1)) > $L layers refused"; else bad "too many ranks (rc $rc)" "$out"; fi
+
+# strata plan --ranks under mpirun measures the network round the ring
+out="$T/plan"
+timeout 60 "${MPIRUN[@]}" -np 2 "$SM" plan "$M" --ranks 3 --ram-gb 0.5 >"$out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -Eq "^network measured between 2 ranks: [0-9.]+ GB/s" "$out" && grep -q "predicted decode" "$out"; then
+  ok "plan --ranks with the network measured ($(grep -o 'measured between.*' "$out"))"
+else bad "plan with a measured network (rc $rc)" "$out"; fi
 
 # a rank that runs another version is refused at start-up, before any model
 out="$T/ver"
