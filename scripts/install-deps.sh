@@ -4,7 +4,7 @@
 # does nothing when everything is present.
 set -euo pipefail
 PKGS=(gcc make pkg-config clang libjansson-dev libpcre2-dev libxxhash-dev liburing-dev libmicrohttpd-dev
-      python3 python3-numpy python3-regex gnuplot-nox chromium libopenmpi-dev openmpi-bin)
+      python3 python3-numpy python3-regex gnuplot-nox chromium libopenmpi-dev openmpi-bin curl)
 missing=()
 # Node.js (npm oracles for the tokenizer tests) may come from another apt source.
 command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)

@@ -138,16 +138,6 @@ static double clu_now(void) {
 
 static int64_t clu_ms(const clu *k) { return (int64_t)((clu_now() - k->t0) * 1000.0); }
 
-static int clu_fail(char *err, size_t errlen, int rc, const char *fmt, ...) ST_PRINTF(4, 5);
-static int clu_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
 
 static void stage_name(const clu *k, int r, char *b, size_t n) {
     if (k->ld.n_ranks > r && k->ld.hi[r] > k->ld.lo[r])
@@ -181,7 +171,7 @@ static int clu_wait(clu *k, MPI_Request *req, MPI_Status *st, const char *what, 
             int len = 0;
             MPI_Error_string(rc, es, &len);
             atomic_store(&k->broken, 1);
-            return clu_fail(err, errlen, STRATA_EIO, "mpi: %s: %s", what, es);
+            return base_fail(err, errlen, STRATA_EIO, "mpi: %s: %s", what, es);
         }
         if (done) return 0;
         double silent = 0;
@@ -192,10 +182,10 @@ static int clu_wait(clu *k, MPI_Request *req, MPI_Status *st, const char *what, 
             MPI_Request_free(req);
             pthread_mutex_unlock(&k->mu);
             atomic_store(&k->broken, 1);
-            if (who < 0) return clu_fail(err, errlen, STRATA_EIO, "mpi: %s: the cluster failed earlier", what);
+            if (who < 0) return base_fail(err, errlen, STRATA_EIO, "mpi: %s: the cluster failed earlier", what);
             char nm[96];
             stage_name(k, who, nm, sizeof nm);
-            return clu_fail(err, errlen, STRATA_EIO,
+            return base_fail(err, errlen, STRATA_EIO,
                             "mpi: %s has not answered for %.1f s while %s: it died or cannot be reached (rank %d on %s)",
                             nm, silent, what, k->pub.rank, k->host);
         }
@@ -304,7 +294,7 @@ static void hb_stop(clu *k) {
 
 static int link_pass(void *ud, const engine_pass *p, char *err, size_t errlen) {
     clu *k = ud;
-    if (atomic_load(&k->broken)) return clu_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier; no pass can run");
+    if (atomic_load(&k->broken)) return base_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier; no pass can run");
     if (k->delay_ms) usleep((useconds_t)k->delay_ms * 1000u);
     int64_t nm = 0;
     for (int64_t g = 0; g < p->n_grp; g++) {
@@ -321,18 +311,18 @@ static int link_pass(void *ud, const engine_pass *p, char *err, size_t errlen) {
     if ((rc = clu_recv(k, &r, sizeof r, last, TAG_RING, "waiting for the pass to come back", err, errlen))) return rc;
     if (r.magic != CLU_MAGIC || r.op != OP_STEP) {
         atomic_store(&k->broken, 1);
-        return clu_fail(err, errlen, STRATA_EIO, "mpi: rank %d sent an unexpected message (op %u) instead of the pass", last, r.op);
+        return base_fail(err, errlen, STRATA_EIO, "mpi: rank %d sent an unexpected message (op %u) instead of the pass", last, r.op);
     }
     if (r.status) {
         char msg[1536] = "";
         const size_t n = r.body > 0 && (size_t)r.body < sizeof msg ? (size_t)r.body : 0;
         if (n && (rc = clu_recv(k, msg, n, last, TAG_BODY, "receiving a stage's error", err, errlen))) return rc;
         msg[sizeof msg - 1] = 0;
-        return clu_fail(err, errlen, r.status, "%s", msg[0] ? msg : "a stage failed");
+        return base_fail(err, errlen, r.status, "%s", msg[0] ? msg : "a stage failed");
     }
     if (r.nb != p->nb_want || r.T != p->T) {
         atomic_store(&k->broken, 1);
-        return clu_fail(err, errlen, STRATA_EIO, "mpi: the pass came back with %lld blocks of %lld rows, expected %lld of %lld",
+        return base_fail(err, errlen, STRATA_EIO, "mpi: the pass came back with %lld blocks of %lld rows, expected %lld of %lld",
                         (long long)r.nb + 1, (long long)r.T, (long long)p->nb_want + 1, (long long)p->T);
     }
     rc = clu_recv_blocks(k, p->res, p->stride, per, r.nb, last, "receiving the residual stream", err, errlen);
@@ -348,7 +338,7 @@ static int link_seq_open(void *ud, int32_t *slot, char *err, size_t errlen) {
             *slot = i;
             return 0;
         }
-    return clu_fail(err, errlen, STRATA_EBUSY, "mpi: every one of the %d sequence slots is in use", k->n_slots);
+    return base_fail(err, errlen, STRATA_EBUSY, "mpi: every one of the %d sequence slots is in use", k->n_slots);
 }
 
 static void link_seq_event(void *ud, int32_t slot, int ev, int64_t arg) {
@@ -365,19 +355,19 @@ static void link_seq_event(void *ud, int32_t slot, int ev, int64_t arg) {
 
 static int clu_stage(strata_cluster *cl, strata_model *m, const strata_model_opts *o, cluster_stage *out, char *err, size_t errlen) {
     clu *k = (clu *)cl;
-    if (atomic_load(&k->broken)) return clu_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier");
+    if (atomic_load(&k->broken)) return base_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier");
     if (cl->rank != 0) { *out = k->my; return 0; }
     const cfg *c = api_model_cfg(m);
     *out = (cluster_stage){0, c->n_layers, 1};
     if (cl->size == 1) return 0;
-    if (k->load_sent) return clu_fail(err, errlen, STRATA_EBUSY, "mpi: the cluster already holds a model; close it first");
+    if (k->load_sent) return base_fail(err, errlen, STRATA_EBUSY, "mpi: the cluster already holds a model; close it first");
     if (cl->size > c->n_layers)
-        return clu_fail(err, errlen, STRATA_EINVAL, "mpi: %d ranks for a model of %lld layers: at most one rank per layer", cl->size,
+        return base_fail(err, errlen, STRATA_EINVAL, "mpi: %d ranks for a model of %lld layers: at most one rank per layer", cl->size,
                         (long long)c->n_layers);
     clu_load *ld = &k->ld;
     memset(ld, 0, sizeof *ld);
     if (strlen(api_model_dir(m)) >= sizeof ld->dir || (o->pack_dir && strlen(o->pack_dir) >= sizeof ld->pack))
-        return clu_fail(err, errlen, STRATA_EINVAL, "mpi: model or pack path too long");
+        return base_fail(err, errlen, STRATA_EINVAL, "mpi: model or pack path too long");
     snprintf(ld->dir, sizeof ld->dir, "%s", api_model_dir(m));
     ld->has_pack = o->pack_dir != NULL;
     if (o->pack_dir) snprintf(ld->pack, sizeof ld->pack, "%s", o->pack_dir);
@@ -400,7 +390,7 @@ static int clu_stage(strata_cluster *cl, strata_model *m, const strata_model_opt
     k->slot_used = base_calloc((size_t)k->n_slots, 1, MEM_MISC);
     k->meta = base_alloc((size_t)(3 * rows) * sizeof(int32_t), MEM_SCRATCH);
     k->reqs = base_alloc((size_t)(k->n_blocks + 4) * sizeof(MPI_Request), MEM_SCRATCH);
-    if (!k->slot_used || !k->meta || !k->reqs) return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
+    if (!k->slot_used || !k->meta || !k->reqs) return base_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
     clu_hdr h = {CLU_MAGIC, OP_LOAD, 0, 0, 0, 0, 0, 0, 0, (int64_t)sizeof *ld};
     int rc = clu_send_msg(k, &h, ld, NULL, 0, 0, k->next, "sending the load to rank 1", err, errlen);
     if (rc) return rc;
@@ -432,9 +422,9 @@ static int clu_attach(strata_cluster *cl, strata_model *m, engine *e, uint64_t m
         const clu_reply *p = &k->rep[r];
         char nm[96];
         stage_name(k, r, nm, sizeof nm);
-        if (p->status) return clu_fail(err, errlen, p->status, "%s on %s: %s", nm, p->host, p->err);
+        if (p->status) return base_fail(err, errlen, p->status, "%s on %s: %s", nm, p->host, p->err);
         if (p->model_id != model_id)
-            return clu_fail(err, errlen, STRATA_EFORMAT,
+            return base_fail(err, errlen, STRATA_EFORMAT,
                             "%s on %s opened a different model at %s (identity %016llx, rank 0 has %016llx): every rank must "
                             "see the same files",
                             nm, p->host, k->ld.dir, (unsigned long long)p->model_id, (unsigned long long)model_id);
@@ -535,7 +525,7 @@ static void stage_load(clu *k, clu_reply *p) {
     k->rows_cap = in.rows;
     k->meta = base_alloc((size_t)(3 * in.rows) * sizeof(int32_t), MEM_SCRATCH);
     k->reqs = base_alloc((size_t)(k->n_blocks + 4) * sizeof(MPI_Request), MEM_SCRATCH);
-    if (!k->seqs || !k->rows || !k->meta || !k->reqs) { rc = clu_fail(err, sizeof err, STRATA_ENOMEM, "out of memory"); goto done; }
+    if (!k->seqs || !k->rows || !k->meta || !k->reqs) { rc = base_fail(err, sizeof err, STRATA_ENOMEM, "out of memory"); goto done; }
     for (int i = 0; i < ld->max_seqs && !rc; i++) rc = session_create(&k->seqs[i], k->e, in.ctx, err, sizeof err);
 done:
     fill_reply(k, p);
@@ -577,7 +567,7 @@ static int stage_step(clu *k, clu_hdr *h, char *err, size_t errlen) {
     if (!k->m || h->T < 1 || !k->meta || h->body != (int64_t)(2 * h->n_grp + h->T) * (int64_t)sizeof(int32_t) ||
         h->T > k->rows_cap || h->n_grp < 1 || h->n_grp > h->T) {
         atomic_store(&k->broken, 1);
-        return clu_fail(err, errlen, STRATA_EIO, "mpi: rank %d got a pass it cannot take (no model loaded or a bad header)", k->pub.rank);
+        return base_fail(err, errlen, STRATA_EIO, "mpi: rank %d got a pass it cannot take (no model loaded or a bad header)", k->pub.rank);
     }
     if ((rc = clu_recv(k, k->meta, (size_t)h->body, k->prev, TAG_BODY, what, err, errlen))) return rc;
     const int64_t Hd = api_model_cfg(k->m)->hidden;
@@ -625,20 +615,20 @@ static int stage_step(clu *k, clu_hdr *h, char *err, size_t errlen) {
 
 int strata_mpi_work(strata_cluster *cl, char *err, size_t errlen) {
     clu *k = (clu *)cl;
-    if (cl->rank == 0) return clu_fail(err, errlen, STRATA_EINVAL, "mpi: rank 0 drives the model; only the other ranks work");
+    if (cl->rank == 0) return base_fail(err, errlen, STRATA_EINVAL, "mpi: rank 0 drives the model; only the other ranks work");
     clu_reply *rep = base_alloc(sizeof *rep, MEM_MISC);
     clu_load *ld = base_alloc(sizeof *ld, MEM_MISC);
-    if (!rep || !ld) { base_free(rep); base_free(ld); return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory"); }
+    if (!rep || !ld) { base_free(rep); base_free(ld); return base_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory"); }
     int rc = 0;
     char what[64];
     snprintf(what, sizeof what, "waiting for rank %d", k->prev);
     for (;;) {
         clu_hdr h;
         if ((rc = clu_recv(k, &h, sizeof h, k->prev, TAG_RING, what, err, errlen))) break;
-        if (h.magic != CLU_MAGIC) { rc = clu_fail(err, errlen, STRATA_EIO, "mpi: rank %d: a message that is not ours", cl->rank); break; }
+        if (h.magic != CLU_MAGIC) { rc = base_fail(err, errlen, STRATA_EIO, "mpi: rank %d: a message that is not ours", cl->rank); break; }
         const int fwd = h.op != OP_STEP && h.op != OP_PING && k->next != 0; /* control travels on first */
         if (h.op == OP_LOAD) {
-            if (h.body != (int64_t)sizeof *ld) { rc = clu_fail(err, errlen, STRATA_EIO, "mpi: a load message of the wrong size"); break; }
+            if (h.body != (int64_t)sizeof *ld) { rc = base_fail(err, errlen, STRATA_EIO, "mpi: a load message of the wrong size"); break; }
             if ((rc = clu_recv(k, ld, sizeof *ld, k->prev, TAG_BODY, what, err, errlen))) break;
         }
         if (fwd && (rc = clu_send_msg(k, &h, ld, NULL, 0, 0, k->next, "passing a message on", err, errlen))) break;
@@ -659,12 +649,12 @@ int strata_mpi_work(strata_cluster *cl, char *err, size_t errlen) {
         case OP_CLOSE: if (k->m) stage_close(k); break;
         case OP_STEP: rc = stage_step(k, &h, err, errlen); break;
         case OP_PING: /* a network probe: the body goes round the ring */
-            if (h.body < 0 || (uint64_t)h.body > PING_MAX) { rc = clu_fail(err, errlen, STRATA_EIO, "mpi: a probe of %lld bytes", (long long)h.body); break; }
-            if (!k->ping && !(k->ping = base_alloc(PING_MAX, MEM_IO))) { rc = clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory"); break; }
+            if (h.body < 0 || (uint64_t)h.body > PING_MAX) { rc = base_fail(err, errlen, STRATA_EIO, "mpi: a probe of %lld bytes", (long long)h.body); break; }
+            if (!k->ping && !(k->ping = base_alloc(PING_MAX, MEM_IO))) { rc = base_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory"); break; }
             if (h.body && (rc = clu_recv(k, k->ping, (size_t)h.body, k->prev, TAG_BODY, what, err, errlen))) break;
             rc = clu_send_msg(k, &h, k->ping, NULL, 0, 0, k->next, "passing a probe on", err, errlen);
             break;
-        default: rc = clu_fail(err, errlen, STRATA_EIO, "mpi: rank %d: unknown message %u", cl->rank, h.op);
+        default: rc = base_fail(err, errlen, STRATA_EIO, "mpi: rank %d: unknown message %u", cl->rank, h.op);
         }
         if (rc) break;
     }
@@ -708,7 +698,7 @@ static int hello(clu *k, char *err, size_t errlen) {
     clu_hello mine;
     hello_of(&mine, k->host);
     clu_hello *all = k->pub.rank == 0 ? base_calloc((size_t)n, sizeof *all, MEM_MISC) : NULL;
-    if (k->pub.rank == 0 && !all) return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
+    if (k->pub.rank == 0 && !all) return base_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
     struct { int32_t ok; char msg[1024]; } verdict = {1, ""};
     MPI_Request q;
     int rc = 0;
@@ -716,7 +706,7 @@ static int hello(clu *k, char *err, size_t errlen) {
     double t0 = clu_now();
     for (int done = 0; !done;) {
         MPI_Test(&q, &done, MPI_STATUS_IGNORE);
-        if (!done && clu_now() - t0 > HELLO_TIMEOUT_S) { rc = clu_fail(err, errlen, STRATA_EIO, "mpi: not every rank started within %.0f s", HELLO_TIMEOUT_S); break; }
+        if (!done && clu_now() - t0 > HELLO_TIMEOUT_S) { rc = base_fail(err, errlen, STRATA_EIO, "mpi: not every rank started within %.0f s", HELLO_TIMEOUT_S); break; }
         if (!done) usleep(200);
     }
     if (!rc && k->pub.rank == 0)
@@ -737,10 +727,10 @@ static int hello(clu *k, char *err, size_t errlen) {
     t0 = clu_now();
     for (int done = 0; !done;) {
         MPI_Test(&q, &done, MPI_STATUS_IGNORE);
-        if (!done && clu_now() - t0 > HELLO_TIMEOUT_S) return clu_fail(err, errlen, STRATA_EIO, "mpi: rank 0 did not answer the start-up");
+        if (!done && clu_now() - t0 > HELLO_TIMEOUT_S) return base_fail(err, errlen, STRATA_EIO, "mpi: rank 0 did not answer the start-up");
         if (!done) usleep(200);
     }
-    if (!verdict.ok) return clu_fail(err, errlen, STRATA_EINVAL, "%s", verdict.msg);
+    if (!verdict.ok) return base_fail(err, errlen, STRATA_EINVAL, "%s", verdict.msg);
     return 0;
 }
 
@@ -749,10 +739,10 @@ int strata_mpi_init(int *argc, char ***argv, strata_cluster **out, char *err, si
     int provided = 0, flag = 0;
     MPI_Initialized(&flag);
     if (!flag && MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
-        return clu_fail(err, errlen, STRATA_EIO, "mpi: MPI_Init_thread failed");
+        return base_fail(err, errlen, STRATA_EIO, "mpi: MPI_Init_thread failed");
     if (flag) MPI_Query_thread(&provided);
     clu *k = base_calloc(1, sizeof *k, MEM_MISC);
-    if (!k) return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
+    if (!k) return base_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
     *out = &k->pub;
     k->t0 = clu_now();
     pthread_mutex_init(&k->mu, NULL);
@@ -781,22 +771,22 @@ int strata_mpi_init(int *argc, char ***argv, strata_cluster **out, char *err, si
     int64_t dv;
     if (d && *d && !base_parse_i64(d, 0, 60000, &dv)) k->delay_ms = (int)dv;
     if (provided < MPI_THREAD_SERIALIZED)
-        return clu_fail(err, errlen, STRATA_EINVAL, "mpi: this MPI library offers thread level %d; strata needs MPI_THREAD_SERIALIZED", provided);
-    if (k->pub.size > CLU_MAX_RANKS) return clu_fail(err, errlen, STRATA_EINVAL, "mpi: at most %d ranks", CLU_MAX_RANKS);
+        return base_fail(err, errlen, STRATA_EINVAL, "mpi: this MPI library offers thread level %d; strata needs MPI_THREAD_SERIALIZED", provided);
+    if (k->pub.size > CLU_MAX_RANKS) return base_fail(err, errlen, STRATA_EINVAL, "mpi: at most %d ranks", CLU_MAX_RANKS);
     const int n = k->pub.size;
     k->heard_ms = base_calloc((size_t)n, sizeof *k->heard_ms, MEM_MISC);
     k->hb_r = base_alloc((size_t)n * sizeof *k->hb_r, MEM_MISC);
     k->hb_s = base_alloc((size_t)n * sizeof *k->hb_s, MEM_MISC);
     k->hb_rbuf = base_calloc((size_t)n, sizeof *k->hb_rbuf, MEM_MISC);
     k->rep = base_calloc((size_t)n, sizeof *k->rep, MEM_MISC);
-    if (!k->heard_ms || !k->hb_r || !k->hb_s || !k->hb_rbuf || !k->rep) return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
+    if (!k->heard_ms || !k->hb_r || !k->hb_s || !k->hb_rbuf || !k->rep) return base_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
     for (int r = 0; r < n; r++) k->hb_r[r] = k->hb_s[r] = MPI_REQUEST_NULL;
     int rc = hello(k, err, errlen);
     if (rc == STRATA_EIO) atomic_store(&k->broken, 1); /* a rank never arrived; a refusal was agreed by all */
     if (rc) return rc;
     for (int r = 0; r < n; r++) atomic_store(&k->heard_ms[r], clu_ms(k));
     if (n > 1) {
-        if (pthread_create(&k->hb, NULL, hb_main, k)) return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: cannot start the heartbeat thread");
+        if (pthread_create(&k->hb, NULL, hb_main, k)) return base_fail(err, errlen, STRATA_ENOMEM, "mpi: cannot start the heartbeat thread");
         k->hb_started = 1;
     }
     k->ready = 1;
@@ -820,9 +810,9 @@ void strata_mpi_print_stages(const strata_cluster *cl, FILE *f) {
 
 int strata_mpi_stats(strata_cluster *cl, strata_mpi_rank_stats *out, int max, char *err, size_t errlen) {
     clu *k = (clu *)cl;
-    if (cl->rank != 0) return clu_fail(err, errlen, STRATA_EINVAL, "mpi: stats are gathered by rank 0");
-    if (atomic_load(&k->broken)) return clu_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier");
-    if (max < cl->size) return clu_fail(err, errlen, STRATA_EINVAL, "mpi: room for %d ranks, %d needed", max, cl->size);
+    if (cl->rank != 0) return base_fail(err, errlen, STRATA_EINVAL, "mpi: stats are gathered by rank 0");
+    if (atomic_load(&k->broken)) return base_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier");
+    if (max < cl->size) return base_fail(err, errlen, STRATA_EINVAL, "mpi: room for %d ranks, %d needed", max, cl->size);
     memset(out, 0, (size_t)cl->size * sizeof *out);
     out[0].rank = 0;
     out[0].layer_lo = k->my.lo;
@@ -861,10 +851,10 @@ static int ring_trip(clu *k, size_t n, double *s, char *err, size_t errlen) {
 
 int strata_mpi_measure_net(strata_cluster *cl, double *bw, double *lat, char *err, size_t errlen) {
     clu *k = (clu *)cl;
-    if (!cl || cl->rank != 0 || cl->size < 2) return clu_fail(err, errlen, STRATA_EINVAL, "mpi: measuring the network needs 2 ranks or more");
-    if (atomic_load(&k->broken)) return clu_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier");
+    if (!cl || cl->rank != 0 || cl->size < 2) return base_fail(err, errlen, STRATA_EINVAL, "mpi: measuring the network needs 2 ranks or more");
+    if (atomic_load(&k->broken)) return base_fail(err, errlen, STRATA_EIO, "mpi: the cluster failed earlier");
     const size_t big = 16u << 20;
-    if (!k->ping && !(k->ping = base_calloc(1, PING_MAX, MEM_IO))) return clu_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
+    if (!k->ping && !(k->ping = base_calloc(1, PING_MAX, MEM_IO))) return base_fail(err, errlen, STRATA_ENOMEM, "mpi: out of memory");
     double small = 1e30, large = 1e30, t;
     int rc = 0;
     for (int i = 0; i < 50 && !rc; i++) if (!(rc = ring_trip(k, 8, &t, err, errlen)) && t < small) small = t;
