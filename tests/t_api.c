@@ -573,7 +573,10 @@ TEST(api_self_draft) {
     /* skipped layers and a draft equal to the model when nothing is missing are
      * t_stream's (placements here follow the RSS); acceptance is chance here */
     (void)accepted_any;
-    CHECK_MSG(partial_experts > 0,
+    /* under ASan no placement in range may cache part of the experts (the
+     * minimum follows this process's RSS): then only the identity above ran;
+     * t_stream's draft test covers dropped experts with a fixed placement */
+    if (runs) CHECK_MSG(partial_experts > 0,
               "self-drafts in %d placements: %d runs skipped layers, %d dropped experts, %lld accepted", runs, partial_layers,
               partial_experts, (long long)accepted_any);
     /* a resident model does not self-draft (the draft would be the model) */
