@@ -141,7 +141,7 @@ faults: strata $(BUILD)/test_runner
 # (reader thread, prefaulter, io rings), the expert cache, the pack writer and
 # readers, the tokenizer shared by threads, the engine across thread counts and
 # the generator's producers. Filters are substrings of suite names (tests/run.c).
-TSAN_SUITES := pool_ stream_bytes stream_errors stream_decode stream_prefetch stream_verify cache_ io_ring tok_small_threads \
+TSAN_SUITES := pool_ stream_bytes stream_errors stream_decode stream_prefetch stream_preload stream_sliced stream_verify cache_ io_ring tok_small_threads \
                infer_threads gen_deterministic pack_roundtrip stage_chain_bits
 tsan:
 	$(MAKE) SAN=thread BUILD=build-tsan WERROR=1 strata build-tsan/test_runner

@@ -22,7 +22,7 @@ static void usage(FILE *f) {
                "  --chunk N        prefill chunk (default %d)\n"
                "  --threads N      compute threads\n"
                "  --pack DIR       use this pack (default: the model's own, if any)\n"
-               "  --policy P       expert cache policy: s3fifo (default) or lru\n"
+               "  --policy P       expert cache policy: layer (default), lfu, s3fifo or lru\n"
                "  --measure        re-measure disk and memory bandwidth now (cached otherwise)\n"
                "  --json           print the plan as JSON\n"
                "\ncluster (strata-mpi: one model over N machines as pipeline stages):\n"
@@ -153,9 +153,7 @@ int cmd_plan(int argc, char **argv) {
             else po.n_threads = (int)n;
         } else if (!strcmp(a, "--policy")) {
             if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
-            if (!strcmp(v, "lru")) po.cache_policy = PLACE_POLICY_LRU;
-            else if (!strcmp(v, "s3fifo")) po.cache_policy = PLACE_POLICY_S3FIFO;
-            else return cli_usage_error("plan", "bad --policy %s", v);
+            if ((po.cache_policy = place_policy_parse(v)) < 0) return cli_usage_error("plan", "bad --policy %s (layer, lfu, s3fifo, lru)", v);
         } else if (!strcmp(a, "--ranks")) {
             int64_t n;
             if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;

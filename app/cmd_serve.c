@@ -212,6 +212,7 @@ int cmd_serve(int argc, char **argv) {
     so.prefix_every = o.mo.prefix_every;
     so.no_prefetch = o.mo.no_prefetch;
     so.cluster = mo_cluster.cl;
+    so.no_preload = o.mo.no_preload;
     sched_opts sopt = {(int)o.parallel, (int)o.queue, 0, (int)o.spec};
     const char *delay = getenv("STRATA_SERVE_STEP_MS");
     int64_t d;

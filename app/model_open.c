@@ -2,6 +2,7 @@
  * model_open.c: see model_open.h.
  */
 #include <string.h>
+#include <unistd.h>
 #include "base.h"
 #include "cli.h"
 #include "jsonx.h"
@@ -15,6 +16,7 @@ int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o) {
     if (!strcmp(a, "--plan")) { o->plan_only = 1; return 0; }
     if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 0; }
     if (!strcmp(a, "--no-prefetch")) { o->no_prefetch = 1; return 0; }
+    if (!strcmp(a, "--no-preload")) { o->no_preload = 1; return 0; }
     if (strcmp(a, "--ram-gb") && strcmp(a, "--ram") && strcmp(a, "--pack") && strcmp(a, "--threads")) return -1;
     if (!(v = cli_need_arg(argc, argv, i, cmd))) return EXIT_USAGE;
     if (!strcmp(a, "--pack")) { o->pack_dir = v; return 0; }
@@ -76,6 +78,17 @@ int mo_open(mo_model *m, const char *cmd, const char *model_dir) {
     return 0;
 }
 
+/* The warm start's progress on stderr: a line rewritten in place on a terminal,
+ * else one line at the end. */
+typedef struct { double t0; int tty; } preload_ui;
+static void preload_progress(void *ud, uint64_t done, uint64_t total) {
+    const preload_ui *u = ud;
+    const double dt = base_now() - u->t0;
+    if (!u->tty && done < total) return;
+    fprintf(stderr, "%spreload: %.2f / %.2f GB (%.2f GB/s)%s", u->tty ? "\r" : "", (double)done / 1e9, (double)total / 1e9,
+            dt > 0 ? (double)done / 1e9 / dt : 0, done >= total ? "\n" : "");
+}
+
 int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     char err[4096];
     strata_model_opts so = strata_model_opts_default();
@@ -88,6 +101,10 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.plan_only = o->plan_only;
     so.no_verify = o->no_verify;
     so.no_prefetch = o->no_prefetch;
+    so.no_preload = o->no_preload;
+    preload_ui ui = {base_now(), isatty(2)};
+    so.progress = preload_progress;
+    so.progress_ud = &ui;
     so.spec = o->spec;
     so.prefix_ram = o->prefix_ram;
     so.prefix_dir = o->prefix_dir;

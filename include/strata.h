@@ -91,6 +91,11 @@ typedef struct strata_model_opts {
                                 process is one rank of a cluster (include/strata_mpi.h):
                                 ram_bytes is each rank's own budget, and rank 0 loads the
                                 model across every rank */
+    int no_preload;          /* 1: no warm start. By default a placed model reads its pinned
+                                trunk and fills its expert cache at load (all experts when
+                                they fit, else the likeliest), with large reads in flight */
+    void (*progress)(void *ud, uint64_t done, uint64_t total); /* the warm start's bytes */
+    void *progress_ud;
 } strata_model_opts;
 
 #define STRATA_PREFIX_AUTO UINT64_MAX

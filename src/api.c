@@ -213,6 +213,9 @@ static int api_plan(strata_model *m, const strata_model_opts *o, uint64_t extra,
     po.engine_bytes = infer_engine_bytes;
     if (o->no_verify) po.verify_reads = PLACE_VERIFY_OFF;
     po.no_prefetch = o->no_prefetch;
+    po.no_preload = o->no_preload;
+    po.progress = o->progress;
+    po.progress_ud = o->progress_ud;
     if (m->stage.lo > 0 || m->stage.hi < m->c.n_layers || !m->stage.head) {
         /* a pipeline stage: its layers, their experts and sequence state only */
         po.layer_lo = m->stage.lo;
@@ -331,7 +334,10 @@ static void placement_name(const strata_model *m, char *buf, size_t n) {
     const place_plan *p = &m->plan;
     if (!m->placed) { snprintf(buf, n, "resident"); return; }
     const int64_t n_exp = p->n_moe * m->c.n_experts; /* this process's MoE layers */
-    if (p->resident && p->n_expert_slots >= n_exp) { snprintf(buf, n, "placed: all resident (experts read on first use)"); return; }
+    if (p->resident && p->n_expert_slots >= n_exp) {
+        snprintf(buf, n, "placed: all resident (%s)", p->no_preload ? "experts read on first use" : "read at load");
+        return;
+    }
     char trunk[96];
     const int64_t absent = p->n_owned ? p->n_units - p->n_owned : 0; /* a pipeline stage's other units */
     if (p->n_pinned == p->n_units) snprintf(trunk, sizeof trunk, "trunk pinned");

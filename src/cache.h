@@ -8,13 +8,14 @@
  * (ST_ASSERT fires if the policy ever picks a leased slot). The arena is allocated
  * once (MEM_CACHE), so the budget is never exceeded after cache_create.
  *
- * Policies: LRU, and S3-FIFO (a small FIFO of 10% of the slots for first-time
- * keys, a main FIFO with a 2-bit frequency for keys seen again, and a ghost FIFO of
- * recently evicted keys that admits a returning key straight to main). Hits are
- * TRUE resident hits: the key was READY when it was requested. Replay of a ladder
- * decode trace (8,033 requests, 37 layers x 448 experts, ceiling 67.6%):
- * S3-FIFO / LRU = 13.0% / 0.0% at 256 slots, 44.5% / 38.6% at 1024, 65.2% / 64.9%
- * at 2048 (bench/ladder/cache_replay): S3-FIFO is the default.
+ * Policies: LRU; S3-FIFO (a small FIFO of 10% of the slots for first-time keys, a
+ * main FIFO with a 2-bit frequency for keys seen again, and a ghost FIFO of
+ * recently evicted keys that admits a returning key straight to main); LFU and
+ * LAYER (below). Hits are TRUE resident hits: the key was READY when it was
+ * requested. Replay of traces of generated models (bench/ladder/cache_replay;
+ * table in README): LAYER is the best of the four at every size, e.g. ladder (216
+ * tokens, 59,304 requests, 36 x 448 keys) at 1024 slots: LAYER 62.7%, LFU 62.4%,
+ * S3-FIFO 55.9%, LRU 46.4% (Belady's MIN 79.6%); the place.h default.
  * Not thread-safe: one caller (the forward thread) owns a cache.
  */
 #ifndef STRATA_CACHE_H
@@ -23,7 +24,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-enum { CACHE_S3FIFO = 0, CACHE_LRU = 1 };
+/* LFU: the least often requested key goes first (counts per key kept across
+ * evictions, halved every 4 n_keys requests), the oldest of equals. LAYER: keys
+ * are layer-major and layers are requested in a cyclic walk; evicts the key
+ * whose next request is expected last: its layer's next visit d layers ahead,
+ * plus a whole walk of n layers for each visit it is expected to skip ((1 - p) /
+ * p, p its requests per recent visit of its layer). */
+enum { CACHE_S3FIFO = 0, CACHE_LRU = 1, CACHE_LFU = 2, CACHE_LAYER = 3 };
 enum { CACHE_HIT = 0, CACHE_MISS = 1, CACHE_INFLIGHT = 2 };
 
 typedef struct cache cache;
@@ -33,9 +40,10 @@ typedef struct cache_stats {
     uint64_t prefetches;      /* slots reserved by cache_prefetch (not requests) */
 } cache_stats;
 
-/* n_keys keys, n_slots slots of slot_bytes each (IO_ALIGN multiple). with_arena = 0
- * makes a simulation cache (no data, for trace replay). */
-int cache_create(cache **out, int64_t n_keys, int64_t n_slots, uint64_t slot_bytes, int policy,
+/* n_keys keys, n_slots slots of slot_bytes each (IO_ALIGN multiple). Keys are
+ * layer * (n_keys / n_layers) + expert (n_layers divides n_keys; 0 or 1: one
+ * layer). with_arena = 0 makes a simulation cache (no data, for trace replay). */
+int cache_create(cache **out, int64_t n_keys, int64_t n_slots, uint64_t slot_bytes, int policy, int64_t n_layers,
                  int with_arena, char *err, size_t errlen);
 void cache_free(cache *c); /* accepts NULL */
 

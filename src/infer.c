@@ -98,6 +98,7 @@ struct engine {
     /* a self-draft pass (engine_draft_step): only weights already in RAM */
     int draft;
     engine_draft_stats dst;
+    int wrc;                   /* a weight read of this pass failed (mm_slices): its code */
     float *const *psrc;        /* the pass's AttnRes sources during the FFN (moe_predict) */
     int64_t pnsrc;
     int64_t pred_early;        /* ranks predicted while a layer's experts are read */
@@ -373,6 +374,7 @@ typedef struct {
     int64_t ldx;
     float *Y, *U;           /* GLU: Y = SiTU(W x, Wu x); U receives Wu x */
     int64_t ldy;
+    const wt *dw, *dwu;     /* w / wu streamed in row slices (wt.sliced): mm_run reads them */
 } mm_seg;
 
 typedef struct {
@@ -393,7 +395,7 @@ static void mm_init(mm_job *j, int64_t T) { j->n = 0; j->T = T; j->bad = 0; j->w
 static mm_seg *mm_add(mm_job *j, const wt *W, int64_t rows, int64_t cols, const float *X, int64_t ldx,
                       float *Y, int64_t ldy, const char *name) {
     if (j->bad) return NULL;
-    if (!W->p || W->rows != rows || W->cols != cols ||
+    if ((!W->p && !W->sliced) || W->rows != rows || W->cols != cols ||
         (W->dtype != DT_F32 && W->dtype != DT_BF16 && W->dtype != DT_F16)) {
         j->bad = 1;
         snprintf(j->what, sizeof j->what, "%s: expected (%lld, %lld) float, got %s (%lld, %lld)",
@@ -403,7 +405,7 @@ static mm_seg *mm_add(mm_job *j, const wt *W, int64_t rows, int64_t cols, const 
     }
     ST_ASSERT(j->n < MM_MAX_SEG);
     mm_seg *g = &j->seg[j->n++];
-    *g = (mm_seg){W->p, NULL, NULL, NULL, W->dtype, 0, rows, cols, j->T, X, ldx, Y, NULL, ldy};
+    *g = (mm_seg){W->p, NULL, NULL, NULL, W->dtype, 0, rows, cols, j->T, X, ldx, Y, NULL, ldy, W->p ? NULL : W, NULL};
     return g;
 }
 
@@ -419,7 +421,7 @@ static mm_seg *mm_add_mxfp4(mm_job *j, const wt *Wp, const wt *Ws, int64_t rows,
     }
     ST_ASSERT(j->n < MM_MAX_SEG);
     mm_seg *g = &j->seg[j->n++];
-    *g = (mm_seg){Wp->p, Ws->p, NULL, NULL, -1, -1, rows, cols, j->T, X, ldx, Y, NULL, ldy};
+    *g = (mm_seg){Wp->p, Ws->p, NULL, NULL, -1, -1, rows, cols, j->T, X, ldx, Y, NULL, ldy, NULL, NULL};
     return g;
 }
 
@@ -427,7 +429,8 @@ static mm_seg *mm_add_mxfp4(mm_job *j, const wt *Wp, const wt *Ws, int64_t rows,
  * MXFP4 iff g is (float dtypes may differ); U (Y's layout) receives the up rows. */
 static void mm_glu(mm_job *j, mm_seg *g, const wt *Wu, const wt *Wus, float *U, const char *name) {
     if (j->bad || !g) return;
-    int ok = Wu->p && Wu->rows == g->rows && Wu->cols == g->cols;
+    int ok = (Wu->p || Wu->sliced) && Wu->rows == g->rows && Wu->cols == g->cols;
+    if (g->scales) ok = ok && Wu->p; /* experts are never sliced */
     if (g->scales) ok = ok && Wus && Wus->p && Wus->rows == g->rows && Wus->cols == g->cols / MXFP4_GROUP;
     else ok = ok && (Wu->dtype == DT_F32 || Wu->dtype == DT_BF16 || Wu->dtype == DT_F16);
     if (!ok) {
@@ -437,6 +440,7 @@ static void mm_glu(mm_job *j, mm_seg *g, const wt *Wu, const wt *Wus, float *U, 
         return;
     }
     g->wu = Wu->p;
+    g->dwu = Wu->p ? NULL : Wu;
     g->su = g->scales ? Wus->p : NULL;
     g->udtype = g->scales ? -1 : Wu->dtype;
     g->U = U;
@@ -472,7 +476,7 @@ static void mm_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
     }
 }
 
-static void mm_run(engine *e, mm_job *j) {
+static void mm_dispatch(engine *e, mm_job *j) {
     int64_t total = 0;
     for (int k = 0; k < j->n; k++) {
         const mm_seg *s = &j->seg[k];
@@ -642,6 +646,84 @@ static int efail(engine *e, int rc, const char *fmt, ...) {
 static int wfail(engine *e, int rc, const char *what) {
     const char *m = e->w->ops->errmsg ? e->w->ops->errmsg(e->w) : NULL;
     return efail(e, rc ? rc : STRATA_EIO, "infer: %s: %s", what, m && *m ? m : strata_errstr(rc));
+}
+
+/* ======================================================================= */
+/* Matmul jobs with weights streamed in row slices                          */
+/* ======================================================================= */
+
+/* Rows per slice of segment s: what both its sliced matrices allow. */
+static int64_t mm_step(engine *e, const mm_seg *s) {
+    wsrc *w = e->w;
+    if (!w->ops->rows_slice) return 0;
+    const int64_t a = s->dw ? w->ops->rows_slice(w, s->dw) : INT64_MAX, b = s->dwu ? w->ops->rows_slice(w, s->dwu) : INT64_MAX;
+    return a < b ? a : b;
+}
+
+/* Starts the read of the slice of s from row r0. */
+static void mm_hint(engine *e, const mm_seg *s, int64_t r0) {
+    wsrc *w = e->w;
+    if (!(s->dw || s->dwu) || !w->ops->rows_hint || r0 >= s->rows) return;
+    const int64_t step = mm_step(e, s), r1 = r0 + step < s->rows ? r0 + step : s->rows;
+    if (step < 1) return;
+    if (s->dw) w->ops->rows_hint(w, s->dw, r0, r1);
+    if (s->dwu) w->ops->rows_hint(w, s->dwu, r0, r1);
+}
+
+/* Segment s, whose weights the source streams in row slices: slice by slice,
+ * the next slice's read started before this one is computed (next: the
+ * segment after s, whose first slice follows the last). Every output row is
+ * still one kernel dot over the whole row, so the slicing never changes a bit.
+ * A failed read leaves the engine's sticky error (e->wrc): the pass stops at
+ * the end of the layer. */
+static void mm_slices(engine *e, const mm_seg *s, const mm_seg *next) {
+    wsrc *w = e->w;
+    const int64_t step = mm_step(e, s);
+    if (step < 1 || !w->ops->rows_get || !w->ops->rows_put) {
+        if (!e->wrc) e->wrc = efail(e, STRATA_EINVAL, "infer: a sliced weight and a source without rows_get");
+        return;
+    }
+    mm_hint(e, s, 0);
+    for (int64_t r0 = 0; r0 < s->rows && !e->wrc; r0 += step) {
+        const int64_t r1 = r0 + step < s->rows ? r0 + step : s->rows;
+        const void *pw = s->w ? (const uint8_t *)s->w + (size_t)(r0 * s->cols) * st_dtype_size(s->dtype) : NULL;
+        const void *pu = s->wu ? (const uint8_t *)s->wu + (size_t)(r0 * s->cols) * st_dtype_size(s->udtype) : NULL;
+        int rc = s->dw ? w->ops->rows_get(w, s->dw, r0, r1, &pw) : 0;
+        if (!rc && s->dwu && (rc = w->ops->rows_get(w, s->dwu, r0, r1, &pu)) && s->dw) w->ops->rows_put(w, s->dw, r0, r1);
+        if (rc) { e->wrc = wfail(e, rc, "rows_get"); return; }
+        if (r1 < s->rows) mm_hint(e, s, r1); /* into the buffers not held: read while this one computes */
+        else if (next) mm_hint(e, next, 0);
+        mm_job one;
+        mm_init(&one, s->T);
+        one.seg[0] = *s;
+        one.seg[0].w = pw;
+        one.seg[0].wu = pu;
+        one.seg[0].rows = r1 - r0;
+        one.seg[0].Y = s->Y + r0;
+        one.seg[0].U = s->U ? s->U + r0 : NULL;
+        one.n = 1;
+        mm_dispatch(e, &one);
+        if (s->dw) w->ops->rows_put(w, s->dw, r0, r1);
+        if (s->dwu) w->ops->rows_put(w, s->dwu, r0, r1);
+    }
+}
+
+/* Runs a job: the segments whose weights are in RAM in one dispatch, then each
+ * segment streamed in row slices (mm_slices). */
+static void mm_run(engine *e, mm_job *j) {
+    int nd = 0;
+    for (int k = 0; k < j->n; k++) nd += j->seg[k].dw || j->seg[k].dwu;
+    if (!nd) { mm_dispatch(e, j); return; }
+    mm_job r;
+    mm_init(&r, j->T);
+    int d[MM_MAX_SEG], n = 0;
+    for (int k = 0; k < j->n; k++) {
+        if (j->seg[k].dw || j->seg[k].dwu) d[n++] = k;
+        else r.seg[r.n++] = j->seg[k];
+    }
+    if (n) mm_hint(e, &j->seg[d[0]], 0); /* read while the rest computes */
+    if (r.n) mm_dispatch(e, &r);
+    for (int i = 0; i < n && !e->wrc; i++) mm_slices(e, &j->seg[d[i]], i + 1 < n ? &j->seg[d[i + 1]] : NULL);
 }
 
 /* ======================================================================= */
@@ -1243,6 +1325,7 @@ static int layers_run(engine *e, int64_t L0, int64_t L1) {
     int64_t nb = infer_blocks_before(c, L0); /* closed blocks B_0 .. B_{nb-1} = res[0 .. nb-1] */
     float *P = res[nb];        /* the partial sum */
     int P_empty = 0, rc;
+    e->wrc = 0;
     float *fa = e->vec, *fm = e->vec + Hd, *nin = e->vec + 2 * Hd, *npost = e->vec + 3 * Hd;
     for (int64_t L = L0; L < L1; L++) {
         const wt *W;
@@ -1292,6 +1375,7 @@ static int layers_run(engine *e, int64_t L0, int64_t L1) {
         /* 4-5: attention on RMSNorm(h) */
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, nin, Hd, c->rms_eps);
         rc = c->is_mla[L] ? mla_layer(e, L, W) : kda_layer(e, L, W);
+        if (!rc) rc = e->wrc; /* a sliced weight's read failed: its message is in e->err */
         if (rc) { LPUT(L); return rc; }
         if (P_empty) { memcpy(P, e->y, (size_t)(T * Hd) * sizeof(float)); P_empty = 0; }
         else for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
@@ -1303,6 +1387,7 @@ static int layers_run(engine *e, int64_t L0, int64_t L1) {
         e->psrc = src;
         e->pnsrc = nb + 1;
         rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
+        if (!rc) rc = e->wrc;
         if (rc) { LPUT(L); return rc; }
         for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         if (!e->draft) moe_predict(e, L + 1, c->topk);
@@ -1369,6 +1454,7 @@ static int forward_pass(engine *e, float *logits) {
     if (j.bad) { LPUT(c->n_layers); return efail(e, STRATA_EFORMAT, "infer: %s", j.what); }
     mm_run(e, &j);
     LPUT(c->n_layers);
+    if (e->wrc) return e->wrc;
     int64_t bad = e->draft ? -1 : first_nonfinite_row(logits, e->n_out, c->vocab);
     if (bad >= 0) return nonfinite_fail(e, e->outr[bad], "logits");
     return 0;

@@ -19,6 +19,11 @@ typedef struct wt {
     const void *p;
     int32_t dtype;   /* st_dtype; DT_U8 for MXFP4 packed/scale */
     int64_t rows, cols;
+    /* A matrix the source streams in row slices (p == NULL, sliced = 1): its rows
+     * come through wsrc rows_get, a slice at a time; unit and role name it there.
+     * Only matrices the forward pass uses as whole-row products are ever sliced. */
+    int32_t sliced, role;
+    int64_t unit;
 } wt;
 
 /* Binding check: every tensor the config needs exists with the right shape and an
@@ -124,6 +129,16 @@ typedef struct wsrc_ops {
      * costs only bandwidth. Both optional (NULL: no prediction). */
     int (*predict_layer)(wsrc *w, int64_t L, const wt **roles);
     void (*experts_prefetch)(wsrc *w, int64_t L, int n, const int32_t *ids);
+    /* Row slices of a sliced matrix t (a view of a held unit). rows_slice: the most
+     * rows one slice may hold. rows_get: rows [r0, r1) (at most rows_slice of them)
+     * into *p, r1 - r0 rows of t->cols, valid until rows_put; may block on I/O;
+     * the slices of a matrix must be asked in row order from row 0 (the source
+     * checks each matrix's checksum as its slices land). rows_hint: these rows will
+     * be asked next; their read may start now. Required when a view is sliced. */
+    int64_t (*rows_slice)(wsrc *w, const wt *t);
+    int (*rows_get)(wsrc *w, const wt *t, int64_t r0, int64_t r1, const void **p);
+    void (*rows_put)(wsrc *w, const wt *t, int64_t r0, int64_t r1);
+    void (*rows_hint)(wsrc *w, const wt *t, int64_t r0, int64_t r1);
 } wsrc_ops;
 struct wsrc {
     const wsrc_ops *ops;

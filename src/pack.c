@@ -228,6 +228,7 @@ typedef struct lt {            /* one tensor while laying out */
     const st_tensor *src;
     int role;
     uint64_t off;              /* relative to the region */
+    uint64_t xxh3;             /* of its bytes (write_trunk) */
 } lt;
 
 typedef struct lregion {
@@ -706,6 +707,10 @@ typedef struct tcopy {         /* the trunk copy in progress */
     double t0, last;
     pack_progress_fn progress;
     void *ud;
+    lregion *r;                /* the region being written, pos bytes into it */
+    uint64_t pos;
+    int ti;                    /* its tensor being hashed (-1: find the next) */
+    XXH3_state_t th;
 } tcopy;
 
 static int tc_flush(tcopy *t, char *err, size_t errlen) {
@@ -719,6 +724,43 @@ static int tc_flush(tcopy *t, char *err, size_t errlen) {
         t->last = now;
     }
     return STRATA_OK;
+}
+
+/* The region whose bytes come next: its tensors' own hashes follow them (a
+ * tensor read alone, in row slices, is checked against its own, wsrc_stream). */
+static void tc_region(tcopy *t, lregion *r) {
+    t->r = r;
+    t->pos = 0;
+    t->ti = -1;
+}
+
+/* The next k bytes of the region, at t->pos: into the hash of the tensors they
+ * belong to (tensors never overlap; a gap or padding belongs to none). */
+static void tc_tensors(tcopy *t, const uint8_t *p, uint64_t k) {
+    lregion *r = t->r;
+    while (k) {
+        if (t->ti < 0) { /* the tensor at or after pos with the lowest offset */
+            int best = -1;
+            for (int i = 0; i < r->n; i++)
+                if (r->t[i].off + r->t[i].src->nbytes > t->pos && (best < 0 || r->t[i].off < r->t[best].off)) best = i;
+            if (best < 0) { t->pos += k; return; }
+            t->ti = best;
+            XXH3_64bits_reset(&t->th);
+        }
+        const lt *x = &r->t[t->ti];
+        if (t->pos < x->off) { /* a gap before it */
+            const uint64_t g = x->off - t->pos < k ? x->off - t->pos : k;
+            t->pos += g; p += g; k -= g;
+            continue;
+        }
+        const uint64_t end = x->off + x->src->nbytes, n = end - t->pos < k ? end - t->pos : k;
+        XXH3_64bits_update(&t->th, p, n);
+        t->pos += n; p += n; k -= n;
+        if (t->pos == end) {
+            r->t[t->ti].xxh3 = XXH3_64bits_digest(&t->th);
+            t->ti = -1;
+        }
+    }
 }
 
 /* Appends n bytes to the trunk and to the region's hash: zeros (pc == NULL) or the
@@ -738,6 +780,7 @@ static int tc_put(tcopy *t, XXH3_state_t *h, const spiece *pc, uint64_t n, char 
             if (rc) return rc;
         }
         XXH3_64bits_update(h, dst, k);
+        tc_tensors(t, dst, k);
         t->fill += k;
         o += k;
         if (t->fill == t->w->bsz) {
@@ -762,11 +805,11 @@ static int tc_src(tcopy *t, XXH3_state_t *h, uint64_t n, char *err, size_t errle
 }
 
 /* Writes trunk.bin.tmp: regions in order, each region's XXH3 into hashes[u + 1]
- * (embed: hashes[0]). One thread: source reads and writes are both asynchronous,
+ * (embed: hashes[0]) and each tensor's into its lt. One thread: source reads and writes are both asynchronous,
  * so the copy into a buffer and its hashing overlap the reads ahead and the
  * writes behind it. tmp == NULL: only the hashes (the source as it would be
  * packed now, for pack_verify), nothing is written. */
-static int write_trunk(const layout *l, const st_index *ix, const char *tmp, int flags, pack_progress_fn progress,
+static int write_trunk(layout *l, const st_index *ix, const char *tmp, int flags, pack_progress_fn progress,
                        void *ud, uint64_t *hashes, pack_result *res, char *err, size_t errlen) {
     int64_t nx = 0;
     for (int64_t u = -1; u < l->n_units; u++) {
@@ -794,9 +837,10 @@ static int write_trunk(const layout *l, const st_index *ix, const char *tmp, int
     tcopy t = {.hash_only = !tmp, .phase = tmp ? "trunk" : "source", .path = tmp, .w = &w, .s = &s, .total = l->total,
                .t0 = base_now(), .progress = progress, .ud = ud};
     for (int64_t u = -1; u < l->n_units && !rc; u++) {
-        const lregion *r = u < 0 ? &l->embed : &l->units[u];
+        lregion *r = u < 0 ? &l->embed : &l->units[u];
         XXH3_state_t h;
         XXH3_64bits_reset(&h);
+        tc_region(&t, r);
         uint64_t rel = 0;
         if (r->verbatim) {
             rc = tc_src(&t, &h, r->src_len, err, errlen);
@@ -992,6 +1036,8 @@ static json_t *region_json(const lregion *r, uint64_t h) {
         json_object_set_new(t, "shape", sh);
         json_object_set_new(t, "off", json_integer((json_int_t)r->t[i].off));
         json_object_set_new(t, "nbytes", json_integer((json_int_t)s->nbytes));
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->t[i].xxh3);
+        json_object_set_new(t, "xxh3", json_string(hex));
         json_array_append_new(ts, t);
     }
     json_object_set_new(o, "tensors", ts);
@@ -1237,6 +1283,12 @@ static int parse_region(json_t *o, pack_region *r, uint64_t trunk_bytes, const s
         for (int d = 0; d < s->ndim; d++) pt->shape[d] = s->shape[d];
         pt->off = (uint64_t)toff;
         pt->nbytes = (uint64_t)tnb;
+        /* optional (packs before it lack it): the tensor's own XXH3, for slices */
+        const char *th = json_string_value(json_object_get(t, "xxh3"));
+        if (th && hex64(th, &pt->xxh3))
+            return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: tensor %s: xxh3 \"%.40s\" is not 16 hex digits", mpath, what,
+                             name, th);
+        pt->has_xxh3 = th != NULL;
     }
     return STRATA_OK;
 }

@@ -17,8 +17,11 @@
  *                  "in_place", "n_layers_moe", "n_experts", "xxh3": [hex...]}}
  *                  with region = {"off", "nbytes", "xxh3", "tensors": [{"name",
  *                  "role", "dtype", "shape", "off" (relative to the region),
- *                  "nbytes"}]}. xxh3 is XXH3-64 of the region's padded bytes, or of
- *                  an expert's six tensors in schema order.
+ *                  "nbytes", "xxh3"}]}. A region's xxh3 is XXH3-64 of its padded
+ *                  bytes, a tensor's of its own bytes (optional: packs written
+ *                  before it have none; a streamed matrix read in row slices is
+ *                  checked against it), an expert's of its six tensors in schema
+ *                  order.
  * Experts stay in place in the shards: they are contiguous there, and an O_DIRECT
  * read of the enclosing 4096-aligned range costs < 8 KB extra per 17.5 MB expert,
  * while repacking would copy 1.45 TB for K3. make bench-io on the ladder model
@@ -59,6 +62,8 @@ typedef struct pack_tensor {
     int32_t role, dtype, ndim;
     int64_t shape[3];
     uint64_t off, nbytes; /* off relative to the region start */
+    uint64_t xxh3;        /* XXH3-64 of its nbytes (has_xxh3: the manifest has it) */
+    int has_xxh3;
 } pack_tensor;
 
 typedef struct pack_region {

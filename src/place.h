@@ -43,7 +43,24 @@
 typedef uint64_t (*place_session_bytes_fn)(const cfg *c, int64_t max_ctx);
 typedef uint64_t (*place_engine_bytes_fn)(const cfg *c, int64_t prefill_chunk, int n_threads);
 
-enum { PLACE_POLICY_S3FIFO = 0, PLACE_POLICY_LRU = 1 };
+/* Expert cache policies (= cache.h CACHE_*); LAYER is the default: the best of
+ * the four at every size in trace replay (README, bench/ladder/cache_replay). */
+enum { PLACE_POLICY_S3FIFO = 0, PLACE_POLICY_LRU = 1, PLACE_POLICY_LFU = 2, PLACE_POLICY_LAYER = 3 };
+/* "s3fifo", "lru", "lfu", "layer" -> PLACE_POLICY_*, or -1; and back. */
+int place_policy_parse(const char *name);
+const char *place_policy_name(int policy);
+
+/* Row slices: below the budget whose arena holds the largest streamed unit, every
+ * streamed unit is read as its small tensors (through the arena, read ahead like
+ * whole units) plus its large matrices in row slices of at most slice_bytes
+ * (n_slices buffers: one computing, the next ones reading). Matrices above a
+ * quarter of a slice are sliced, only of the roles place_sliceable_role names
+ * (whole-row products, infer.c mm_run); the rest of a unit stays whole.
+ * 64 MiB: 16 reads of IO_CHUNK (4 MiB, the best read size measured on this disk,
+ * io.h) in flight per slice, and the K3 floor fits 2 GB with 4 of them. */
+#define PLACE_SLICE_BYTES (64ull << 20)
+#define PLACE_N_SLICES 4 /* a GLU's gate and up slices computing, the next two reading */
+int place_sliceable_role(int role);
 
 typedef struct place_opts {
     uint64_t ram_bytes;       /* whole-process peak RSS budget; 0 = no budget: all resident */
@@ -56,7 +73,7 @@ typedef struct place_opts {
     int n_threads;            /* compute threads (0 = default) */
     place_session_bytes_fn session_bytes; /* NULL = the planner's own estimate */
     place_engine_bytes_fn engine_bytes;   /* NULL = the planner's own estimate */
-    int cache_policy;         /* PLACE_POLICY_*; default S3-FIFO */
+    int cache_policy;         /* PLACE_POLICY_*; default LAYER */
     int verify_reads;         /* PLACE_VERIFY_OFF: skip the checksums; else (the default, 0,
                                  or 1) every record read with a pack is checked against the
                                  manifest's XXH3 as it lands: trunk units (pinned and
@@ -79,6 +96,12 @@ typedef struct place_opts {
     int64_t layer_lo, layer_hi;
     int no_head;
     uint64_t seq_bytes;       /* one sequence's bytes; 0 = session_bytes(c, ctx) */
+    int no_preload;           /* 1: no warm start (see place_open) */
+    int force_slices;         /* tests: row slices even where whole units fit */
+    uint64_t slice_bytes;     /* 0 = PLACE_SLICE_BYTES */
+    /* place_open's warm start: bytes read of the total, every ~256 MB and at the end */
+    void (*progress)(void *ud, uint64_t done, uint64_t total);
+    void *progress_ud;
 } place_opts;
 
 #define PLACE_VERIFY_OFF (-1) /* place_opts.verify_reads: `strata run --no-verify` */
@@ -105,6 +128,14 @@ typedef struct place_plan {
     uint64_t streamed_bytes;  /* bytes of the unpinned units (read every forward pass) */
     uint64_t ring_bytes;      /* streaming arena */
     uint64_t ring_min_bytes;  /* largest unpinned unit (the arena's floor) */
+    /* row slices (see PLACE_SLICE_BYTES): streamed units are their small tensors
+     * (small_bytes each, through the arena) plus matrices read in row slices */
+    int sliced;
+    uint64_t slice_bytes;     /* payload of one slice buffer */
+    uint64_t slice_min_bytes; /* matrices of more bytes than this are sliced */
+    int n_slices;
+    uint64_t slice_pool_bytes; /* the slice buffers (payload + alignment) */
+    uint64_t small_bytes[PLACE_MAX_UNITS]; /* a unit's arena bytes when sliced (bound) */
     /* embeddings */
     int embed_resident;
     uint64_t embed_bytes;     /* table bytes if resident (else 0) */
@@ -130,12 +161,14 @@ typedef struct place_plan {
     /* options carried to place_open */
     int verify_reads, no_uring, no_readahead, mem_limit;
     char trace_path[1024];
-    int no_prefetch;
     /* a pipeline stage: units held elsewhere (never read; counted pinned at 0 bytes) */
     uint8_t absent[PLACE_MAX_UNITS];
     int64_t n_owned;          /* units this process holds */
     int64_t n_moe;            /* MoE layers this process holds */
     int no_head;
+    int no_prefetch, no_preload;
+    void (*progress)(void *ud, uint64_t done, uint64_t total);
+    void *progress_ud;
 } place_plan;
 
 /* Computes the plan. lay may be NULL (sizes from the config's census: `plan
@@ -167,7 +200,14 @@ int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw,
 /* Opens the streaming weight source for plan p. ix and c are borrowed and must
  * outlive the source. Allocates everything the plan names (pinned buffers, arena,
  * cache slots) up front; the per-token path allocates nothing. Close through
- * w->ops->close. */
+ * w->ops->close.
+ * Warm start (unless p->no_preload): the pinned trunk units are read at open, in
+ * file order with many reads in flight, and the expert cache is filled: with
+ * every expert when it holds them all, else, when the whole trunk is pinned, with
+ * each MoE layer's equal share of the slots, its experts of highest router bias
+ * first (on generated models that ranking covers nearly what the most requested
+ * experts of a decode do: README). Nothing else changes: a warm cache only
+ * saves reads. */
 int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_dir,
                const place_plan *p, char *err, size_t errlen);
 
@@ -188,6 +228,9 @@ typedef struct place_stats {
     uint64_t pred_requests;   /* experts requested in those layers */
     uint64_t pred_hits;       /* of them, predicted */
     uint64_t pred_ids;        /* experts predicted (distinct per layer) */
+    uint64_t preload_bytes;   /* read by the warm start at open */
+    double preload_s;
+    int64_t preload_experts;
     uint64_t prefetch_reads;  /* experts read ahead (the rest of the predictions were resident) */
     uint64_t prefetch_used;   /* of them, requested afterwards */
 } place_stats;

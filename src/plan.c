@@ -20,6 +20,10 @@
  *   4. the embedding table resident once the whole trunk is pinned (it saves only
  *      a row per token);
  *   5. everything left to the expert cache.
+ * Below the whole-unit floor of step 1 (or where it reads fewer bytes per token)
+ * streamed units are their small tensors through the arena and their large
+ * matrices in row slices (place.h PLACE_SLICE_BYTES): the floor is then the
+ * largest unit's small tensors plus four slice buffers.
  * The walk is cyclic, so pinning K of N units saves exactly K/N of the streamed
  * bytes every token; an LRU over layers would save nothing.
  */
@@ -33,8 +37,17 @@
 #include "place.h"
 
 place_opts place_opts_default(void) {
-    return (place_opts){.prefill_chunk = 64, .ctx = 4096, .cache_policy = PLACE_POLICY_S3FIFO};
+    return (place_opts){.prefill_chunk = 64, .ctx = 4096, .cache_policy = PLACE_POLICY_LAYER};
 }
+
+static const char *const k_policy[] = {"s3fifo", "lru", "lfu", "layer"};
+
+int place_policy_parse(const char *name) {
+    for (int i = 0; i < 4; i++) if (!strcmp(name, k_policy[i])) return i;
+    return -1;
+}
+
+const char *place_policy_name(int policy) { return policy >= 0 && policy < 4 ? k_policy[policy] : "?"; }
 
 /* ================================================================= estimates */
 
@@ -67,6 +80,40 @@ static uint64_t rss_now(void) {
 typedef struct ncount { int64_t n; } ncount;
 static int count_fn(void *ud, const tspec *t) { (void)t; ((ncount *)ud)->n++; return 0; }
 
+int place_sliceable_role(int r) {
+    switch (r) {
+    case R_KDA_Q: case R_KDA_K: case R_KDA_V: case R_KDA_G: case R_KDA_O: case R_KDA_FA: case R_KDA_FB: case R_KDA_B:
+    case R_MLA_QA: case R_MLA_QB: case R_MLA_KVA: case R_MLA_O: case R_MLA_G:
+    case R_DENSE_GATE: case R_DENSE_UP: case R_DENSE_DOWN:
+    case R_MOE_ROUTER: case R_MOE_LAT_DOWN: case R_MOE_LAT_UP: case R_MOE_SH_GATE: case R_MOE_SH_UP: case R_MOE_SH_DOWN:
+    case R_LM_HEAD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+typedef struct small_acc small_acc;
+static uint64_t plan_total(const place_plan *p);
+static uint64_t ring_need(const place_plan *p, int pair);
+static int small_fn(void *ud, const tspec *t);
+
+/* The floor with streamed units in row slices of sb bytes; sets the slice fields,
+ * the small parts and the arena, and returns the plan's total. */
+static uint64_t plan_slices(place_plan *p, const cfg *c, uint64_t sb);
+
+/* A unit's arena bytes when sliced: its tensors that stay whole, each bounded as
+ * f32 (4 bytes an element) plus an in-place read's alignment; sliced matrices are
+ * judged by their bf16 bytes (a wider dtype only makes them larger). */
+struct small_acc { uint64_t thr, bytes; int head; };
+static int small_fn(void *ud, const tspec *t) {
+    small_acc *a = ud;
+    if (a->head && t->cls != TC_FINAL && t->cls != TC_LM_HEAD) return 0;
+    if (t->kind == TK_MATRIX && place_sliceable_role(t->role) && (uint64_t)t->numel * 2 > a->thr) return 0;
+    a->bytes += io_align_up((uint64_t)t->numel * 4) + 3 * IO_ALIGN;
+    return 0;
+}
+
 /* ==================================================================== ring */
 
 /* Arena bytes the unpinned units need: the largest one (single), or the largest
@@ -76,7 +123,7 @@ static uint64_t ring_need(const place_plan *p, int pair) {
     int have_prev = 0;
     for (int64_t u = 0; u < p->n_units; u++) {
         if (p->pinned[u]) continue;
-        uint64_t b = p->unit_bytes[u];
+        uint64_t b = p->sliced ? p->small_bytes[u] : p->unit_bytes[u];
         if (b > best) best = b;
         if (pair && have_prev && prev + b > best) best = prev + b;
         if (!have_prev) first = b;
@@ -92,9 +139,98 @@ static uint64_t ring_need(const place_plan *p, int pair) {
     return best;
 }
 
+static uint64_t plan_slices(place_plan *p, const cfg *c, uint64_t sb) {
+    p->sliced = 1;
+    p->slice_bytes = sb;
+    p->slice_min_bytes = sb / 4;
+    p->n_slices = PLACE_N_SLICES;
+    p->slice_pool_bytes = (uint64_t)p->n_slices * (sb + 2 * IO_ALIGN);
+    for (int64_t u = 0; u < p->n_units; u++) {
+        small_acc a = {p->slice_min_bytes, 0, u == c->n_layers};
+        if (u < c->n_layers) schema_walk_layer(c, u, small_fn, &a);
+        else schema_walk_head(c, small_fn, &a);
+        p->small_bytes[u] = a.bytes < p->unit_bytes[u] ? a.bytes : p->unit_bytes[u];
+    }
+    p->ring_bytes = p->ring_min_bytes = ring_need(p, 0);
+    return p->total_bytes = plan_total(p);
+}
+
 static uint64_t plan_total(const place_plan *p) {
     return p->overhead_bytes + p->index_bytes + p->session_bytes + p->engine_bytes + p->extra_bytes + p->prefix_bytes + p->io_bytes + p->pinned_bytes +
-           p->ring_bytes + (p->embed_resident ? p->embed_bytes : 0) + p->cache_bytes;
+           p->ring_bytes + (p->embed_resident ? p->embed_bytes : 0) + p->cache_bytes + (p->sliced ? p->slice_pool_bytes : 0);
+}
+
+/* Steps 2-5 under a budget: arena for overlap, pins largest-first to a fixed
+ * point, the embedding table, the expert cache (p's floor already set). */
+static void plan_fill(place_plan *p, uint64_t budget, int64_t n_expert_all) {
+    /* ---- 2-3. arena for overlap, then pins largest-first to a fixed point ---- */
+    int64_t order[PLACE_MAX_UNITS];
+    for (int64_t u = 0; u < p->n_units; u++) order[u] = u;
+    for (int64_t i = 1; i < p->n_units; i++) { /* insertion sort: largest first, ties by index */
+        int64_t x = order[i], j = i;
+        while (j > 0 && p->unit_bytes[order[j - 1]] < p->unit_bytes[x]) { order[j] = order[j - 1]; j--; }
+        order[j] = x;
+    }
+    int pair = 1;
+    p->ring_bytes = ring_need(p, 1);
+    if (plan_total(p) > budget) { pair = 0; p->ring_bytes = ring_need(p, 0); }
+    for (int pass = 0; pass < 8; pass++) {
+        int changed = 0;
+        for (int64_t i = 0; i < p->n_units; i++) {
+            int64_t u = order[i];
+            if (p->pinned[u]) continue;
+            p->pinned[u] = 1;
+            p->pinned_bytes += p->unit_bytes[u];
+            uint64_t save = p->ring_bytes;
+            p->ring_bytes = ring_need(p, 1);
+            int pair_ok = plan_total(p) <= budget;
+            if (!pair_ok) p->ring_bytes = ring_need(p, 0);
+            /* never trade away read-ahead overlap for a pin (keeps the arena mode) */
+            if (plan_total(p) <= budget && (pair_ok || !pair)) {
+                changed = 1;
+                pair = pair_ok;
+            } else {
+                p->pinned[u] = 0;
+                p->pinned_bytes -= p->unit_bytes[u];
+                p->ring_bytes = save;
+            }
+        }
+        if (!changed) break;
+    }
+    p->n_pinned = 0;
+    for (int64_t u = 0; u < p->n_units; u++) p->n_pinned += p->pinned[u];
+    p->ring_min_bytes = ring_need(p, 0);
+    if (p->n_pinned == p->n_units) p->ring_bytes = p->ring_min_bytes = 0;
+    /* ---- 4. embedding table ---- */
+    if (p->n_pinned == p->n_units) {
+        p->embed_resident = 1;
+        if (plan_total(p) > budget) p->embed_resident = 0;
+    }
+    /* ---- 5. the expert cache takes the rest ---- */
+    uint64_t used = plan_total(p);
+    int64_t extra = p->expert_slot_bytes && budget > used ? (int64_t)((budget - used) / p->expert_slot_bytes) : 0;
+    p->n_expert_slots = p->min_expert_slots + extra;
+    if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all > p->min_expert_slots ? n_expert_all : p->min_expert_slots;
+    p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
+}
+
+/* Bytes a decode token reads from disk and touches in memory (batch 1, the
+ * expert cache at its uniform-routing hit rate), and the totals they follow. */
+static void plan_reads(place_plan *p, const cfg *c) {
+    const int64_t n_moe = p->n_moe; /* this process's MoE layers (a pipeline stage holds some) */
+    const int64_t n_expert_all = n_moe * c->n_experts;
+    p->streamed_bytes = 0;
+    for (int64_t u = 0; u < p->n_units; u++) if (!p->pinned[u]) p->streamed_bytes += p->unit_bytes[u];
+    p->total_bytes = plan_total(p);
+    p->resident = p->n_pinned == p->n_units && p->embed_resident;
+    double hit = n_expert_all ? (double)p->n_expert_slots / (double)n_expert_all : 0; /* uniform routing */
+    if (hit > 1) hit = 1;
+    uint64_t expert_tok = (uint64_t)n_moe * (uint64_t)c->topk * p->expert_bytes;
+    uint64_t trunk_all = 0;
+    for (int64_t u = 0; u < p->n_units; u++) trunk_all += p->unit_bytes[u];
+    const uint64_t emb = p->no_head ? 0 : p->embed_row_bytes; /* the embedding lives with the head */
+    p->read_bytes_per_token = p->streamed_bytes + (uint64_t)((double)expert_tok * (1 - hit)) + emb;
+    p->touch_bytes_per_token = trunk_all + expert_tok + emb;
 }
 
 /* ==================================================================== plan */
@@ -124,6 +260,9 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->no_head = o->no_head;
     for (int64_t u = 0; u < p->n_units; u++)
         p->absent[u] = u < c->n_layers ? (u < lo || u >= hi) : o->no_head != 0;
+    p->no_preload = o->no_preload;
+    p->progress = o->progress;
+    p->progress_ud = o->progress_ud;
     if (model_dir && !(o->pack_dir && !o->pack_dir[0])) {
         if (o->pack_dir) {
             char m[2048];
@@ -198,14 +337,38 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
     p->ring_bytes = p->ring_min_bytes = ring_need(p, 0);
     p->total_bytes = p->min_bytes = plan_total(p);
+    /* below the whole-unit floor: streamed units in row slices, the largest
+     * slices that fit (64, 32, 16, 8 MiB; bench_io --slices on ladder's shards,
+     * means of 3 rounds, next slice in flight: 0.78 / 0.75 / 0.72 / 0.73 GB/s,
+     * 4 MiB 0.69, 128 MiB 0.82); the minimum is the lower of the two floors */
+    const uint64_t whole = p->total_bytes, whole_ring = p->ring_min_bytes;
+    const uint64_t sb_max = o->slice_bytes ? io_align_up(o->slice_bytes) : PLACE_SLICE_BYTES;
+    const uint64_t sb_min = o->slice_bytes ? sb_max : (8u << 20);
+    const uint64_t sliced_floor = plan_slices(p, c, sb_min);
+    p->min_bytes = o->force_slices || sliced_floor < whole ? sliced_floor : whole;
+    const int whole_ok = budget && whole <= budget && !o->force_slices;
+    int sliced_ok = 0;
+    place_plan alt; /* the sliced variant when whole units fit too */
+    if (budget) { /* the largest slices that fit */
+        uint64_t sb = sb_max;
+        while (plan_slices(p, c, sb) > budget && sb > sb_min) sb /= 2;
+        sliced_ok = p->total_bytes <= budget;
+        if (sliced_ok && whole_ok) alt = *p;
+    }
+    if (!budget || whole_ok || (!sliced_ok && whole <= sliced_floor && !o->force_slices)) {
+        p->sliced = 0; /* whole units (the message below names their floor when neither fits) */
+        p->ring_bytes = p->ring_min_bytes = whole_ring;
+        p->total_bytes = whole;
+    }
     if (budget && p->total_bytes > budget) {
         char a[32], b[32];
         return base_fail(err, errlen, STRATA_EBUDGET,
                          "a budget of %s is below the minimum: this model needs at least %s "
-                         "(arena %s for the largest layer, %lld expert slots, %d x session %s at ctx %lld, "
+                         "(arena %s for the largest layer%s, %lld expert slots, %d x session %s at ctx %lld, "
                          "engine %s for %lld rows per pass)",
                          base_fmt_bytes(budget, a, sizeof a), base_fmt_bytes(p->min_bytes, b, sizeof b),
-                         base_fmt_bytes(p->ring_min_bytes, (char[32]){0}, 32), (long long)p->min_expert_slots,
+                         base_fmt_bytes(p->ring_min_bytes, (char[32]){0}, 32),
+                         p->sliced ? "'s whole tensors and its matrices in row slices" : "", (long long)p->min_expert_slots,
                          p->n_seqs, base_fmt_bytes(p->seq_bytes, (char[32]){0}, 32), (long long)p->ctx,
                          base_fmt_bytes(p->engine_bytes, (char[32]){0}, 32), (long long)p->prefill_chunk);
     }
@@ -223,69 +386,21 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all;
         if (p->n_expert_slots < p->min_expert_slots) p->n_expert_slots = p->min_expert_slots;
         p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
-    } else {
-        /* ---- 2-3. arena for overlap, then pins largest-first to a fixed point ---- */
-        int64_t order[PLACE_MAX_UNITS];
-        for (int64_t u = 0; u < p->n_units; u++) order[u] = u;
-        for (int64_t i = 1; i < p->n_units; i++) { /* insertion sort: largest first, ties by index */
-            int64_t x = order[i], j = i;
-            while (j > 0 && p->unit_bytes[order[j - 1]] < p->unit_bytes[x]) { order[j] = order[j - 1]; j--; }
-            order[j] = x;
-        }
-        int pair = 1;
-        p->ring_bytes = ring_need(p, 1);
-        if (plan_total(p) > budget) { pair = 0; p->ring_bytes = ring_need(p, 0); }
-        for (int pass = 0; pass < 8; pass++) {
-            int changed = 0;
-            for (int64_t i = 0; i < p->n_units; i++) {
-                int64_t u = order[i];
-                if (p->pinned[u]) continue;
-                p->pinned[u] = 1;
-                p->pinned_bytes += p->unit_bytes[u];
-                uint64_t save = p->ring_bytes;
-                p->ring_bytes = ring_need(p, 1);
-                int pair_ok = plan_total(p) <= budget;
-                if (!pair_ok) p->ring_bytes = ring_need(p, 0);
-                /* never trade away read-ahead overlap for a pin (keeps the arena mode) */
-                if (plan_total(p) <= budget && (pair_ok || !pair)) {
-                    changed = 1;
-                    pair = pair_ok;
-                } else {
-                    p->pinned[u] = 0;
-                    p->pinned_bytes -= p->unit_bytes[u];
-                    p->ring_bytes = save;
-                }
-            }
-            if (!changed) break;
-        }
-        p->n_pinned = 0;
-        for (int64_t u = 0; u < p->n_units; u++) p->n_pinned += p->pinned[u];
-        p->ring_min_bytes = ring_need(p, 0);
-        if (p->n_pinned == p->n_units) p->ring_bytes = p->ring_min_bytes = 0;
-        /* ---- 4. embedding table ---- */
-        if (p->n_pinned == p->n_units) {
-            p->embed_resident = 1;
-            if (plan_total(p) > budget) p->embed_resident = 0;
-        }
-        /* ---- 5. the expert cache takes the rest ---- */
-        uint64_t used = plan_total(p);
-        int64_t extra = p->expert_slot_bytes && budget > used ? (int64_t)((budget - used) / p->expert_slot_bytes) : 0;
-        p->n_expert_slots = p->min_expert_slots + extra;
-        if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all > p->min_expert_slots ? n_expert_all : p->min_expert_slots;
-        p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
     }
-    p->streamed_bytes = 0;
-    for (int64_t u = 0; u < p->n_units; u++) if (!p->pinned[u]) p->streamed_bytes += p->unit_bytes[u];
-    p->total_bytes = plan_total(p);
-    p->resident = p->n_pinned == p->n_units && p->embed_resident;
-    /* ---- prediction: decode, one token ---- */
-    double hit = n_expert_all ? (double)p->n_expert_slots / (double)n_expert_all : 0; /* uniform routing */
-    if (hit > 1) hit = 1;
-    uint64_t expert_tok = (uint64_t)n_moe * (uint64_t)c->topk * p->expert_bytes;
-    uint64_t trunk_all = 0;
-    for (int64_t u = 0; u < p->n_units; u++) trunk_all += p->unit_bytes[u];
-    p->read_bytes_per_token = p->streamed_bytes + (uint64_t)((double)expert_tok * (1 - hit)) + p->embed_row_bytes;
-    p->touch_bytes_per_token = trunk_all + expert_tok + p->embed_row_bytes;
+    if (budget) {
+        /* whole units where they fit; where row slices fit too, the plan of the
+         * two that reads fewer bytes per token (slices leave more to pin) */
+        const int both = whole_ok && sliced_ok;
+        plan_fill(p, budget, n_expert_all);
+        plan_reads(p, c);
+        if (both) {
+            plan_fill(&alt, budget, n_expert_all);
+            plan_reads(&alt, c);
+            if (alt.read_bytes_per_token < p->read_bytes_per_token) *p = alt;
+        }
+    } else {
+        plan_reads(p, c);
+    }
     double disk = 0, mem = 0;
     place_bandwidth(NULL, 0, &disk, &mem, p->bw_source, sizeof p->bw_source);
     p->disk_bw = disk;
@@ -329,13 +444,16 @@ void place_plan_print(const place_plan *p, FILE *f) {
     else
         fprintf(f, "  trunk pinned      %10.3f GB  %lld of %lld units (layers + head)\n", gb(p->pinned_bytes),
                 (long long)p->n_pinned, (long long)p->n_units);
-    fprintf(f, "  stream arena      %10.3f GB  (largest streamed unit %.3f GB; streamed %.3f GB per pass)\n",
-            gb(p->ring_bytes), gb(p->ring_min_bytes), gb(p->streamed_bytes));
+    fprintf(f, "  stream arena      %10.3f GB  (largest streamed unit %.3f GB%s; streamed %.3f GB per pass)\n",
+            gb(p->ring_bytes), gb(p->ring_min_bytes), p->sliced ? " without its sliced matrices" : "", gb(p->streamed_bytes));
+    if (p->sliced)
+        fprintf(f, "  row slices        %10.3f GB  %d x %.1f MB (streamed matrices over %.1f MB read a slice of rows at a time)\n",
+                gb(p->slice_pool_bytes), p->n_slices, (double)p->slice_bytes / 1e6, (double)p->slice_min_bytes / 1e6);
     fprintf(f, "  embeddings        %10.3f GB  %s (row %llu B)\n", gb(p->embed_resident ? p->embed_bytes : 0),
             p->embed_resident ? "resident" : "read by row", (unsigned long long)p->embed_row_bytes);
     fprintf(f, "  expert cache      %10.3f GB  %lld slots of %.2f MB (min %lld), %s\n", gb(p->cache_bytes),
             (long long)p->n_expert_slots, (double)p->expert_slot_bytes / 1e6, (long long)p->min_expert_slots,
-            p->cache_policy == PLACE_POLICY_LRU ? "LRU" : "S3-FIFO");
+            place_policy_name(p->cache_policy));
     fprintf(f, "  sequences         %10.3f GB  %d x %.3f GB (KDA state + MLA latent cache for ctx %lld)\n",
             gb(p->session_bytes), p->n_seqs, gb(p->seq_bytes), (long long)p->ctx);
     fprintf(f, "  engine scratch    %10.3f GB  %lld rows per pass (prefill chunk %lld)\n", gb(p->engine_bytes),
@@ -364,6 +482,9 @@ json_t *place_plan_json(const place_plan *p) {
     I("pinned_bytes", p->pinned_bytes);
     I("ring_bytes", p->ring_bytes);
     I("streamed_bytes", p->streamed_bytes);
+    json_object_set_new(j, "sliced", json_boolean(p->sliced));
+    I("slice_bytes", p->sliced ? p->slice_bytes : 0);
+    I("n_slices", p->sliced ? p->n_slices : 0);
     json_object_set_new(j, "embed_resident", json_boolean(p->embed_resident));
     I("embed_bytes", p->embed_resident ? p->embed_bytes : 0);
     I("n_expert_slots", p->n_expert_slots);

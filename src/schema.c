@@ -140,6 +140,13 @@ static void walk_expert(const cfg *c, int64_t L, int64_t E, int bf16, walker *w)
     }
 }
 
+static void walk_head(const cfg *c, walker *w) {
+    emit(w, TC_FINAL, TK_VECTOR, R_FINAL_NORM, -1, -1, 1, c->hidden, 0, 0, PFX "norm.weight");
+    emit(w, TC_FINAL, TK_VECTOR, R_OUT_RES_NORM, -1, -1, 1, c->hidden, 0, 0, PFX "output_attn_res_norm.weight");
+    emit(w, TC_FINAL, TK_VECTOR, R_OUT_RES_PROJ, -1, -1, 1, c->hidden, 0, 0, PFX "output_attn_res_proj.weight");
+    emit(w, TC_LM_HEAD, TK_MATRIX, R_LM_HEAD, -1, -1, 2, c->vocab, c->hidden, 0, "language_model.lm_head.weight");
+}
+
 int schema_walk_layer(const cfg *c, int64_t L, schema_fn fn, void *ud) {
     walker w = {fn, ud, 0};
     walk_layer(c, L, &w);
@@ -160,9 +167,12 @@ int schema_walk(const cfg *c, int experts_bf16, schema_fn fn, void *ud) {
         if (cfg_is_moe(c, L))
             for (int64_t E = 0; E < c->n_experts && !w.rc; E++) walk_expert(c, L, E, experts_bf16, &w);
     }
-    emit(&w, TC_FINAL, TK_VECTOR, R_FINAL_NORM, -1, -1, 1, c->hidden, 0, 0, PFX "norm.weight");
-    emit(&w, TC_FINAL, TK_VECTOR, R_OUT_RES_NORM, -1, -1, 1, c->hidden, 0, 0, PFX "output_attn_res_norm.weight");
-    emit(&w, TC_FINAL, TK_VECTOR, R_OUT_RES_PROJ, -1, -1, 1, c->hidden, 0, 0, PFX "output_attn_res_proj.weight");
-    emit(&w, TC_LM_HEAD, TK_MATRIX, R_LM_HEAD, -1, -1, 2, c->vocab, c->hidden, 0, "language_model.lm_head.weight");
+    walk_head(c, &w);
+    return w.rc;
+}
+
+int schema_walk_head(const cfg *c, schema_fn fn, void *ud) {
+    walker w = {fn, ud, 0};
+    walk_head(c, &w);
     return w.rc;
 }

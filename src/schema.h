@@ -59,6 +59,8 @@ int schema_walk(const cfg *c, int experts_bf16, schema_fn fn, void *ud);
 /* Only the tensors of one layer's trunk (cls TC_LAYER), or of one expert. */
 int schema_walk_layer(const cfg *c, int64_t L, schema_fn fn, void *ud);
 int schema_walk_expert(const cfg *c, int64_t L, int64_t E, int experts_bf16, schema_fn fn, void *ud);
+/* Only the head pseudo-layer's tensors (TC_FINAL vectors, then lm_head). */
+int schema_walk_head(const cfg *c, schema_fn fn, void *ud);
 
 const char *schema_role_name(int role);
 

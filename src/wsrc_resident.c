@@ -90,7 +90,7 @@ static const char *r_errmsg(wsrc *w) { return ((resident *)w)->err; }
 
 static const wsrc_ops k_resident_ops = { /* no self-drafting: a draft would be the model itself */
     r_layer_get, r_layer_put, r_experts_request, r_expert_wait, r_experts_put,
-    r_embed_rows, NULL, r_close, r_errmsg, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    r_embed_rows, NULL, r_close, r_errmsg, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
 };
 
 typedef struct {
@@ -137,7 +137,7 @@ static int load_one(void *ud, const tspec *t) {
                              "%s: %zu MXFP4 scale bytes are 255 (NaN in the MX spec): the checkpoint is defective "
                              "(strata inspect --scan lists every such tensor)", t->name, bad);
     }
-    wt v = {p, st->dtype, t->shape[0], t->ndim > 1 ? t->shape[1] : t->shape[0]};
+    wt v = {.p = p, .dtype = st->dtype, .rows = t->shape[0], .cols = t->ndim > 1 ? t->shape[1] : t->shape[0]};
     if (t->kind == TK_VECTOR) { v.rows = 1; v.cols = t->numel; }
     if (t->kind == TK_CONV) { v.rows = t->shape[0]; v.cols = t->shape[1] * t->shape[2]; }
     if (t->kind == TK_PACKED) v.cols = t->shape[1] * 2;

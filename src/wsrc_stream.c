@@ -20,6 +20,15 @@
  * prefetch that makes room only drops units with held == 0, after their read).
  * Experts are read on the caller's ring: all misses of a layer are submitted at
  * once (many in flight), expert_wait consumes completions as they land.
+ *
+ * Reads ahead (issue 17): experts_prefetch starts predicted experts' reads into
+ * free slots, each holding its own lease until it lands (a request that finds
+ * every slot taken reaps them first; a failed guess fails silently and is read
+ * again on request). The warm start (preload) fills the pinned units and the
+ * cache at open through the same path. Row slices (plan.sliced): a streamed
+ * unit's large matrices are not in its record; rows_get reads them a slice at a
+ * time into a few buffers on a third ring of the caller's, checking each
+ * matrix's own checksum as its slices are consumed in row order.
  */
 #define XXH_STATIC_LINKING_ONLY
 #include <errno.h>
@@ -62,6 +71,36 @@ typedef struct tref {
     wt view;                   /* p relative to the buffer start until bound */
 } tref;
 
+/* A matrix of a sliced unit, read in row slices (rows_get). Its checksum runs
+ * over the slices as they are consumed, in row order. */
+typedef struct bigt {
+    int16_t role;
+    int32_t file;
+    uint64_t off, nbytes, row_bytes; /* the tensor's bytes in the file */
+    int64_t rows;
+    wt view;                   /* sliced = 1, p = NULL */
+    uint64_t xxh3;
+    int has_sum;
+    int64_t next_row;          /* rows hashed so far (the running hash below) */
+    XXH3_state_t h;
+    const char *name;
+} bigt;
+
+/* Checksums of a sliced unit's whole tensors (each its own, from the pack). */
+typedef struct tsum { uint64_t rel, nbytes, xxh3; const char *name; } tsum;
+
+/* A row slice buffer (rows_get / rows_hint), used by the forward thread only. */
+enum { SL_FREE = 0, SL_LOADING, SL_READY };
+typedef struct slice {
+    int state, held, rc;
+    int64_t unit, r0, r1;
+    int role;
+    uint64_t data_off;         /* row r0's first byte in buf */
+    uint64_t seq;              /* last use: a free buffer is the oldest unheld one */
+    uint8_t *buf;
+    io_req q;
+} slice;
+
 typedef struct unit {
     int32_t n_seg, n_t;
     seg *segs;
@@ -78,6 +117,11 @@ typedef struct unit {
     int qnext;                 /* reader queue link (-1 none) */
     char err[400];
     wt roles[R_COUNT];
+    /* row slices (plan.sliced and not pinned): the matrices read by rows, and the
+     * checksums of the tensors in buf (verified after each read) */
+    int n_big, n_sum;
+    bigt *big;
+    tsum *sum;
 } unit;
 
 typedef struct xslot {         /* per cache slot: the expert being read into it */
@@ -150,6 +194,11 @@ typedef struct stream {
     uint8_t *emb_bounce;       /* EMB_BATCH row buffers */
     uint64_t emb_slot;
     FILE *trace;               /* expert request trace, or NULL */
+    /* row slices: buffers and their ring (the forward thread's) */
+    slice *sl;
+    int n_sl;
+    uint64_t sl_seq;
+    io_ring *sring;
     /* stats (under mu) */
     place_stats st;
     _Atomic uint64_t verify_ns, verify_bytes; /* hashing, from any thread */
@@ -187,7 +236,7 @@ static void io_leave_l(stream *s, uint64_t *counter, uint64_t bytes, uint64_t re
 }
 
 static wt view_of(const tspec *t, int dtype) {
-    wt v = {NULL, dtype, t->shape[0], t->ndim > 1 ? t->shape[1] : t->shape[0]};
+    wt v = {.dtype = dtype, .rows = t->shape[0], .cols = t->ndim > 1 ? t->shape[1] : t->shape[0]};
     if (t->kind == TK_VECTOR) { v.rows = 1; v.cols = t->numel; }
     if (t->kind == TK_CONV) { v.rows = t->shape[0]; v.cols = t->shape[1] * t->shape[2]; }
     if (t->kind == TK_PACKED) v.cols = t->shape[1] * 2;
@@ -196,7 +245,7 @@ static wt view_of(const tspec *t, int dtype) {
 
 /* ====================================================== building records */
 
-typedef struct pend { const st_tensor *s; int role; wt view; } pend;
+typedef struct pend { const st_tensor *s; int role, kind; wt view; } pend;
 typedef struct gather {
     const cfg *c;
     const st_index *ix;
@@ -227,7 +276,7 @@ static int gather_fn(void *ud, const tspec *t) {
         g->p = np;
         g->cap = cap;
     }
-    g->p[g->n++] = (pend){s, t->role, view_of(t, s->dtype)};
+    g->p[g->n++] = (pend){s, t->role, t->kind, view_of(t, s->dtype)};
     return 0;
 }
 
@@ -272,6 +321,78 @@ static uint64_t layout_inplace(pend *p, int n, seg *segs, int max_seg, int *n_se
     return buf;
 }
 
+/* A unit read in row slices (plan.sliced, not pinned): its matrices over
+ * plan.slice_min_bytes of the roles place_sliceable_role names go to x->big (read
+ * by rows_get); the rest is laid out as in-place segments (from the pack: at their
+ * pack offsets), each with its own checksum when the pack has one. */
+static int build_sliced(stream *s, unit *x, int64_t u, gather *g, char *err, size_t errlen) {
+    const pack_region *r = s->pk ? &s->pk->units[u] : NULL;
+    st_tensor *fake = base_calloc((size_t)g->n + 1, sizeof *fake, MEM_INDEX);
+    pend *small = base_calloc((size_t)g->n + 1, sizeof *small, MEM_INDEX);
+    x->big = base_alloc_aligned(((size_t)g->n + 1) * sizeof *x->big, 64, MEM_INDEX); /* XXH3_state_t: 64-aligned */
+    if (x->big) memset(x->big, 0, ((size_t)g->n + 1) * sizeof *x->big);
+    x->sum = base_calloc((size_t)g->n + 1, sizeof *x->sum, MEM_INDEX);
+    int rc = 0, ns = 0;
+    if (!fake || !small || !x->big || !x->sum) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto out; }
+    const pack_tensor *pt[R_COUNT] = {0}; /* each role's pack record */
+    for (int i = 0; i < g->n && !rc; i++) {
+        const pend *p = &g->p[i];
+        const st_tensor *t = p->s;
+        if (r) {
+            int k = -1;
+            for (int j = 0; j < r->n_tensors; j++) if (r->t[j].name == t->name) { k = j; break; }
+            if (k < 0) { rc = base_fail(err, errlen, STRATA_EFORMAT, "stream: pack lacks %s", t->name); break; }
+            pt[p->role] = &r->t[k];
+            fake[i] = *t;
+            fake[i].shard = s->n_files - 1;
+            fake[i].off = r->off + r->t[k].off;
+            t = &fake[i];
+            if (VERIFY(s) && !r->t[k].has_xxh3) {
+                rc = base_fail(err, errlen, STRATA_EINVAL, "stream: %s: the pack predates per-tensor checksums, which row slices "
+                               "need: rebuild it (strata pack --force) or run with --no-verify", s->pk->dir);
+                break;
+            }
+        }
+        const uint64_t rb = t->nbytes / (uint64_t)(p->view.rows > 0 ? p->view.rows : 1);
+        if (p->kind == TK_MATRIX && place_sliceable_role(p->role) && t->nbytes > s->plan.slice_min_bytes && p->view.rows > 1 &&
+            rb * (uint64_t)p->view.rows == t->nbytes) {
+            bigt *b = &x->big[x->n_big++];
+            b->role = (int16_t)p->role;
+            b->file = t->shard;
+            b->off = t->off;
+            b->nbytes = t->nbytes;
+            b->rows = p->view.rows;
+            b->row_bytes = rb;
+            b->view = p->view;
+            b->view.sliced = 1;
+            b->view.role = p->role;
+            b->view.unit = u;
+            b->name = p->s->name;
+            b->has_sum = r && pt[p->role]->has_xxh3;
+            b->xxh3 = b->has_sum ? pt[p->role]->xxh3 : 0;
+            if (rb > s->plan.slice_bytes)
+                rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: a row of %s (%llu bytes) exceeds a slice (%llu bytes)", p->s->name,
+                               (unsigned long long)rb, (unsigned long long)s->plan.slice_bytes);
+        } else {
+            small[ns] = *p;
+            small[ns++].s = t;
+        }
+    }
+    if (!rc) {
+        x->n_t = ns;
+        x->buf_bytes = layout_inplace(small, ns, x->segs, ns ? ns : 1, &x->n_seg, x->t);
+        for (int i = 0; i < ns && r; i++) { /* layout_inplace sorted them: each one's checksum by role */
+            const pack_tensor *q = pt[x->t[i].role];
+            if (q->has_xxh3) x->sum[x->n_sum++] = (tsum){x->t[i].rel, q->nbytes, q->xxh3, q->name};
+        }
+        x->has_sum = 0;
+    }
+out:
+    base_free(fake);
+    base_free(small);
+    return rc;
+}
+
 /* Records of every trunk unit, from the pack or in place. */
 static int build_units(stream *s, char *err, size_t errlen) {
     const cfg *c = s->c;
@@ -294,7 +415,9 @@ static int build_units(stream *s, char *err, size_t errlen) {
         x->n_t = g.n;
         x->data_bytes = 0;
         for (int i = 0; i < g.n; i++) x->data_bytes += g.p[i].s->nbytes;
-        if (s->pk) {
+        if (s->plan.sliced && !s->plan.pinned[u]) {
+            rc = build_sliced(s, x, u, &g, err, errlen);
+        } else if (s->pk) {
             const pack_region *r = &s->pk->units[u];
             x->n_seg = 1;
             x->segs[0] = (seg){.file = s->n_files - 1, .off = r->off, .len = r->nbytes, .need = r->nbytes};
@@ -440,6 +563,22 @@ static void bind_unit(unit *x) {
         v.p = x->buf + x->t[i].rel;
         x->roles[x->t[i].role] = v;
     }
+    for (int i = 0; i < x->n_big; i++) x->roles[x->big[i].role] = x->big[i].view;
+}
+
+/* A sliced unit's whole tensors against their own checksums (read_record checks a
+ * whole unit's; a sliced one is not read whole). */
+static int check_sums(stream *s, unit *x, const char *what, char *err, size_t errlen) {
+    for (int i = 0; i < x->n_sum; i++) {
+        const tsum *t = &x->sum[i];
+        const uint64_t got = XXH3_64bits(x->buf + t->rel, t->nbytes);
+        if (got != t->xxh3)
+            return base_fail(err, errlen, STRATA_ECORRUPT,
+                             "%s: checksum mismatch in %s of %s (expected %016llx, got %016llx): the pack is corrupt or stale; "
+                             "run strata pack --verify", what, t->name, s->files[s->n_files - 1].path, (unsigned long long)t->xxh3,
+                             (unsigned long long)got);
+    }
+    return 0;
 }
 
 static void unit_name(const stream *s, int64_t u, char *b, size_t n) {
@@ -456,6 +595,7 @@ static void load_unit_locked(stream *s, int64_t u, io_ring *r) {
     char what[64];
     unit_name(s, u, what, sizeof what);
     int rc = read_record(s, r, x->segs, x->n_seg, buf, x->xxh3, x->has_sum && VERIFY(s), what, x->err, sizeof x->err);
+    if (!rc && x->n_sum && VERIFY(s)) rc = check_sums(s, x, what, x->err, sizeof x->err);
     pthread_mutex_lock(&s->mu);
     io_leave(s);
     if (u < s->c->n_layers) s->st.bytes_trunk += x->buf_bytes; else s->st.bytes_head += x->buf_bytes;
@@ -658,6 +798,143 @@ static void st_hint_layer(wsrc *w, int64_t L) {
     pthread_mutex_unlock(&s->mu);
 }
 
+/* ============================================================ row slices */
+
+static bigt *big_of(stream *s, const wt *t) {
+    if (!t || !t->sliced || t->unit < 0 || t->unit >= s->n_units) return NULL;
+    unit *x = &s->u[t->unit];
+    for (int i = 0; i < x->n_big; i++) if (x->big[i].role == t->role) return &x->big[i];
+    return NULL;
+}
+
+static int slice_find(const stream *s, int64_t unit_i, int role, int64_t r0, int64_t r1) {
+    for (int i = 0; i < s->n_sl; i++) {
+        const slice *b = &s->sl[i];
+        if (b->state != SL_FREE && b->unit == unit_i && b->role == role && b->r0 == r0 && b->r1 == r1) return i;
+    }
+    return -1;
+}
+
+/* A buffer to read into: a free one; for a read that is needed now (evict = 1),
+ * else the oldest read ahead that nobody holds yet. A read ahead never takes a
+ * buffer from another one. */
+static int slice_take(stream *s, int evict) {
+    int best = -1;
+    for (int i = 0; i < s->n_sl; i++) {
+        const slice *b = &s->sl[i];
+        if (b->state == SL_FREE) return i;
+        if (evict && b->state == SL_READY && !b->held && (best < 0 || b->seq < s->sl[best].seq)) best = i;
+    }
+    return best;
+}
+
+/* Starts the read of rows [r0, r1) of matrix b (unit_i) into buffer i: the
+ * enclosing aligned range, one request (many chunks in flight). */
+static void slice_start(stream *s, int i, const bigt *b, int64_t unit_i, int64_t r0, int64_t r1) {
+    slice *x = &s->sl[i];
+    const uint64_t a = b->off + (uint64_t)r0 * b->row_bytes, e = b->off + (uint64_t)r1 * b->row_bytes;
+    const uint64_t off = io_align_down(a);
+    x->state = SL_LOADING;
+    x->held = 0;
+    x->rc = 0;
+    x->unit = unit_i;
+    x->role = b->role;
+    x->r0 = r0;
+    x->r1 = r1;
+    x->data_off = a - off;
+    x->q = (io_req){.f = &s->files[b->file], .off = off, .len = io_align_up(e) - off, .need = e - off, .dst = x->buf,
+                    .ud = (void *)(intptr_t)i};
+    io_enter_l(s);
+    io_submit(s->sring, &x->q);
+}
+
+/* One slice read landed (or failed: the buffer is free again, its rc kept). */
+static void slice_landed(stream *s, io_req *d) {
+    slice *x = &s->sl[(int)(intptr_t)d->ud];
+    x->rc = d->rc;
+    x->state = d->rc ? SL_FREE : SL_READY;
+    x->seq = ++s->sl_seq;
+    io_leave_l(s, x->unit < s->c->n_layers ? &s->st.bytes_trunk : &s->st.bytes_head, d->got, 1, 0);
+}
+
+/* Collects slice reads until buffer i has landed (or failed). */
+static void slice_wait(stream *s, int i) {
+    io_req *d;
+    while (s->sl[i].state == SL_LOADING && io_reap(s->sring, 1, &d) == 1) slice_landed(s, d);
+}
+
+static int64_t st_rows_slice(wsrc *w, const wt *t) {
+    stream *s = (stream *)w;
+    const bigt *b = big_of(s, t);
+    if (!b) return 0;
+    const int64_t n = (int64_t)(s->plan.slice_bytes / b->row_bytes);
+    return n > 0 ? n : 1;
+}
+
+static void st_rows_hint(wsrc *w, const wt *t, int64_t r0, int64_t r1) {
+    stream *s = (stream *)w;
+    const bigt *b = big_of(s, t);
+    if (!b || r0 < 0 || r1 > b->rows || r0 >= r1 || slice_find(s, t->unit, t->role, r0, r1) >= 0) return;
+    const int i = slice_take(s, 0);
+    if (i >= 0) slice_start(s, i, b, t->unit, r0, r1);
+}
+
+static int st_rows_get(wsrc *w, const wt *t, int64_t r0, int64_t r1, const void **p) {
+    stream *s = (stream *)w;
+    bigt *b = big_of(s, t);
+    if (!b || r0 < 0 || r1 > b->rows || r0 >= r1 || (uint64_t)(r1 - r0) * b->row_bytes > s->plan.slice_bytes)
+        return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: rows %lld..%lld of a matrix not streamed in slices of that size",
+                         (long long)r0, (long long)r1);
+    const double t0 = base_now();
+    int i = slice_find(s, t->unit, t->role, r0, r1);
+    if (i < 0) {
+        io_req *d;
+        /* every buffer held or reading ahead: the next read ahead to land gives way */
+        while ((i = slice_take(s, 1)) < 0 && io_pending(s->sring) && io_reap(s->sring, 1, &d) == 1) slice_landed(s, d);
+        if (i < 0) return base_fail(s->err, sizeof s->err, STRATA_EBUDGET, "stream: every row slice buffer (%d) is held", s->n_sl);
+        slice_start(s, i, b, t->unit, r0, r1);
+    }
+    slice_wait(s, i);
+    io_leave_l(s, NULL, 0, 0, base_now() - t0);
+    slice *x = &s->sl[i];
+    char what[64];
+    unit_name(s, t->unit, what, sizeof what);
+    if (x->state != SL_READY) {
+        char e2[512];
+        io_req_errstr(&x->q, e2, sizeof e2);
+        return base_fail(s->err, sizeof s->err, STRATA_EIO, "%s: %s rows %lld..%lld: %s", what, b->name, (long long)r0, (long long)r1, e2);
+    }
+    const uint8_t *data = x->buf + x->data_off;
+    if (b->has_sum && VERIFY(s)) { /* the matrix's checksum over its slices, in row order */
+        if (r0 == 0) { XXH3_64bits_reset(&b->h); b->next_row = 0; }
+        if (r0 != b->next_row)
+            return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: %s: rows of %s asked out of order (%lld, expected %lld)",
+                             what, b->name, (long long)r0, (long long)b->next_row);
+        XXH3_64bits_update(&b->h, data, (size_t)((uint64_t)(r1 - r0) * b->row_bytes));
+        b->next_row = r1;
+        if (r1 == b->rows) {
+            const uint64_t got = XXH3_64bits_digest(&b->h);
+            b->next_row = 0;
+            if (got != b->xxh3)
+                return base_fail(s->err, sizeof s->err, STRATA_ECORRUPT,
+                                 "%s: checksum mismatch in %s of %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is "
+                                 "corrupt or stale; run strata pack --verify", what, b->name, s->files[b->file].path,
+                                 (unsigned long long)b->off, (unsigned long long)(b->off + b->nbytes), (unsigned long long)b->xxh3,
+                                 (unsigned long long)got);
+        }
+    }
+    x->held++;
+    x->seq = ++s->sl_seq;
+    *p = data;
+    return 0;
+}
+
+static void st_rows_put(wsrc *w, const wt *t, int64_t r0, int64_t r1) {
+    stream *s = (stream *)w;
+    const int i = t ? slice_find(s, t->unit, t->role, r0, r1) : -1;
+    if (i >= 0 && s->sl[i].held > 0 && --s->sl[i].held == 0) s->sl[i].state = SL_FREE; /* a matrix is read once a pass */
+}
+
 /* ============================================================== expert ops */
 
 typedef struct xg { const st_index *ix; pend p[MAX_XT]; int n; int bad; } xg;
@@ -665,7 +942,7 @@ static int xg_fn(void *ud, const tspec *t) {
     xg *g = ud;
     const st_tensor *s = st_find(g->ix, t->name);
     if (!s || g->n == MAX_XT) { g->bad = 1; return 0; }
-    g->p[g->n++] = (pend){s, t->role, view_of(t, s->dtype)};
+    g->p[g->n++] = (pend){s, t->role, t->kind, view_of(t, s->dtype)};
     return 0;
 }
 
@@ -1099,13 +1376,22 @@ static void ws_close(wsrc *w) {
         io_req *d;
         while (io_pending(s->xring) && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
     }
+    if (s->sring) {
+        io_req *d;
+        while (io_pending(s->sring) && io_reap(s->sring, 1, &d) == 1) {}
+    }
     io_ring_free(s->rring);
     io_ring_free(s->xring);
+    io_ring_free(s->sring);
+    if (s->sl) for (int i = 0; i < s->n_sl; i++) base_free(s->sl[i].buf);
+    base_free(s->sl);
     if (s->u) {
         for (int64_t u = 0; u < s->n_units; u++) {
             if (s->u[u].pinned) base_free(s->u[u].buf);
             base_free(s->u[u].t);
             base_free(s->u[u].segs);
+            base_free(s->u[u].big);
+            base_free(s->u[u].sum);
         }
     }
     base_free(s->u);
@@ -1134,8 +1420,110 @@ static const wsrc_ops k_stream_ops = {
     st_layer_get, st_layer_put, st_experts_request, st_expert_wait, st_experts_put,
     st_embed_rows, st_hint_layer, ws_close, st_errmsg, st_expert_ready, st_expert_put, st_experts_capacity,
     st_draft_mode, st_layer_peek, st_expert_resident,
-    st_predict_layer, st_experts_prefetch,
+    st_predict_layer, st_experts_prefetch, st_rows_slice, st_rows_get, st_rows_put, st_rows_hint,
 };
+
+/* ============================================================== warm start */
+
+#define PRELOAD_INFLIGHT 32        /* reads in flight while the cache is filled */
+#define PRELOAD_STEP (256ull << 20) /* progress every so many bytes */
+
+static void preload_note(stream *s, uint64_t done, uint64_t total, uint64_t *next) {
+    if (!s->plan.progress || (done < *next && done < total)) return;
+    s->plan.progress(s->plan.progress_ud, done, total);
+    *next = done + PRELOAD_STEP;
+}
+
+/* ids[0 .. n) by descending key, ties by ascending id (shell sort: no state
+ * outside the call, no allocation). */
+static void sort_desc(int32_t *ids, int64_t n, const float *key) {
+    for (int64_t gap = n / 2; gap > 0; gap /= 2)
+        for (int64_t i = gap; i < n; i++) {
+            const int32_t x = ids[i];
+            int64_t j = i;
+            while (j >= gap && (key[ids[j - gap]] < key[x] || (key[ids[j - gap]] == key[x] && ids[j - gap] > x))) {
+                ids[j] = ids[j - gap];
+                j -= gap;
+            }
+            ids[j] = x;
+        }
+}
+
+/* The warm start (place.h place_open). Reads that fail are left to the first
+ * use, which reads again and reports: a warm start never fails an open. */
+static void preload(stream *s) {
+    const cfg *c = s->c;
+    const double t0 = base_now();
+    const uint64_t b0 = s->st.bytes_trunk + s->st.bytes_head + s->st.bytes_experts;
+    uint64_t total = 0, done = 0, next = 0;
+    int trunk_pinned = 1;
+    for (int64_t u = 0; u < s->n_units; u++) {
+        if (s->u[u].pinned) total += s->u[u].buf_bytes;
+        else if (u < c->n_layers) trunk_pinned = 0;
+    }
+    const int64_t n_all = s->n_moe * s->NE, slots = s->xc ? cache_n_slots(s->xc) : 0;
+    const int64_t n_x = slots >= n_all ? n_all : trunk_pinned ? slots : 0;
+    total += (uint64_t)n_x * s->plan.expert_bytes;
+    if (!total) return;
+    pthread_mutex_lock(&s->mu);
+    for (int64_t u = 0; u < s->n_units; u++) {
+        unit *x = &s->u[u];
+        if (!x->pinned || x->state != U_IDLE) continue;
+        x->state = U_LOADING;
+        load_unit_locked(s, u, s->rring);
+        done += x->buf_bytes;
+        pthread_mutex_unlock(&s->mu);
+        preload_note(s, done, total, &next);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    float *bias = n_x && n_x < n_all ? base_alloc((size_t)s->NE * sizeof(float), MEM_INDEX) : NULL;
+    int32_t *ids = s->req_list; /* free until the first request */
+    int64_t got = 0;
+    for (int64_t l = 0; l < s->n_moe && n_x; l++) {
+        const int64_t L = c->first_dense + l, q = n_x / s->n_moe + (l < n_x % s->n_moe);
+        int64_t n = 0;
+        for (int32_t e = 0; e < s->NE; e++) ids[n++] = e;
+        if (q < s->NE) { /* this layer's share: highest router bias first */
+            const unit *x = &s->u[L];
+            const wt *v = &x->roles[R_MOE_BIAS];
+            if (!bias || x->state != U_READY || !v->p || v->rows * v->cols != s->NE) continue;
+            num_to_f32(bias, v->p, v->dtype, (size_t)s->NE);
+            sort_desc(ids, n, bias);
+            n = q;
+            memset(s->pf_mark, 0, (size_t)(uint32_t)s->NE); /* back to file order */
+            for (int64_t i = 0; i < n; i++) s->pf_mark[ids[i]] = 1;
+            n = 0;
+            for (int32_t e = 0; e < s->NE; e++) if (s->pf_mark[e]) ids[n++] = e;
+            memset(s->pf_mark, 0, (size_t)(uint32_t)s->NE);
+        }
+        for (int64_t i = 0; i < n; i++) {
+            io_req *d;
+            while (io_pending(s->xring) >= PRELOAD_INFLIGHT && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+            const int sl = cache_prefetch(s->xc, l * s->NE + ids[i]);
+            if (sl < 0) continue;
+            prefault_note(s, sl);
+            if (expert_submit(s, sl, L, ids[i])) {
+                s->err[0] = 0;
+                cache_fail(s->xc, sl);
+                cache_unpin(s->xc, sl);
+                continue;
+            }
+            s->xs[sl].pf_lease = 1;
+            s->n_pf++;
+            got++;
+            done += s->plan.expert_bytes;
+            preload_note(s, done, total, &next);
+        }
+    }
+    io_req *d;
+    while (io_pending(s->xring) && io_reap(s->xring, 1, &d) == 1) expert_landed(s, d);
+    base_free(bias);
+    if (done < total) preload_note(s, total, total, &next);
+    s->st.preload_bytes = s->st.bytes_trunk + s->st.bytes_head + s->st.bytes_experts - b0;
+    s->st.preload_s = base_now() - t0;
+    s->st.preload_experts = got;
+}
 
 /* ===================================================================== open */
 
@@ -1218,6 +1606,17 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
         x->buf = base_alloc_aligned(x->buf_bytes ? x->buf_bytes : IO_ALIGN, IO_ALIGN, MEM_TRUNK);
         if (!x->buf) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate pinned layer %lld", (long long)u); goto fail; }
     }
+    if (p->sliced) { /* row slice buffers and the forward thread's ring for them */
+        s->n_sl = p->n_slices > 0 ? p->n_slices : 1;
+        s->sl = base_calloc((size_t)s->n_sl, sizeof *s->sl, MEM_TRUNK);
+        if (!s->sl) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the row slices"); goto fail; }
+        for (int i = 0; i < s->n_sl; i++) {
+            s->sl[i].buf = base_alloc_aligned(p->slice_bytes + 2 * IO_ALIGN, IO_ALIGN, MEM_TRUNK);
+            if (!s->sl[i].buf) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the row slices"); goto fail; }
+            io_buffer_advise(s->sl[i].buf, p->slice_bytes + 2 * IO_ALIGN);
+        }
+        if ((rc = io_ring_create(&s->sring, IO_DEPTH, 0, p->no_uring, err, errlen))) goto fail;
+    }
     if (s->arena_bytes) {
         s->arena = base_alloc_aligned(s->arena_bytes, 1u << 20, MEM_TRUNK);
         if (!s->arena) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the %llu-byte arena", (unsigned long long)s->arena_bytes); goto fail; }
@@ -1229,8 +1628,8 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
     s->experts_bf16 = experts_are_bf16(c, ix);
     s->xslot_bytes = p->expert_slot_bytes;
     if (s->n_moe > 0) {
-        if ((rc = cache_create(&s->xc, s->n_moe * s->NE, p->n_expert_slots, p->expert_slot_bytes,
-                               p->cache_policy == PLACE_POLICY_LRU ? CACHE_LRU : CACHE_S3FIFO, 1, err, errlen)))
+        if ((rc = cache_create(&s->xc, s->n_moe * s->NE, p->n_expert_slots, p->expert_slot_bytes, p->cache_policy, s->n_moe, 1,
+                               err, errlen)))
             goto fail;
         s->xs = base_calloc((size_t)p->n_expert_slots, sizeof *s->xs, MEM_CACHE);
         s->req_slot = base_alloc((size_t)s->NE * sizeof *s->req_slot, MEM_CACHE);
@@ -1282,6 +1681,7 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
         goto fail;
     }
     if ((rc = io_ring_create(&s->rring, IO_DEPTH, 0, p->no_uring, err, errlen))) goto fail;
+    if (!p->no_preload) preload(s);
     if (!p->no_readahead && pthread_create(&s->th, NULL, reader_main, s) == 0) s->th_started = 1;
     *out = &s->base;
     return STRATA_OK;
@@ -1321,9 +1721,13 @@ void place_stats_reset(wsrc *w) {
     if (!w || w->ops != &k_stream_ops) return;
     stream *s = (stream *)w;
     pthread_mutex_lock(&s->mu);
+    const place_stats keep = s->st; /* the warm start is a fact of the open */
     memset(&s->st, 0, sizeof s->st);
     atomic_store(&s->verify_bytes, 0);
     atomic_store(&s->verify_ns, 0);
+    s->st.preload_bytes = keep.preload_bytes;
+    s->st.preload_s = keep.preload_s;
+    s->st.preload_experts = keep.preload_experts;
     if (s->io_active) s->io_t0 = base_now();
     pthread_mutex_unlock(&s->mu);
     if (s->xc) cache_reset_stats(s->xc);
@@ -1349,6 +1753,10 @@ void place_stats_print(const place_stats *s, const place_plan *p, FILE *f) {
                 (unsigned long long)s->pred_requests, s->pred_ids ? 100.0 * (double)s->pred_hits / (double)s->pred_ids : 0,
                 (unsigned long long)s->pred_ids, (unsigned long long)s->prefetch_reads, (unsigned long long)s->prefetch_used,
                 s->prefetch_reads ? 100.0 * (double)s->prefetch_used / (double)s->prefetch_reads : 0);
+    if (s->preload_bytes)
+        fprintf(f, "preload: %.3f GB read at open in %.2f s (%.2f GB/s): the pinned trunk and %lld experts\n",
+                (double)s->preload_bytes / 1e9, s->preload_s, s->preload_s > 0 ? (double)s->preload_bytes / 1e9 / s->preload_s : 0,
+                (long long)s->preload_experts);
     if (p && p->budget_bytes)
         fprintf(f, "memory: peak RSS %.3f GB, budget %.3f GB (planned %.3f GB)\n", (double)s->peak_rss / 1e9,
                 (double)p->budget_bytes / 1e9, (double)p->total_bytes / 1e9);
@@ -1382,6 +1790,9 @@ json_t *place_stats_json(const place_stats *s) {
     I("pred_requests", s->pred_requests);
     I("pred_hits", s->pred_hits);
     I("pred_ids", s->pred_ids);
+    I("preload_bytes", s->preload_bytes);
+    R("preload_s", s->preload_s);
+    I("preload_experts", s->preload_experts);
     I("prefetch_reads", s->prefetch_reads);
     I("prefetch_used", s->prefetch_used);
 #undef I

@@ -17,7 +17,7 @@ static uint64_t rng_next(uint64_t *s) {
 static void random_ops(int policy) {
     cache *c = NULL;
     enum { NK = 200, NS = 24, NOPS = 20000 };
-    CHECK(cache_create(&c, NK, NS, 4096, policy, 1, NULL, 0) == 0);
+    CHECK(cache_create(&c, NK, NS, 4096, policy, 4, 1, NULL, 0) == 0);
     if (!c) return;
     int held_slot[64], held_key[64], n_held = 0;
     uint64_t s = 0x9e3779b97f4a7c15ULL ^ (uint64_t)policy;
@@ -27,6 +27,20 @@ static void random_ops(int policy) {
         if (n_held < 40 && (r % 3 != 0 || n_held == 0)) {
             int64_t key = (int64_t)((rng_next(&s) % 1000) < 700 ? rng_next(&s) % 30 : rng_next(&s) % NK);
             int kind;
+            if (rng_next(&s) % 8 == 0) { /* a read ahead: its own lease until it lands */
+                int pf = cache_prefetch(c, key);
+                if (pf >= 0) {
+                    if (cache_key(c, pf) != key || cache_state(c, pf) != 1) { bad = 4; break; }
+                    memset(cache_data(c, pf), (int)(key & 0xff), 4096);
+                    cache_publish(c, pf);
+                    cache_unpin(c, pf);
+                    if (cache_find(c, key) != pf) { bad = 5; break; }
+                } else if (cache_find(c, key) < 0 && cache_n_pinned(c) < NS) {
+                    bad = 6; /* refused with a victim available */
+                    break;
+                }
+                continue;
+            }
             int sl = cache_pin(c, key, &kind);
             if (sl == STRATA_EBUDGET) { CHECK_MSG(cache_n_pinned(c) == NS, "policy %d pinned %lld", policy, (long long)cache_n_pinned(c)); continue; }
             if (sl < 0 || cache_key(c, sl) != key) { bad = 1; break; }
@@ -62,9 +76,11 @@ static void random_ops(int policy) {
 TEST(cache_leases) {
     random_ops(CACHE_LRU);
     random_ops(CACHE_S3FIFO);
+    random_ops(CACHE_LFU);
+    random_ops(CACHE_LAYER);
     /* Exactly full: every slot leased -> EBUDGET, then one unpin frees a victim. */
     cache *c = NULL;
-    CHECK(cache_create(&c, 100, 4, 4096, CACHE_S3FIFO, 0, NULL, 0) == 0);
+    CHECK(cache_create(&c, 100, 4, 4096, CACHE_S3FIFO, 1, 0, NULL, 0) == 0);
     int kind, sl[4];
     for (int i = 0; i < 4; i++) { sl[i] = cache_pin(c, i, &kind); CHECK(kind == CACHE_MISS); cache_publish(c, sl[i]); }
     CHECK(cache_pin(c, 50, &kind) == STRATA_EBUDGET);
@@ -75,9 +91,9 @@ TEST(cache_leases) {
     cache_free(c);
 }
 
-/* Replays a synthetic routing trace (skewed per-layer popularity, 16 of 64 experts
+/* Replays a synthetic routing trace (skewed per-layer popularity, 8 of 64 experts
  * per layer, 30% of each token's choices repeated from the previous token) through
- * LRU and S3-FIFO at a few sizes, printing the true hit rate of each. */
+ * every policy at a few sizes, printing the true hit rate of each. */
 TEST(cache_policy_trace) {
     enum { NL = 8, NE = 64, K = 8, NTOK = 400 };
     uint64_t s = 12345;
@@ -96,10 +112,10 @@ TEST(cache_policy_trace) {
         }
     int sizes[] = {K + 1, NL * NE / 8, NL * NE / 4, NL * NE / 2};
     for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
-        double hr[2];
-        for (int pol = 0; pol < 2; pol++) {
+        double hr[4];
+        for (int pol = 0; pol < 4; pol++) {
             cache *c = NULL;
-            CHECK(cache_create(&c, NL * NE, sizes[si], 0, pol, 0, NULL, 0) == 0);
+            CHECK(cache_create(&c, NL * NE, sizes[si], 0, pol, NL, 0, NULL, 0) == 0);
             if (!c) return;
             for (int t = 0; t < NTOK; t++)
                 for (int l = 0; l < NL; l++) {
@@ -117,8 +133,8 @@ TEST(cache_policy_trace) {
             CHECK(cache_check(c) == 0);
             cache_free(c);
         }
-        printf("    cache trace: %4d slots (%4.1f%% of pool): true hit S3-FIFO %5.1f%%  LRU %5.1f%%\n",
-               sizes[si], 100.0 * sizes[si] / (NL * NE), 100 * hr[0], 100 * hr[1]);
+        printf("    cache trace: %4d slots (%4.1f%% of pool): true hit S3-FIFO %5.1f%%  LRU %5.1f%%  LFU %5.1f%%  LAYER %5.1f%%\n",
+               sizes[si], 100.0 * sizes[si] / (NL * NE), 100 * hr[0], 100 * hr[1], 100 * hr[2], 100 * hr[3]);
     }
 }
 

@@ -26,7 +26,7 @@ TEST(plan_k3_sweep) {
     int64_t prev_pinned = -1;
     double prev_read = 1e30;
     uint64_t min = 0;
-    for (double gb = 3.0; gb <= 200; gb *= 1.35) {
+    for (double gb = 1.0; gb <= 200; gb *= 1.35) {
         place_opts o = k3_opts((uint64_t)(gb * 1e9));
         int rc = place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err);
         if (!min) min = p.min_bytes;
@@ -34,11 +34,17 @@ TEST(plan_k3_sweep) {
         if (o.ram_bytes < min) { CHECK(rc == STRATA_EBUDGET); continue; }
         CHECK_MSG(rc == 0, "%.1f GB: %s", gb, err);
         if (rc) continue;
-        /* within the budget; the arena holds every unpinned unit; leases fit */
+        /* within the budget; the arena holds every unpinned unit (its whole tensors
+         * when the plan streams matrices in row slices); leases fit */
         CHECK(p.total_bytes <= o.ram_bytes);
-        uint64_t largest = 0;
-        for (int64_t u = 0; u < p.n_units; u++) if (!p.pinned[u] && p.unit_bytes[u] > largest) largest = p.unit_bytes[u];
+        uint64_t largest = 0, largest_unit = 0;
+        for (int64_t u = 0; u < p.n_units; u++) {
+            const uint64_t b = p.sliced ? p.small_bytes[u] : p.unit_bytes[u];
+            if (!p.pinned[u] && b > largest) largest = b;
+            if (!p.pinned[u] && p.unit_bytes[u] > largest_unit) largest_unit = p.unit_bytes[u];
+        }
         CHECK(p.ring_bytes >= largest && p.ring_min_bytes == largest);
+        if (p.sliced) CHECK(p.slice_bytes >= (8u << 20) && p.slice_pool_bytes >= (uint64_t)p.n_slices * p.slice_bytes);
         CHECK(p.n_expert_slots >= c.topk);          /* one row's experts; unions stream in waves */
         CHECK(p.prefill_chunk == 64);               /* rows per pass never depend on the budget */
         /* more RAM never pins fewer units nor reads more per token */
@@ -49,9 +55,12 @@ TEST(plan_k3_sweep) {
         /* largest first: any unpinned unit larger than a pinned one must not have fit */
         uint64_t smallest_pinned = UINT64_MAX;
         for (int64_t u = 0; u < p.n_units; u++) if (p.pinned[u] && p.unit_bytes[u] < smallest_pinned) smallest_pinned = p.unit_bytes[u];
-        if (p.n_pinned && largest > smallest_pinned) CHECK(p.total_bytes + largest - smallest_pinned > o.ram_bytes || largest > o.ram_bytes);
+        if (p.n_pinned && largest_unit > smallest_pinned)
+            CHECK(p.total_bytes + largest_unit - smallest_pinned > o.ram_bytes || largest_unit > o.ram_bytes);
     }
-    CHECK(min > 2000000000ull && min < 4000000000ull); /* K3's floor sits under 4 GB (the seed engine's: 8.24 GB) */
+    /* K3's floor sits under 2 GB with row slices (issue 17; 3.54 GB before them, the
+     * seed engine's 8.24 GB) */
+    CHECK_MSG(min > 1000000000ull && min < 2000000000ull, "K3 floor %llu", (unsigned long long)min);
     /* 4 GB: a 64-row pass (its expert union streams through the cache in waves) */
     place_opts o = k3_opts(4000000000ull);
     CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0);

@@ -182,6 +182,12 @@ TEST(stream_plan_refusal) {
     CHECK(p.ring_bytes >= p.ring_min_bytes && p.n_expert_slots >= c.topk);
     CHECK(p.prefill_chunk == 64); /* never lowered: unions stream through the cache */
     CHECK(p.pred_s_per_token > 0);
+    /* issue 17: at 2 GB, every streamed unit in row slices (K3's lm_head is 2.35
+     * GB): a valid plan, the sequence's state for the whole context inside it */
+    o.ram_bytes = 2000000000ull;
+    CHECK_MSG(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.sliced && p.total_bytes <= 2000000000ull && p.ring_bytes < 1000000000ull && p.seq_bytes > 500000000ull);
+    CHECK(p.prefill_chunk == 64 && p.n_expert_slots >= c.topk && p.pred_s_per_token > 0);
     /* below the floor: refused, the minimum named */
     o.ram_bytes = 1000000000ull;
     CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == STRATA_EBUDGET);
@@ -416,6 +422,92 @@ TEST(stream_prefetch_identity) {
     base_free(ib);
 }
 
+/* The warm start never changes bits: decode with and without it at a budget that
+ * holds a part of the experts and at one that holds them all gives the same ids
+ * and logits bits; with every expert preloaded no expert is read afterwards, and
+ * the partial preload fills the cache with each layer's share. */
+static void preload_progress(void *ud, uint64_t done, uint64_t total) {
+    uint64_t *last = ud;
+    if (done < last[0] || done > total) last[2]++; /* never backwards, never past the total */
+    last[0] = done;
+    last[1] = total;
+}
+
+TEST(stream_preload_identity) {
+    const char *dir = tpack_model("tiny", "st_pl", 8);
+    if (!dir) { CHECK(0); return; }
+    model m;
+    if (model_open(&m, dir)) { CHECK(0); return; }
+    enum { G = 6 };
+    int32_t want[G], got[G];
+    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
+    char err[1024];
+    const int64_t n_exp = (m.c.n_layers - m.c.first_dense) * m.c.n_experts;
+    place_plan full;
+    place_opts fo = opts_for(1ull << 40);
+    CHECK(place_plan_compute(&m.c, &m.lay, dir, &fo, &full, err, sizeof err) == 0);
+    /* the whole trunk pinned, a third of the experts cached; and everything */
+    const uint64_t budgets[2] = {full.total_bytes - (uint64_t)(2 * n_exp / 3) * full.expert_slot_bytes, 1ull << 40};
+    for (int i = 0; i < 2; i++)
+        for (int off = 1; off >= 0; off--) {
+            place_opts o = opts_for(budgets[i]);
+            o.no_preload = off;
+            uint64_t prog[3] = {0, 0, 0};
+            o.progress = preload_progress;
+            o.progress_ud = prog;
+            place_plan p;
+            wsrc *w = NULL;
+            if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) || place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) {
+                CHECK_MSG(0, "%s", err);
+                continue;
+            }
+            place_stats st;
+            place_stats_get(w, &st);
+            if (off) {
+                CHECK(st.preload_bytes == 0 && prog[1] == 0);
+            } else {
+                CHECK(p.n_pinned == p.n_units);
+                CHECK(st.preload_bytes > 0 && prog[1] > 0 && prog[0] == prog[1] && prog[2] == 0);
+                CHECK_MSG(st.preload_experts == (p.n_expert_slots < n_exp ? p.n_expert_slots : n_exp), "%lld experts preloaded, %lld slots",
+                          (long long)st.preload_experts, (long long)p.n_expert_slots);
+            }
+            place_stats_reset(w);
+            CHECK(decode(&m, w, p.prefill_chunk, off ? want : got, G, off ? wl : gl) == 0);
+            place_stats_get(w, &st);
+            if (!off) {
+                CHECK_MSG(!memcmp(want, got, sizeof want), "budget %llu: ids differ with the warm start", (unsigned long long)budgets[i]);
+                CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu: logits bits differ with the warm start",
+                          (unsigned long long)budgets[i]);
+                if (p.n_expert_slots >= n_exp) CHECK(st.bytes_experts == 0 && st.bytes_trunk == 0 && st.expert_misses == 0);
+                CHECK(st.preload_bytes > 0); /* kept across a stats reset */
+            }
+            w->ops->close(w);
+        }
+    base_free(wl);
+    base_free(gl);
+    model_close(&m);
+    /* the CLI at a budget that holds everything: --no-preload gives the same ids and
+     * logits bits; the report names the warm start */
+    char cmd[4096], *out = NULL, *ia = NULL, *ib = NULL;
+    snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), dir, t_strata(), dir);
+    CHECK(t_run(cmd, &out) == 0);
+    const char *pall = out ? strstr(out, "\"total_bytes\": ") : NULL;
+    CHECK(pall != NULL);
+    const uint64_t ram = (pall ? strtoull(pall + 15, NULL, 10) : 0) + (8u << 20);
+    base_free(out);
+    for (int off = 0; off < 2; off++) {
+        snprintf(cmd, sizeof cmd, "%s run %s --ids 5,6,7 --gen 5 --print-ids --ram %llu %s --dump-logits %s/st_pl_%d.bin 2>%s/st_pl_%d.err",
+                 t_strata(), dir, (unsigned long long)ram, off ? "--no-preload" : "", t_tmpdir, off, t_tmpdir, off);
+        CHECK_MSG(t_run(cmd, off ? &ib : &ia) == 0, "%s", cmd);
+    }
+    CHECK_MSG(ia && ib && !strcmp(ia, ib), "ids %s vs %s with --no-preload", ia ? ia : "", ib ? ib : "");
+    snprintf(cmd, sizeof cmd, "cmp -s %s/st_pl_0.bin %s/st_pl_1.bin && grep -q '^preload: ' %s/st_pl_0.err && ! grep -q '^preload: ' %s/st_pl_1.err",
+             t_tmpdir, t_tmpdir, t_tmpdir, t_tmpdir);
+    CHECK_MSG(t_run(cmd, NULL) == 0, "logits bits or reports differ: %s", cmd);
+    base_free(ia);
+    base_free(ib);
+}
+
 /* A child process decodes at a budget computed in the child (its own baseline
  * RSS): its peak RSS stays within the budget, and its ids equal the resident run's. */
 TEST(stream_child_rss) {
@@ -516,6 +608,93 @@ TEST(stream_run_cli) {
         }
     }
     base_free(want);
+}
+
+static void flip_keep_mtime(const char *path, uint64_t off);
+
+/* Row slices never change bits: greedy decode with every streamed unit's matrices
+ * read a few rows at a time (4 KiB slices: many slices per matrix, gate and up
+ * interleaved) gives the resident source's ids and logits bits, packed (every
+ * slice's matrix checked against its own checksum) and in place, through
+ * io_uring and pread, at the sliced floor and above it (some units pinned); a
+ * flipped byte in a sliced matrix is named by its own checksum. */
+static void sliced_case(const char *preset, const char *dirname, int packed, int no_uring) {
+    const char *dir = tpack_model(preset, dirname, 12);
+    if (!dir) { CHECK(0); return; }
+    model m;
+    if (model_open(&m, dir)) { CHECK(0); return; }
+    char err[2048];
+    if (packed) {
+        pack_result pr;
+        CHECK_MSG(pack_build(dir, &m.c, m.ix, NULL, PACK_FORCE, NULL, NULL, &pr, err, sizeof err) == 0, "%s", err);
+    }
+    enum { G = 5 };
+    int32_t want[G], got[G];
+    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
+    CHECK(decode(&m, m.res, 4, want, G, wl) == 0);
+    place_opts o = opts_for(1ull << 40);
+    o.pack_dir = packed ? NULL : "";
+    place_plan whole, p;
+    CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &whole, err, sizeof err) == 0);
+    o.force_slices = 1;
+    o.slice_bytes = 4096;
+    o.ram_bytes = 1; /* below any floor: the error names the sliced minimum */
+    CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == STRATA_EBUDGET);
+    const uint64_t floor = p.min_bytes; /* on tiny, slices and alignment outweigh its small units */
+    const uint64_t budgets[2] = {floor, floor + (whole.total_bytes - floor) / 4};
+    for (int i = 0; i < 2; i++) {
+        o.ram_bytes = budgets[i];
+        o.no_uring = no_uring;
+        o.verify_reads = packed;
+        wsrc *w = NULL;
+        if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) || place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) {
+            CHECK_MSG(0, "%s: %s", preset, err);
+            continue;
+        }
+        CHECK(p.sliced && p.n_pinned < p.n_units);
+        if (i == 0) CHECK(p.n_pinned == 0);
+        memset(got, 0, sizeof got);
+        CHECK(decode(&m, w, p.prefill_chunk, got, G, gl) == 0);
+        CHECK_MSG(!memcmp(want, got, sizeof want), "%s budget %llu: ids differ in row slices", preset, (unsigned long long)budgets[i]);
+        CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "%s budget %llu: logits bits differ in row slices", preset,
+                  (unsigned long long)budgets[i]);
+        place_stats st;
+        place_stats_get(w, &st);
+        CHECK(st.bytes_trunk > 0 && st.bytes_head > 0);
+        w->ops->close(w);
+    }
+    if (packed) { /* a flipped byte inside a sliced matrix: named, never computed with */
+        pack *pk = NULL;
+        CHECK(pack_open(&pk, p.pack_dir, dir, &m.c, m.ix, err, sizeof err) == 0);
+        const pack_region *r = pk ? &pk->units[m.c.n_layers] : NULL; /* the head: lm_head is sliced */
+        int k = -1;
+        for (int j = 0; r && j < r->n_tensors; j++) if (r->t[j].role == R_LM_HEAD) k = j;
+        CHECK(k >= 0);
+        if (k >= 0) {
+            flip_keep_mtime(pk->trunk_path, r->off + r->t[k].off + r->t[k].nbytes - 7);
+            o.ram_bytes = floor;
+            wsrc *w = NULL;
+            CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
+            CHECK(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0);
+            int rc = w ? decode(&m, w, p.prefill_chunk, got, 1, gl) : 0;
+            CHECK(rc == STRATA_ECORRUPT);
+            CHECK_MSG(w && strstr(w->ops->errmsg(w), "checksum mismatch") && strstr(w->ops->errmsg(w), "lm_head"), "%s",
+                      w ? w->ops->errmsg(w) : "");
+            if (w) w->ops->close(w);
+            flip_keep_mtime(pk->trunk_path, r->off + r->t[k].off + r->t[k].nbytes - 7); /* back */
+        }
+        pack_close(pk);
+    }
+    base_free(wl);
+    base_free(gl);
+    model_close(&m);
+}
+
+TEST(stream_sliced_identity) {
+    sliced_case("tiny", "st_sl", 1, 0);
+    sliced_case("tiny-shards", "st_sl_shards", 0, 0);
+    sliced_case("tiny-mixed", "st_sl_mixed", 1, 1);
+    sliced_case("tiny-blocks", "st_sl_blocks", 0, 1);
 }
 
 /* Flips one byte and puts the file's modification time back: damage the pack's

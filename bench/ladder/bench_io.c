@@ -8,7 +8,12 @@
  * configuration reads experts no earlier configuration touched, with O_DIRECT,
  * so neither the page cache nor a previous pass serves it.
  *
- * usage: bench_io MODEL_DIR [--n N]
+ * With --slices: only (3), the row-slice reads of a trunk streamed below the
+ * whole-unit floor (wsrc_stream rows_get): 512 MB of fresh shard bytes read in
+ * slices of 4..128 MiB, each one request of 4 MiB chunks, the next slice in flight
+ * while one is consumed (as infer.c mm_slices asks), three rounds.
+ *
+ * usage: bench_io MODEL_DIR [--n N] [--slices]
  */
 #include <stdlib.h>
 #include <string.h>
@@ -48,10 +53,41 @@ static double run(io_ring *r, io_file *f, const xr *x, int n, int depth, int ali
     return dt > 0 ? (double)bytes / dt : 0;
 }
 
+/* Reads total bytes from (f, off) in slices of sb bytes, two in flight. */
+static double slices(io_file *f, uint64_t off, uint64_t total, uint64_t sb, uint8_t *buf) {
+    char err[512];
+    io_ring *r = NULL;
+    if (io_ring_create(&r, IO_DEPTH, IO_CHUNK, 0, err, sizeof err)) return 0;
+    io_req q[2];
+    uint64_t next = 0, got = 0;
+    int inflight = 0;
+    const double t0 = base_now();
+    for (int i = 0; i < 2 && next < total; i++, next += sb) {
+        q[i] = (io_req){.f = f, .off = off + next, .len = sb, .need = 1, .dst = buf + (uint64_t)i * sb, .ud = (void *)(intptr_t)i};
+        io_submit(r, &q[i]);
+        inflight++;
+    }
+    io_req *d;
+    while (inflight && io_reap(r, 1, &d) == 1) {
+        inflight--;
+        got += d->got;
+        if (next < total) {
+            d->off = off + next;
+            next += sb;
+            io_submit(r, d);
+            inflight++;
+        }
+    }
+    const double dt = base_now() - t0;
+    io_ring_free(r);
+    return dt > 0 ? (double)got / dt : 0;
+}
+
 int main(int argc, char **argv) {
-    if (argc < 2) { fprintf(stderr, "usage: bench_io MODEL_DIR [--n N]\n"); return 2; }
+    if (argc < 2) { fprintf(stderr, "usage: bench_io MODEL_DIR [--n N] [--slices]\n"); return 2; }
     const char *dir = argv[1];
     int n = argc > 3 && !strcmp(argv[2], "--n") ? atoi(argv[3]) : 192;
+    int only_slices = !strcmp(argv[argc - 1], "--slices");
     char err[2048], path[2048];
     static cfg c;
     st_index *ix = NULL;
@@ -77,6 +113,22 @@ int main(int argc, char **argv) {
     for (int64_t i = m - 1; i > 0; i--) { int64_t j = (int64_t)(rng(&s) % (uint64_t)(i + 1)); xr t = x[i]; x[i] = x[j]; x[j] = t; }
     io_file *f = calloc((size_t)st_n_shards(ix), sizeof *f);
     for (int i = 0; i < st_n_shards(ix); i++) io_file_open(&f[i], st_shard_path(ix, i), err, sizeof err);
+    if (only_slices) {
+        const uint64_t run_total = 512ull << 20, sizes[] = {4ull << 20, 8ull << 20, 16ull << 20, 32ull << 20, 64ull << 20, 128ull << 20};
+        uint8_t *slbuf = base_alloc_aligned(2 * (128ull << 20), 1u << 20, MEM_IO);
+        printf("%-12s %8s %8s %8s\n", "slice MiB", "GB/s", "GB/s", "GB/s");
+        double bw[3][6];
+        uint64_t at = 0;
+        for (int rep = 0; rep < 3; rep++)
+            for (int k = 0; k < 6; k++) { /* fresh bytes every time: the shards in turn */
+                const int sh = (int)(at / (st_shard_size(ix, 0) - run_total)) % st_n_shards(ix);
+                bw[rep][k] = slices(&f[sh], io_align_down(at % (st_shard_size(ix, 0) - run_total)), run_total, sizes[k], slbuf);
+                at += run_total + (64ull << 20);
+            }
+        for (int k = 0; k < 6; k++)
+            printf("%-12llu %8.3f %8.3f %8.3f\n", (unsigned long long)(sizes[k] >> 20), bw[0][k] / 1e9, bw[1][k] / 1e9, bw[2][k] / 1e9);
+        return 0;
+    }
     uint64_t slot = io_align_up(maxn) + 2 * IO_ALIGN;
     uint8_t *buf = base_alloc_aligned(slot * 64, 1u << 20, MEM_IO);
     unsigned long long misaligned = 0;

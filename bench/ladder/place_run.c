@@ -3,21 +3,52 @@
  * streaming source, prefills a fixed prompt and decodes greedily, then prints one
  * result line (and appends it to a CSV): budget, pinned units, decode s/token, GB
  * read per decode token, the I/O floor (disk bytes per token / measured disk
- * bandwidth) and the share of it achieved, peak RSS, the hash of the ids.
+ * bandwidth) and the share of it achieved, peak RSS, the hash of the ids; then
+ * the physical limit of the rung, max(disk bytes / disk bandwidth, bytes touched
+ * / memory bandwidth) with both bandwidths as measured for the whole run
+ * (--disk-bw, --mem-bw from `place_run --bandwidth`), the ratio to it and the
+ * prediction hit rate of the reads a layer ahead.
+ *
+ * place_run --bandwidth [--threads N] [DIR]: measures the disk (O_DIRECT 4 MiB
+ * reads at depth 16 of a fresh 1 GiB file in DIR, else the cache directory) and
+ * the memory read bandwidth with the compute threads (bench/bw.h); the last line
+ * printed is "DISK_GBS MEM_GBS".
  *
  * usage: place_run MODEL_DIR (--ram-gb X | --resident) [--gen N] [--prompt-len N]
- *                  [--threads N] [--chunk N] [--policy lru|s3fifo] [--no-prefetch] [--csv FILE]
+ *                  [--threads N] [--chunk N] [--policy layer|lfu|s3fifo|lru] [--no-prefetch] [--no-preload] [--no-verify] [--pack DIR] [--seed N (prompt)] [--trace FILE] [--csv FILE]
  */
 #include <stdlib.h>
 #include <string.h>
 #include "infer.h"
 #include "kern.h"
 #include "place.h"
+#include "../bw.h"
+
+/* The --bandwidth mode: disk as plan.c measures it, memory with the threads. */
+static int bandwidth(const char *dir, int threads) {
+    double disk = 0, mem1 = 0;
+    char src[160];
+    place_bandwidth(dir ? dir : NULL, 1, &disk, &mem1, src, sizeof src);
+    pool *p = NULL;
+    if (pool_create(&p, threads > 0 ? threads : pool_default_threads())) return 1;
+    const size_t bytes = 512u << 20;
+    uint64_t *buf = base_alloc_aligned(bytes, 4096, MEM_IO);
+    if (!buf) return 1;
+    memset(buf, 1, bytes);
+    const double mem = bw_read(p, buf, bytes, 5);
+    base_free(buf);
+    pool_free(p);
+    bw_print_load("place_run --bandwidth");
+    printf("%.4f %.4f\n", disk / 1e9, mem);
+    return 0;
+}
 
 int main(int argc, char **argv) {
-    const char *dir = NULL, *csv = NULL, *trace = NULL;
+    const char *dir = NULL, *csv = NULL, *trace = NULL, *pack_dir = NULL;
+    double disk_gbs = 0, mem_gbs = 0;
+    int bw_only = 0;
     double ram_gb = -1;
-    int gen = 8, plen = 16, threads = 0, chunk = 64, policy = PLACE_POLICY_S3FIFO, no_ra = 0, no_pf = 0;
+    int gen = 8, plen = 16, seed = 0, threads = 0, chunk = 64, policy = PLACE_POLICY_LAYER, no_ra = 0, no_pf = 0, no_pl = 0, no_vf = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *v = i + 1 < argc ? argv[i + 1] : "";
@@ -27,14 +58,25 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--prompt-len")) { plen = atoi(v); i++; }
         else if (!strcmp(a, "--threads")) { threads = atoi(v); i++; }
         else if (!strcmp(a, "--chunk")) { chunk = atoi(v); i++; }
-        else if (!strcmp(a, "--policy")) { policy = !strcmp(v, "lru") ? PLACE_POLICY_LRU : PLACE_POLICY_S3FIFO; i++; }
+        else if (!strcmp(a, "--policy")) {
+            if ((policy = place_policy_parse(v)) < 0) { fprintf(stderr, "place_run: bad --policy %s\n", v); return 2; }
+            i++;
+        }
         else if (!strcmp(a, "--no-readahead")) no_ra = 1;
         else if (!strcmp(a, "--no-prefetch")) no_pf = 1;
+        else if (!strcmp(a, "--no-preload")) no_pl = 1;
+        else if (!strcmp(a, "--no-verify")) no_vf = 1;
+        else if (!strcmp(a, "--pack")) { pack_dir = v; i++; }
         else if (!strcmp(a, "--csv")) { csv = v; i++; }
+        else if (!strcmp(a, "--bandwidth")) bw_only = 1;
+        else if (!strcmp(a, "--disk-bw")) { disk_gbs = atof(v); i++; }
+        else if (!strcmp(a, "--mem-bw")) { mem_gbs = atof(v); i++; }
         else if (!strcmp(a, "--trace")) { trace = v; i++; }
+        else if (!strcmp(a, "--seed")) { seed = atoi(v); i++; }
         else if (!dir) dir = a;
         else { fprintf(stderr, "place_run: unexpected %s\n", a); return 2; }
     }
+    if (bw_only) return bandwidth(dir, threads);
     if (!dir || ram_gb < 0 || gen < 1 || plen < 1) {
         fprintf(stderr, "usage: place_run MODEL_DIR (--ram-gb X | --resident) [--gen N] [--prompt-len N] [--csv FILE]\n");
         return 2;
@@ -59,6 +101,9 @@ int main(int argc, char **argv) {
     po.cache_policy = policy;
     po.no_readahead = no_ra;
     po.no_prefetch = no_pf;
+    po.no_preload = no_pl;
+    po.pack_dir = pack_dir;
+    if (no_vf) po.verify_reads = PLACE_VERIFY_OFF;
     po.trace_path = trace;
     po.session_bytes = infer_session_bytes;
     po.engine_bytes = infer_engine_bytes;
@@ -78,7 +123,7 @@ int main(int argc, char **argv) {
     }
     int32_t *ids = base_alloc((size_t)(plen + gen) * sizeof *ids, MEM_MISC);
     float *lg = base_alloc((size_t)c.vocab * sizeof(float), MEM_SCRATCH);
-    for (int i = 0; i < plen; i++) ids[i] = (int32_t)((i * 7919 + 11) % (c.vocab - 300) + 1);
+    for (int i = 0; i < plen; i++) ids[i] = (int32_t)(((int64_t)(i + 31 * seed) * 7919 + 11) % (c.vocab - 300) + 1);
     double t0 = base_now();
     if (session_eval(s, ids, plen, lg)) { fprintf(stderr, "place_run: %s\n", session_errmsg(s)); return 1; }
     double t_prefill = base_now() - t0;
@@ -105,7 +150,11 @@ int main(int argc, char **argv) {
     double spt = n_dec ? t_dec / n_dec : 0;
     uint64_t rd = ps.bytes_trunk + ps.bytes_head + ps.bytes_embed + ps.bytes_experts;
     double gb_tok = n_dec ? (double)rd / n_dec / 1e9 : 0;
-    double floor_s = plan.disk_bw > 0 ? gb_tok * 1e9 / plan.disk_bw : 0;
+    const double disk_bw = disk_gbs > 0 ? disk_gbs * 1e9 : plan.disk_bw, mem_bw = mem_gbs > 0 ? mem_gbs * 1e9 : plan.mem_bw;
+    double floor_s = disk_bw > 0 ? gb_tok * 1e9 / disk_bw : 0;
+    /* the physical limit: what a token must read from disk, or touch in memory */
+    const double touch_gb = (double)plan.touch_bytes_per_token / 1e9, mem_s = mem_bw > 0 ? touch_gb * 1e9 / mem_bw : 0;
+    const double limit_s = floor_s > mem_s ? floor_s : mem_s;
     uint64_t rss = base_peak_rss();
     fprintf(stderr, "ids:");
     for (int g = 0; g < gen; g++) fprintf(stderr, " %d", ids[plen + g]);
@@ -113,11 +162,14 @@ int main(int argc, char **argv) {
     char label[32];
     if (ram_gb > 0) snprintf(label, sizeof label, "%g", ram_gb); else snprintf(label, sizeof label, "resident");
     /* budget, pinned, prefill s/token, decode s/token, GB read/token, I/O floor s/token, % of the I/O limit,
-     * true expert hit rate, I/O wait share, peak RSS GB, ids hash */
-    char line[512];
-    snprintf(line, sizeof line, "%s,%lld/%lld,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%.1f,%.3f,%016llx", label, (long long)plan.n_pinned,
-             (long long)plan.n_units, t_prefill / plen, spt, gb_tok, floor_s, spt > 0 ? 100 * floor_s / spt : 0, 100 * ps.hit_rate,
-             t_dec > 0 ? 100 * ps.wait_s / t_dec : 0, (double)rss / 1e9, (unsigned long long)h);
+     * true expert hit rate, I/O wait share, peak RSS GB, ids hash; GB touched/token, disk GB/s, memory GB/s,
+     * the limit s/token, decode / limit, prediction hit rate %, row slices */
+    char line[640];
+    snprintf(line, sizeof line, "%s,%lld/%lld,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%.1f,%.3f,%016llx,%.4f,%.3f,%.2f,%.4f,%.2f,%.1f,%s", label,
+             (long long)plan.n_pinned, (long long)plan.n_units, t_prefill / plen, spt, gb_tok, floor_s, spt > 0 ? 100 * floor_s / spt : 0,
+             100 * ps.hit_rate, t_dec > 0 ? 100 * ps.wait_s / t_dec : 0, (double)rss / 1e9, (unsigned long long)h, touch_gb,
+             disk_bw / 1e9, mem_bw / 1e9, limit_s, limit_s > 0 ? spt / limit_s : 0,
+             ps.pred_requests ? 100.0 * (double)ps.pred_hits / (double)ps.pred_requests : 0, plan.sliced ? "sliced" : "whole");
     printf("%s\n", line);
     if (csv) {
         FILE *f = fopen(csv, "a");

@@ -1,26 +1,36 @@
 #!/usr/bin/env bash
 # bench/ladder/run.sh: the memory ladder (make bench). Generates and packs the
 # `ladder` model once (~30 GB, larger than this machine's RAM), measures disk and
-# memory read bandwidth, then runs one prompt at budgets 1, 2, 4, 8, 16 GB and
-# resident; prints a table, writes build/bench/ladder.csv and ladder.png, and
-# fails if any rung's ids differ or a rung's peak RSS exceeds its budget.
+# memory read bandwidth once for the whole run, then runs one prompt at budgets
+# from the floor to resident; prints a table, writes build/bench/ladder.csv and
+# ladder.png, and fails if any rung's ids differ or a rung's peak RSS exceeds its
+# budget. Each rung's limit is max(disk bytes / disk bandwidth, bytes touched /
+# memory bandwidth) with the bandwidths measured here (place_run --bandwidth:
+# O_DIRECT disk, memory with the compute threads); `ratio` is decode / limit.
+# LADDER_MODEL, GEN, BUDGETS, PLACE_ARGS (e.g. --no-verify for a pack without
+# per-tensor checksums below the whole-unit floor) and RESIDENT_ARGS (default
+# --no-preload: an unbudgeted warm start fills MemAvailable) override.
 set -euo pipefail
 BUILD=${BUILD:-build}
 M=${LADDER_MODEL:-$BUILD/models/ladder}
 OUT=$BUILD/bench
 GEN=${GEN:-8}
-BUDGETS=${BUDGETS:-"1 2 4 8 16 resident"}
+BUDGETS=${BUDGETS:-"0.25 0.5 1 2 4 6.2 8 16 resident"}
+PLACE_ARGS=${PLACE_ARGS:-}
+RESIDENT_ARGS=${RESIDENT_ARGS:---no-preload}
 mkdir -p "$OUT"
 [ -f "$M/config.json" ] || ./strata gen-model "$M" --preset ladder
 [ -f "$M/strata.pack/manifest.json" ] || ./strata pack "$M"
-echo "== bandwidth (O_DIRECT 4 MiB reads at depth 16 on a fresh file; 256 MB memory read)"
-./strata plan "$M" --ram-gb 4 --measure | tail -1
+echo "== bandwidth (O_DIRECT 4 MiB reads at depth 16 on a fresh file; 512 MB memory read with the compute threads)"
+read -r DISK_BW MEM_BW < <("$BUILD/place_run" --bandwidth | tail -1)
+echo "disk $DISK_BW GB/s, memory $MEM_BW GB/s"
 CSV=$OUT/ladder.csv
-echo "budget_gb,pinned,prefill_s_tok,decode_s_tok,gb_read_tok,io_floor_s_tok,pct_io_limit,expert_hit_pct,io_wait_pct,peak_rss_gb,ids_hash" > "$CSV"
+echo "budget_gb,pinned,prefill_s_tok,decode_s_tok,gb_read_tok,io_floor_s_tok,pct_io_limit,expert_hit_pct,io_wait_pct,peak_rss_gb,ids_hash,gb_touched_tok,disk_gbs,mem_gbs,limit_s_tok,ratio,pred_hit_pct,trunk" > "$CSV"
 for b in $BUDGETS; do
-  if [ "$b" = resident ]; then arg=--resident; else arg="--ram-gb $b"; fi
+  if [ "$b" = resident ]; then arg="--resident $RESIDENT_ARGS"; else arg="--ram-gb $b"; fi
   echo "== budget $b" >&2
-  "$BUILD/place_run" "$M" $arg --gen "$GEN" --prompt-len 16 --csv "$CSV" 2> "$OUT/ladder-$b.log" || { echo "rung $b failed:"; tail -5 "$OUT/ladder-$b.log"; exit 1; }
+  "$BUILD/place_run" "$M" $arg $PLACE_ARGS --gen "$GEN" --prompt-len 16 --disk-bw "$DISK_BW" --mem-bw "$MEM_BW" --csv "$CSV" \
+    2> "$OUT/ladder-$b.log" || { echo "rung $b failed:"; tail -5 "$OUT/ladder-$b.log"; exit 1; }
 done
 echo
 column -s, -t < "$CSV"
