@@ -103,7 +103,8 @@ TEST(kern_matmul) {
 
 TEST(kern_mxfp4) {
     const kern_table *const *av = kern_available();
-    static const int64_t cols_l[] = {32, 64, 96, 224, 1024};
+    /* 8192: the widest decode row whose x is permuted once per call; 8224: past it */
+    static const int64_t cols_l[] = {32, 64, 96, 224, 1024, 8192, 8224};
     for (size_t ci = 0; ci < sizeof cols_l / sizeof cols_l[0]; ci++) {
         int64_t cols = cols_l[ci], rows = 11, T = 8, ng = cols / 32;
         int64_t ldx = cols + 1, ldy = rows + 2;
