@@ -350,6 +350,25 @@ TEST(stream_decode_identical) {
     model_close(&m);
 }
 
+/* `strata run` of dir with and without the switch `off_flag` (a speed option) at
+ * the budget ram: the same ids and logits bits; the report has a line starting
+ * with `report` only with the option on. Files are t_tmpdir/TAG_{0,1}.{bin,err}. */
+static void cli_off_identity(const char *dir, const char *tag, const char *ids, int gen, uint64_t ram,
+                             const char *off_flag, const char *report) {
+    char cmd[4096], *ia = NULL, *ib = NULL;
+    for (int off = 0; off < 2; off++) {
+        snprintf(cmd, sizeof cmd, "%s run %s --ids %s --gen %d --print-ids --ram %llu %s --dump-logits %s/%s_%d.bin 2>%s/%s_%d.err",
+                 t_strata(), dir, ids, gen, (unsigned long long)ram, off ? off_flag : "", t_tmpdir, tag, off, t_tmpdir, tag, off);
+        CHECK_MSG(t_run(cmd, off ? &ib : &ia) == 0, "%s", cmd);
+    }
+    CHECK_MSG(ia && ib && !strcmp(ia, ib), "ids %s vs %s with %s", ia ? ia : "", ib ? ib : "", off_flag);
+    snprintf(cmd, sizeof cmd, "cmp -s %s/%s_0.bin %s/%s_1.bin && grep -q '^%s' %s/%s_0.err && ! grep -q '^%s' %s/%s_1.err", t_tmpdir,
+             tag, t_tmpdir, tag, report, t_tmpdir, tag, report, t_tmpdir, tag);
+    CHECK_MSG(t_run(cmd, NULL) == 0, "logits bits or reports differ: %s", cmd);
+    base_free(ia);
+    base_free(ib);
+}
+
 /* Expert reads a layer ahead never change bits: greedy decode with prefetch on
  * and off at budgets where the trunk is pinned and the cache has room gives the
  * same ids and logits bits, and the predictions are made and used. */
@@ -401,7 +420,7 @@ TEST(stream_prefetch_identity) {
     model_close(&m);
     /* the CLI: --no-prefetch gives the same ids and logits bits; the run report
      * says what was predicted */
-    char cmd[4096], *out = NULL, *ia = NULL, *ib = NULL;
+    char cmd[4096], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), dir, t_strata(), dir);
     CHECK(t_run(cmd, &out) == 0);
     const char *pmin = out ? strstr(out, "\"min_bytes\": ") : NULL, *pall = out ? strstr(out, "\"total_bytes\": ") : NULL;
@@ -409,17 +428,7 @@ TEST(stream_prefetch_identity) {
     const uint64_t lo = pmin ? strtoull(pmin + 13, NULL, 10) : 0, hi = pall ? strtoull(pall + 15, NULL, 10) : 0;
     base_free(out);
     const uint64_t ram = lo + (hi > lo ? (hi - lo) / 2 : 0) + (4u << 20);
-    for (int off = 0; off < 2; off++) {
-        snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2,3,4,5,6,7 --gen 6 --print-ids --ram %llu %s --dump-logits %s/st_pf_%d.bin 2>%s/st_pf_%d.err",
-                 t_strata(), dir, (unsigned long long)ram, off ? "--no-prefetch" : "", t_tmpdir, off, t_tmpdir, off);
-        CHECK_MSG(t_run(cmd, off ? &ib : &ia) == 0, "%s", cmd);
-    }
-    CHECK_MSG(ia && ib && !strcmp(ia, ib), "ids %s vs %s with --no-prefetch", ia ? ia : "", ib ? ib : "");
-    snprintf(cmd, sizeof cmd, "cmp -s %s/st_pf_0.bin %s/st_pf_1.bin && grep -q '^prefetch: ' %s/st_pf_0.err && ! grep -q '^prefetch: ' %s/st_pf_1.err",
-             t_tmpdir, t_tmpdir, t_tmpdir, t_tmpdir);
-    CHECK_MSG(t_run(cmd, NULL) == 0, "logits bits or reports differ: %s", cmd);
-    base_free(ia);
-    base_free(ib);
+    cli_off_identity(dir, "st_pf", "1,2,3,4,5,6,7", 6, ram, "--no-prefetch", "prefetch: ");
 }
 
 /* The warm start never changes bits: decode with and without it at a budget that
@@ -488,24 +497,14 @@ TEST(stream_preload_identity) {
     model_close(&m);
     /* the CLI at a budget that holds everything: --no-preload gives the same ids and
      * logits bits; the report names the warm start */
-    char cmd[4096], *out = NULL, *ia = NULL, *ib = NULL;
+    char cmd[4096], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), dir, t_strata(), dir);
     CHECK(t_run(cmd, &out) == 0);
     const char *pall = out ? strstr(out, "\"total_bytes\": ") : NULL;
     CHECK(pall != NULL);
     const uint64_t ram = (pall ? strtoull(pall + 15, NULL, 10) : 0) + (8u << 20);
     base_free(out);
-    for (int off = 0; off < 2; off++) {
-        snprintf(cmd, sizeof cmd, "%s run %s --ids 5,6,7 --gen 5 --print-ids --ram %llu %s --dump-logits %s/st_pl_%d.bin 2>%s/st_pl_%d.err",
-                 t_strata(), dir, (unsigned long long)ram, off ? "--no-preload" : "", t_tmpdir, off, t_tmpdir, off);
-        CHECK_MSG(t_run(cmd, off ? &ib : &ia) == 0, "%s", cmd);
-    }
-    CHECK_MSG(ia && ib && !strcmp(ia, ib), "ids %s vs %s with --no-preload", ia ? ia : "", ib ? ib : "");
-    snprintf(cmd, sizeof cmd, "cmp -s %s/st_pl_0.bin %s/st_pl_1.bin && grep -q '^preload: ' %s/st_pl_0.err && ! grep -q '^preload: ' %s/st_pl_1.err",
-             t_tmpdir, t_tmpdir, t_tmpdir, t_tmpdir);
-    CHECK_MSG(t_run(cmd, NULL) == 0, "logits bits or reports differ: %s", cmd);
-    base_free(ia);
-    base_free(ib);
+    cli_off_identity(dir, "st_pl", "5,6,7", 5, ram, "--no-preload", "preload: ");
 }
 
 /* A child process decodes at a budget computed in the child (its own baseline
