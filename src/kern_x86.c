@@ -688,10 +688,64 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
     }
 }
 
+/* Decode (T = 1) block on AVX2, the shape of fp4dec512: each 4-byte word of codes
+ * is broadcast to the 8 lanes and shifted right by 4i in lane i, which leaves
+ * element i's code in the low nibble of lane i (contract order, so x needs no
+ * permute). This replaces fp4_w256's unpack + two zero-extensions per 16 codes. */
+A256 INL void fp4dec256(float *Y, const uint8_t *P, const uint8_t *S, int64_t cols, const float *X, int64_t r,
+                        int64_t rs, int RB, int64_t pf) {
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    const __m256i sgn = _mm256_set1_epi32((int)0x80000000u);
+    const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
+    const __m256 mag = _mm256_loadu_ps(k_e2m1);
+    const uint8_t *pr[4], *sr[4];
+    __m256 acc[4][2];
+    UNROLL for (int i = 0; i < RB; i++) {
+        pr[i] = P + (r + i * rs) * rb;
+        sr[i] = S + (r + i * rs) * ng;
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    }
+#define FP4DEC256_W(p, lut, idx)                                                                                       \
+    _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, idx), _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(idx, 28), sgn)))
+#define FP4DEC256_GROUP(G)                                                                                             \
+    do {                                                                                                               \
+        __m256 lut[4];                                                                                                 \
+        UNROLL for (int i = 0; i < RB; i++) lut[i] = _mm256_mul_ps(mag, _mm256_set1_ps(kern_e8m0_table[sr[i][G]]));   \
+        UNROLL for (int h = 0; h < 4; h++) {                                                                           \
+            const __m256 x = _mm256_loadu_ps(X + (G) * 32 + h * 8);                                                   \
+            UNROLL for (int i = 0; i < RB; i++) {                                                                      \
+                int32_t q;                                                                                             \
+                memcpy(&q, pr[i] + (G) * 16 + h * 4, 4);                                                               \
+                const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(q), sh);                                       \
+                acc[i][h & 1] = _mm256_fmadd_ps(FP4DEC256_W(p, lut[i], idx), x, acc[i][h & 1]);                       \
+            }                                                                                                          \
+        }                                                                                                              \
+    } while (0)
+    int64_t g = 0;
+    for (; g + 4 <= ng; g += 4) {
+        UNROLL for (int i = 0; i < RB; i++) _mm_prefetch((const char *)pr[i] + pf + g * 16, _MM_HINT_T0);
+        FP4DEC256_GROUP(g);
+        FP4DEC256_GROUP(g + 1);
+        FP4DEC256_GROUP(g + 2);
+        FP4DEC256_GROUP(g + 3);
+    }
+    for (; g < ng; g++) FP4DEC256_GROUP(g);
+#undef FP4DEC256_GROUP
+#undef FP4DEC256_W
+    UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red256(acc[i][0], acc[i][1]);
+}
+
 A256 static void mxfp4_avx2(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
                             int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
                             int64_t r1) {
     ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
+    if (T == 1) {
+        const int64_t rs = (r1 - r0) / 4, rb = cols / 2;
+        int64_t r = r0;
+        for (; r < r0 + rs; r++) fp4dec256(Y, P, S, cols, X, r, rs, 4, rb); /* each stream's next row */
+        for (r = r0 + 4 * rs; r < r1; r++) fp4dec256(Y, P, S, cols, X, r, 1, 1, rb);
+        return;
+    }
 #define BLK_F(RB, TB, k0, k1, st, sts) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER256(BLK_F)
 #undef BLK_F
