@@ -19,9 +19,11 @@
  *   MXFP4 decode, avx512vbmi: 17.5 GB/s (58%), 34.1 GB/s (59%): compute-bound here,
  *     in-L2 MXFP4 is ~34 G weights/s = 18 GB/s per core
  *   prefill, 2 threads: bf16 196 (T=8) / 218 (T=64) GFLOP/s, MXFP4 199 / 208
- * 2026-12-05, decode-only MXFP4 block (kern_x86.c fp4dec512): read bandwidth 35.4 /
- *   64.4 GB/s; MXFP4 decode 24.3 GB/s (68%) 1 thread, 46.2 GB/s (72%) 2 threads;
- *   bf16 decode 71.8 GB/s (112%: the probe is below the peak read rate)
+ * 2026-12-05, decode-only MXFP4 block (kern_x86.c fp4dec512) and the 4-stream
+ *   prefetching probe (bw.h): read bandwidth 38.6 / 70.2 GB/s; MXFP4 decode 23.9
+ *   GB/s (62%) 1 thread, 42.4 GB/s (60%) 2 threads; bf16 35.1 / 62.7 GB/s (91% /
+ *   89%). With the old single-stream probe the same run read 64 GB/s and the bf16
+ *   matvec beat it (112%).
  *   scalar reference: 0.5 GB/s bf16 decode, 0.6 GFLOP/s prefill
  */
 #include <stdio.h>
