@@ -640,14 +640,17 @@ A256 static float dot_avx2(const float *a, const float *b, int64_t n) {
 /* MXFP4 on AVX2: vpermps indexes only 8 entries, so the LUT holds the 8 scaled
  * magnitudes and bit 3 of the code becomes the sign by xor (exact: the reference's
  * k_e2m1[c] * s equals +-(|k_e2m1[c]| * s), -0 included). 8 bytes -> 16 codes:
- * duplicate each byte, widen to dwords, shift odd dwords right by 4. */
+ * each 4-byte word broadcast to the 8 lanes and shifted right by 4i in lane i
+ * leaves element i's code in the low nibble of lane i (the decode block's
+ * decoder, fp4dec256; it replaced duplicate + widen + shift). */
 A256 INL v16 fp4_w256(const uint8_t *p, __m256 lut) {
-    const __m256i sh = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4);
+    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     const __m256i sgn = _mm256_set1_epi32((int)0x80000000u);
-    __m128i b = _mm_loadl_epi64((const __m128i *)(const void *)p);
-    __m128i d = _mm_unpacklo_epi8(b, b);
-    __m256i ca = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(d), sh);
-    __m256i cb = _mm256_srlv_epi32(_mm256_cvtepu8_epi32(_mm_unpackhi_epi64(d, d)), sh);
+    int32_t qa, qb;
+    memcpy(&qa, p, 4);
+    memcpy(&qb, p + 4, 4);
+    __m256i ca = _mm256_srlv_epi32(_mm256_set1_epi32(qa), sh);
+    __m256i cb = _mm256_srlv_epi32(_mm256_set1_epi32(qb), sh);
     v16 w;
     w.a = _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, ca),
                         _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(ca, 28), sgn)));
@@ -700,16 +703,13 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
     }
 }
 
-/* Decode (T = 1) block on AVX2, the shape of fp4dec512: each 4-byte word of codes
- * is broadcast to the 8 lanes and shifted right by 4i in lane i, which leaves
- * element i's code in the low nibble of lane i (contract order, so x needs no
- * permute). This replaces fp4_w256's unpack + two zero-extensions per 16 codes:
+/* Decode (T = 1) block on AVX2, the shape of fp4dec512 with fp4_w256's decoder
+ * (contract order, so x needs no permute). With the broadcast-and-shift decoder
+ * (before: unpack + two zero-extensions per 16 codes) and this block:
  * in-L2 15.3 vs 9.5 G weights/s per core (AVX2 table on the Zen 5 dev VM, CPU
  * time, best of 15, b_kern's expert shape). */
 A256 INL void fp4dec256(float *Y, const uint8_t *P, const uint8_t *S, int64_t cols, const float *X, int64_t r,
                         int64_t rs, int RB, int64_t pf) {
-    const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-    const __m256i sgn = _mm256_set1_epi32((int)0x80000000u);
     const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
     const __m256 mag = _mm256_loadu_ps(k_e2m1);
     const uint8_t *pr[4], *sr[4];
@@ -719,19 +719,16 @@ A256 INL void fp4dec256(float *Y, const uint8_t *P, const uint8_t *S, int64_t co
         sr[i] = S + (r + i * rs) * ng;
         acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     }
-#define FP4DEC256_W(p, lut, idx)                                                                                       \
-    _mm256_xor_ps(_mm256_permutevar8x32_ps(lut, idx), _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(idx, 28), sgn)))
 #define FP4DEC256_GROUP(G)                                                                                             \
     do {                                                                                                               \
         __m256 lut[4];                                                                                                 \
         UNROLL for (int i = 0; i < RB; i++) lut[i] = _mm256_mul_ps(mag, _mm256_set1_ps(kern_e8m0_table[sr[i][G]]));   \
-        UNROLL for (int h = 0; h < 4; h++) {                                                                           \
-            const __m256 x = _mm256_loadu_ps(X + (G) * 32 + h * 8);                                                   \
+        UNROLL for (int h = 0; h < 2; h++) {                                                                           \
+            const __m256 xa = _mm256_loadu_ps(X + (G) * 32 + h * 16), xb = _mm256_loadu_ps(X + (G) * 32 + h * 16 + 8); \
             UNROLL for (int i = 0; i < RB; i++) {                                                                      \
-                int32_t q;                                                                                             \
-                memcpy(&q, pr[i] + (G) * 16 + h * 4, 4);                                                               \
-                const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(q), sh);                                       \
-                acc[i][h & 1] = _mm256_fmadd_ps(FP4DEC256_W(p, lut[i], idx), x, acc[i][h & 1]);                       \
+                const v16 w = fp4_w256(pr[i] + (G) * 16 + h * 8, lut[i]);                                              \
+                acc[i][0] = _mm256_fmadd_ps(w.a, xa, acc[i][0]);                                                       \
+                acc[i][1] = _mm256_fmadd_ps(w.b, xb, acc[i][1]);                                                       \
             }                                                                                                          \
         }                                                                                                              \
     } while (0)
@@ -745,7 +742,6 @@ A256 INL void fp4dec256(float *Y, const uint8_t *P, const uint8_t *S, int64_t co
     }
     for (; g < ng; g++) FP4DEC256_GROUP(g);
 #undef FP4DEC256_GROUP
-#undef FP4DEC256_W
     UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red256(acc[i][0], acc[i][1]);
 }
 
