@@ -278,8 +278,8 @@ A512 INL void fp4blk512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
  * 50 vs 44-46 G weights/s per core (CPU time, best of 15, same shapes as
  * b_kern's experts) and from DRAM 24 vs 21 GB/s on 1 thread, 46-47 vs 34-40 GB/s
  * on 2 (72% of the old single-stream probe; 60% of bench/bw.h's 4-stream probe,
- * which reads 70-80 GB/s here). 6 and 8
- * rows per block measured no faster (39 and 48 G weights/s). */
+ * which reads 70-80 GB/s here). 6 and 8 rows per block measured no faster (39
+ * and 48 G weights/s). */
 #define FP4_XPRE_MAX 8192 /* widest decode row whose x is permuted once per call (32 KB of stack) */
 A512 INL void fp4dec512(float *Y, const uint8_t *P, const uint8_t *S, int64_t cols, const float *xp, int64_t r,
                         int64_t rs, int RB, int64_t pf) {
