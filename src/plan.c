@@ -214,23 +214,34 @@ static void plan_fill(place_plan *p, uint64_t budget, int64_t n_expert_all) {
     p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
 }
 
+/* The expert cache's hit rate under uniform routing, over this process's MoE
+ * layers (a pipeline stage holds some): shared by the one-token figures and the
+ * n-row step prediction. */
+static double plan_hit(const place_plan *p, const cfg *c) {
+    const int64_t n_expert_all = p->n_moe * c->n_experts;
+    const double hit = n_expert_all ? (double)p->n_expert_slots / (double)n_expert_all : 0;
+    return hit > 1 ? 1 : hit;
+}
+
+/* Every trunk unit's bytes, pinned or streamed: what a pass touches in memory. */
+static uint64_t plan_trunk_all(const place_plan *p) {
+    uint64_t t = 0;
+    for (int64_t u = 0; u < p->n_units; u++) t += p->unit_bytes[u];
+    return t;
+}
+
 /* Bytes a decode token reads from disk and touches in memory (batch 1, the
  * expert cache at its uniform-routing hit rate), and the totals they follow. */
 static void plan_reads(place_plan *p, const cfg *c) {
-    const int64_t n_moe = p->n_moe; /* this process's MoE layers (a pipeline stage holds some) */
-    const int64_t n_expert_all = n_moe * c->n_experts;
     p->streamed_bytes = 0;
     for (int64_t u = 0; u < p->n_units; u++) if (!p->pinned[u]) p->streamed_bytes += p->unit_bytes[u];
     p->total_bytes = plan_total(p);
     p->resident = p->n_pinned == p->n_units && p->embed_resident;
-    double hit = n_expert_all ? (double)p->n_expert_slots / (double)n_expert_all : 0; /* uniform routing */
-    if (hit > 1) hit = 1;
-    uint64_t expert_tok = (uint64_t)n_moe * (uint64_t)c->topk * p->expert_bytes;
-    uint64_t trunk_all = 0;
-    for (int64_t u = 0; u < p->n_units; u++) trunk_all += p->unit_bytes[u];
+    const double hit = plan_hit(p, c);
+    uint64_t expert_tok = (uint64_t)p->n_moe * (uint64_t)c->topk * p->expert_bytes;
     const uint64_t emb = p->no_head ? 0 : p->embed_row_bytes; /* the embedding lives with the head */
     p->read_bytes_per_token = p->streamed_bytes + (uint64_t)((double)expert_tok * (1 - hit)) + emb;
-    p->touch_bytes_per_token = trunk_all + expert_tok + emb;
+    p->touch_bytes_per_token = plan_trunk_all(p) + expert_tok + emb;
 }
 
 /* ==================================================================== plan */
@@ -415,17 +426,12 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
  * random: E (1 - (1 - k/E)^n) distinct per layer), minus the cache's share,
  * from disk; every byte touched from memory. */
 double place_plan_step_seconds(const place_plan *p, const cfg *c, int n_rows) {
-    const int64_t n_moe = p->n_moe;
     const double E = (double)c->n_experts, k = (double)c->topk;
     const double distinct = E > 0 ? E * (1.0 - pow(1.0 - k / E, n_rows)) : 0;
-    const double n_all = (double)n_moe * E;
-    double hit = n_all > 0 ? (double)p->n_expert_slots / n_all : 0;
-    if (hit > 1) hit = 1;
-    const double xb = (double)n_moe * distinct * (double)p->expert_bytes;
-    double trunk_all = 0;
-    for (int64_t u = 0; u < p->n_units; u++) trunk_all += (double)p->unit_bytes[u];
-    const double rd = (double)p->streamed_bytes + xb * (1 - hit) + (double)n_rows * (double)p->embed_row_bytes;
-    const double tc = trunk_all + xb;
+    const double xb = (double)p->n_moe * distinct * (double)p->expert_bytes;
+    const double emb = p->no_head ? 0 : (double)n_rows * (double)p->embed_row_bytes; /* as plan_reads */
+    const double rd = (double)p->streamed_bytes + xb * (1 - plan_hit(p, c)) + emb;
+    const double tc = (double)plan_trunk_all(p) + xb;
     return (p->disk_bw > 0 ? rd / p->disk_bw : 0) + (p->mem_bw > 0 ? tc / p->mem_bw : 0);
 }
 
