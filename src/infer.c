@@ -34,6 +34,7 @@
 #include "pool.h"
 #include "st.h"
 #include "vfs.h"
+#include "wblk.h"
 
 #define ATT_BLOCK 256    /* attention positions scored per block (online softmax) */
 #define MM_MAX_SEG 72      /* products in one matmul job: the experts of a batch plus a few */
@@ -375,6 +376,7 @@ typedef struct {
     float *Y, *U;           /* GLU: Y = SiTU(W x, Wu x); U receives Wu x */
     int64_t ldy;
     const wt *dw, *dwu;     /* w / wu streamed in row slices (wt.sliced): mm_run reads them */
+    wblk *vw, *vu;          /* w / wu to check block by block as they are used (wt.vb), or NULL */
 } mm_seg;
 
 typedef struct {
@@ -405,7 +407,7 @@ static mm_seg *mm_add(mm_job *j, const wt *W, int64_t rows, int64_t cols, const 
     }
     ST_ASSERT(j->n < MM_MAX_SEG);
     mm_seg *g = &j->seg[j->n++];
-    *g = (mm_seg){W->p, NULL, NULL, NULL, W->dtype, 0, rows, cols, j->T, X, ldx, Y, NULL, ldy, W->p ? NULL : W, NULL};
+    *g = (mm_seg){W->p, NULL, NULL, NULL, W->dtype, 0, rows, cols, j->T, X, ldx, Y, NULL, ldy, W->p ? NULL : W, NULL, W->vb, NULL};
     return g;
 }
 
@@ -421,7 +423,7 @@ static mm_seg *mm_add_mxfp4(mm_job *j, const wt *Wp, const wt *Ws, int64_t rows,
     }
     ST_ASSERT(j->n < MM_MAX_SEG);
     mm_seg *g = &j->seg[j->n++];
-    *g = (mm_seg){Wp->p, Ws->p, NULL, NULL, -1, -1, rows, cols, j->T, X, ldx, Y, NULL, ldy, NULL, NULL};
+    *g = (mm_seg){Wp->p, Ws->p, NULL, NULL, -1, -1, rows, cols, j->T, X, ldx, Y, NULL, ldy, NULL, NULL, NULL, NULL};
     return g;
 }
 
@@ -441,6 +443,7 @@ static void mm_glu(mm_job *j, mm_seg *g, const wt *Wu, const wt *Wus, float *U, 
     }
     g->wu = Wu->p;
     g->dwu = Wu->p ? NULL : Wu;
+    g->vu = Wu->vb;
     g->su = g->scales ? Wus->p : NULL;
     g->udtype = g->scales ? -1 : Wu->dtype;
     g->U = U;
@@ -461,18 +464,39 @@ static int64_t mm_row_at(int64_t x, int64_t cpr, int64_t rows) {
     return r < rows ? r : rows;
 }
 
-/* Rows whose cost start lies in [i0, i1), segment by segment. */
+/* Rows [a, b) of segment s. */
+static void mm_rows(const mm_job *j, const mm_seg *s, int64_t a, int64_t b) {
+    mm_kern(s, s->w, s->scales, s->dtype, s->Y, a, b);
+    if (!s->U) return;
+    mm_kern(s, s->wu, s->su, s->udtype, s->U, a, b);
+    for (int64_t t = 0; t < s->T; t++) K.situ(s->Y + t * s->ldy + a, s->U + t * s->ldy + a, b - a, j->b1, j->b2);
+}
+
+/* Rows whose cost start lies in [i0, i1), segment by segment. A segment whose
+ * weights are checked as they are used (vw, vu: wblk.h) is cut at its blocks'
+ * first rows, so each block is one thread's; with few activation rows (weights
+ * read once, memory-bound) each block is hashed right after its product, from
+ * this core's L2 (72.8 GB/s of hashing there, against 12-15 GB/s for the reader
+ * thread hashing what DMA had just landed): ladder at 1 GB, decode vs
+ * --no-verify, 6 interleaved pairs, x1.02-1.07, median x1.04 (was x1.09-1.16). */
+#define MM_VERIFY_EACH_T 4 /* activation rows up to which each block is hashed right after its product */
 static void mm_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const mm_job *j = ctx;
     for (int k = 0; k < j->n && j->c0[k] < i1; k++) {
         const mm_seg *s = &j->seg[k];
         int64_t a = mm_row_at(i0 - j->c0[k], j->cpr[k], s->rows), b = mm_row_at(i1 - j->c0[k], j->cpr[k], s->rows);
+        const wblk *v = s->vw ? s->vw : s->vu;
+        if (v) { a = wblk_align(v, a); b = wblk_align(v, b); }
         if (a >= b) continue;
-        mm_kern(s, s->w, s->scales, s->dtype, s->Y, a, b);
-        if (!s->U) continue;
-        mm_kern(s, s->wu, s->su, s->udtype, s->U, a, b);
-        for (int64_t t = 0; t < s->T; t++) K.situ(s->Y + t * s->ldy + a, s->U + t * s->ldy + a, b - a, j->b1, j->b2);
+        if (!v) { mm_rows(j, s, a, b); continue; }
+        const int64_t step = s->T <= MM_VERIFY_EACH_T ? v->R : b - a;
+        for (int64_t r = a; r < b; r += step) {
+            const int64_t r1 = r + step < b ? r + step : b;
+            mm_rows(j, s, r, r1);
+            if (s->vw) wblk_rows(s->vw, r, r1);
+            if (s->vu) wblk_rows(s->vu, r, r1);
+        }
     }
 }
 
@@ -701,6 +725,7 @@ static void mm_slices(engine *e, const mm_seg *s, const mm_seg *next) {
         one.seg[0].rows = r1 - r0;
         one.seg[0].Y = s->Y + r0;
         one.seg[0].U = s->U ? s->U + r0 : NULL;
+        one.seg[0].vw = one.seg[0].vu = NULL; /* a sliced matrix is checked by the source as its slices come */
         one.n = 1;
         mm_dispatch(e, &one);
         if (s->dw) w->ops->rows_put(w, s->dw, r0, r1);
@@ -1314,6 +1339,23 @@ static int nonfinite_fail(engine *e, int64_t row, const char *where) {
  * layer's trunk is fetched once for all rows, the experts chosen by any row once
  * per layer (the union), KDA and MLA run per sequence. The residual stream before
  * L0 is in res[0 .. infer_blocks_before(L0)], the last block the partial sum. */
+/* Unit L's matrices that are checked as they are used (wt.vb): the blocks no
+ * product hashed are hashed now, and a mismatch in any block of the unit is the
+ * pass's error, before anything the layer computed leaves it (a corrupt weight
+ * must never surface as output, nor as a non-finite value blamed on the layer). */
+static int unit_check(engine *e, const wt *W, int64_t L) {
+    if (e->draft) return 0;
+    for (int r = 0; r < R_COUNT; r++) {
+        if (!W[r].vb) continue;
+        char what[48], m[900];
+        if (L < e->c->n_layers) snprintf(what, sizeof what, "layer %lld", (long long)L);
+        else snprintf(what, sizeof what, "head");
+        int rc = wblk_check(W[r].vb, what, m, sizeof m);
+        if (rc) return efail(e, rc, "infer: %s", m);
+    }
+    return 0;
+}
+
 /* Trunk units of a draft pass are borrowed without a hold: nothing to put back. */
 #define LPUT(L) do { if (!e->draft) w->ops->layer_put(w, (L)); } while (0)
 static int layers_run(engine *e, int64_t L0, int64_t L1) {
@@ -1376,7 +1418,7 @@ static int layers_run(engine *e, int64_t L0, int64_t L1) {
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, nin, Hd, c->rms_eps);
         rc = c->is_mla[L] ? mla_layer(e, L, W) : kda_layer(e, L, W);
         if (!rc) rc = e->wrc; /* a sliced weight's read failed: its message is in e->err */
-        if (rc) { LPUT(L); return rc; }
+        if (rc) { if (unit_check(e, W, L)) rc = STRATA_ECORRUPT; LPUT(L); return rc; }
         if (P_empty) { memcpy(P, e->y, (size_t)(T * Hd) * sizeof(float)); P_empty = 0; }
         else for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         /* 6-8: FFN on RMSNorm(AttnRes([B..., P]; f_mlp)), added to P */
@@ -1388,6 +1430,7 @@ static int layers_run(engine *e, int64_t L0, int64_t L1) {
         e->pnsrc = nb + 1;
         rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
         if (!rc) rc = e->wrc;
+        if (unit_check(e, W, L)) rc = STRATA_ECORRUPT;
         if (rc) { LPUT(L); return rc; }
         for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         if (!e->draft) moe_predict(e, L + 1, c->topk);
@@ -1453,7 +1496,9 @@ static int forward_pass(engine *e, float *logits) {
     mm_add(&j, &W[R_LM_HEAD], c->vocab, Hd, e->xn, Hd, logits, c->vocab, "lm_head");
     if (j.bad) { LPUT(c->n_layers); return efail(e, STRATA_EFORMAT, "infer: %s", j.what); }
     mm_run(e, &j);
+    rc = unit_check(e, W, c->n_layers);
     LPUT(c->n_layers);
+    if (rc) return rc;
     if (e->wrc) return e->wrc;
     int64_t bad = e->draft ? -1 : first_nonfinite_row(logits, e->n_out, c->vocab);
     if (bad >= 0) return nonfinite_fail(e, e->outr[bad], "logits");

@@ -24,6 +24,10 @@ typedef struct wt {
      * Only matrices the forward pass uses as whole-row products are ever sliced. */
     int32_t sliced, role;
     int64_t unit;
+    /* Row blocks to check as they are used (wblk.h): set by the streaming source
+     * for a matrix it did not hash as it landed; NULL when the bytes are checked
+     * already or come from no pack. */
+    struct wblk *vb;
 } wt;
 
 /* Binding check: every tensor the config needs exists with the right shape and an

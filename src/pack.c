@@ -229,6 +229,8 @@ typedef struct lt {            /* one tensor while laying out */
     int role;
     uint64_t off;              /* relative to the region */
     uint64_t xxh3;             /* of its bytes (write_trunk) */
+    int64_t blk_rows, n_blk;   /* row blocks with their own hashes (pack_block_rows; 0: none) */
+    uint64_t *blk;             /* their XXH3s (write_trunk) */
 } lt;
 
 typedef struct lregion {
@@ -277,7 +279,10 @@ static int collect_fn(void *ud, const tspec *t) {
 static void layout_free(layout *l) {
     base_free(l->embed.t);
     if (l->units)
-        for (int64_t u = 0; u < l->n_units; u++) base_free(l->units[u].t);
+        for (int64_t u = 0; u < l->n_units; u++) {
+            for (int i = 0; i < l->units[u].n; i++) base_free(l->units[u].t[i].blk);
+            base_free(l->units[u].t);
+        }
     base_free(l->units);
     memset(l, 0, sizeof *l);
 }
@@ -344,6 +349,20 @@ static int layout_build(const cfg *c, const st_index *ix, layout *l, char *err, 
         off += r->nbytes;
     }
     l->total = off;
+    return STRATA_OK;
+}
+
+/* Row blocks of bb bytes (pack_block_rows) for the layers' and the head's
+ * matrices, their hashes filled by write_trunk. */
+static int layout_blocks(layout *l, uint64_t bb, char *err, size_t errlen) {
+    for (int64_t u = 0; u < l->n_units; u++)
+        for (int i = 0; i < l->units[u].n; i++) {
+            lt *x = &l->units[u].t[i];
+            if (!(x->blk_rows = pack_block_rows(x->src->ndim, x->src->shape[0], x->src->nbytes, bb))) continue;
+            x->n_blk = (x->src->shape[0] + x->blk_rows - 1) / x->blk_rows;
+            if (!(x->blk = base_calloc((size_t)x->n_blk, sizeof *x->blk, MEM_INDEX)))
+                return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
+        }
     return STRATA_OK;
 }
 
@@ -697,6 +716,67 @@ static int wfile_open(const char *path, int tmpfile, uint64_t bytes, char *err, 
 
 /* ==================================================================== trunk */
 
+/* Hashes of a region's tensors and of their row blocks, computed as the region's
+ * bytes go by in order (tensors never overlap; a gap or padding belongs to none).
+ * The writer fills the layout's hashes with it; pack --verify recomputes them. */
+typedef struct twt {
+    uint64_t off, nbytes;      /* relative to the region */
+    uint64_t bb;               /* bytes per block (0: no blocks) */
+    uint64_t *h, *blk;         /* out: the tensor's hash, its blocks' */
+} twt;
+typedef struct twalk {
+    twt *t;
+    int n, ti;                 /* ti: the tensor being hashed (-1: find the next) */
+    uint64_t pos;
+    XXH3_state_t th, bh;
+} twalk;
+
+static void tw_start(twalk *w, twt *t, int n) {
+    w->t = t;
+    w->n = n;
+    w->ti = -1;
+    w->pos = 0;
+}
+
+static void tw_bytes(twalk *w, const uint8_t *p, uint64_t k) {
+    while (k) {
+        if (w->ti < 0) { /* the tensor at or after pos with the lowest offset */
+            int best = -1;
+            for (int i = 0; i < w->n; i++)
+                if (w->t[i].off + w->t[i].nbytes > w->pos && (best < 0 || w->t[i].off < w->t[best].off)) best = i;
+            if (best < 0) { w->pos += k; return; }
+            w->ti = best;
+            XXH3_64bits_reset(&w->th);
+            XXH3_64bits_reset(&w->bh);
+        }
+        const twt *x = &w->t[w->ti];
+        if (w->pos < x->off) { /* a gap before it */
+            const uint64_t g = x->off - w->pos < k ? x->off - w->pos : k;
+            w->pos += g; p += g; k -= g;
+            continue;
+        }
+        const uint64_t end = x->off + x->nbytes;
+        uint64_t n = end - w->pos < k ? end - w->pos : k;
+        if (x->bb) { /* up to the end of the block */
+            const uint64_t q = w->pos - x->off;
+            uint64_t be = (q / x->bb + 1) * x->bb;
+            if (be > x->nbytes) be = x->nbytes;
+            if (n > be - q) n = be - q;
+            XXH3_64bits_update(&w->bh, p, n);
+            if (q + n == be) {
+                x->blk[q / x->bb] = XXH3_64bits_digest(&w->bh);
+                XXH3_64bits_reset(&w->bh);
+            }
+        }
+        XXH3_64bits_update(&w->th, p, n);
+        w->pos += n; p += n; k -= n;
+        if (w->pos == end) {
+            *x->h = XXH3_64bits_digest(&w->th);
+            w->ti = -1;
+        }
+    }
+}
+
 typedef struct tcopy {         /* the trunk copy in progress */
     int hash_only;             /* pack_verify: hash the source layout, write nothing */
     const char *phase;
@@ -707,10 +787,7 @@ typedef struct tcopy {         /* the trunk copy in progress */
     double t0, last;
     pack_progress_fn progress;
     void *ud;
-    lregion *r;                /* the region being written, pos bytes into it */
-    uint64_t pos;
-    int ti;                    /* its tensor being hashed (-1: find the next) */
-    XXH3_state_t th;
+    twalk tw;                  /* the region being written: its tensors' hashes */
 } tcopy;
 
 static int tc_flush(tcopy *t, char *err, size_t errlen) {
@@ -726,41 +803,21 @@ static int tc_flush(tcopy *t, char *err, size_t errlen) {
     return STRATA_OK;
 }
 
-/* The region whose bytes come next: its tensors' own hashes follow them (a
- * tensor read alone, in row slices, is checked against its own, wsrc_stream). */
-static void tc_region(tcopy *t, lregion *r) {
-    t->r = r;
-    t->pos = 0;
-    t->ti = -1;
-}
-
-/* The next k bytes of the region, at t->pos: into the hash of the tensors they
- * belong to (tensors never overlap; a gap or padding belongs to none). */
-static void tc_tensors(tcopy *t, const uint8_t *p, uint64_t k) {
-    lregion *r = t->r;
-    while (k) {
-        if (t->ti < 0) { /* the tensor at or after pos with the lowest offset */
-            int best = -1;
-            for (int i = 0; i < r->n; i++)
-                if (r->t[i].off + r->t[i].src->nbytes > t->pos && (best < 0 || r->t[i].off < r->t[best].off)) best = i;
-            if (best < 0) { t->pos += k; return; }
-            t->ti = best;
-            XXH3_64bits_reset(&t->th);
-        }
-        const lt *x = &r->t[t->ti];
-        if (t->pos < x->off) { /* a gap before it */
-            const uint64_t g = x->off - t->pos < k ? x->off - t->pos : k;
-            t->pos += g; p += g; k -= g;
-            continue;
-        }
-        const uint64_t end = x->off + x->src->nbytes, n = end - t->pos < k ? end - t->pos : k;
-        XXH3_64bits_update(&t->th, p, n);
-        t->pos += n; p += n; k -= n;
-        if (t->pos == end) {
-            r->t[t->ti].xxh3 = XXH3_64bits_digest(&t->th);
-            t->ti = -1;
-        }
+/* The region whose bytes come next: its tensors' own hashes and their blocks'
+ * follow them (a tensor read alone, in row slices, is checked against its own; a
+ * streamed matrix block by block, wsrc_stream). */
+static int tc_region(tcopy *t, lregion *r, char *err, size_t errlen) {
+    base_free(t->tw.t);
+    t->tw.t = NULL;
+    twt *a = base_calloc((size_t)r->n + 1, sizeof *a, MEM_INDEX);
+    if (!a) return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
+    for (int i = 0; i < r->n; i++) {
+        const lt *x = &r->t[i];
+        a[i] = (twt){x->off, x->src->nbytes, x->n_blk ? (uint64_t)x->blk_rows * (x->src->nbytes / (uint64_t)x->src->shape[0]) : 0,
+                     &r->t[i].xxh3, x->blk};
     }
+    tw_start(&t->tw, a, r->n);
+    return STRATA_OK;
 }
 
 /* Appends n bytes to the trunk and to the region's hash: zeros (pc == NULL) or the
@@ -780,7 +837,7 @@ static int tc_put(tcopy *t, XXH3_state_t *h, const spiece *pc, uint64_t n, char 
             if (rc) return rc;
         }
         XXH3_64bits_update(h, dst, k);
-        tc_tensors(t, dst, k);
+        tw_bytes(&t->tw, dst, k);
         t->fill += k;
         o += k;
         if (t->fill == t->w->bsz) {
@@ -840,9 +897,9 @@ static int write_trunk(layout *l, const st_index *ix, const char *tmp, int flags
         lregion *r = u < 0 ? &l->embed : &l->units[u];
         XXH3_state_t h;
         XXH3_64bits_reset(&h);
-        tc_region(&t, r);
+        rc = tc_region(&t, r, err, errlen);
         uint64_t rel = 0;
-        if (r->verbatim) {
+        if (!rc && r->verbatim) {
             rc = tc_src(&t, &h, r->src_len, err, errlen);
             rel = r->src_len;
         }
@@ -857,6 +914,7 @@ static int write_trunk(layout *l, const st_index *ix, const char *tmp, int flags
     if (!rc && t.fill) rc = tc_flush(&t, err, errlen);
     if (tmp && !rc && wring_drain(&w)) rc = base_fail(err, errlen, STRATA_EIO, "%s: write failed: %s", tmp, strerror(w.err_no));
     if (tmp && !rc && vfs_fsync(fd)) rc = base_fail(err, errlen, STRATA_EIO, "%s: fsync: %s", tmp, strerror(errno));
+    base_free(t.tw.t);
     res->trunk_secs = base_now() - t0;
     res->src_direct_bytes = s.bytes_direct;
     res->src_cached_bytes = s.bytes_cached;
@@ -1038,6 +1096,15 @@ static json_t *region_json(const lregion *r, uint64_t h) {
         json_object_set_new(t, "nbytes", json_integer((json_int_t)s->nbytes));
         snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->t[i].xxh3);
         json_object_set_new(t, "xxh3", json_string(hex));
+        if (r->t[i].n_blk) {
+            json_t *b = json_array();
+            for (int64_t k = 0; k < r->t[i].n_blk; k++) {
+                snprintf(hex, sizeof hex, "%016llx", (unsigned long long)r->t[i].blk[k]);
+                json_array_append_new(b, json_string(hex));
+            }
+            json_object_set_new(t, "block_rows", json_integer(r->t[i].blk_rows));
+            json_object_set_new(t, "blocks", b);
+        }
         json_array_append_new(ts, t);
     }
     json_object_set_new(o, "tensors", ts);
@@ -1157,6 +1224,7 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
     if (!hashes || !xh) { rc = base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory"); goto done; }
     snprintf(tmp, sizeof tmp, "%s/trunk.bin.tmp.%d", dir, (int)getpid());
     if (flags & PACK_MEASURE) res->disk_bw = pack_measure_write_bw(dir, PACK_MEASURE_BYTES);
+    if ((rc = layout_blocks(&l, flags & PACK_SMALL_BLOCKS ? PACK_SMALL_BLOCK_BYTES : PACK_BLOCK_BYTES, err, errlen))) goto done;
     if ((rc = write_trunk(&l, ix, tmp, flags, progress, ud, hashes, res, err, errlen))) { unlink(tmp); goto done; }
     res->trunk_bytes = l.total;
     res->write_bw = res->trunk_secs > 0 ? (double)l.total / res->trunk_secs : 0;
@@ -1289,15 +1357,37 @@ static int parse_region(json_t *o, pack_region *r, uint64_t trunk_bytes, const s
             return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: tensor %s: xxh3 \"%.40s\" is not 16 hex digits", mpath, what,
                              name, th);
         pt->has_xxh3 = th != NULL;
+        /* optional too: the hashes of its row blocks */
+        json_t *bl = json_object_get(t, "blocks"), *br = json_object_get(t, "block_rows");
+        if (!bl && !br) continue;
+        int64_t rows_b;
+        if (!json_is_array(bl) || jsonx_int(br, &rows_b) || rows_b < 1 || s->ndim != 2 || s->shape[0] < 1 ||
+            s->nbytes % (uint64_t)s->shape[0] || (int64_t)json_array_size(bl) != (s->shape[0] + rows_b - 1) / rows_b)
+            return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: tensor %s: bad blocks (block_rows and one hash per block "
+                             "of a 2-D tensor expected)", mpath, what, name);
+        pt->blk_rows = rows_b;
+        pt->n_blk = (int64_t)json_array_size(bl);
+        if (!(pt->blk = base_alloc((size_t)pt->n_blk * sizeof *pt->blk, MEM_INDEX))) return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
+        for (int64_t k = 0; k < pt->n_blk; k++) {
+            const char *bh = json_string_value(json_array_get(bl, (size_t)k));
+            if (!bh || hex64(bh, &pt->blk[k]))
+                return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: tensor %s: blocks[%lld] is not 16 hex digits", mpath, what,
+                                 name, (long long)k);
+        }
     }
     return STRATA_OK;
 }
 
+static void region_free(pack_region *r) {
+    for (int i = 0; r->t && i < r->n_tensors; i++) base_free(r->t[i].blk);
+    base_free(r->t);
+}
+
 void pack_close(pack *p) {
     if (!p) return;
-    base_free(p->embed.t);
+    region_free(&p->embed);
     if (p->units)
-        for (int64_t u = 0; u <= p->n_layers; u++) base_free(p->units[u].t);
+        for (int64_t u = 0; u <= p->n_layers; u++) region_free(&p->units[u]);
     base_free(p->units);
     base_free(p->expert_xxh3);
     base_free(p);
@@ -1448,6 +1538,55 @@ static const pack_region *verify_reg(const pack *p, int64_t i) { return i == 0 ?
 
 static const char *trunk_path(const void *p, int i) { (void)i; return ((const pack *)p)->trunk_path; }
 
+/* Sets w up to recompute the hashes of r's tensors and blocks (into storage it
+ * allocates; tw_pack_free releases it). */
+static int tw_pack_region(twalk *w, const pack_region *r, char *err, size_t errlen) {
+    base_free(w->t);
+    w->t = NULL;
+    int64_t nb = 0;
+    for (int i = 0; i < r->n_tensors; i++) nb += r->t[i].n_blk + 1;
+    twt *a = base_calloc((size_t)r->n_tensors + 1, sizeof *a, MEM_INDEX);
+    uint64_t *h = a ? base_calloc((size_t)nb + 1, sizeof *h, MEM_INDEX) : NULL;
+    if (!h) { base_free(a); return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory"); }
+    for (int i = 0; i < r->n_tensors; i++) {
+        const pack_tensor *t = &r->t[i];
+        const uint64_t rb = t->n_blk ? t->nbytes / (uint64_t)t->shape[0] : 0;
+        a[i] = (twt){t->off, t->nbytes, (uint64_t)t->blk_rows * rb, h, h + 1};
+        h += t->n_blk + 1;
+    }
+    tw_start(w, a, r->n_tensors);
+    return STRATA_OK;
+}
+
+static void tw_pack_free(twalk *w) {
+    if (w->t) base_free(w->t[0].h);
+    base_free(w->t);
+    w->t = NULL;
+}
+
+/* The recomputed tensor and block hashes of r against the manifest's. */
+static int tw_pack_check(const twalk *w, const pack *p, const pack_region *r, const char *what, char *err, size_t errlen) {
+    for (int i = 0; i < r->n_tensors; i++) {
+        const pack_tensor *t = &r->t[i];
+        const twt *x = &w->t[i];
+        if (t->has_xxh3 && *x->h != t->xxh3)
+            return base_fail(err, errlen, STRATA_ECORRUPT, "%s: tensor %s: checksum mismatch in %s bytes %llu..%llu (expected "
+                             "%016llx, got %016llx): the manifest or the pack is corrupt; re-run strata pack --force", what,
+                             t->name, p->trunk_path, (unsigned long long)(r->off + t->off),
+                             (unsigned long long)(r->off + t->off + t->nbytes), (unsigned long long)t->xxh3,
+                             (unsigned long long)*x->h);
+        for (int64_t k = 0; k < t->n_blk; k++) {
+            if (x->blk[k] == t->blk[k]) continue;
+            const uint64_t a = r->off + t->off + (uint64_t)k * x->bb, b = a + x->bb < r->off + t->off + t->nbytes ? a + x->bb : r->off + t->off + t->nbytes;
+            return base_fail(err, errlen, STRATA_ECORRUPT, "%s: tensor %s block %lld: checksum mismatch in %s bytes %llu..%llu "
+                             "(expected %016llx, got %016llx): the manifest or the pack is corrupt; re-run strata pack --force",
+                             what, t->name, (long long)k, p->trunk_path, (unsigned long long)a, (unsigned long long)b,
+                             (unsigned long long)t->blk[k], (unsigned long long)x->blk[k]);
+        }
+    }
+    return STRATA_OK;
+}
+
 /* The trunk regions (embed, layers, head) are one pass of the source stream over
  * trunk.bin, read with O_DIRECT and SRC_SLOTS reads in flight, each region hashed
  * as its pieces land. Demo pack, cold cache, 8 interleaved runs each: one 16 MB
@@ -1460,6 +1599,7 @@ static int verify_trunk(const pack *p, pack_progress_fn progress, void *ud, char
     sstream s;
     int rc = src_open_files(&s, 1, trunk_path, p, x, nreg, PACK_SRC_DIRECT, SRC_CHUNK, err, errlen);
     if (rc) { base_free(x); return rc; }
+    twalk tw = {0};
     double t0 = base_now();
     for (int64_t i = 0; i < nreg && !rc; i++) {
         const pack_region *r = verify_reg(p, i);
@@ -1469,6 +1609,8 @@ static int verify_trunk(const pack *p, pack_progress_fn progress, void *ud, char
         else snprintf(what, sizeof what, "head");
         XXH3_state_t h;
         XXH3_64bits_reset(&h);
+        /* the tensors' and blocks' own hashes too: a run checks those */
+        rc = tw_pack_region(&tw, r, err, errlen);
         for (uint64_t left = r->nbytes; left && !rc;) {
             spiece pc;
             int got = src_next(&s, &pc, err, errlen);
@@ -1479,6 +1621,7 @@ static int verify_trunk(const pack *p, pack_progress_fn progress, void *ud, char
                 break;
             }
             XXH3_64bits_update(&h, pc.p, pc.n);
+            tw_bytes(&tw, pc.p, pc.n);
             left -= pc.n;
         }
         if (rc) break;
@@ -1488,8 +1631,10 @@ static int verify_trunk(const pack *p, pack_progress_fn progress, void *ud, char
                            "%s: checksum mismatch in %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is corrupt; re-run strata pack --force",
                            what, p->trunk_path, (unsigned long long)r->off, (unsigned long long)(r->off + r->nbytes),
                            (unsigned long long)r->xxh3, (unsigned long long)digest);
+        if (!rc) rc = tw_pack_check(&tw, p, r, what, err, errlen);
         if (progress && i > 0) progress(ud, "trunk", r->off + r->nbytes, p->trunk_bytes, base_now() - t0);
     }
+    tw_pack_free(&tw);
     src_close(&s);
     base_free(x);
     return rc;

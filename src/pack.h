@@ -17,11 +17,16 @@
  *                  "in_place", "n_layers_moe", "n_experts", "xxh3": [hex...]}}
  *                  with region = {"off", "nbytes", "xxh3", "tensors": [{"name",
  *                  "role", "dtype", "shape", "off" (relative to the region),
- *                  "nbytes", "xxh3"}]}. A region's xxh3 is XXH3-64 of its padded
- *                  bytes, a tensor's of its own bytes (optional: packs written
- *                  before it have none; a streamed matrix read in row slices is
- *                  checked against it), an expert's of its six tensors in schema
- *                  order.
+ *                  "nbytes", "xxh3", "block_rows", "blocks": [hex...]}]}. A
+ *                  region's xxh3 is XXH3-64 of its padded bytes, a tensor's of its
+ *                  own bytes (optional: packs written before it have none; a
+ *                  streamed matrix read in row slices is checked against it), an
+ *                  expert's of its six tensors in schema order. "blocks" (optional,
+ *                  layer and head matrices of more than PACK_BLOCK_BYTES): the
+ *                  XXH3-64 of each run of block_rows rows (the last may be
+ *                  shorter); a streamed unit's matrices are checked block by block
+ *                  by the threads that multiply with them (infer.c), its other
+ *                  tensors against their own xxh3.
  * Experts stay in place in the shards: they are contiguous there, and an O_DIRECT
  * read of the enclosing 4096-aligned range costs < 8 KB extra per 17.5 MB expert,
  * while repacking would copy 1.45 TB for K3. make bench-io on the ladder model
@@ -56,6 +61,18 @@
 #define PACK_VERSION 2 /* manifest version written and read (2: "source" and "shards" stamps) */
 #define PACK_ALIGN 4096u
 #define PACK_TENSOR_ALIGN 64u
+/* Bytes per checksummed row block (rounded down to whole rows, at least one): a
+ * block is hashed right after it was multiplied, from the multiplying core's L2
+ * (1 MB on the dev VM), which a 256 KiB block and the kernel's own streams fit. */
+#define PACK_BLOCK_BYTES (256u << 10)
+#define PACK_SMALL_BLOCK_BYTES 1024u /* PACK_SMALL_BLOCKS: tiny test models get blocks too */
+/* Rows per block of bb bytes of a (rows, ...) tensor of nbytes (0: it gets no
+ * block hashes: not a matrix, or one block would hold it). */
+static inline int64_t pack_block_rows(int ndim, int64_t rows, uint64_t nbytes, uint64_t bb) {
+    if (ndim != 2 || rows < 2 || nbytes <= bb || nbytes % (uint64_t)rows) return 0;
+    const uint64_t rb = nbytes / (uint64_t)rows;
+    return rb >= bb ? 1 : (int64_t)(bb / rb);
+}
 
 typedef struct pack_tensor {
     const char *name;    /* owned by the pack */
@@ -64,6 +81,8 @@ typedef struct pack_tensor {
     uint64_t off, nbytes; /* off relative to the region start */
     uint64_t xxh3;        /* XXH3-64 of its nbytes (has_xxh3: the manifest has it) */
     int has_xxh3;
+    int64_t blk_rows, n_blk; /* row blocks with their own XXH3 (0: the manifest has none) */
+    uint64_t *blk;
 } pack_tensor;
 
 typedef struct pack_region {
@@ -113,11 +132,13 @@ typedef struct pack_result {
 #define PACK_SRC_DIRECT 0x100 /* tests: read every source byte with O_DIRECT, even if cached */
 #define PACK_SRC_CACHED 0x200 /* tests: read every source byte through the page cache (both: alternate) */
 #define PACK_SMALL_IO 0x400   /* tests: 8 KiB reads and 12 KiB writes (every boundary case) */
+#define PACK_SMALL_BLOCKS 0x800 /* tests: checksummed row blocks of PACK_SMALL_BLOCK_BYTES */
 #define PACK_MEASURE_BYTES (1ull << 30)
 
 /* Writes the pack of the model (c, ix from model_dir) into out_dir (NULL = the
  * default model_dir/strata.pack); flags: PACK_*. The output bytes do not depend on
- * the flags. An up-to-date pack there: res->already (PACK_FORCE rebuilds it). A
+ * the flags (PACK_SMALL_BLOCKS changes the manifest's blocks only). An up-to-date
+ * pack there: res->already (PACK_FORCE rebuilds it). A
  * stale pack of this model (the default location, or "source" is model_dir):
  * rebuilt, res->stale says why. Another model's pack: STRATA_EINVAL, even with
  * PACK_FORCE. Another writer: STRATA_EBUSY. */

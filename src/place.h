@@ -223,6 +223,8 @@ typedef struct place_stats {
     uint64_t peak_rss;        /* getrusage */
     uint64_t verify_bytes;    /* bytes checked against the pack's XXH3 */
     double verify_s;          /* thread-seconds spent hashing them (any thread) */
+    uint64_t verify_blk_bytes; /* of them: matrix blocks hashed by the compute threads as used (wblk.h) */
+    double verify_blk_s;
     /* reads a layer ahead (wsrc experts_prefetch) */
     uint64_t pred_layers;     /* layers whose experts were predicted before their request */
     uint64_t pred_requests;   /* experts requested in those layers */

@@ -48,6 +48,7 @@
 #include "num.h"
 #include "pack.h"
 #include "place.h"
+#include "wblk.h"
 
 #define SEG_GAP (64u << 10)   /* coalesce tensors closer than this into one read */
 #define MAX_XT 8              /* tensors of one expert */
@@ -87,7 +88,7 @@ typedef struct bigt {
 } bigt;
 
 /* Checksums of a sliced unit's whole tensors (each its own, from the pack). */
-typedef struct tsum { uint64_t rel, nbytes, xxh3; const char *name; } tsum;
+typedef struct tsum { uint64_t rel, nbytes, xxh3, foff; const char *name; } tsum; /* foff: its first byte in trunk.bin */
 
 /* A row slice buffer (rows_get / rows_hint), used by the forward thread only. */
 enum { SL_FREE = 0, SL_LOADING, SL_READY };
@@ -122,6 +123,12 @@ typedef struct unit {
     int n_big, n_sum;
     bigt *big;
     tsum *sum;
+    /* a streamed unit from a pack with block checksums: its matrices are checked
+     * block by block by the threads that use them (wblk.h), its other tensors
+     * against their own checksums (sum) after each read */
+    int n_wb;
+    wblk *wb;
+    int16_t *wb_t;             /* each one's index in t */
 } unit;
 
 typedef struct xslot {         /* per cache slot: the expert being read into it */
@@ -383,7 +390,7 @@ static int build_sliced(stream *s, unit *x, int64_t u, gather *g, char *err, siz
         x->buf_bytes = layout_inplace(small, ns, x->segs, ns ? ns : 1, &x->n_seg, x->t);
         for (int i = 0; i < ns && r; i++) { /* layout_inplace sorted them: each one's checksum by role */
             const pack_tensor *q = pt[x->t[i].role];
-            if (q->has_xxh3) x->sum[x->n_sum++] = (tsum){x->t[i].rel, q->nbytes, q->xxh3, q->name};
+            if (q->has_xxh3) x->sum[x->n_sum++] = (tsum){x->t[i].rel, q->nbytes, q->xxh3, r->off + q->off, q->name};
         }
         x->has_sum = 0;
     }
@@ -391,6 +398,48 @@ out:
     base_free(fake);
     base_free(small);
     return rc;
+}
+
+/* A streamed unit whose pack region has block checksums: each matrix with them
+ * gets a wblk (checked by its users, wblk.h), each other tensor its own checksum
+ * (x->sum, after each read), and the whole region's hash is no longer computed
+ * as it lands. Every tensor needs its own checksum or blocks; else (a pack from
+ * before them) the unit keeps the region's hash. */
+static int build_blocks(stream *s, unit *x, const pack_region *r, char *err, size_t errlen) {
+    int nb = 0;
+    const pack_tensor *pt[R_COUNT] = {0};
+    for (int i = 0; i < x->n_t; i++) {
+        for (int j = 0; j < r->n_tensors; j++)
+            if (r->t[j].off == x->t[i].rel && r->t[j].role == x->t[i].role) { pt[x->t[i].role] = &r->t[j]; break; }
+        const pack_tensor *q = pt[x->t[i].role];
+        if (!q || (!q->n_blk && !q->has_xxh3)) return 0;
+        if (q->n_blk && (q->blk_rows < 1 || x->t[i].view.rows != q->shape[0] || q->nbytes % (uint64_t)q->shape[0])) return 0;
+        nb += q->n_blk > 0;
+    }
+    if (!nb) return 0;
+    x->wb = base_calloc((size_t)nb, sizeof *x->wb, MEM_INDEX);
+    x->wb_t = base_calloc((size_t)nb, sizeof *x->wb_t, MEM_INDEX);
+    x->sum = base_calloc((size_t)x->n_t + 1, sizeof *x->sum, MEM_INDEX);
+    if (!x->wb || !x->wb_t || !x->sum) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
+    for (int i = 0; i < x->n_t; i++) {
+        const pack_tensor *q = pt[x->t[i].role];
+        if (!q->n_blk) { x->sum[x->n_sum++] = (tsum){x->t[i].rel, q->nbytes, q->xxh3, r->off + q->off, q->name}; continue; }
+        wblk *b = &x->wb[x->n_wb];
+        x->wb_t[x->n_wb++] = (int16_t)i;
+        b->want = q->blk;
+        b->n = q->n_blk;
+        b->rows = q->shape[0];
+        b->R = q->blk_rows;
+        b->row_bytes = q->nbytes / (uint64_t)q->shape[0];
+        b->name = q->name;
+        b->path = s->files[s->n_files - 1].path;
+        b->off = r->off + q->off;
+        b->done = base_calloc((size_t)b->n, sizeof *b->done, MEM_INDEX);
+        if (!b->done) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
+        atomic_init(&b->bad, -1);
+    }
+    x->has_sum = 0;
+    return 0;
 }
 
 /* Records of every trunk unit, from the pack or in place. */
@@ -430,6 +479,7 @@ static int build_units(stream *s, char *err, size_t errlen) {
             x->buf_bytes = r->nbytes;
             x->xxh3 = r->xxh3;
             x->has_sum = 1;
+            if (!rc && !s->plan.pinned[u] && VERIFY(s)) rc = build_blocks(s, x, r, err, errlen);
         } else {
             x->buf_bytes = layout_inplace(g.p, g.n, x->segs, g.n, &x->n_seg, x->t);
         }
@@ -568,6 +618,11 @@ static void bind_unit(unit *x) {
         v.p = x->buf + x->t[i].rel;
         x->roles[x->t[i].role] = v;
     }
+    for (int k = 0; k < x->n_wb; k++) { /* read again: every block unchecked */
+        const tref *t = &x->t[x->wb_t[k]];
+        wblk_reset(&x->wb[k], x->buf + t->rel);
+        x->roles[t->role].vb = &x->wb[k];
+    }
     for (int i = 0; i < x->n_big; i++) x->roles[x->big[i].role] = x->big[i].view;
 }
 
@@ -579,8 +634,9 @@ static int check_sums(stream *s, unit *x, const char *what, char *err, size_t er
         const uint64_t got = XXH3_64bits(x->buf + t->rel, t->nbytes);
         if (got != t->xxh3)
             return base_fail(err, errlen, STRATA_ECORRUPT,
-                             "%s: checksum mismatch in %s of %s (expected %016llx, got %016llx): the pack is corrupt or stale; "
-                             "run strata pack --verify", what, t->name, s->files[s->n_files - 1].path, (unsigned long long)t->xxh3,
+                             "%s: checksum mismatch in %s, %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is "
+                             "corrupt or stale; run strata pack --verify", what, t->name, s->files[s->n_files - 1].path,
+                             (unsigned long long)t->foff, (unsigned long long)(t->foff + t->nbytes), (unsigned long long)t->xxh3,
                              (unsigned long long)got);
     }
     return 0;
@@ -1397,6 +1453,9 @@ static void ws_close(wsrc *w) {
             base_free(s->u[u].segs);
             base_free(s->u[u].big);
             base_free(s->u[u].sum);
+            for (int k = 0; s->u[u].wb && k < s->u[u].n_wb; k++) base_free((void *)s->u[u].wb[k].done);
+            base_free(s->u[u].wb);
+            base_free(s->u[u].wb_t);
         }
     }
     base_free(s->u);
@@ -1717,6 +1776,13 @@ void place_stats_get(wsrc *w, place_stats *o) {
     }
     o->verify_bytes = atomic_load_explicit(&s->verify_bytes, memory_order_relaxed);
     o->verify_s = (double)atomic_load_explicit(&s->verify_ns, memory_order_relaxed) * 1e-9;
+    for (int64_t u = 0; u < s->n_units; u++) /* the blocks the compute threads checked */
+        for (int k = 0; k < s->u[u].n_wb; k++) {
+            o->verify_blk_bytes += atomic_load_explicit(&s->u[u].wb[k].bytes, memory_order_relaxed);
+            o->verify_blk_s += (double)atomic_load_explicit(&s->u[u].wb[k].ns, memory_order_relaxed) * 1e-9;
+        }
+    o->verify_bytes += o->verify_blk_bytes;
+    o->verify_s += o->verify_blk_s;
     uint64_t bytes = o->bytes_trunk + o->bytes_head + o->bytes_embed + o->bytes_experts;
     o->bw = o->read_s > 0 ? (double)bytes / o->read_s : 0;
     o->peak_rss = base_peak_rss();
@@ -1730,6 +1796,11 @@ void place_stats_reset(wsrc *w) {
     memset(&s->st, 0, sizeof s->st);
     atomic_store(&s->verify_bytes, 0);
     atomic_store(&s->verify_ns, 0);
+    for (int64_t u = 0; u < s->n_units; u++)
+        for (int k = 0; k < s->u[u].n_wb; k++) {
+            atomic_store(&s->u[u].wb[k].bytes, 0);
+            atomic_store(&s->u[u].wb[k].ns, 0);
+        }
     s->st.preload_bytes = keep.preload_bytes;
     s->st.preload_s = keep.preload_s;
     s->st.preload_experts = keep.preload_experts;
@@ -1748,6 +1819,9 @@ void place_stats_print(const place_stats *s, const place_plan *p, FILE *f) {
     if (s->verify_bytes)
         fprintf(f, "verify: %.3f GB checked against the pack's XXH3 in %.3f s of hashing (%.1f GB/s)\n",
                 (double)s->verify_bytes / 1e9, s->verify_s, s->verify_s > 0 ? (double)s->verify_bytes / 1e9 / s->verify_s : 0);
+    if (s->verify_blk_bytes)
+        fprintf(f, "verify: of which %.3f GB matrix blocks hashed by the compute threads after their products, in %.3f s (%.1f GB/s)\n",
+                (double)s->verify_blk_bytes / 1e9, s->verify_blk_s, s->verify_blk_s > 0 ? (double)s->verify_blk_bytes / 1e9 / s->verify_blk_s : 0);
     fprintf(f, "experts: %llu requests, %llu true resident hits (%.1f%%), %llu misses, %llu evictions\n",
             (unsigned long long)s->expert_requests, (unsigned long long)s->expert_hits, 100 * s->hit_rate,
             (unsigned long long)s->expert_misses, (unsigned long long)s->expert_evictions);

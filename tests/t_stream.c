@@ -813,6 +813,159 @@ TEST(stream_verify_default) {
     model_close(&m);
 }
 
+/* Decodes the fixed prompt on w as decode() does; returns the rc and the
+ * session's message in msg. */
+static int decode_msg(model *m, wsrc *w, int64_t chunk, char *msg, size_t n) {
+    char err[1024];
+    engine *e = NULL;
+    session *s = NULL;
+    engine_opts eo = {.n_threads = 2, .prefill_chunk = chunk};
+    msg[0] = 0;
+    if (engine_create(&e, &m->c, w, &eo, err, sizeof err)) { snprintf(msg, n, "%s", err); return -1; }
+    if (session_create(&s, e, 64, err, sizeof err)) { engine_free(e); snprintf(msg, n, "%s", err); return -1; }
+    int32_t prompt[7] = {1, 17, 42, 99, 3, 250, 8};
+    float *lg = base_alloc((size_t)m->c.vocab * sizeof(float), MEM_MISC);
+    int rc = session_eval(s, prompt, 7, lg);
+    for (int g = 0; g < 3 && !rc; g++) rc = session_eval(s, prompt + g, 1, lg);
+    if (rc) snprintf(msg, n, "%s", session_errmsg(s));
+    base_free(lg);
+    session_free(s);
+    engine_free(e);
+    return rc;
+}
+
+/* Issue 16, the cost of verification: a pack with row-block checksums (here
+ * PACK_SMALL_BLOCKS, so tiny matrices get them) has the matrices of streamed
+ * units checked block by block by the threads that multiply with them (wblk.h).
+ * At the floor (everything streamed) and a third of the way up, decoding gives
+ * the resident run's ids and logits bits (at the floor with blocks counted); a flipped byte
+ * in a streamed matrix is a checksum error naming the tensor, its rows, trunk.bin
+ * and the byte range (PLACE_VERIFY_OFF: served as read); a flipped byte in a
+ * small tensor of the unit fails its own checksum at layer_get; a wrong block
+ * hash in the manifest fails the run and pack --verify, which names the block. */
+TEST(stream_verify_blocks) {
+    const char *src = tpack_model("tiny", "st_vb_src", 29);
+    if (!src) { CHECK(0); return; }
+    char dir[1100], cmd[2400], err[2048], msg[2048];
+    snprintf(dir, sizeof dir, "%s/st_vb", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dir, src, dir);
+    CHECK(t_run(cmd, NULL) == 0);
+    model m;
+    if (model_open(&m, dir)) { CHECK(0); return; }
+    pack_result pr;
+    CHECK_MSG(pack_build(dir, &m.c, m.ix, NULL, PACK_SMALL_BLOCKS, NULL, NULL, &pr, err, sizeof err) == 0, "%s", err);
+    pack *pk = NULL;
+    char found[1024];
+    CHECK(pack_find(dir, found, sizeof found) && pack_open(&pk, found, dir, &m.c, m.ix, err, sizeof err) == 0);
+    if (!pk) { model_close(&m); return; }
+    const int64_t L = 3;
+    const pack_region *r = &pk->units[L];
+    const pack_tensor *tb = NULL, *ts = NULL;
+    for (int i = 0; i < r->n_tensors; i++) {
+        if (!tb && r->t[i].n_blk >= 3) tb = &r->t[i];
+        if (!ts && !r->t[i].n_blk && r->t[i].ndim == 1) ts = &r->t[i];
+    }
+    CHECK(tb && ts);
+    if (!tb || !ts) { pack_close(pk); model_close(&m); return; }
+    enum { G = 5 };
+    int32_t want[G], got[G];
+    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
+    CHECK(decode(&m, m.res, 4, want, G, wl) == 0);
+    uint64_t b[3];
+    budgets_for(&m, dir, b);
+    for (int i = 0; i < 2; i++) {
+        place_opts o = opts_for(b[i]);
+        place_plan p;
+        wsrc *w = NULL;
+        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
+        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        if (!w) continue;
+        memset(got, 0, sizeof got);
+        CHECK(decode(&m, w, p.prefill_chunk, got, G, gl) == 0);
+        CHECK_MSG(!memcmp(want, got, sizeof want), "budget %llu: ids differ", (unsigned long long)b[i]);
+        CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu: logits bits differ", (unsigned long long)b[i]);
+        place_stats st;
+        place_stats_get(w, &st);
+        CHECK_MSG((i || st.verify_blk_bytes > 0) && st.verify_blk_bytes <= st.verify_bytes, "budget %llu: %llu block bytes",
+                  (unsigned long long)b[i], (unsigned long long)st.verify_blk_bytes);
+        w->ops->close(w);
+    }
+    /* a byte of block 1 of a streamed matrix */
+    const uint64_t rb = tb->nbytes / (uint64_t)tb->shape[0], at = r->off + tb->off + (uint64_t)tb->blk_rows * rb + 7;
+    flip_keep_mtime(pk->trunk_path, at);
+    for (int off = 0; off < 2; off++) {
+        place_opts o = opts_for(b[0]);
+        if (off) o.verify_reads = PLACE_VERIFY_OFF;
+        place_plan p;
+        wsrc *w = NULL;
+        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
+        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        if (!w) continue;
+        int rc = decode_msg(&m, w, p.prefill_chunk, msg, sizeof msg);
+        if (off) {
+            CHECK_MSG(rc == 0, "%s", msg);
+        } else {
+            char rows[64];
+            snprintf(rows, sizeof rows, "rows %lld..%lld", (long long)tb->blk_rows, (long long)(2 * tb->blk_rows));
+            CHECK_MSG(rc == STRATA_ECORRUPT && strstr(msg, "layer 3: checksum mismatch in") && strstr(msg, tb->name) &&
+                      strstr(msg, rows) && strstr(msg, "trunk.bin bytes"), "rc %d: %s", rc, msg);
+        }
+        w->ops->close(w);
+    }
+    flip_keep_mtime(pk->trunk_path, at);
+    /* a byte of a vector of the same unit: its own checksum, as the unit lands */
+    flip_keep_mtime(pk->trunk_path, r->off + ts->off + 1);
+    {
+        place_opts o = opts_for(b[0]);
+        place_plan p;
+        wsrc *w = NULL;
+        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
+        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        if (w) {
+            const wt *v;
+            CHECK(w->ops->layer_get(w, L, &v) == STRATA_ECORRUPT);
+            const char *e = w->ops->errmsg(w);
+            CHECK_MSG(strstr(e, "layer 3: checksum mismatch in") && strstr(e, ts->name) && strstr(e, "trunk.bin bytes"), "%s", e);
+            w->ops->close(w);
+        }
+    }
+    flip_keep_mtime(pk->trunk_path, r->off + ts->off + 1);
+    /* a wrong block hash in the manifest: the bytes no longer match it */
+    char mpath[1200], hex[20];
+    snprintf(mpath, sizeof mpath, "%s/manifest.json", found);
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)tb->blk[2]);
+    char hex2[20];
+    snprintf(hex2, sizeof hex2, "%s", hex);
+    hex2[0] = hex[0] == '0' ? '1' : '0';
+    char sed[3000];
+    snprintf(sed, sizeof sed, "grep -c %s %s && sed -i s/%s/%s/ %s", hex, mpath, hex, hex2, mpath);
+    int h = t_run(sed, NULL) == 0;
+    CHECK(h);
+    if (h) {
+        pack *p2 = NULL;
+        CHECK_MSG(pack_open(&p2, found, dir, &m.c, m.ix, err, sizeof err) == 0, "%s", err);
+        if (p2) {
+            CHECK(pack_verify(p2, &m.c, m.ix, NULL, NULL, err, sizeof err) == STRATA_ECORRUPT);
+            CHECK_MSG(strstr(err, "block 2: checksum mismatch in") && strstr(err, tb->name), "%s", err);
+            pack_close(p2);
+        }
+        place_opts o = opts_for(b[0]);
+        place_plan p;
+        wsrc *w = NULL;
+        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
+        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        if (w) {
+            CHECK(decode_msg(&m, w, p.prefill_chunk, msg, sizeof msg) == STRATA_ECORRUPT);
+            CHECK_MSG(strstr(msg, "checksum mismatch in") && strstr(msg, tb->name), "%s", msg);
+            w->ops->close(w);
+        }
+    }
+    base_free(wl);
+    base_free(gl);
+    pack_close(pk);
+    model_close(&m);
+}
+
 /* A self-draft pass (engine_draft_step: pinned layers only, cached experts
  * only) inside a speculation that is rolled back leaves no trace: decoding with
  * three draft passes before every token gives the resident run's ids and logits
