@@ -1111,6 +1111,25 @@ static json_t *region_json(const lregion *r, uint64_t h) {
     return o;
 }
 
+/* A manifest written before row-block checksums: some layer or head matrix
+ * large enough for blocks (pack_block_rows) has none. Such a pack still runs,
+ * verified as each unit lands, at a higher cost; plain `pack` rewrites it. */
+static int lacks_blocks(json_t *j) {
+    json_t *units = json_object_get(j, "units");
+    for (size_t u = 0; u < json_array_size(units); u++) {
+        json_t *ts = json_object_get(json_array_get(units, u), "tensors");
+        for (size_t i = 0; i < json_array_size(ts); i++) {
+            json_t *t = json_array_get(ts, i), *sh = json_object_get(t, "shape");
+            int64_t nb, rows;
+            if (json_object_get(t, "blocks") || json_array_size(sh) != 2 || jsonx_int(json_object_get(t, "nbytes"), &nb) ||
+                jsonx_int(json_array_get(sh, 0), &rows) || nb < 0)
+                continue;
+            if (pack_block_rows(2, rows, (uint64_t)nb, PACK_BLOCK_BYTES)) return 1;
+        }
+    }
+    return 0;
+}
+
 /* Reads dir/manifest.json: the format, the model id and the version (checked by
  * the callers: pack_open refuses another version, pack_build replaces it). */
 static int load_manifest(const char *dir, json_t **out, uint64_t *id, int64_t *version, char *err, size_t errlen) {
@@ -1196,6 +1215,11 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
                 snprintf(why, sizeof why, "it was written by another strata (manifest version %lld, this one writes %d)",
                          (long long)ver, PACK_VERSION);
             else stale = stamps_stale(json_object_get(j, "shards"), ix, why, sizeof why);
+            if (!stale && lacks_blocks(j)) {
+                stale = 1;
+                snprintf(why, sizeof why, "it predates the per-block checksums that let a run verify streamed matrices "
+                         "as it multiplies with them");
+            }
             json_decref(j);
             if (old != id && !ours)
                 return base_fail(err, errlen, STRATA_EINVAL,
