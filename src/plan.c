@@ -328,7 +328,14 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->overhead_bytes = o->overhead_bytes ? o->overhead_bytes
                                           : base + (uint64_t)(o->n_threads > 0 ? o->n_threads + 3 : 8) * (256u << 10) + (24u << 20);
     p->index_bytes = lay ? 0 : (uint64_t)n_tensors_all * 256;
-    if (p->has_pack) p->index_bytes += (uint64_t)n_tensors_all * 48 + (uint64_t)p->n_units * 4096;
+    if (p->has_pack) {
+        p->index_bytes += (uint64_t)n_tensors_all * 48 + (uint64_t)p->n_units * 4096;
+        /* the matrices' row-block hashes (pack.h): 8 bytes kept and a flag per block,
+         * ~100 more while the manifest's hex strings are parsed (jansson) */
+        uint64_t tb = 0;
+        for (int64_t u = 0; u < p->n_units; u++) tb += p->unit_bytes[u];
+        p->index_bytes += (tb / PACK_BLOCK_BYTES + (uint64_t)p->n_units) * 112;
+    }
     p->n_seqs = o->n_seqs > 0 ? o->n_seqs : 1;
     p->seq_bytes = o->seq_bytes ? o->seq_bytes : o->session_bytes ? o->session_bytes(c, p->ctx) : est_session(c, p->ctx);
     p->session_bytes = p->seq_bytes * (uint64_t)p->n_seqs;
