@@ -1562,16 +1562,23 @@ static const pack_region *verify_reg(const pack *p, int64_t i) { return i == 0 ?
 
 static const char *trunk_path(const void *p, int i) { (void)i; return ((const pack *)p)->trunk_path; }
 
+/* Releases what tw_pack_region allocated. */
+static void tw_pack_free(twalk *w) {
+    if (w->t) base_free(w->t[w->n].blk); /* the sentinel entry holds the hashes' storage */
+    base_free(w->t);
+    w->t = NULL;
+}
+
 /* Sets w up to recompute the hashes of r's tensors and blocks (into storage it
  * allocates; tw_pack_free releases it). */
 static int tw_pack_region(twalk *w, const pack_region *r, char *err, size_t errlen) {
-    base_free(w->t);
-    w->t = NULL;
+    tw_pack_free(w);
     int64_t nb = 0;
     for (int i = 0; i < r->n_tensors; i++) nb += r->t[i].n_blk + 1;
     twt *a = base_calloc((size_t)r->n_tensors + 1, sizeof *a, MEM_INDEX);
     uint64_t *h = a ? base_calloc((size_t)nb + 1, sizeof *h, MEM_INDEX) : NULL;
     if (!h) { base_free(a); return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory"); }
+    a[r->n_tensors].blk = h;
     for (int i = 0; i < r->n_tensors; i++) {
         const pack_tensor *t = &r->t[i];
         const uint64_t rb = t->n_blk ? t->nbytes / (uint64_t)t->shape[0] : 0;
@@ -1580,12 +1587,6 @@ static int tw_pack_region(twalk *w, const pack_region *r, char *err, size_t errl
     }
     tw_start(w, a, r->n_tensors);
     return STRATA_OK;
-}
-
-static void tw_pack_free(twalk *w) {
-    if (w->t) base_free(w->t[0].h);
-    base_free(w->t);
-    w->t = NULL;
 }
 
 /* The recomputed tensor and block hashes of r against the manifest's. */
