@@ -25,6 +25,17 @@ kern_table K = {
 #define E8M0_64(s) E8M0_16(s), E8M0_16((s) + 16), E8M0_16((s) + 32), E8M0_16((s) + 48)
 const float kern_e8m0_table[256] = {E8M0_64(0), E8M0_64(64), E8M0_64(128), E8M0_64(192)};
 
+/* kern_fp4_lut[s][c] = k_e2m1[c] * 2^(s-127), folded by the compiler as the f32
+ * product the kernels computed per row and group (exact, or inf at scale 254). */
+#define FP4L(s, c) ((float)(c) * E8M0(s))
+#define FP4L_ROW(s) {FP4L(s, 0.0f), FP4L(s, 0.5f), FP4L(s, 1.0f), FP4L(s, 1.5f), FP4L(s, 2.0f), \
+                     FP4L(s, 3.0f), FP4L(s, 4.0f), FP4L(s, 6.0f), FP4L(s, -0.0f), FP4L(s, -0.5f), \
+                     FP4L(s, -1.0f), FP4L(s, -1.5f), FP4L(s, -2.0f), FP4L(s, -3.0f), FP4L(s, -4.0f), FP4L(s, -6.0f)}
+#define FP4L_4(s) FP4L_ROW(s), FP4L_ROW((s) + 1), FP4L_ROW((s) + 2), FP4L_ROW((s) + 3)
+#define FP4L_16(s) FP4L_4(s), FP4L_4((s) + 4), FP4L_4((s) + 8), FP4L_4((s) + 12)
+#define FP4L_64(s) FP4L_16(s), FP4L_16((s) + 16), FP4L_16((s) + 32), FP4L_16((s) + 48)
+_Alignas(64) const float kern_fp4_lut[256][16] = {FP4L_64(0), FP4L_64(64), FP4L_64(128), FP4L_64(192)};
+
 typedef struct { const kern_table *t; int (*supported)(void); } kern_cand;
 
 static int cand_always(void) { return 1; }

@@ -167,6 +167,20 @@ TEST(kern_mxfp4) {
     }
 }
 
+/* The compile-time LUT table is the runtime product, bit for bit, at every scale
+ * (subnormal, overflow to inf at 254, zeroed at 255) and code (-0 included). */
+TEST(kern_fp4_lut) {
+    for (int sc = 0; sc < 256; sc++)
+        for (int c = 0; c < 16; c++) {
+            float want = k_e2m1[c] * kern_e8m0_table[sc], got = kern_fp4_lut[sc][c];
+            uint32_t a, b;
+            memcpy(&a, &want, 4);
+            memcpy(&b, &got, 4);
+            CHECK_MSG(a == b, "scale %d code %d: %08x, want %08x", sc, c, b, a);
+        }
+    CHECK(((uintptr_t)kern_fp4_lut & 63) == 0);
+}
+
 TEST(kern_dot) {
     const kern_table *const *av = kern_available();
     static const int64_t ns[] = {0, 1, 2, 15, 16, 17, 31, 33, 64, 200, 1000, 4099};
