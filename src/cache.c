@@ -153,6 +153,13 @@ oom:
                      (long long)n_slots, (unsigned long long)slot_bytes);
 }
 
+uint64_t cache_meta_bytes(int64_t n_keys, int64_t n_slots, int64_t n_layers) {
+    if (n_layers < 1) n_layers = 1;
+    return sizeof(cache) + (uint64_t)n_slots * sizeof(slot) +
+           (uint64_t)n_keys * (sizeof(int32_t) + sizeof(uint64_t) + sizeof(uint32_t)) +
+           (uint64_t)(Q_LAYER0 + n_layers) * sizeof(list) + (uint64_t)n_layers * (sizeof(uint32_t) + sizeof(int32_t));
+}
+
 void cache_free(cache *c) {
     if (!c) return;
     base_free(c->arena);

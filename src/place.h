@@ -144,7 +144,9 @@ typedef struct place_plan {
     uint64_t expert_bytes;    /* one expert as stored */
     uint64_t expert_slot_bytes;
     int64_t n_expert_slots, min_expert_slots;
-    uint64_t cache_bytes;
+    uint64_t slot_meta_bytes; /* bookkeeping per slot, beside its bytes (place_cache_meta_bytes) */
+    uint64_t cache_meta_bytes; /* bookkeeping of the cache as a whole */
+    uint64_t cache_bytes;     /* slots x (slot + bookkeeping) + the cache's tables */
     int cache_policy;
     /* the rest */
     uint64_t session_bytes, engine_bytes, io_bytes, index_bytes, overhead_bytes, extra_bytes;
@@ -210,6 +212,13 @@ int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw,
  * saves reads. */
 int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_dir,
                const place_plan *p, char *err, size_t errlen);
+
+/* RAM the streaming source keeps beside an expert cache of n_slots slots over
+ * n_keys experts in n_layers MoE layers of n_experts each: each slot's read
+ * and binding record and the cache's tables (no arena). Linear in n_slots; the
+ * planner counts it with the slots (ladder at 16 GB: 7,990 slots x 4.8 KB =
+ * 38 MB, which had put the peak 8 MB over the budget). */
+uint64_t place_cache_meta_bytes(int64_t n_keys, int64_t n_layers, int64_t n_experts, int64_t n_slots);
 
 typedef struct place_stats {
     uint64_t bytes_trunk, bytes_head, bytes_embed, bytes_experts; /* read from disk */

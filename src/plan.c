@@ -160,6 +160,12 @@ static uint64_t plan_total(const place_plan *p) {
            p->ring_bytes + (p->embed_resident ? p->embed_bytes : 0) + p->cache_bytes + (p->sliced ? p->slice_pool_bytes : 0);
 }
 
+/* RAM of an expert cache of n slots: their bytes and the bookkeeping the
+ * streaming source keeps beside them (place_cache_meta_bytes). */
+static uint64_t cache_cost(const place_plan *p, int64_t n) {
+    return n > 0 ? (uint64_t)n * (p->expert_slot_bytes + p->slot_meta_bytes) + p->cache_meta_bytes : 0;
+}
+
 /* Steps 2-5 under a budget: arena for overlap, pins largest-first to a fixed
  * point, the embedding table, the expert cache (p's floor already set). */
 static void plan_fill(place_plan *p, uint64_t budget, int64_t n_expert_all) {
@@ -208,10 +214,11 @@ static void plan_fill(place_plan *p, uint64_t budget, int64_t n_expert_all) {
     }
     /* ---- 5. the expert cache takes the rest ---- */
     uint64_t used = plan_total(p);
-    int64_t extra = p->expert_slot_bytes && budget > used ? (int64_t)((budget - used) / p->expert_slot_bytes) : 0;
+    const uint64_t per = p->expert_slot_bytes + p->slot_meta_bytes;
+    int64_t extra = p->expert_slot_bytes && budget > used ? (int64_t)((budget - used) / per) : 0;
     p->n_expert_slots = p->min_expert_slots + extra;
     if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all > p->min_expert_slots ? n_expert_all : p->min_expert_slots;
-    p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
+    p->cache_bytes = cache_cost(p, p->n_expert_slots);
 }
 
 /* The expert cache's hit rate under uniform routing, over this process's MoE
@@ -321,6 +328,11 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->expert_slot_bytes = (lay && !lay->experts_contiguous) ? io_align_up(p->expert_bytes) + 6 * 3 * IO_ALIGN
                                                              : io_align_up(p->expert_bytes) + 2 * IO_ALIGN;
     n_tensors_all += n_expert_all * 6 + 1;
+    if (n_moe > 0) { /* the cache's keys span every MoE layer of the model (place_open) */
+        const int64_t nl = c->n_layers - c->first_dense, nk = nl * c->n_experts;
+        p->slot_meta_bytes = place_cache_meta_bytes(nk, nl, c->n_experts, 2) - place_cache_meta_bytes(nk, nl, c->n_experts, 1);
+        p->cache_meta_bytes = place_cache_meta_bytes(nk, nl, c->n_experts, 1) - p->slot_meta_bytes;
+    }
     /* fixed costs: the process as it stands (binary, libc, the index when loaded)
      * plus thread stacks and allocator slack; the tensor index for `--config`; the
      * manifest when a pack is used */
@@ -352,7 +364,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->engine_bytes = o->engine_bytes ? o->engine_bytes(c, chunk, o->n_threads) : est_engine(c, chunk, o->n_threads);
     p->min_expert_slots = n_moe ? (c->topk < c->n_experts ? c->topk : c->n_experts) : 0;
     p->n_expert_slots = p->min_expert_slots;
-    p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
+    p->cache_bytes = cache_cost(p, p->n_expert_slots);
     p->ring_bytes = p->ring_min_bytes = ring_need(p, 0);
     p->total_bytes = p->min_bytes = plan_total(p);
     /* below the whole-unit floor: streamed units in row slices, the largest
@@ -399,11 +411,11 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         p->embed_resident = 1;
         p->total_bytes = plan_total(p);
         uint64_t left = cap > p->total_bytes ? cap - p->total_bytes : 0;
-        int64_t extra = p->expert_slot_bytes ? (int64_t)(left / p->expert_slot_bytes) : 0;
+        int64_t extra = p->expert_slot_bytes ? (int64_t)(left / (p->expert_slot_bytes + p->slot_meta_bytes)) : 0;
         p->n_expert_slots = p->min_expert_slots + extra;
         if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all;
         if (p->n_expert_slots < p->min_expert_slots) p->n_expert_slots = p->min_expert_slots;
-        p->cache_bytes = (uint64_t)p->n_expert_slots * p->expert_slot_bytes;
+        p->cache_bytes = cache_cost(p, p->n_expert_slots);
     }
     if (budget) {
         /* whole units where they fit; where row slices fit too, the plan of the
@@ -502,6 +514,7 @@ json_t *place_plan_json(const place_plan *p) {
     I("embed_bytes", p->embed_resident ? p->embed_bytes : 0);
     I("n_expert_slots", p->n_expert_slots);
     I("expert_slot_bytes", p->expert_slot_bytes);
+    I("slot_meta_bytes", p->slot_meta_bytes);
     I("cache_bytes", p->cache_bytes);
     I("session_bytes", p->session_bytes);
     I("seq_bytes", p->seq_bytes);
