@@ -263,6 +263,7 @@ int cmd_serve(int argc, char **argv) {
     }
     http_quiesce(h);
     sched_shutdown(s, (double)o.grace);
+    http_drain(h, 2.0);
     /* the engine thread is gone: the model has one caller again */
     if (sched_state(s) == 1) strata_model_print_report(m.m, stderr);
     ret = 0;

@@ -30,6 +30,7 @@ struct http_server {
     metrics *mt;
     int port;
     atomic_uint_fast64_t next_id;
+    atomic_int streams;        /* streamed responses not yet freed by MHD */
 };
 
 enum { R_NONE, R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS, R_PAGE };
@@ -337,6 +338,7 @@ static void stream_free(void *cls) {
     }
     job_release(st->h->s, st->j);
     req_buf_free(&st->out);
+    atomic_fetch_sub(&st->h->streams, 1);
     base_free(st);
 }
 
@@ -371,6 +373,7 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
         }
         *st = (stream){.h = h, .mc = mc, .j = j, .kind = kind, .include_usage = include_usage, .thinking = j->thinking,
                        .created = (long long)time(NULL)};
+        atomic_fetch_add(&h->streams, 1);
         snprintf(st->id, sizeof st->id, "%s", id);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -592,6 +595,7 @@ int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics 
     h->tk = tk;
     h->mt = mt;
     atomic_init(&h->next_id, 1);
+    atomic_init(&h->streams, 0);
     h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s,
@@ -614,6 +618,15 @@ void http_quiesce(http_server *h) {
     if (!h || !h->d) return;
     MHD_socket fd = MHD_quiesce_daemon(h->d);
     if (fd != MHD_INVALID_SOCKET) close(fd);
+}
+
+void http_drain(http_server *h, double max_s) {
+    if (!h) return;
+    const double t_end = base_now() + max_s;
+    while (atomic_load(&h->streams) > 0 && base_now() < t_end) {
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
 }
 
 void http_stop(http_server *h) {
