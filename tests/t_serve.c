@@ -536,6 +536,27 @@ TEST(serve_limits) {
     req_buf_free(&b);
     close(fd);
     req_buf_free(&rq);
+
+    /* the same with a non-streamed request: its whole answer goes out before the
+     * connections close */
+    CHECK(server_start(&s, dir, "5", args) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    const char *plain = "{\"prompt\":\"abc\",\"max_tokens\":3000}";
+    req_buf_addf(&rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s", strlen(plain), plain);
+    fd = sock_open(s.port);
+    CHECK(fd >= 0 && sock_send(fd, rq.p, rq.n) == 0);
+    for (int i = 0; i < 250; i++) { /* until it runs */
+        int on = http(s.port, "GET", "/metrics", NULL, NULL, 0, &b) == 200 && b.p && strstr(b.p, "strata_active_sequences 1");
+        req_buf_free(&b);
+        if (on) break;
+        usleep(20000);
+    }
+    CHECK(server_stop(&s) == 0);
+    CHECK(sock_read(fd, &b, NULL, 5) == 1 && b.p && !strncmp(b.p, "HTTP/1.1 200", 12) && strstr(b.p, "\"choices\"") &&
+          strstr(b.p, "\"usage\""));
+    req_buf_free(&b);
+    close(fd);
+    req_buf_free(&rq);
 }
 
 /* The page in a real browser. A browser that cannot start here (not installed,

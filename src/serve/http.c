@@ -30,7 +30,7 @@ struct http_server {
     metrics *mt;
     int port;
     atomic_uint_fast64_t next_id;
-    atomic_int streams;        /* streamed responses not yet freed by MHD */
+    atomic_int inflight;       /* admitted generation requests whose response is not yet sent */
 };
 
 enum { R_NONE, R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS, R_PAGE };
@@ -39,6 +39,7 @@ typedef struct conn {
     int route;
     const char *endpoint;  /* for metrics */
     req_buf body;
+    int admitted;          /* counted in inflight until MHD completes the request */
 } conn;
 
 /* ===== small helpers ===== */
@@ -338,7 +339,6 @@ static void stream_free(void *cls) {
     }
     job_release(st->h->s, st->j);
     req_buf_free(&st->out);
-    atomic_fetch_sub(&st->h->streams, 1);
     base_free(st);
 }
 
@@ -357,6 +357,8 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
     }
     /* admitted: generation may take longer than the idle timeout */
     MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, 0);
+    k->admitted = 1;
+    atomic_fetch_add(&h->inflight, 1);
     const int stream_mode = r.stream, include_usage = r.include_usage;
     request_free(&r);
     char id[48];
@@ -373,7 +375,6 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
         }
         *st = (stream){.h = h, .mc = mc, .j = j, .kind = kind, .include_usage = include_usage, .thinking = j->thinking,
                        .created = (long long)time(NULL)};
-        atomic_fetch_add(&h->streams, 1);
         snprintf(st->id, sizeof st->id, "%s", id);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
@@ -564,6 +565,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode why) {
     conn *k = *con_cls;
     if (!k) return;
+    if (k->admitted) atomic_fetch_sub(&((http_server *)cls)->inflight, 1);
     req_buf_free(&k->body);
     base_free(k);
     *con_cls = NULL;
@@ -595,7 +597,7 @@ int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics 
     h->tk = tk;
     h->mt = mt;
     atomic_init(&h->next_id, 1);
-    atomic_init(&h->streams, 0);
+    atomic_init(&h->inflight, 0);
     h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s,
@@ -623,7 +625,7 @@ void http_quiesce(http_server *h) {
 void http_drain(http_server *h, double max_s) {
     if (!h) return;
     const double t_end = base_now() + max_s;
-    while (atomic_load(&h->streams) > 0 && base_now() < t_end) {
+    while (atomic_load(&h->inflight) > 0 && base_now() < t_end) {
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }

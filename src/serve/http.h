@@ -38,9 +38,10 @@ int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics 
 int http_port(const http_server *h);
 /* Stops accepting connections (the listening socket closes); running ones go on. */
 void http_quiesce(http_server *h);
-/* After sched_shutdown: waits up to max_s seconds for the streamed responses
- * to send what their jobs left (the last chunk and data: [DONE]) and be freed;
- * closing at once cut some streams off before their [DONE]. */
+/* After sched_shutdown: waits up to max_s seconds for the admitted generation
+ * requests to send what their jobs left (a stream's last chunk and data: [DONE],
+ * a whole JSON answer) and complete; closing at once cut some streams off
+ * before their [DONE]. */
 void http_drain(http_server *h, double max_s);
 /* Closes every connection and frees (after sched_shutdown, so no waiter is left). */
 void http_stop(http_server *h);
