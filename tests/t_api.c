@@ -577,8 +577,14 @@ TEST(api_self_draft) {
      * t_stream's (placements here follow the RSS); acceptance is chance here */
     (void)accepted_any;
     /* under ASan no placement in range may cache part of the experts (the warm
-     * start and the RSS move the minimum): then only the identity above ran */
-    if (cached_runs) CHECK_MSG(partial_experts > 0,
+     * start and the RSS move the minimum), or the first one found caches what
+     * the drafts want: there only the identity above is asserted */
+#if defined(__SANITIZE_ADDRESS__)
+    const int asan = 1;
+#else
+    const int asan = 0;
+#endif
+    if (cached_runs && !asan) CHECK_MSG(partial_experts > 0,
               "self-drafts in %d placements: %d runs skipped layers, %d dropped experts, %lld accepted (%s)", runs, partial_layers,
               partial_experts, (long long)accepted_any, seen);
     /* a resident model does not self-draft (the draft would be the model) */
