@@ -215,8 +215,8 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
 
 /* RAM the streaming source keeps beside an expert cache of n_slots slots over
  * n_keys experts in n_layers MoE layers of n_experts each: each slot's read
- * and binding record and the cache's tables (no arena). Linear in n_slots; the
- * planner counts it with the slots (ladder at 16 GB: 7,990 slots x 4.8 KB =
+ * and binding record and the cache's tables (no arena). Linear in n_slots (at
+ * 0 slots: the tables alone); the planner counts it with the slots (ladder at 16 GB: 7,990 slots x 4.8 KB =
  * 38 MB, which had put the peak 8 MB over the budget). */
 uint64_t place_cache_meta_bytes(int64_t n_keys, int64_t n_layers, int64_t n_experts, int64_t n_slots);
 

@@ -160,10 +160,11 @@ static uint64_t plan_total(const place_plan *p) {
            p->ring_bytes + (p->embed_resident ? p->embed_bytes : 0) + p->cache_bytes + (p->sliced ? p->slice_pool_bytes : 0);
 }
 
-/* RAM of an expert cache of n slots: their bytes and the bookkeeping the
- * streaming source keeps beside them (place_cache_meta_bytes). */
+/* RAM of one more expert slot, and of a cache of n slots: their bytes and the
+ * bookkeeping the streaming source keeps beside them (place_cache_meta_bytes). */
+static uint64_t slot_cost(const place_plan *p) { return p->expert_slot_bytes + p->slot_meta_bytes; }
 static uint64_t cache_cost(const place_plan *p, int64_t n) {
-    return n > 0 ? (uint64_t)n * (p->expert_slot_bytes + p->slot_meta_bytes) + p->cache_meta_bytes : 0;
+    return n > 0 ? (uint64_t)n * slot_cost(p) + p->cache_meta_bytes : 0;
 }
 
 /* Steps 2-5 under a budget: arena for overlap, pins largest-first to a fixed
@@ -214,8 +215,7 @@ static void plan_fill(place_plan *p, uint64_t budget, int64_t n_expert_all) {
     }
     /* ---- 5. the expert cache takes the rest ---- */
     uint64_t used = plan_total(p);
-    const uint64_t per = p->expert_slot_bytes + p->slot_meta_bytes;
-    int64_t extra = p->expert_slot_bytes && budget > used ? (int64_t)((budget - used) / per) : 0;
+    int64_t extra = p->expert_slot_bytes && budget > used ? (int64_t)((budget - used) / slot_cost(p)) : 0;
     p->n_expert_slots = p->min_expert_slots + extra;
     if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all > p->min_expert_slots ? n_expert_all : p->min_expert_slots;
     p->cache_bytes = cache_cost(p, p->n_expert_slots);
@@ -330,8 +330,8 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     n_tensors_all += n_expert_all * 6 + 1;
     if (n_moe > 0) { /* the cache's keys span every MoE layer of the model (place_open) */
         const int64_t nl = c->n_layers - c->first_dense, nk = nl * c->n_experts;
-        p->slot_meta_bytes = place_cache_meta_bytes(nk, nl, c->n_experts, 2) - place_cache_meta_bytes(nk, nl, c->n_experts, 1);
-        p->cache_meta_bytes = place_cache_meta_bytes(nk, nl, c->n_experts, 1) - p->slot_meta_bytes;
+        p->cache_meta_bytes = place_cache_meta_bytes(nk, nl, c->n_experts, 0);
+        p->slot_meta_bytes = place_cache_meta_bytes(nk, nl, c->n_experts, 1) - p->cache_meta_bytes;
     }
     /* fixed costs: the process as it stands (binary, libc, the index when loaded)
      * plus thread stacks and allocator slack; the tensor index for `--config`; the
@@ -411,7 +411,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         p->embed_resident = 1;
         p->total_bytes = plan_total(p);
         uint64_t left = cap > p->total_bytes ? cap - p->total_bytes : 0;
-        int64_t extra = p->expert_slot_bytes ? (int64_t)(left / (p->expert_slot_bytes + p->slot_meta_bytes)) : 0;
+        int64_t extra = p->expert_slot_bytes ? (int64_t)(left / slot_cost(p)) : 0;
         p->n_expert_slots = p->min_expert_slots + extra;
         if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all;
         if (p->n_expert_slots < p->min_expert_slots) p->n_expert_slots = p->min_expert_slots;

@@ -222,7 +222,7 @@ static const wsrc_ops k_stream_ops;
 
 /* Wall time with at least one read in flight, over both threads (under mu). */
 uint64_t place_cache_meta_bytes(int64_t n_keys, int64_t n_layers, int64_t n_experts, int64_t n_slots) {
-    if (n_keys <= 0 || n_slots <= 0) return 0;
+    if (n_keys <= 0 || n_slots < 0) return 0;
     /* xs per slot; req_slot, req_list and pf_mark per expert of a layer (place_open) */
     return cache_meta_bytes(n_keys, n_slots, n_layers) + (uint64_t)n_slots * sizeof(xslot) +
            (uint64_t)n_experts * (2 * sizeof(int32_t) + 1);
