@@ -70,9 +70,16 @@ double num_mxfp4_value(uint8_t code, uint8_t scale) {
     return ldexp((double)k_e2m1[code & 0xF], (int)scale - 127);
 }
 
+/* memchr skips to each 255 with libc's vector code: the byte loop was 1.3% of
+ * decode CPU at 6.2 GB on ladder (perf, Zen 5), every landed expert's scales
+ * scanned once; a healthy checkpoint has none, so the scan is one memchr */
 size_t num_mxfp4_count_nan_scales(const uint8_t *scales, size_t n) {
     size_t c = 0;
-    for (size_t i = 0; i < n; i++) c += scales[i] == 255;
+    const uint8_t *p = scales, *end = scales + n;
+    while (p < end && (p = memchr(p, 255, (size_t)(end - p))) != NULL) {
+        c++;
+        p++;
+    }
     return c;
 }
 

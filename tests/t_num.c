@@ -124,6 +124,15 @@ TEST(num_mxfp4) {
     CHECK(num_mxfp4_code(packed, 2) == 7 && num_mxfp4_code(packed, 3) == 15);
     const uint8_t sc[5] = {0, 255, 127, 255, 254};
     CHECK(num_mxfp4_count_nan_scales(sc, 5) == 2);
+    CHECK(num_mxfp4_count_nan_scales(sc, 0) == 0 && num_mxfp4_count_nan_scales(sc + 3, 1) == 1);
+    /* runs of 255 at both ends and across a vector width, against a byte count */
+    uint8_t big[333];
+    size_t want = 0;
+    for (size_t i = 0; i < sizeof big; i++) {
+        big[i] = (uint8_t)(i < 3 || i >= 330 || (i % 37 == 5) || (i >= 60 && i < 130) ? 255 : i % 255);
+        want += big[i] == 255;
+    }
+    CHECK(num_mxfp4_count_nan_scales(big, sizeof big) == want);
 }
 
 TEST(num_to_f32) {
