@@ -1,7 +1,7 @@
 # gnuplot -e "csv='ladder.csv'; out='ladder.png'" plot.gp
 # Decode s/token against the budget, beside the rung's physical limit:
 # max(disk bytes / disk bandwidth, bytes touched / memory bandwidth), both
-# bandwidths measured at the start of the same run (columns 4, 15, 5).
+# bandwidths probed in the same run beside each rung (run.sh; columns 4, 15, 5).
 set datafile separator ","
 set terminal pngcairo size 900,500
 set output out

@@ -7,6 +7,13 @@
 # budget. Each rung's limit is max(disk bytes / disk bandwidth, bytes touched /
 # memory bandwidth) with the bandwidths measured here (place_run --bandwidth:
 # O_DIRECT disk, memory with the compute threads); `ratio` is decode / limit.
+# The bandwidths move while the ladder runs (this 2-core VM's memory probe read
+# 30-80 GB/s within one hour, its fresh-file disk probe 1.4-5.7 GB/s as the host
+# caches files), so a probe runs before the first rung and after every rung: a
+# rung's memory bandwidth is the mean of the probes on either side of it, and the
+# disk bandwidth is the median of all the run's probes (a single host-cached probe
+# does not move it); both probes beside each rung are in the CSV (mem_before,
+# mem_after) and in the log.
 # LADDER_MODEL, GEN, BUDGETS, PLACE_ARGS (e.g. --no-verify for a pack without
 # per-tensor checksums below the whole-unit floor) and RESIDENT_ARGS (default
 # --no-preload: an unbudgeted warm start fills MemAvailable) override.
@@ -21,17 +28,37 @@ RESIDENT_ARGS=${RESIDENT_ARGS:---no-preload}
 mkdir -p "$OUT"
 [ -f "$M/config.json" ] || ./strata gen-model "$M" --preset ladder
 [ -f "$M/strata.pack/manifest.json" ] || ./strata pack "$M"
-echo "== bandwidth (O_DIRECT 4 MiB reads at depth 16 on a fresh file; 512 MB memory read with the compute threads)"
-read -r DISK_BW MEM_BW < <("$BUILD/place_run" --bandwidth | tail -1)
-echo "disk $DISK_BW GB/s, memory $MEM_BW GB/s"
+probe() { "$BUILD/place_run" --bandwidth 2> /dev/null | tail -1; }
+echo "== bandwidth before and after every rung (O_DIRECT 4 MiB reads at depth 16 on a fresh file; 512 MB memory read with the compute threads)"
+PROBES=$OUT/ladder-probes.txt
+RAW=$OUT/ladder-raw.csv
 CSV=$OUT/ladder.csv
-echo "budget_gb,pinned,prefill_s_tok,decode_s_tok,gb_read_tok,io_floor_s_tok,pct_io_limit,expert_hit_pct,io_wait_pct,peak_rss_gb,ids_hash,gb_touched_tok,disk_gbs,mem_gbs,limit_s_tok,ratio,pred_hit_pct,trunk" > "$CSV"
+probe > "$PROBES"
+read -r DISK_BW MEM_BW < "$PROBES"
+echo "probe 0: disk $DISK_BW GB/s, memory $MEM_BW GB/s"
+: > "$RAW"
+i=0
 for b in $BUDGETS; do
   if [ "$b" = resident ]; then arg="--resident $RESIDENT_ARGS"; else arg="--ram-gb $b"; fi
   echo "== budget $b" >&2
-  "$BUILD/place_run" "$M" $arg $PLACE_ARGS --gen "$GEN" --prompt-len 16 --disk-bw "$DISK_BW" --mem-bw "$MEM_BW" --csv "$CSV" \
+  "$BUILD/place_run" "$M" $arg $PLACE_ARGS --gen "$GEN" --prompt-len 16 --disk-bw "$DISK_BW" --mem-bw "$MEM_BW" --csv "$RAW" \
     2> "$OUT/ladder-$b.log" || { echo "rung $b failed:"; tail -5 "$OUT/ladder-$b.log"; exit 1; }
+  probe >> "$PROBES"
+  i=$((i + 1))
+  echo "probe $i: disk $(sed -n "$((i + 1))p" "$PROBES" | cut -d' ' -f1) GB/s, memory $(sed -n "$((i + 1))p" "$PROBES" | cut -d' ' -f2) GB/s"
 done
+# each rung's limit and ratio again with its own bandwidths (see the header)
+DISK_MED=$(cut -d' ' -f1 "$PROBES" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
+echo "disk bandwidth for every rung: median of $(wc -l < "$PROBES") probes = $DISK_MED GB/s"
+echo "budget_gb,pinned,prefill_s_tok,decode_s_tok,gb_read_tok,io_floor_s_tok,pct_io_limit,expert_hit_pct,io_wait_pct,peak_rss_gb,ids_hash,gb_touched_tok,disk_gbs,mem_gbs,limit_s_tok,ratio,pred_hit_pct,trunk,mem_before_gbs,mem_after_gbs" > "$CSV"
+awk -F, -v OFS=, -v disk="$DISK_MED" -v probes="$PROBES" '
+  BEGIN { n = 0; while ((getline line < probes) > 0) { split(line, f, " "); mem[n++] = f[2] } }
+  { mb = mem[NR - 1]; ma = mem[NR]; m = (mb + ma) / 2
+    fl = $5 / disk; ms = $12 / m; lim = fl > ms ? fl : ms
+    $6 = sprintf("%.4f", fl); $7 = sprintf("%.1f", $4 > 0 ? 100 * fl / $4 : 0)
+    $13 = sprintf("%.3f", disk); $14 = sprintf("%.2f", m); $15 = sprintf("%.4f", lim)
+    $16 = sprintf("%.2f", lim > 0 ? $4 / lim : 0)
+    print $0, sprintf("%.2f", mb), sprintf("%.2f", ma) }' "$RAW" >> "$CSV"
 echo
 column -s, -t < "$CSV"
 n=$(tail -n +2 "$CSV" | cut -d, -f11 | sort -u | wc -l)
