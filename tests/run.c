@@ -63,6 +63,37 @@ const char *t_write(const char *name, const void *data, size_t len) {
 
 const char *t_strata(void) { return "./strata"; }
 
+const char *t_model(const char *name, const char *preset, int seed, int pack) {
+    static struct { char name[64], dir[512]; } made[64];
+    static int n_made;
+    int i = 0;
+    while (i < n_made && strcmp(made[i].name, name)) i++;
+    if (i == n_made) {
+        if (n_made == 64 || strlen(name) >= sizeof made[0].name) return NULL;
+        n_made++;
+        snprintf(made[i].name, sizeof made[i].name, "%s", name);
+        snprintf(made[i].dir, sizeof made[i].dir, "%s/%s", t_tmpdir, name);
+    }
+    const char *d = made[i].dir;
+    char probe[700], cmd[2048] = "";
+    snprintf(probe, sizeof probe, "%s/config.json", d);
+    if (!base_is_file(probe)) {
+        char sd[32] = "";
+        if (seed >= 0) snprintf(sd, sizeof sd, " --seed %d", seed);
+        snprintf(cmd, sizeof cmd, "%s gen-model %s --preset %s%s >/dev/null 2>&1", t_strata(), d, preset, sd);
+    }
+    snprintf(probe, sizeof probe, "%s/strata.pack/manifest.json", d);
+    if (pack && (cmd[0] || !base_is_file(probe))) {
+        size_t k = strlen(cmd);
+        snprintf(cmd + k, sizeof cmd - k, "%s%s pack %s >/dev/null 2>&1", k ? " && " : "", t_strata(), d);
+    }
+    if (cmd[0] && t_run(cmd, NULL) != 0) {
+        fprintf(stderr, "  cannot make a model: %s\n", cmd);
+        return NULL;
+    }
+    return d;
+}
+
 static int selected(const char *name, int argc, char **argv) {
     int any = 0;
     for (int i = 1; i < argc; i++) {

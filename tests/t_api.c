@@ -31,34 +31,31 @@ typedef struct {
     uint64_t lhash;
 } tout;
 
+/* The model t_tmpdir/api_NAME (t_model), or for preset "wide" tiny's config
+ * with 96 experts: a pass of 8+ rows chooses more experts than a small cache
+ * holds, so its union streams in waves. */
 static const char *api_model(const char *name, const char *preset, int seed, int pack) {
-    static char dirs[8][512];
-    static int k;
-    char *d = dirs[k++ % 8];
-    snprintf(d, 512, "%s/api_%s", t_tmpdir, name);
+    char nm[64];
+    snprintf(nm, sizeof nm, "api_%s", name);
+    if (strcmp(preset, "wide")) return t_model(nm, preset, seed, pack);
+    static char d[512];
+    snprintf(d, sizeof d, "%s/%s", t_tmpdir, nm);
     char cfgp[600], cmd[2048];
     snprintf(cfgp, sizeof cfgp, "%s/config.json", d);
     if (base_is_file(cfgp)) return d;
-    if (!strcmp(preset, "wide")) {
-        /* tiny with 96 experts: a pass of 8+ rows chooses more experts than a
-         * small cache holds, so its union streams in waves */
-        const char *t = api_model("tiny", "tiny", 11, 1);
-        char tc[600];
-        snprintf(tc, sizeof tc, "%s/config.json", t ? t : "");
-        uint8_t *txt = NULL;
-        size_t n = 0;
-        if (!t || base_read_file(tc, 1u << 20, &txt, &n, NULL, 0)) return NULL;
-        char *at = strstr((char *)txt, "\"num_experts\": 16,");
-        if (!at) { base_free(txt); return NULL; }
-        memcpy(at, "\"num_experts\": 96,", 18);
-        const char *wc = t_write("wide_config.json", txt, n);
-        base_free(txt);
-        snprintf(cmd, sizeof cmd, "%s gen-model %s --config %s --seed %d >/dev/null 2>&1%s%s%s", t_strata(), d, wc, seed,
-                 pack ? " && " : "", pack ? t_strata() : "", pack ? " pack " : "");
-    } else
-    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset %s --seed %d >/dev/null 2>&1%s%s%s", t_strata(), d, preset, seed,
-             pack ? " && " : "", pack ? t_strata() : "", pack ? " pack " : "");
-    if (pack) snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), "%s >/dev/null 2>&1", d);
+    const char *t = api_model("tiny", "tiny", 11, 1);
+    char tc[600];
+    snprintf(tc, sizeof tc, "%s/config.json", t ? t : "");
+    uint8_t *txt = NULL;
+    size_t n = 0;
+    if (!t || base_read_file(tc, 1u << 20, &txt, &n, NULL, 0)) return NULL;
+    char *at = strstr((char *)txt, "\"num_experts\": 16,");
+    if (!at) { base_free(txt); return NULL; }
+    memcpy(at, "\"num_experts\": 96,", 18);
+    const char *wc = t_write("wide_config.json", txt, n);
+    base_free(txt);
+    snprintf(cmd, sizeof cmd, "%s gen-model %s --config %s --seed %d >/dev/null 2>&1", t_strata(), d, wc, seed);
+    if (pack) snprintf(cmd + strlen(cmd), sizeof cmd - strlen(cmd), " && %s pack %s >/dev/null 2>&1", t_strata(), d);
     if (t_run(cmd, NULL) != 0) { fprintf(stderr, "  cannot make %s\n", cmd); return NULL; }
     return d;
 }

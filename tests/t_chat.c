@@ -282,11 +282,9 @@ TEST(chat_follow) {
  * reply after /load equals the reply in the original run), replies are
  * deterministic, the REPL commands and usage errors behave. */
 TEST(chat_repl) {
-    char dir[1024], cmd[8192], *a, *b;
-    snprintf(dir, sizeof dir, "%s/chatm", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny", t_strata(), dir);
-    if (t_run(cmd, &a) != 0) { CHECK_MSG(0, "gen-model: %s", a); base_free(a); return; }
-    base_free(a);
+    char cmd[8192], *a, *b;
+    const char *dir = t_model("chatm", "tiny", -1, 0);
+    if (!dir) { CHECK_MSG(0, "gen-model failed"); return; }
     snprintf(cmd, sizeof cmd, "printf 'Hi\\n/save %s/s1\\nAnd then?\\n/bogus\\n' | %s chat %s --gen 6 --threads 1 "
              "--think off 2>/dev/null", t_tmpdir, t_strata(), dir);
     CHECK(t_run(cmd, &a) == 0);
@@ -318,11 +316,9 @@ TEST(chat_repl) {
 /* chat --spec K (n-gram or self drafts) replies exactly as without, sampled too,
  * and leaves the same session state (/save files byte-identical). */
 TEST(chat_spec) {
-    char dir[1024], cmd[8192], *a = NULL, *b = NULL;
-    snprintf(dir, sizeof dir, "%s/chatspec", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny --seed 4", t_strata(), dir);
-    if (t_run(cmd, &a) != 0) { CHECK_MSG(0, "gen-model: %s", a); base_free(a); return; }
-    base_free(a);
+    char cmd[8192], *a = NULL, *b = NULL;
+    const char *dir = t_model("chatspec", "tiny", 4, 0);
+    if (!dir) { CHECK_MSG(0, "gen-model failed"); return; }
     const char *modes[3] = {"--spec 3", "--spec 4 --temp 0.7 --seed 9", "--spec 2 --draft self --ram-gb 0.5"};
     const char *plain[3] = {"", "--temp 0.7 --seed 9", ""};
     for (int i = 0; i < 3; i++) {
@@ -373,13 +369,10 @@ static uint64_t chat_min_budget(const char *dir, const char *extra) {
  * named by --pack). --plan prints the plan; below the minimum: exit 2, the minimum
  * named; the run report goes to stderr at the end. */
 TEST(chat_budget) {
-    char dir[1024], cmd[8192], log[1100], *a = NULL, *b = NULL, *p = NULL;
-    snprintf(dir, sizeof dir, "%s/chatb", t_tmpdir);
+    char cmd[8192], log[1100], *a = NULL, *b = NULL, *p = NULL;
     snprintf(log, sizeof log, "%s/chatb.err", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny-blocks --seed 4", t_strata(), dir);
-    if (t_run(cmd, &a) != 0) { CHECK_MSG(0, "gen-model: %s", a); base_free(a); return; }
-    base_free(a);
-    a = NULL;
+    const char *dir = t_model("chatb", "tiny-blocks", 4, 0);
+    if (!dir) { CHECK_MSG(0, "gen-model failed"); return; }
     const char *turns = "printf 'Hi there\\nTell me more.\\n/reset\\nAgain?\\nAnd?\\n/exit\\nNot read\\n'";
     snprintf(cmd, sizeof cmd, "%s | %s chat %s --ctx 256 --gen 12 --think off 2>%s", turns, t_strata(), dir, log);
     CHECK(t_run(cmd, &a) == 0);

@@ -40,18 +40,20 @@ static int have_gen(void) {
 }
 
 /* Makes (once per run) a model named `name`: a gen-model preset if the generator
- * exists (preset != NULL), else make_tiny.py with `tiny_args`. Returns its dir. */
+ * exists (preset != NULL: t_model), else make_tiny.py with `tiny_args`. Returns
+ * its dir. */
 static const char *make_model(const char *name, const char *preset, const char *tiny_args) {
+    char nm[64];
+    snprintf(nm, sizeof nm, "m_%s", name);
+    if (preset && have_gen()) return t_model(nm, preset, -1, 0);
     static char dirs[16][512];
     static int n;
     char *d = dirs[n++ % 16];
-    snprintf(d, 512, "%s/m_%s", t_tmpdir, name);
+    snprintf(d, 512, "%s/%s", t_tmpdir, nm);
     char cfgp[600], cmd[2048];
     snprintf(cfgp, sizeof cfgp, "%s/config.json", d);
     if (base_is_file(cfgp)) return d;
-    if (preset && have_gen())
-        snprintf(cmd, sizeof cmd, "./strata gen-model %s --preset %s >/dev/null 2>&1", d, preset);
-    else if (tiny_args && have_python())
+    if (tiny_args && have_python())
         snprintf(cmd, sizeof cmd, PY " tests/reference/make_tiny.py %s %s >/dev/null 2>&1", tiny_args, d);
     else
         return NULL;

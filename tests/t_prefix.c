@@ -32,16 +32,7 @@ typedef struct {
     uint64_t lhash;
 } gout;
 
-static const char *px_model(void) {
-    static char dir[512];
-    if (dir[0]) return dir;
-    snprintf(dir, sizeof dir, "%s/px_tiny", t_tmpdir);
-    char cmd[1200];
-    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny --seed 21 >/dev/null 2>&1 && %s pack %s >/dev/null 2>&1", t_strata(), dir,
-             t_strata(), dir);
-    if (t_run(cmd, NULL) != 0) { dir[0] = 0; return NULL; }
-    return dir;
-}
+static const char *px_model(void) { return t_model("px_tiny", "tiny", 21, 1); }
 
 typedef struct {
     uint64_t ram, prefix_ram, dir_bytes;

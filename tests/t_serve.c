@@ -291,15 +291,7 @@ static int wait_health(int port) {
     return -1;
 }
 
-static const char *serve_model(void) {
-    static char dir[512];
-    if (dir[0]) return dir;
-    snprintf(dir, sizeof dir, "%s/serve_tiny", t_tmpdir);
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "%s gen-model %s --preset tiny --seed 5 >/dev/null 2>&1", t_strata(), dir);
-    if (t_run(cmd, NULL) != 0) { dir[0] = 0; return NULL; }
-    return dir;
-}
+static const char *serve_model(void) { return t_model("serve_tiny", "tiny", 5, 0); }
 
 /* Prepares tests/serve/node_modules (openai@4, puppeteer-core) once; 0 when ready. */
 static int node_ready(void) {

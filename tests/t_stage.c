@@ -101,11 +101,8 @@ static int64_t script(engine *e, session *a, session *b, float *L) {
 }
 
 TEST(stage_chain_bits) {
-    const char *d = NULL;
-    char cmd[1024], err[512], p[600];
-    snprintf(p, sizeof p, "%s/m_stage", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "./strata gen-model %s --preset tiny --seed 3 >/dev/null 2>&1", p);
-    if (t_run(cmd, NULL) == 0) d = p;
+    const char *d = t_model("m_stage", "tiny", 3, 0);
+    char cmd[1024], err[512];
     CHECK(d != NULL);
     if (!d) return;
     cfg c;
@@ -224,11 +221,11 @@ TEST(stage_split_and_plans) {
 /* strata plan --ranks: a row per rank, the prediction, one machine beside it;
  * more ranks than layers is a usage error. */
 TEST(stage_plan_cli) {
-    char cmd[1024], p[600];
+    char cmd[1024];
     char *out = NULL;
-    snprintf(p, sizeof p, "%s/m_stage_plan", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "./strata gen-model %s --preset tiny --seed 5 >/dev/null 2>&1", p);
-    CHECK(t_run(cmd, NULL) == 0);
+    const char *p = t_model("m_stage_plan", "tiny", 5, 0);
+    CHECK(p != NULL);
+    if (!p) return;
     snprintf(cmd, sizeof cmd, "./strata plan %s --ranks 3 --ram-gb 0.5 --disk-gbs 2 --mem-gbs 20 --net-gbs 1.25 --net-lat-us 50", p);
     CHECK(t_run(cmd, &out) == 0);
     CHECK_MSG(out && strstr(out, "cluster plan: 3 ranks x 0.5 GB") && strstr(out, "predicted decode (one sequence)") &&

@@ -30,5 +30,10 @@ int t_run(const char *cmd, char **out);
 const char *t_write(const char *name, const void *data, size_t len);
 /* Path of the freshly built CLI binary ("./strata"). */
 const char *t_strata(void);
+/* The generated model t_tmpdir/NAME, made once per run: `strata gen-model`
+ * from preset (with --seed when seed >= 0), then `strata pack` when pack.
+ * Returns its path (the same buffer for the same name) or NULL, the failing
+ * command on stderr. Tests that change a model's files make their own. */
+const char *t_model(const char *name, const char *preset, int seed, int pack);
 
 #endif
