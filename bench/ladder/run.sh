@@ -33,6 +33,7 @@ echo "== bandwidth before and after every rung (O_DIRECT 4 MiB reads at depth 16
 PROBES=$OUT/ladder-probes.txt
 RAW=$OUT/ladder-raw.csv
 CSV=$OUT/ladder.csv
+rm -f "$CSV" "$OUT/ladder.png" # written once every rung has run: a failed run leaves none
 probe > "$PROBES"
 read -r DISK_BW MEM_BW < "$PROBES"
 echo "probe 0: disk $DISK_BW GB/s, memory $MEM_BW GB/s"
