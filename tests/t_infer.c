@@ -43,16 +43,15 @@ static int have_gen(void) {
  * exists (preset != NULL: t_model), else make_tiny.py with `tiny_args`. Returns
  * its dir. */
 static const char *make_model(const char *name, const char *preset, const char *tiny_args) {
-    char nm[64];
-    snprintf(nm, sizeof nm, "m_%s", name);
-    if (preset && have_gen()) return t_model(nm, preset, -1, 0);
     static char dirs[16][512];
     static int n;
     char *d = dirs[n++ % 16];
+    char nm[64], cfgp[600], cmd[2048];
+    snprintf(nm, sizeof nm, "m_%s", name);
     snprintf(d, 512, "%s/%s", t_tmpdir, nm);
-    char cfgp[600], cmd[2048];
     snprintf(cfgp, sizeof cfgp, "%s/config.json", d);
     if (base_is_file(cfgp)) return d;
+    if (preset && have_gen()) return t_model(nm, preset, -1, 0);
     if (tiny_args && have_python())
         snprintf(cmd, sizeof cmd, PY " tests/reference/make_tiny.py %s %s >/dev/null 2>&1", tiny_args, d);
     else

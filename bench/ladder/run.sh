@@ -28,15 +28,21 @@ RESIDENT_ARGS=${RESIDENT_ARGS:---no-preload}
 mkdir -p "$OUT"
 [ -f "$M/config.json" ] || ./strata gen-model "$M" --preset ladder
 [ -f "$M/strata.pack/manifest.json" ] || ./strata pack "$M"
-probe() { "$BUILD/place_run" --bandwidth 2> /dev/null | tail -1; }
 echo "== bandwidth before and after every rung (O_DIRECT 4 MiB reads at depth 16 on a fresh file; 512 MB memory read with the compute threads)"
 PROBES=$OUT/ladder-probes.txt
 RAW=$OUT/ladder-raw.csv
 CSV=$OUT/ladder.csv
 rm -f "$CSV" "$OUT/ladder.png" # written once every rung has run: a failed run leaves none
-probe > "$PROBES"
+# probe N: one line "DISK_GBS MEM_GBS" appended to $PROBES, and echoed
+probe() {
+  local d m
+  read -r d m < <("$BUILD/place_run" --bandwidth 2> /dev/null | tail -1)
+  echo "$d $m" >> "$PROBES"
+  echo "probe $1: disk $d GB/s, memory $m GB/s"
+}
+: > "$PROBES"
+probe 0
 read -r DISK_BW MEM_BW < "$PROBES"
-echo "probe 0: disk $DISK_BW GB/s, memory $MEM_BW GB/s"
 : > "$RAW"
 i=0
 for b in $BUDGETS; do
@@ -44,9 +50,8 @@ for b in $BUDGETS; do
   echo "== budget $b" >&2
   "$BUILD/place_run" "$M" $arg $PLACE_ARGS --gen "$GEN" --prompt-len 16 --disk-bw "$DISK_BW" --mem-bw "$MEM_BW" --csv "$RAW" \
     2> "$OUT/ladder-$b.log" || { echo "rung $b failed:"; tail -5 "$OUT/ladder-$b.log"; exit 1; }
-  probe >> "$PROBES"
   i=$((i + 1))
-  echo "probe $i: disk $(sed -n "$((i + 1))p" "$PROBES" | cut -d' ' -f1) GB/s, memory $(sed -n "$((i + 1))p" "$PROBES" | cut -d' ' -f2) GB/s"
+  probe $i
 done
 # each rung's limit and ratio again with its own bandwidths (see the header)
 DISK_MED=$(cut -d' ' -f1 "$PROBES" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
