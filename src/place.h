@@ -156,7 +156,7 @@ typedef struct place_plan {
     int resident;             /* every unit pinned and the embedding resident */
     /* prediction (decode, batch 1, expert cache assumed cold) */
     double disk_bw, mem_bw;   /* bytes/s */
-    char bw_source[160];      /* "measured now", "cached <path>", "default" */
+    char bw_source[256];      /* "measured now", "cached <path>[, why it is stale]", "default" */
     uint64_t read_bytes_per_token;  /* streamed trunk + routed experts */
     uint64_t touch_bytes_per_token; /* every weight byte a decode token reads */
     double pred_s_per_token;

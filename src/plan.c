@@ -33,6 +33,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "io.h"
+#include "membw.h"
 #include "pack.h"
 #include "place.h"
 
@@ -546,27 +547,6 @@ static void cache_dir(char *out, size_t n) {
     else snprintf(out, n, "%s/.cache/strata", home && *home ? home : "/tmp");
 }
 
-/* Single-thread streaming read of a 256 MB buffer (sum of u64, vectorised). */
-static double measure_mem(void) {
-    const size_t n = 256u << 20;
-    uint64_t *b = base_alloc_aligned(n, 4096, MEM_IO);
-    if (!b) return 0;
-    memset(b, 1, n);
-    double best = 0;
-    volatile uint64_t sink = 0;
-    for (int rep = 0; rep < 3; rep++) {
-        double t0 = base_now();
-        uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-        for (size_t i = 0; i < n / 8; i += 4) { s0 += b[i]; s1 += b[i + 1]; s2 += b[i + 2]; s3 += b[i + 3]; }
-        sink += s0 + s1 + s2 + s3;
-        double dt = base_now() - t0;
-        if (dt > 0 && (double)n / dt > best) best = (double)n / dt;
-    }
-    (void)sink;
-    base_free(b);
-    return best;
-}
-
 /* O_DIRECT reads of 4 MiB at depth 16 from a 1 GiB file written (O_DIRECT) just
  * before: the page cache never holds it, so the device serves every byte. */
 static double measure_disk(const char *dir) {
@@ -620,6 +600,10 @@ static double measure_disk(const char *dir) {
     return bw;
 }
 
+/* bw.json's "mem_probe": 2 is membw_probe (the engine's threads, the kernels'
+ * access pattern); a file without it holds the one-thread sum before it. */
+#define BW_MEM_PROBE "2"
+
 int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw, char *source, size_t srclen) {
     char cdir[1800], path[2048];
     cache_dir(cdir, sizeof cdir);
@@ -632,13 +616,16 @@ int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw,
         if (!base_read_file(path, 1 << 16, &buf, &len, NULL, 0)) {
             double d = 0, m = 0;
             const char *sd = strstr((char *)buf, "\"disk_bw\":"), *sm = strstr((char *)buf, "\"mem_bw\":");
+            const int cur = strstr((char *)buf, "\"mem_probe\": " BW_MEM_PROBE) != NULL;
             if (sd) d = strtod(sd + 10, NULL);
             if (sm) m = strtod(sm + 9, NULL);
             base_free(buf);
             if (d > 0 && m > 0) {
                 *disk_bw = d;
                 *mem_bw = m;
-                if (source) snprintf(source, srclen, "cached %.150s", path);
+                if (source)
+                    snprintf(source, srclen, "cached %.150s%s", path,
+                             cur ? "" : ", memory by the old one-thread probe (low): strata plan --measure");
                 return STRATA_OK;
             }
         }
@@ -651,13 +638,15 @@ int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw,
         base_mkdir_p(cdir, NULL, 0);
         dir = cdir;
     }
-    double m = measure_mem(), d = measure_disk(dir);
+    double m = membw_probe(0), d = measure_disk(dir);
     if (m > 0) *mem_bw = m;
     if (d > 0) *disk_bw = d;
     if (source) snprintf(source, srclen, "measured now%s", d > 0 ? "" : " (disk test failed: default disk)");
     if (d > 0 && m > 0 && base_mkdir_p(cdir, NULL, 0) == 0) {
         char js[256];
-        int n = snprintf(js, sizeof js, "{\"disk_bw\": %.0f, \"mem_bw\": %.0f, \"read_size\": 4194304, \"depth\": 16}\n", d, m);
+        int n = snprintf(js, sizeof js,
+                         "{\"disk_bw\": %.0f, \"mem_bw\": %.0f, \"mem_probe\": " BW_MEM_PROBE ", \"mem_threads\": %d, "
+                         "\"read_size\": 4194304, \"depth\": 16}\n", d, m, pool_default_threads());
         base_write_file_atomic(path, js, (size_t)n, NULL, 0);
     }
     return STRATA_OK;

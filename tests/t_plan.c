@@ -1,7 +1,9 @@
 /* t_plan.c: the memory plan's invariants over a sweep of budgets (real K3 config
  * and a tiny model), its JSON form and the CLI. */
+#include <stdlib.h>
 #include <string.h>
 #include "infer.h"
+#include "membw.h"
 #include "place.h"
 #include "test.h"
 
@@ -100,4 +102,46 @@ TEST(plan_model_cli) {
     CHECK(t_run(cmd, &out) == 0);
     CHECK(out && strstr(out, "trunk pinned"));
     base_free(out);
+}
+
+/* The bandwidth cache: a bw.json from the one-thread probe before membw_probe
+ * (no "mem_probe") is still used, but the source says its memory figure is low;
+ * a current one is plain "cached". The probe itself reads a small buffer with a
+ * pool of 2 and gives a positive figure. */
+TEST(plan_bandwidth_cache) {
+    const char *saved = getenv("XDG_CACHE_HOME");
+    char keep[1024] = "", dir[1024], src[256];
+    if (saved) snprintf(keep, sizeof keep, "%s", saved);
+    snprintf(dir, sizeof dir, "%s/bwc", t_tmpdir);
+    setenv("XDG_CACHE_HOME", dir, 1);
+    char sub[1100];
+    snprintf(sub, sizeof sub, "%s/strata", dir);
+    CHECK(base_mkdir_p(sub, NULL, 0) == 0);
+    char path[1200];
+    snprintf(path, sizeof path, "%s/bw.json", sub);
+    static const char old_js[] = "{\"disk_bw\": 1600000000, \"mem_bw\": 23000000000, \"read_size\": 4194304, \"depth\": 16}\n";
+    static const char new_js[] = "{\"disk_bw\": 1600000000, \"mem_bw\": 60000000000, \"mem_probe\": 2, \"mem_threads\": 2, "
+                                 "\"read_size\": 4194304, \"depth\": 16}\n";
+    double d = 0, m = 0;
+    CHECK(base_write_file_atomic(path, old_js, sizeof old_js - 1, NULL, 0) == 0);
+    CHECK(place_bandwidth(NULL, 0, &d, &m, src, sizeof src) == 0);
+    CHECK(d == 1.6e9 && m == 23e9);
+    CHECK_MSG(strstr(src, "cached") && strstr(src, "old one-thread probe") && strstr(src, "--measure"), "%s", src);
+    CHECK(base_write_file_atomic(path, new_js, sizeof new_js - 1, NULL, 0) == 0);
+    CHECK(place_bandwidth(NULL, 0, &d, &m, src, sizeof src) == 0);
+    CHECK(d == 1.6e9 && m == 60e9);
+    CHECK_MSG(strstr(src, "cached") && !strstr(src, "old"), "%s", src);
+    if (keep[0]) setenv("XDG_CACHE_HOME", keep, 1);
+    else unsetenv("XDG_CACHE_HOME");
+    pool *p = NULL;
+    CHECK(pool_create(&p, 2) == 0);
+    const size_t bytes = 4u << 20;
+    uint64_t *buf = base_alloc_aligned(bytes, 4096, MEM_MISC);
+    CHECK(buf != NULL);
+    if (buf && p) {
+        memset(buf, 1, bytes);
+        CHECK(bw_read(p, buf, bytes, 2) > 0);
+    }
+    base_free(buf);
+    pool_free(p);
 }

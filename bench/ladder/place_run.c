@@ -24,22 +24,16 @@
 #include "place.h"
 #include "../bw.h"
 
-/* The --bandwidth mode: disk as plan.c measures it, memory with the threads. */
+/* The --bandwidth mode: disk and memory as `strata plan --measure` measures them
+ * (memory with the engine's default threads; --threads N measures with N). */
 static int bandwidth(const char *dir, int threads) {
-    double disk = 0, mem1 = 0;
+    double disk = 0, mem = 0;
     char src[160];
-    place_bandwidth(dir ? dir : NULL, 1, &disk, &mem1, src, sizeof src);
-    pool *p = NULL;
-    if (pool_create(&p, threads > 0 ? threads : pool_default_threads())) return 1;
-    const size_t bytes = 512u << 20;
-    uint64_t *buf = base_alloc_aligned(bytes, 4096, MEM_IO);
-    if (!buf) return 1;
-    memset(buf, 1, bytes);
-    const double mem = bw_read(p, buf, bytes, 5);
-    base_free(buf);
-    pool_free(p);
+    place_bandwidth(dir ? dir : NULL, 1, &disk, &mem, src, sizeof src);
+    if (threads > 0 && threads != pool_default_threads()) mem = membw_probe(threads);
+    if (!(mem > 0)) return 1;
     bw_print_load("place_run --bandwidth");
-    printf("%.4f %.4f\n", disk / 1e9, mem);
+    printf("%.4f %.4f\n", disk / 1e9, mem / 1e9);
     return 0;
 }
 
