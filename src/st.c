@@ -639,8 +639,8 @@ int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
     /* Overlap check in offset order; this order is also st_at's "file order".
      * Empty tensors occupy no bytes and never overlap. */
     size_t n_new = ix->n - n0;
-    st_tensor *nt = ix->t + n0;
-    if (n_new > 1) qsort(nt, n_new, sizeof *nt, cmp_off); /* nt may be NULL when n_new == 0 */
+    st_tensor *nt = n_new ? ix->t + n0 : NULL; /* ix->t is NULL while no shard has a tensor: no offset on it */
+    if (n_new > 1) qsort(nt, n_new, sizeof *nt, cmp_off);
     const st_tensor *last = NULL;
     for (size_t i = 0; i < n_new; i++) {
         if (!nt[i].nbytes) continue;
