@@ -49,7 +49,9 @@ __attribute__((target("avx512f"))) static inline __m512i add_line512(__m512i acc
 }
 __attribute__((target("avx512f"))) static uint64_t sum_lines512(const uint64_t *p, int64_t n_lines) {
     FOUR_STREAMS(__m512i, _mm512_setzero_si512(), add_line512);
-    return (uint64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+    uint64_t t[8]; /* summed unsigned: gcc's _mm512_reduce_add_epi64 adds signed (overflow under UBSan) */
+    _mm512_storeu_si512(t, _mm512_add_epi64(_mm512_add_epi64(a, b), _mm512_add_epi64(c, d)));
+    return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
 }
 __attribute__((target("avx2"))) static inline __m256i add_line256(__m256i acc, const char *s) {
     const __m256i x = _mm256_load_si256((const __m256i *)(const void *)s);
