@@ -14,6 +14,8 @@
 #include <string.h>
 #include "base.h"
 
+typedef uint64_t (*sum_fn)(const uint64_t *p, int64_t n_lines);
+
 /* Four independent chains, one stream: the fallback without SIMD. */
 static uint64_t sum_lines_plain(const uint64_t *p, int64_t n_lines) {
     uint64_t a = 0, b = 0, c = 0, d = 0;
@@ -65,27 +67,29 @@ __attribute__((target("avx2"))) static uint64_t sum_lines256(const uint64_t *p, 
     _mm256_storeu_si256((__m256i *)(void *)t, a);
     return t[0] + t[1] + t[2] + t[3];
 }
-static uint64_t sum_lines(const uint64_t *p, int64_t n_lines) {
+static sum_fn sum_pick(void) {
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f")) return sum_lines512(p, n_lines);
-    if (__builtin_cpu_supports("avx2")) return sum_lines256(p, n_lines);
-    return sum_lines_plain(p, n_lines);
+    return __builtin_cpu_supports("avx512f") ? sum_lines512 : __builtin_cpu_supports("avx2") ? sum_lines256 : sum_lines_plain;
 }
 #else
 /* Elsewhere (arm64) the compiler vectorises the plain sum's four chains; the
  * hardware prefetchers follow a plain stream. */
-static uint64_t sum_lines(const uint64_t *p, int64_t n_lines) { return sum_lines_plain(p, n_lines); }
+static sum_fn sum_pick(void) { return sum_lines_plain; }
 #endif
 
-typedef struct { const uint64_t *buf; uint64_t sums[64 * 8]; } bw_ctx; /* a 64-byte line of sums per thread */
+typedef struct {
+    const uint64_t *buf;
+    sum_fn sum;            /* picked once per bw_read, not per range */
+    uint64_t sums[64 * 8]; /* a 64-byte line of sums per thread */
+} bw_ctx;
 
 static void bw_fn(void *vctx, int64_t i0, int64_t i1, int tid) {
     bw_ctx *c = vctx;
-    c->sums[(tid & 63) * 8] += sum_lines(c->buf + i0 * 8, i1 - i0);
+    c->sums[(tid & 63) * 8] += c->sum(c->buf + i0 * 8, i1 - i0);
 }
 
 double bw_read(pool *p, const uint64_t *buf, size_t bytes, int reps) {
-    bw_ctx c = {.buf = buf};
+    bw_ctx c = {.buf = buf, .sum = sum_pick()};
     const int64_t n_lines = (int64_t)(bytes / 64);
     double best = 0;
     for (int r = 0; r < reps; r++) {
