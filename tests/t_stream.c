@@ -384,8 +384,10 @@ TEST(stream_prefetch_identity) {
     budgets_for(&m, dir, b);
     char err[1024];
     uint64_t pred = 0, reads = 0;
-    const uint64_t budgets[2] = {b[1], b[1] + (b[1] - b[0])};
-    for (int i = 0; i < 2; i++)
+    /* the third holds every expert (the warm start reads them all): there the
+     * guesses find everything in RAM, and most of them are skipped */
+    const uint64_t budgets[3] = {b[1], b[1] + (b[1] - b[0]), 1ull << 40};
+    for (int i = 0; i < 3; i++)
         for (int off = 1; off >= 0; off--) {
             place_opts o = opts_for(budgets[i]);
             o.no_prefetch = off;
@@ -405,6 +407,10 @@ TEST(stream_prefetch_identity) {
                 CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu: logits bits differ with prefetch",
                           (unsigned long long)budgets[i]);
                 CHECK(st.pred_hits <= st.pred_requests && st.prefetch_used <= st.prefetch_reads);
+                if (i == 2) CHECK_MSG(st.prefetch_reads == 0 && st.pred_skipped > st.pred_layers,
+                                      "everything in RAM: %llu read ahead, %llu guesses skipped, %llu layers predicted",
+                                      (unsigned long long)st.prefetch_reads, (unsigned long long)st.pred_skipped,
+                                      (unsigned long long)st.pred_layers);
                 pred += st.pred_layers;
                 reads += st.prefetch_reads;
                 printf("    budget %llu: %llu slots, %llu layers predicted, %.1f%% of requests predicted, %llu read ahead, %llu used\n",
