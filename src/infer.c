@@ -1552,7 +1552,11 @@ static int step_run(engine *e, const infer_row *rows, int64_t n, float *logits, 
         if (rows[i].logits) e->outr[e->n_out++] = (int32_t)i;
     }
     e->g_r0[e->n_grp] = n;
+    /* the source may check the experts that land during the pass on this pass's
+     * threads (wsrc_stream.c reap_experts), never outside it */
+    if (e->w->ops->use_pool) e->w->ops->use_pool(e->w, e->pool);
     int rc = stage ? layers_run(e, e->L0, e->L1) : forward_pass(e, logits);
+    if (e->w->ops->use_pool) e->w->ops->use_pool(e->w, NULL);
     if (rc) return rc;
     for (int64_t g = 0; g < e->n_grp; g++) {
         session *s = e->g_s[g];

@@ -85,6 +85,7 @@ int model_scan_floats(const st_index *ix, model_fscan *out, sbuf *problems,
 
 /* ---- the weight source ---- */
 typedef struct wsrc wsrc;
+struct pool; /* pool.h */
 typedef struct wsrc_ops {
     /* Trunk of layer L (0..n_layers-1), or the head pseudo-layer L == n_layers
      * (final norm, output AttnRes vectors, lm_head). *roles points to an array of
@@ -143,6 +144,11 @@ typedef struct wsrc_ops {
     int (*rows_get)(wsrc *w, const wt *t, int64_t r0, int64_t r1, const void **p);
     void (*rows_put)(wsrc *w, const wt *t, int64_t r0, int64_t r1);
     void (*rows_hint)(wsrc *w, const wt *t, int64_t r0, int64_t r1);
+    /* The calling engine's thread pool for the duration of one pass (NULL after
+     * it): the source may run independent work of its own on it (pool_for from
+     * inside an op, which the engine calls from the pool's driving thread, never
+     * from inside a pool job). Optional (NULL: the source never asks). */
+    void (*use_pool)(wsrc *w, struct pool *p);
 } wsrc_ops;
 struct wsrc {
     const wsrc_ops *ops;
