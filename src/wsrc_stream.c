@@ -1069,9 +1069,6 @@ static void prefetch_release(stream *s, int sl) {
     cache_unpin(s->xc, sl);
 }
 
-/* One expert read landed: when the slot is complete, bind or fail it. A failed
- * read that only a prefetch holds fails silently (the slot is forgotten, so a
- * request reads it again and reports what happens then). */
 /* One read of an expert landed: its slot when that was the expert's last
  * segment (expert_check and expert_finish are then owed), else -1. */
 static int expert_arrive(stream *s, io_req *d) {
@@ -1115,7 +1112,9 @@ static void expert_check(stream *s, int sl) {
 }
 
 /* The rest, on the thread that drives the stream: the error, or the views and
- * the slot published. */
+ * the slot published. A failed read that only a prefetch holds fails silently
+ * (the slot is forgotten, so a request reads it again and reports what happens
+ * then). */
 static void expert_finish(stream *s, int sl) {
     xslot *x = &s->xs[sl];
     const int silent = x->pf_lease && cache_leases(s->xc, sl) == 1;
@@ -1158,6 +1157,7 @@ static void expert_finish(stream *s, int sl) {
     prefetch_release(s, sl);
 }
 
+/* One read landed: when it completes its expert, check and bind or fail it. */
 static void expert_landed(stream *s, io_req *d) {
     const int sl = expert_arrive(s, d);
     if (sl < 0) return;
