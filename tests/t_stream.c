@@ -10,6 +10,7 @@
 #include "infer.h"
 #include "pack.h"
 #include "place.h"
+#include "pool.h"
 #include "preset.h"
 #include "test.h"
 
@@ -838,6 +839,50 @@ TEST(stream_verify_default) {
             w->ops->close(w);
         }
         flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
+    }
+    /* several experts landing together are checked on a lent pool, one per
+     * thread (reap_experts): the damaged one fails with its own message, the
+     * others arrive intact, whichever thread checked them */
+    {
+        char name[200];
+        snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight_scale", (long long)xl,
+                 (long long)experts[1]);
+        const st_tensor *t = st_find(m.ix, name);
+        CHECK(t != NULL);
+        place_opts o = opts_for(b[0]);
+        place_plan p;
+        wsrc *w = NULL;
+        pool *pl = NULL;
+        CHECK(pool_create(&pl, 2) == 0);
+        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
+        if (t) flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
+        CHECK_MSG(t && place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        if (w) {
+            CHECK(w->ops->use_pool != NULL);
+            w->ops->use_pool(w, pl);
+            int64_t cap = w->ops->experts_capacity(w);
+            int32_t ids[4];
+            int n = 0;
+            ids[n++] = (int32_t)experts[1];
+            for (int32_t e = 0; n < 4 && n < cap && e < m.c.n_experts - 1; e++) ids[n++] = e;
+            CHECK(n >= 2);
+            CHECK(w->ops->experts_request(w, xl, n, ids) == 0);
+            for (int i = n - 1; i >= 0; i--) { /* the last asked first: the others land in the same reap */
+                const wt *v;
+                int rc = w->ops->expert_wait(w, xl, ids[i], &v);
+                if (i == 0) {
+                    CHECK_MSG(rc == STRATA_ECORRUPT && strstr(w->ops->errmsg(w), "checksum mismatch"), "rc %d: %s", rc,
+                              w->ops->errmsg(w));
+                } else {
+                    CHECK_MSG(rc == 0 && (v[R_EXP_W2].p || v[R_EXP_W2P].p), "expert %d: rc %d", ids[i], rc);
+                }
+            }
+            w->ops->experts_put(w, xl);
+            w->ops->use_pool(w, NULL);
+            w->ops->close(w);
+        }
+        pool_free(pl);
+        if (t) flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
     }
     /* all restored: the whole model streams equal to the resident oracle, verified */
     {
