@@ -248,13 +248,15 @@ TEST(kern_prefill_panels) {
     for (int i = 0; i < 6 * 65; i++) S[i] = (uint8_t)(110 + rnd() % 30);
     for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(30);
     static const int64_t colsd[] = {2056, 2080};
-    for (int c = 0; c < 2; c++) {
-        kern_ref_table.matmul(Yr, ldy, W, DT_BF16, colsd[c], X, ldx, T, 0, rows);
+    for (int c = 0; c < 4; c++) { /* bf16, then f16 (the same widened tiles) */
+        const int dt = c < 2 ? DT_BF16 : DT_F16;
+        if (c == 2) fill_w(W, wf, DT_F16, rows * cols);
+        kern_ref_table.matmul(Yr, ldy, W, dt, colsd[c % 2], X, ldx, T, 0, rows);
         for (int k = 0; av[k]; k++) {
             memset(Y, 0, (size_t)(T * ldy) * 4);
-            av[k]->matmul(Y, ldy, W, DT_BF16, colsd[c], X, ldx, T, 0, rows);
-            CHECK_MSG(memcmp(Y, Yr, (size_t)(T * ldy) * 4) == 0, "%s bf16 cols %lld", av[k]->name,
-                      (long long)colsd[c]);
+            av[k]->matmul(Y, ldy, W, dt, colsd[c % 2], X, ldx, T, 0, rows);
+            CHECK_MSG(memcmp(Y, Yr, (size_t)(T * ldy) * 4) == 0, "%s %s cols %lld", av[k]->name, dt == DT_BF16 ? "bf16" : "f16",
+                      (long long)colsd[c % 2]);
         }
     }
     kern_ref_table.matmul_mxfp4(Yr, ldy, P, S, cols, X, ldx, T, 0, rows);
