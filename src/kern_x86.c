@@ -187,21 +187,52 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
         }                                                                                     \
     }
 
-/* Prefill over 16-bit weights with T >= WIDE_MIN_T: DRIVER512's panels, with
- * each 4-row x PAN_K weight tile widened to f32 once into a 16 KB stack tile that
- * every activation block of the panel then reads. DRIVER512 widened the tile
- * again for every block of 4 activations (16 times at T = 64: two ALU ops per 16
- * weights beside 4 FMAs). Widening is exact and each lane still sees its
- * elements in order, so the bits are DRIVER512's. Intel Xeon VM, b_kern's
- * in-cache bf16 (64 x 3584, 1 thread, CPU time, 3 interleaved rounds): T = 64
- * 59.3-61.3 vs 53.7-54.2 G products/s; at T = 8 the extra store and load of the
- * tile cost more than they saved (from DRAM, 2 threads: 83-92 vs 108-133
- * GFLOP/s), hence the threshold. */
+/* Prefill with T >= WIDE_MIN_T over 16-bit or MXFP4 weights: DRIVER512's panels,
+ * with each 4-row x PAN_K weight tile widened to f32 once into a 16 KB stack tile
+ * that every activation block of the panel then reads. DRIVER512 widened or
+ * decoded the tile again for every block of 4 activations (16 times at T = 64).
+ * The f32 values are the ones the blocks multiplied with (exact widening, the
+ * MXFP4 LUT), and each lane still sees its elements in order (fp4blk512's lane
+ * relabelling is undone before its state), so the bits do not change. Intel
+ * Xeon VM, b_kern, 3 interleaved rounds: in-cache (64 x 3584, 1 thread, CPU time)
+ * T = 64 bf16 59.3-62.7 vs 53.7-54.2 G products/s, MXFP4 61.7-64.6 vs
+ * 46.8-47.5; from DRAM with 2 threads MXFP4 T = 64 198-199 vs 165-166 GFLOP/s.
+ * At T = 8 the extra store and load of the tile cost more than they saved (bf16
+ * from DRAM: 83-92 vs 108-133 GFLOP/s), hence the threshold. */
 #ifndef WIDE_MIN_T
 #define WIDE_MIN_T 16
 #endif
-A512 static void drv512_wide(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
-                             const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+/* Widens columns [k0, k0 + kn) of row r to f32 at dst: 16-bit floats (P == NULL:
+ * W, dt) or MXFP4 (P, S: each group's 32 codes through its LUT row, the values
+ * fp4blk512 multiplies with). */
+A512 INL void widen_row512(float *dst, const void *W, int dt, const uint8_t *P, const uint8_t *S, int64_t cols,
+                           int64_t r, int64_t k0, int64_t kn) {
+    if (!P) {
+        const uint16_t *src = (const uint16_t *)W + r * cols + k0;
+        for (int64_t c = 0; c < kn; c += 16) {
+            const __mmask16 m = kn - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (kn - c)) - 1);
+            _mm512_store_ps(dst + c, w512(src, dt, c, m));
+        }
+        return;
+    }
+    const __m512i ev = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    const __m512i od = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    const __m512i lo4 = _mm512_set1_epi32(0xF);
+    const int64_t ng = cols / KERN_MXFP4_GROUP;
+    for (int64_t c = 0; c < kn; c += KERN_MXFP4_GROUP) {
+        const int64_t g = (k0 + c) / KERN_MXFP4_GROUP;
+        const __m512 lut = _mm512_load_ps(kern_fp4_lut[S[r * ng + g]]);
+        /* byte j holds element 2j (low nibble) and 2j + 1 (high) */
+        const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(const void *)(P + r * (cols / 2) + g * 16)));
+        const __m512 wl = _mm512_permutexvar_ps(_mm512_and_si512(b, lo4), lut);
+        const __m512 wh = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), lut);
+        _mm512_store_ps(dst + c, _mm512_permutex2var_ps(wl, ev, wh));
+        _mm512_store_ps(dst + c + 16, _mm512_permutex2var_ps(wl, od, wh));
+    }
+}
+
+A512 static void drv512_wide(float *Y, int64_t ldy, const void *W, int dt, const uint8_t *P, const uint8_t *S,
+                             int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
     float st_[4 * PAN_T * 16] __attribute__((aligned(64)));
     float wt[4 * PAN_K] __attribute__((aligned(64)));
     for (int64_t ts = 0; ts < T; ts += PAN_T) {
@@ -211,13 +242,7 @@ A512 static void drv512_wide(float *Y, int64_t ldy, const void *W, int dt, int64
             for (int i = 0; i < rbn; i++) memset(st_ + i * PAN_T * 16, 0, (size_t)tn * 16 * sizeof(float));
             for (int64_t k0 = 0; k0 < cols; k0 += PAN_K) {
                 const int64_t kn = cols - k0 < PAN_K ? cols - k0 : PAN_K;
-                for (int i = 0; i < rbn; i++) {
-                    const uint16_t *src = (const uint16_t *)W + (r + i) * cols + k0;
-                    for (int64_t c = 0; c < kn; c += 16) {
-                        const __mmask16 m = kn - c >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (kn - c)) - 1);
-                        _mm512_store_ps(wt + i * PAN_K + c, w512(src, dt, c, m));
-                    }
-                }
+                for (int i = 0; i < rbn; i++) widen_row512(wt + i * PAN_K, W, dt, P, S, cols, r + i, k0, kn);
                 const float *xk = X + k0;
                 for (int64_t t = ts; t < ts + tn;) {
                     float *s_ = st_ + (t - ts) * 16;
@@ -242,7 +267,7 @@ A512 static void drv512_wide(float *Y, int64_t ldy, const void *W, int dt, int64
 
 A512 INL void drv512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
                      const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
-    if (T >= WIDE_MIN_T && dt != DT_F32) { drv512_wide(Y, ldy, W, dt, cols, X, ldx, T, r0, r1); return; }
+    if (T >= WIDE_MIN_T && dt != DT_F32) { drv512_wide(Y, ldy, W, dt, NULL, NULL, cols, X, ldx, T, r0, r1); return; }
 #define BLK_D(RB, TB, k0, k1, st, sts) blk512(Y, ldy, W, dt, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER512(BLK_D)
 #undef BLK_D
@@ -389,6 +414,7 @@ A512 static void mxfp4_avx512(float *Y, int64_t ldy, const uint8_t *P, const uin
         for (r = r0 + 4 * rs; r < r1; r++) fp4dec512(Y, P, S, cols, xp, r, 1, 1, rb);
         return;
     }
+    if (T >= WIDE_MIN_T) { drv512_wide(Y, ldy, NULL, DT_F32, P, S, cols, X, ldx, T, r0, r1); return; }
 #define BLK_F(RB, TB, k0, k1, st, sts) fp4blk512(Y, ldy, P, S, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
     DRIVER512(BLK_F)
 #undef BLK_F

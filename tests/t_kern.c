@@ -245,7 +245,10 @@ TEST(kern_prefill_panels) {
     float *Yr = base_alloc((size_t)(T * ldy) * 4, MEM_MISC), *Y = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
     fill_w(W, wf, DT_BF16, rows * cols);
     for (int64_t i = 0; i < rows * cols / 2; i++) P[i] = (uint8_t)rnd();
-    for (int i = 0; i < 6 * 65; i++) S[i] = (uint8_t)(110 + rnd() % 30);
+    for (int i = 0; i < 6 * 65; i++) { /* some 0 (subnormal LUT) and 255 (group zeroed) */
+        const uint32_t k = rnd() % 16;
+        S[i] = k == 0 ? 0 : k == 1 ? 255 : (uint8_t)(110 + rnd() % 30);
+    }
     for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(30);
     static const int64_t colsd[] = {2056, 2080};
     for (int c = 0; c < 4; c++) { /* bf16, then f16 (the same widened tiles) */
