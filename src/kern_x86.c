@@ -139,8 +139,12 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
 }
 
 /* The row/activation walk shared by the dense and MXFP4 drivers. BLK(RB, TB, k0, k1,
- * st, sts) runs one block at (r, t); KSTEP is the panel width in columns. */
-#define DRIVER512(BLK)                                                                        \
+ * st, sts) runs one block at (r, t); PAN_K is the panel width in columns.
+ * DECODE512: T <= 4, no state. PANELS512: the panels, with PREP(rbn, k0, k1) run
+ * once per rbn-row x [k0, k1) weight tile before its activation blocks. */
+#define NO_PREP(rbn, k0, k1) ((void)0)
+#define DRIVER512(BLK) DECODE512(BLK) PANELS512(BLK, NO_PREP)
+#define DECODE512(BLK)                                                                        \
     if (T <= 4) {                                                                             \
         int64_t rs = (r1 - r0) / 4, r = r0;                                                   \
         for (; r < r0 + rs; r++) {                                                            \
@@ -156,9 +160,11 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
             for (; t < T; t++) BLK(1, 1, 0, cols, NULL, 0);                                   \
         }                                                                                     \
         return;                                                                               \
-    }                                                                                         \
+    }
+#define PANELS512(BLK, PREP)                                                                  \
     float st_[4 * PAN_T * 16] __attribute__((aligned(64)));                                   \
     const int64_t rs = 1;                                                                     \
+    (void)rs;                                                                                 \
     for (int64_t ts = 0; ts < T; ts += PAN_T) {                                               \
         int64_t tn = T - ts < PAN_T ? T - ts : PAN_T;                                         \
         for (int64_t r = r0; r < r1;) {                                                       \
@@ -167,6 +173,7 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
                 memset(st_ + i * PAN_T * 16, 0, (size_t)tn * 16 * sizeof(float));            \
             for (int64_t k0 = 0; k0 < cols; k0 += PAN_K) {                                    \
                 int64_t k1 = cols - k0 < PAN_K ? cols : k0 + PAN_K;                           \
+                PREP(rbn, k0, k1);                                                            \
                 for (int64_t t = ts; t < ts + tn;) {                                          \
                     float *s_ = st_ + (t - ts) * 16;                                          \
                     if (t + 4 <= ts + tn) {                                                   \
@@ -187,9 +194,9 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
         }                                                                                     \
     }
 
-/* Prefill with T >= WIDE_MIN_T over 16-bit or MXFP4 weights: DRIVER512's panels,
- * with each 4-row x PAN_K weight tile widened to f32 once into a 16 KB stack tile
- * that every activation block of the panel then reads. DRIVER512 widened or
+/* Prefill with T >= WIDE_MIN_T over 16-bit or MXFP4 weights: PANELS512, whose PREP
+ * widens each 4-row x PAN_K weight tile to f32 once into a 16 KB stack tile that
+ * every activation block of the panel then reads. DRIVER512 widened or
  * decoded the tile again for every block of 4 activations (16 times at T = 64).
  * The f32 values are the ones the blocks multiplied with (exact widening, the
  * MXFP4 LUT), and each lane still sees its elements in order (fp4blk512's lane
@@ -233,36 +240,12 @@ A512 INL void widen_row512(float *dst, const void *W, int dt, const uint8_t *P, 
 
 A512 static void drv512_wide(float *Y, int64_t ldy, const void *W, int dt, const uint8_t *P, const uint8_t *S,
                              int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
-    float st_[4 * PAN_T * 16] __attribute__((aligned(64)));
     float wt[4 * PAN_K] __attribute__((aligned(64)));
-    for (int64_t ts = 0; ts < T; ts += PAN_T) {
-        const int64_t tn = T - ts < PAN_T ? T - ts : PAN_T;
-        for (int64_t r = r0; r < r1;) {
-            const int rbn = r + 4 <= r1 ? 4 : 1;
-            for (int i = 0; i < rbn; i++) memset(st_ + i * PAN_T * 16, 0, (size_t)tn * 16 * sizeof(float));
-            for (int64_t k0 = 0; k0 < cols; k0 += PAN_K) {
-                const int64_t kn = cols - k0 < PAN_K ? cols - k0 : PAN_K;
-                for (int i = 0; i < rbn; i++) widen_row512(wt + i * PAN_K, W, dt, P, S, cols, r + i, k0, kn);
-                const float *xk = X + k0;
-                for (int64_t t = ts; t < ts + tn;) {
-                    float *s_ = st_ + (t - ts) * 16;
-                    if (t + 4 <= ts + tn) {
-                        if (rbn == 4) blk512(NULL, 0, wt, DT_F32, PAN_K, xk, ldx, 0, 1, t, 4, 4, 0, kn, s_, PAN_T);
-                        else blk512(NULL, 0, wt, DT_F32, PAN_K, xk, ldx, 0, 1, t, 1, 4, 0, kn, s_, PAN_T);
-                        t += 4;
-                    } else {
-                        if (rbn == 4) blk512(NULL, 0, wt, DT_F32, PAN_K, xk, ldx, 0, 1, t, 4, 1, 0, kn, s_, PAN_T);
-                        else blk512(NULL, 0, wt, DT_F32, PAN_K, xk, ldx, 0, 1, t, 1, 1, 0, kn, s_, PAN_T);
-                        t += 1;
-                    }
-                }
-            }
-            for (int i = 0; i < rbn; i++)
-                for (int64_t j = 0; j < tn; j++)
-                    Y[(ts + j) * ldy + r + i] = red512(_mm512_load_ps(st_ + (i * PAN_T + j) * 16));
-            r += rbn;
-        }
-    }
+#define PREP_W(rbn, k0, k1) for (int i_ = 0; i_ < (rbn); i_++) widen_row512(wt + i_ * PAN_K, W, dt, P, S, cols, r + i_, k0, (k1) - (k0))
+#define BLK_W(RB, TB, k0, k1, st, sts) blk512(NULL, 0, wt, DT_F32, PAN_K, X + (k0), ldx, 0, 1, t, RB, TB, 0, (k1) - (k0), st, sts)
+    PANELS512(BLK_W, PREP_W)
+#undef BLK_W
+#undef PREP_W
 }
 
 A512 INL void drv512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
