@@ -753,6 +753,14 @@ static void flip_keep_mtime(const char *path, uint64_t off) {
  * zeroed or place_opts_default verify_reads), for pinned and streamed units, the
  * embedding table and experts (in place in the shards), each
  * mismatch naming the file and byte range; PLACE_VERIFY_OFF reaches the source. */
+/* The w2 scale tensor of expert e of layer L (a byte to damage), or NULL. */
+static const st_tensor *expert_w2_scale(const model *m, int64_t L, int64_t e) {
+    char name[200];
+    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight_scale", (long long)L,
+             (long long)e);
+    return st_find(m->ix, name);
+}
+
 TEST(stream_verify_default) {
     const char *src = tpack_model("tiny-shards", "st_vd_src", 23);
     if (!src) { CHECK(0); return; }
@@ -814,10 +822,7 @@ TEST(stream_verify_default) {
     int64_t xl = m.c.n_layers - 1;
     int64_t experts[2] = {0, m.c.n_experts - 1};
     for (int k = 0; k < 2; k++) {
-        char name[200];
-        snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight_scale", (long long)xl,
-                 (long long)experts[k]);
-        const st_tensor *t = st_find(m.ix, name);
+        const st_tensor *t = expert_w2_scale(&m, xl, experts[k]);
         CHECK(t != NULL);
         if (!t) continue;
         flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
@@ -844,10 +849,7 @@ TEST(stream_verify_default) {
      * thread (reap_experts): the damaged one fails with its own message, the
      * others arrive intact, whichever thread checked them */
     {
-        char name[200];
-        snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.%lld.w2.weight_scale", (long long)xl,
-                 (long long)experts[1]);
-        const st_tensor *t = st_find(m.ix, name);
+        const st_tensor *t = expert_w2_scale(&m, xl, experts[1]);
         CHECK(t != NULL);
         place_opts o = opts_for(b[0]);
         place_plan p;

@@ -56,7 +56,7 @@ for b in $BUDGETS; do
   if [ "$b" = resident ]; then arg="--resident $RESIDENT_ARGS"; else arg="--ram-gb $b"; fi
   echo "== budget $b" >&2
   : > "$REP" ; : > "$OUT/ladder-$b.log"
-  for r in $(seq "$REPS"); do
+  for _ in $(seq "$REPS"); do
     "$BUILD/place_run" "$M" $arg $PLACE_ARGS --gen "$GEN" --prompt-len 16 --disk-bw "$DISK_BW" --mem-bw "$MEM_BW" --csv "$REP" \
       2>> "$OUT/ladder-$b.log" || { echo "rung $b failed:"; tail -5 "$OUT/ladder-$b.log"; exit 1; }
   done
