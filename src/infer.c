@@ -43,7 +43,7 @@
 #define ENGINE_HDR ((sizeof(engine) + 63) & ~(size_t)63) /* struct, then 64-aligned scratch */
 #define MM_MIN_MACS 32768 /* below this a matmul range is not worth a thread hand-off */
 #define PRED_MAX_ROWS 16   /* passes of more rows predict no experts (their union is most of a layer) */
-#define PRED_CAND 64       /* router rows the late guess rescores per row: the early guess's best (moe_predict) */
+#define PRED_CAND 8        /* x top-k router rows the late guess rescores per row (at most half the experts; moe_predict) */
 
 /* ======================================================================= */
 /* Types                                                                    */
@@ -93,8 +93,8 @@ struct engine {
         /* the next layer's experts, predicted (moe_predict_next) */
         float *px, *pr, *pv;   /* (PR, hidden) inputs, (PR, n_experts) scores, 2 hidden + n_experts vectors */
         int32_t *pmark, *plist; /* (n_experts) each */
-        int32_t *pc;           /* (PR, PRED_CAND) the late guess's candidates, best first */
-        float *ps;             /* (PR, PRED_CAND) their scores */
+        int32_t *pc;           /* (PR, pred_cand) the late guess's candidates, best first */
+        float *ps;             /* (PR, pred_cand) their scores */
         int64_t pr_L1;         /* pr holds the early guess's scores (sigmoid + bias) for this layer, else -1 */
     } f;
     char err[512];             /* the last pass's failure */
@@ -107,6 +107,7 @@ struct engine {
     float *const *psrc;        /* the pass's AttnRes sources during the FFN (moe_predict) */
     int64_t pnsrc;
     int64_t pred_early;        /* ranks predicted while a layer's experts are read */
+    int64_t pred_cand;         /* experts per row the late guess rescores (0: all) */
     int64_t L0, L1;            /* layers this engine computes (a pipeline stage: [L0, L1)) */
     const engine_link *link;   /* first stage of a pipeline: the other stages, else NULL */
     int32_t *g_slot;           /* (chunk) link slot of each group's sequence */
@@ -244,8 +245,8 @@ static void engine_carve(engine *e, carve *cv_) {
     e->f.pv = CVF(cv_, 2 * Hd + c->n_experts);
     e->f.pmark = CVI(cv_, c->n_experts);
     e->f.plist = CVI(cv_, c->n_experts);
-    e->f.pc = CVI(cv_, PR * PRED_CAND);
-    e->f.ps = CVF(cv_, PR * PRED_CAND);
+    e->f.pc = CVI(cv_, PR * PRED_CAND * c->topk);
+    e->f.ps = CVF(cv_, PR * PRED_CAND * c->topk);
     if (cv_->off > end) end = cv_->off;
     /* dense (overlays the MoE buffers: a layer is one or the other) */
     cv_->off = start;
@@ -587,6 +588,8 @@ int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, cha
      * s/token against 0.27-0.29 with none early (too little lead) and 0.14-0.41
      * with all 8 early (81% right: more wasted reads) */
     e->pred_early = c->topk / 2;
+    e->pred_cand = PRED_CAND * c->topk < c->n_experts / 2 ? PRED_CAND * c->topk : c->n_experts / 2;
+    if (e->pred_cand <= c->topk) e->pred_cand = 0;
     const int nt = e->n_threads;
     int rc = pool_create(&e->pool, nt);
     if (rc) { base_free(blk); return base_fail(err, errlen, rc, "infer: cannot start %d threads: %s", nt, strata_errstr(rc)); }
@@ -1130,7 +1133,7 @@ static void route_token(engine *e, int64_t t, const float *bias) {
  * layer L's own experts are requested (P lacks L's expert output; the best
  * `early` ranks of each row go out, read while L's experts are read and
  * computed), and once L is done (all top-k; only L1's attention is missing;
- * `early` = 0: it rescores only the best PRED_CAND experts of the early call).
+ * `early` = 0: it rescores only the early call's best pred_cand experts).
  * Measured on ladder (decode, 24 tokens, share of the experts a row chose that
  * its prediction of rank r held): early 97/94/90/86/82/76/68/55% for r = 1..8,
  * 81% of the top-k; after L 100/100/100/98/98/95/89/76%, 94%; L's FFN input
@@ -1151,13 +1154,13 @@ static void moe_predict(engine *e, int64_t L1, int64_t ranks, int early) {
     if (ws->ops->predict_layer(ws, L1, &W1)) return;
     float *norm = e->f.pv, *fold = norm + Hd, *bias = fold + Hd;
     const wt *R = &W1[R_MOE_ROUTER];
-    const int64_t C = PRED_CAND;
+    const int64_t C = e->pred_cand;
     /* The late guess rescores only the early guess's best C rows of the router
-     * (256 KB on ladder instead of 1.8 MB, read on the driving thread): ladder
-     * at 6.2 GB, 32 tokens, 92.1% of the experts requested were predicted, against
-     * 92.3% rescoring all 448 (C = 32: 91.5%, 16: 89.7%); the late call took
-     * 105-112 us against 141-166 us (C = 32, 527-1776 calls). */
-    const int cand = late && k < C && C < E && R->p && !R->vb && R->rows == E && R->cols == Hd &&
+     * (C = 64 on ladder: 256 KB instead of 1.8 MB, read on the driving thread):
+     * ladder at 6.2 GB, 32 tokens, 92.1% of the experts requested were
+     * predicted, against 92.3% rescoring all 448 (C = 32: 91.5%, 16: 89.7%); the
+     * late call took 105-112 us against 141-166 us (C = 32, 527-1776 calls). */
+    const int cand = late && C > k && C < E && R->p && !R->vb && R->rows == E && R->cols == Hd &&
                      (R->dtype == DT_BF16 || R->dtype == DT_F16 || R->dtype == DT_F32);
     mm_job j;
     mm_init(&j, T);
