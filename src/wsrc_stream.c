@@ -1384,7 +1384,7 @@ static int st_expert_wait(wsrc *w, int64_t L, int32_t id, const wt **roles) {
         return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: expert %d of layer %lld was not requested", id, (long long)L);
     int sl = s->req_slot[id];
     double t0 = base_now();
-    while (cache_state(s->xc, sl) == 1 /* INFLIGHT */ && reap_experts(s, sl, 1) > 0) {}
+    expert_settle(s, sl);
     io_leave_l(s, NULL, 0, 0, base_now() - t0);
     if (cache_state(s->xc, sl) != 2) {
         if (!s->err[0]) base_fail(s->err, sizeof s->err, STRATA_EIO, "layer %lld expert %d: read failed", (long long)L, id);
