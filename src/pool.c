@@ -1,8 +1,9 @@
 /*
  * pool.c: one persistent pthread pool. Workers are created once and park on a
  * condition variable; pool_for publishes a job, cuts [0, n) into up to
- * POOL_CHUNKS ranges per thread, and every thread (the caller included) claims
- * ranges from a shared counter until none are left. The caller returns when every
+ * POOL_CHUNKS ranges per thread (longest first, the last ones short: range_end),
+ * and every thread (the caller included) claims ranges from a shared counter
+ * until none are left. The caller returns when every
  * range is finished; it does not wait for a worker that claimed nothing.
  *
  * Why claiming instead of one fixed range per thread: the machine is shared, and
@@ -46,6 +47,7 @@ typedef struct {
     void *ctx;
     int64_t n;          /* items */
     int nc;             /* ranges */
+    int guided;         /* ranges shrink toward the end (range_end) */
     atomic_int next;    /* next range to claim (may run past nc) */
     atomic_int done;    /* ranges finished */
 } slot;
@@ -91,11 +93,27 @@ static inline void spin_wait(int s) {
 #endif
 }
 
+/* Start of range k of slot j (k = nc: the end). Guided: range k has 2 (nc - k)
+ * - 1 parts in nc^2, so the first ranges are the longest and the last one is
+ * 1/nc^2 of the job: the thread that finishes first waits for at most a short
+ * range. Equal ranges left one thread idle for about a range at the end of
+ * each job: ladder-shaped bf16 jobs (2-25 MB, 5 per layer) through the pool on
+ * the 2-core Xeon VM, 10 rounds: the two threads' ends 32-40 us apart per job
+ * (a range is ~40 us), one thread busy 92-95% of the time; guided: 15 us, both
+ * ~98%, 22.8-23.6 against 21.2-22.2 GB/s. */
+static int64_t range_end(const slot *j, int k) {
+    if (!j->guided || k <= 0 || k >= j->nc) return k <= 0 ? 0 : k >= j->nc ? j->n : j->n * k / j->nc;
+    /* n - floor(n r^2 / q^2) without overflow: n = a q^2 + b with b < q^2 <= 2^16 */
+    const int64_t r2 = (int64_t)(j->nc - k) * (j->nc - k), q2 = (int64_t)j->nc * j->nc;
+    const int64_t a = j->n / q2, b = j->n % q2;
+    return j->n - (a * r2 + b * r2 / q2);
+}
+
 /* Claims and runs ranges of slot j until none are left. */
 static void run_ranges(pool *p, slot *j, int tid) {
     int k;
     while ((k = atomic_fetch_add_explicit(&j->next, 1, memory_order_relaxed)) < j->nc) {
-        int64_t i0 = j->n * k / j->nc, i1 = j->n * (k + 1) / j->nc;
+        const int64_t i0 = range_end(j, k), i1 = range_end(j, k + 1);
         t_in_pool = 1;
         if (i1 > i0) j->fn(j->ctx, i0, i1, tid);
         t_in_pool = 0;
@@ -224,6 +242,8 @@ void pool_for(pool *p, int64_t n, int64_t grain, pool_fn fn, void *ctx) {
     j->ctx = ctx;
     j->n = n;
     j->nc = want < (int64_t)p->n * POOL_CHUNKS ? (int)want : p->n * POOL_CHUNKS;
+    /* two or more ranges per thread, and the last (1/nc^2 of n) still grain items */
+    j->guided = j->nc >= 2 * p->n && n / ((int64_t)j->nc * j->nc) >= grain;
     atomic_store_explicit(&j->next, 0, memory_order_relaxed);
     atomic_store_explicit(&j->done, 0, memory_order_relaxed);
     atomic_store_explicit(&j->id, g, memory_order_seq_cst);

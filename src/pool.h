@@ -1,7 +1,8 @@
 /*
  * pool.h: one persistent pthread pool. pool_for cuts [0, n) into contiguous
- * ranges (a few per thread, each at least `grain` items) that the participating
- * threads claim as they become free (the caller is thread 0). Which thread runs a
+ * ranges (a few per thread, each at least `grain` items, shorter toward the end
+ * when the job is large enough) that the participating threads claim as they
+ * become free (the caller is thread 0). Which thread runs a
  * range is not fixed; work items must be independent, so that each result is
  * computed by exactly one thread in a fixed order and output bits never depend on
  * the thread count or the schedule.

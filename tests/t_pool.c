@@ -99,6 +99,43 @@ TEST(pool_deterministic) {
     base_free(W);
 }
 
+/* Large jobs are cut into ranges that shrink toward the end, so the thread that
+ * finishes first waits for at most a short one; small jobs (the last range would
+ * fall under grain) keep equal ranges. */
+typedef struct { atomic_int n; int64_t a[256], b[256]; } rng_ctx;
+static void rng_fn(void *vctx, int64_t i0, int64_t i1, int tid) {
+    rng_ctx *c = vctx;
+    const int k = atomic_fetch_add(&c->n, 1);
+    if (k < 256) { c->a[k] = i0; c->b[k] = i1; }
+}
+
+TEST(pool_ranges_shrink) {
+    for (int nt = 2; nt <= 4; nt++) {
+        pool *p = NULL;
+        CHECK(pool_create(&p, nt) == 0);
+        for (int big = 0; big < 2; big++) {
+            const int64_t n = big ? 1000000 : 1000, grain = 100;
+            rng_ctx c;
+            atomic_init(&c.n, 0);
+            pool_for(p, n, grain, rng_fn, &c);
+            const int m = atomic_load(&c.n);
+            int64_t first = 0, last = 0, covered = 0, lo = n;
+            for (int k = 0; k < m; k++) {
+                covered += c.b[k] - c.a[k];
+                if (c.a[k] == 0) first = c.b[k];
+                if (c.b[k] == n) last = n - c.a[k];
+                if (c.b[k] - c.a[k] < lo) lo = c.b[k] - c.a[k];
+            }
+            const int want = n / grain < 4 * nt ? (int)(n / grain) : 4 * nt; /* POOL_CHUNKS per thread */
+            CHECK_MSG(covered == n && m == want, "nt=%d n=%lld: %d ranges", nt, (long long)n, m);
+            CHECK_MSG(lo >= grain, "nt=%d n=%lld: a range of %lld < grain", nt, (long long)n, (long long)lo);
+            if (big) CHECK_MSG(last * 8 < first, "nt=%d: first range %lld, last %lld", nt, (long long)first, (long long)last);
+            else CHECK_MSG(first == last, "nt=%d small job: first range %lld, last %lld", nt, (long long)first, (long long)last);
+        }
+        pool_free(p);
+    }
+}
+
 /* Workers that stall (sleep inside a range) while the caller runs on through many
  * jobs: ranges are still covered exactly once, and job slots are reused only
  * when no worker can still be reading them (thousands of jobs, 64 slots). */
