@@ -158,7 +158,8 @@ typedef struct place_plan {
     double disk_bw, mem_bw;   /* bytes/s */
     char bw_source[256];      /* "measured now", "cached <path>[, why it is stale]", "default" */
     uint64_t read_bytes_per_token;  /* streamed trunk + routed experts */
-    uint64_t touch_bytes_per_token; /* every weight byte a decode token reads */
+    uint64_t touch_bytes_per_token; /* every weight byte a decode token reads, and its KDA state */
+    uint64_t state_touch_bytes;     /* the KDA state one row reads and writes per token (this process's layers) */
     double pred_s_per_token;
     /* options carried to place_open */
     int verify_reads, no_uring, no_readahead, mem_limit;

@@ -249,7 +249,7 @@ static void plan_reads(place_plan *p, const cfg *c) {
     uint64_t expert_tok = (uint64_t)p->n_moe * (uint64_t)c->topk * p->expert_bytes;
     const uint64_t emb = p->no_head ? 0 : p->embed_row_bytes; /* the embedding lives with the head */
     p->read_bytes_per_token = p->streamed_bytes + (uint64_t)((double)expert_tok * (1 - hit)) + emb;
-    p->touch_bytes_per_token = plan_trunk_all(p) + expert_tok + emb;
+    p->touch_bytes_per_token = plan_trunk_all(p) + expert_tok + emb + p->state_touch_bytes;
 }
 
 /* ==================================================================== plan */
@@ -322,6 +322,13 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     int64_t n_moe = 0;
     for (int64_t L = lo; L < hi; L++) n_moe += cfg_is_moe(c, L) ? 1 : 0;
     p->n_moe = n_moe;
+    /* a decode row reads and writes its whole recurrent state in every KDA layer
+     * (ladder: 2 x 30 MB per token, 2.1% of what the weights add) */
+    int64_t n_kda = 0;
+    for (int64_t L = lo; L < hi; L++) n_kda += c->is_mla[L] ? 0 : 1;
+    const uint64_t kda_layer = (uint64_t)(c->kda_heads * c->kda_head_dim * c->kda_head_dim +
+                                          3 * c->kda_heads * c->kda_head_dim * (c->conv_k > 1 ? c->conv_k - 1 : 0));
+    p->state_touch_bytes = 2 * (uint64_t)n_kda * kda_layer * sizeof(float);
     p->n_owned = 0;
     for (int64_t u = 0; u < p->n_units; u++) p->n_owned += !p->absent[u];
     const int64_t n_expert_all = n_moe * c->n_experts;
@@ -444,14 +451,14 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
 /* Predicted seconds of one decode step of n_rows rows (one per sequence): the
  * streamed trunk once, the union of the rows' experts (rows pick top-k of E at
  * random: E (1 - (1 - k/E)^n) distinct per layer), minus the cache's share,
- * from disk; every byte touched from memory. */
+ * from disk; every byte touched from memory, each row's KDA state included. */
 double place_plan_step_seconds(const place_plan *p, const cfg *c, int n_rows) {
     const double E = (double)c->n_experts, k = (double)c->topk;
     const double distinct = E > 0 ? E * (1.0 - pow(1.0 - k / E, n_rows)) : 0;
     const double xb = (double)p->n_moe * distinct * (double)p->expert_bytes;
     const double emb = p->no_head ? 0 : (double)n_rows * (double)p->embed_row_bytes; /* as plan_reads */
     const double rd = (double)p->streamed_bytes + xb * (1 - plan_hit(p, c)) + emb;
-    const double tc = (double)plan_trunk_all(p) + xb;
+    const double tc = (double)plan_trunk_all(p) + xb + (double)n_rows * (double)p->state_touch_bytes;
     return (p->disk_bw > 0 ? rd / p->disk_bw : 0) + (p->mem_bw > 0 ? tc / p->mem_bw : 0);
 }
 
@@ -529,6 +536,7 @@ json_t *place_plan_json(const place_plan *p) {
     I("prefill_chunk", p->prefill_chunk);
     I("read_bytes_per_token", p->read_bytes_per_token);
     I("touch_bytes_per_token", p->touch_bytes_per_token);
+    I("state_touch_bytes", p->state_touch_bytes);
 #undef I
     json_object_set_new(j, "pack_dir", json_string(p->has_pack ? p->pack_dir : ""));
     json_object_set_new(j, "resident", json_boolean(p->resident));

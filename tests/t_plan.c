@@ -84,6 +84,32 @@ TEST(plan_k3_sweep) {
     json_decref(j);
 }
 
+/* What a decode token touches: every weight byte it reads plus its KDA state,
+ * read and written in every KDA layer of the process's range. */
+TEST(plan_touch_counts_kda_state) {
+    static cfg c;
+    cfg_k3(&c);
+    static place_plan p, q;
+    char err[1024];
+    place_opts o = k3_opts(400e9);
+    CHECK_MSG(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0, "%s", err);
+    int64_t n_kda = 0, n_kda_stage = 0;
+    for (int64_t L = 0; L < c.n_layers; L++) {
+        n_kda += !c.is_mla[L];
+        n_kda_stage += !c.is_mla[L] && L >= 10 && L < 20;
+    }
+    const uint64_t per = (uint64_t)(c.kda_heads * c.kda_head_dim * c.kda_head_dim + 3 * c.kda_heads * c.kda_head_dim * (c.conv_k - 1)) * 4;
+    CHECK(n_kda > 0 && p.state_touch_bytes == 2 * (uint64_t)n_kda * per);
+    uint64_t trunk = 0;
+    for (int64_t u = 0; u < p.n_units; u++) trunk += p.unit_bytes[u];
+    CHECK(p.touch_bytes_per_token == trunk + (uint64_t)p.n_moe * c.topk * p.expert_bytes + p.embed_row_bytes + p.state_touch_bytes);
+    o.layer_lo = 10;
+    o.layer_hi = 20;
+    o.no_head = 1;
+    CHECK_MSG(place_plan_compute(&c, NULL, NULL, &o, &q, err, sizeof err) == 0, "%s", err);
+    CHECK(q.state_touch_bytes == 2 * (uint64_t)n_kda_stage * per);
+}
+
 TEST(plan_model_cli) {
     const char *m = tpack_model("tiny", "pl_tiny", 2);
     if (!m) { CHECK(0); return; }
