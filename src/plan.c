@@ -326,8 +326,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
      * (ladder: 2 x 30 MB per token, 2.1% of what the weights add) */
     int64_t n_kda = 0;
     for (int64_t L = lo; L < hi; L++) n_kda += c->is_mla[L] ? 0 : 1;
-    const uint64_t kda_layer = (uint64_t)(c->kda_heads * c->kda_head_dim * c->kda_head_dim +
-                                          3 * c->kda_heads * c->kda_head_dim * (c->conv_k > 1 ? c->conv_k - 1 : 0));
+    const uint64_t kda_layer = k.n_kda > 0 ? k.kda_state_elems / (uint64_t)k.n_kda : 0; /* the census's layout */
     p->state_touch_bytes = 2 * (uint64_t)n_kda * kda_layer * sizeof(float);
     p->n_owned = 0;
     for (int64_t u = 0; u < p->n_units; u++) p->n_owned += !p->absent[u];
