@@ -8,6 +8,16 @@
 #include "base.h"
 #include "wblk.h"
 
+void wblk_hash_cold(struct XXH3_state_s *h, const void *p, size_t n) {
+    const uint8_t *b = p;
+    for (size_t o = 0; o < n; o += WBLK_COLD_STEP) {
+        const size_t m = n - o < WBLK_COLD_STEP ? n - o : WBLK_COLD_STEP;
+        for (size_t a = o + WBLK_COLD_AHEAD, e = a + WBLK_COLD_STEP; a < e && a < n; a += 64)
+            __builtin_prefetch(b + a, 0, 2); /* locality 2: prefetcht1 (L2) on x86 */
+        XXH3_64bits_update(h, b + o, m);
+    }
+}
+
 void wblk_reset(wblk *b, const uint8_t *p) {
     b->p = p;
     for (int64_t k = 0; k < b->n; k++) atomic_store_explicit(&b->done[k], 0, memory_order_relaxed);

@@ -43,6 +43,17 @@ void wblk_rows(wblk *b, int64_t r0, int64_t r1);
 /* Hashes the blocks not yet checked; 0, or STRATA_ECORRUPT with err naming
  * `what`, the tensor, the file and the byte range of the first bad block. */
 int wblk_check(wblk *b, const char *what, char *err, size_t errlen);
+/* XXH3_64bits_update(h, p, n) for bytes that are in DRAM, not in this core's
+ * cache (a read that just landed): the same value, fed in WBLK_COLD_STEP pieces,
+ * each after an L2 prefetch of the piece WBLK_COLD_AHEAD bytes further on. The
+ * library's loop prefetches about 0.5 KB ahead, too close for memory latency on
+ * one core: a landed 1.68 MB ladder expert hashed at 10.1-10.4 GB/s, and at
+ * 13.1-14.7 with 1-4 KB pieces 4-32 KB ahead (best 2 KB / 8 KB; 16 KB pieces
+ * gain nothing; Intel Xeon VM, 2 rounds of 300 experts). */
+#define WBLK_COLD_STEP 2048
+#define WBLK_COLD_AHEAD 8192
+struct XXH3_state_s;
+void wblk_hash_cold(struct XXH3_state_s *h, const void *p, size_t n);
 /* The first row at or after r that starts a block (rows for r >= rows). */
 static inline int64_t wblk_align(const wblk *b, int64_t r) {
     const int64_t a = (r + b->R - 1) / b->R * b->R;

@@ -511,6 +511,14 @@ static int build_units(stream *s, char *err, size_t errlen) {
 
 /* ========================================================== reading records */
 
+/* XXH3_64bits of bytes a read just landed (wblk_hash_cold: the same value). */
+static uint64_t hash_cold(const uint8_t *p, uint64_t n) {
+    XXH3_state_t h;
+    XXH3_64bits_reset(&h);
+    wblk_hash_cold(&h, p, (size_t)n);
+    return XXH3_64bits_digest(&h);
+}
+
 /* Counts bytes hashed against the pack and the time it took (any thread: the
  * I/O thread hashes trunk pieces, the engine thread whole experts). */
 static void verify_count(stream *s, uint64_t bytes, double secs) {
@@ -568,7 +576,7 @@ static int read_record_hashed(stream *s, io_ring *r, const seg *g, uint8_t *buf,
             if (g->need > o) {
                 const uint64_t n = g->need - o < HASH_PIECE ? g->need - o : HASH_PIECE;
                 const double t0 = base_now();
-                XXH3_64bits_update(&h, buf + g->buf_off + o, n);
+                wblk_hash_cold(&h, buf + g->buf_off + o, n);
                 verify_count(s, n, base_now() - t0);
             }
             next_hash++;
@@ -615,7 +623,7 @@ static int read_record(stream *s, io_ring *r, const seg *segs, int n_seg, uint8_
     }
     if (!rc && check) {
         const double t0 = base_now();
-        uint64_t got = XXH3_64bits(buf + segs[0].buf_off, segs[0].need);
+        uint64_t got = hash_cold(buf + segs[0].buf_off, segs[0].need);
         verify_count(s, segs[0].need, base_now() - t0);
         if (got != want_sum)
             rc = base_fail(err, errlen, STRATA_ECORRUPT,
@@ -647,7 +655,7 @@ static void bind_unit(unit *x) {
 static int check_sums(stream *s, unit *x, const char *what, char *err, size_t errlen) {
     for (int i = 0; i < x->n_sum; i++) {
         const tsum *t = &x->sum[i];
-        const uint64_t got = XXH3_64bits(x->buf + t->rel, t->nbytes);
+        const uint64_t got = hash_cold(x->buf + t->rel, t->nbytes);
         if (got != t->xxh3)
             return base_fail(err, errlen, STRATA_ECORRUPT,
                              "%s: checksum mismatch in %s, %s bytes %llu..%llu (expected %016llx, got %016llx): the pack is "
@@ -987,7 +995,7 @@ static int st_rows_get(wsrc *w, const wt *t, int64_t r0, int64_t r1, const void 
         if (r0 != b->next_row)
             return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: %s: rows of %s asked out of order (%lld, expected %lld)",
                              what, b->name, (long long)r0, (long long)b->next_row);
-        XXH3_64bits_update(&b->h, data, (size_t)((uint64_t)(r1 - r0) * b->row_bytes));
+        wblk_hash_cold(&b->h, data, (size_t)((uint64_t)(r1 - r0) * b->row_bytes));
         b->next_row = r1;
         if (r1 == b->rows) {
             const uint64_t got = XXH3_64bits_digest(&b->h);
@@ -1094,7 +1102,7 @@ static void expert_check(stream *s, int sl) {
         const double t0 = base_now();
         uint64_t nb = 0;
         XXH3_64bits_reset(&h);
-        for (int k = 0; k < x->n_h; k++) { XXH3_64bits_update(&h, buf + x->h_rel[k], x->h_len[k]); nb += x->h_len[k]; }
+        for (int k = 0; k < x->n_h; k++) { wblk_hash_cold(&h, buf + x->h_rel[k], x->h_len[k]); nb += x->h_len[k]; }
         x->got = XXH3_64bits_digest(&h);
         verify_count(s, nb, base_now() - t0);
         if (x->got != x->xxh3_want) x->rc = STRATA_ECORRUPT;
@@ -1697,7 +1705,7 @@ static int embed_check(stream *s, const uint8_t *buf, uint64_t n, uint64_t chunk
     const pack_region *r = &s->pk->embed;
     uint64_t got;
     if (buf) {
-        got = XXH3_64bits(buf, n);
+        got = hash_cold(buf, n);
     } else {
         if (chunk < IO_ALIGN) chunk = IO_ALIGN; /* emb_slot > IO_ALIGN, so the bounce holds it */
         XXH3_state_t h;
