@@ -160,6 +160,7 @@ typedef struct place_plan {
     uint64_t read_bytes_per_token;  /* streamed trunk + routed experts */
     uint64_t touch_bytes_per_token; /* every weight byte a decode token reads, and its KDA state */
     uint64_t state_touch_bytes;     /* the KDA state one row reads and writes per token (this process's layers) */
+    double expert_hit_uniform;      /* the cache's hit rate the reads assume: slots / experts (uniform routing) */
     double pred_s_per_token;
     /* options carried to place_open */
     int verify_reads, no_uring, no_readahead, mem_limit;

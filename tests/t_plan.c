@@ -103,6 +103,20 @@ TEST(plan_touch_counts_kda_state) {
     uint64_t trunk = 0;
     for (int64_t u = 0; u < p.n_units; u++) trunk += p.unit_bytes[u];
     CHECK(p.touch_bytes_per_token == trunk + (uint64_t)p.n_moe * c.topk * p.expert_bytes + p.embed_row_bytes + p.state_touch_bytes);
+    /* the reads assume the cache's uniform-routing hit rate, which the plan states */
+    const double hit = (double)p.n_expert_slots / (double)(p.n_moe * c.n_experts);
+    CHECK(p.expert_hit_uniform == (hit > 1 ? 1 : hit) && p.expert_hit_uniform > 0 && p.expert_hit_uniform < 1);
+    CHECK(p.read_bytes_per_token == p.streamed_bytes + (uint64_t)((double)(p.n_moe * c.topk * p.expert_bytes) * (1 - hit)) +
+                                        p.embed_row_bytes);
+    char *txt = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&txt, &len);
+    if (f) {
+        place_plan_print(&p, f);
+        fclose(f);
+    }
+    CHECK_MSG(txt && strstr(txt, "cache hit rate, as if routing were uniform"), "%s", txt ? txt : "");
+    free(txt);
     o.layer_lo = 10;
     o.layer_hi = 20;
     o.no_head = 1;
