@@ -141,26 +141,32 @@ static float dot_neon(const float *a, const float *b, int64_t n) {
 }
 
 /* MXFP4: 8 bytes -> 16 codes in element order (low nibble first) by zipping the
- * low and high nibbles; magnitude x 2 {0,1,2,3,4,6,8,12} from a byte table, widened
- * to f32 (exact) and multiplied by 2^(s-128) (exact: the same real value as the
- * reference's k_e2m1[c] * 2^(s-127), so the same rounding at the overflow and
- * subnormal ends); bit 3 becomes the sign by xor (-0 included). */
-INL v16 fp4_wn(const uint8_t *p, float32x4_t half_sf) {
-    static const uint8_t k_mag2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, 1, 2, 3, 4, 6, 8, 12};
-    uint8x8_t b = vld1_u8(p);
-    uint8x8x2_t z = vzip_u8(vand_u8(b, vdup_n_u8(15)), vshr_n_u8(b, 4));
-    uint8x16_t codes = vcombine_u8(z.val[0], z.val[1]);
-    uint8x16_t mag = vqtbl1q_u8(vld1q_u8(k_mag2), codes);
-    uint8x16_t sgn = vandq_u8(codes, vdupq_n_u8(8));
-    uint16x8_t m16[2] = {vmovl_u8(vget_low_u8(mag)), vmovl_u8(vget_high_u8(mag))};
-    uint16x8_t s16[2] = {vmovl_u8(vget_low_u8(sgn)), vmovl_u8(vget_high_u8(sgn))};
+ * low and high nibbles. Every value k_e2m1[c] * 2^(s-127) has at most two
+ * significant bits, so its f32 bits are its top 16 bits followed by 16 zeros
+ * (subnormals, inf and -0 included): a group's 16 LUT entries are two 16-byte
+ * tables (bytes 2 and 3 of each f32 of kern_fp4_lut[s], one de-interleaving
+ * vld4q_u8), each code looks both bytes up (vqtbl1q_u8), and the byte pairs,
+ * zipped to 16 bits, widen into the top of each f32 (vshll 16): the LUT's own
+ * bits, no arithmetic: 13 vector ops per 16 weights (load and fma aside) where
+ * widening the magnitude, converting, scaling and xoring the sign took 35. Not
+ * timed (no arm64 hardware here); bit-identical to the reference under
+ * qemu-aarch64 for every scale byte, random codes, T = 1..8 and rows of 64 to
+ * 8,224 columns (test kern_mxfp4_every_scale covers it in the test suite). */
+typedef struct { uint8x16_t lo, hi; } fp4_lutn;
+INL fp4_lutn fp4_lut_n(uint8_t s) {
+    const uint8x16x4_t q = vld4q_u8((const uint8_t *)kern_fp4_lut[s]);
+    return (fp4_lutn){q.val[2], q.val[3]};
+}
+INL v16 fp4_wn(const uint8_t *p, fp4_lutn t) {
+    const uint8x8_t b = vld1_u8(p), lo_n = vand_u8(b, vdup_n_u8(15)), hi_n = vshr_n_u8(b, 4);
+    const uint8x16_t codes = vcombine_u8(vzip1_u8(lo_n, hi_n), vzip2_u8(lo_n, hi_n));
+    const uint8x16_t lo = vqtbl1q_u8(t.lo, codes), hi = vqtbl1q_u8(t.hi, codes);
+    const uint16x8_t w0 = vreinterpretq_u16_u8(vzip1q_u8(lo, hi)), w1 = vreinterpretq_u16_u8(vzip2q_u8(lo, hi));
     v16 w;
-    for (int q = 0; q < 4; q++) {
-        uint32x4_t m32 = (q & 1) ? vmovl_u16(vget_high_u16(m16[q >> 1])) : vmovl_u16(vget_low_u16(m16[q >> 1]));
-        uint32x4_t s32 = (q & 1) ? vmovl_u16(vget_high_u16(s16[q >> 1])) : vmovl_u16(vget_low_u16(s16[q >> 1]));
-        float32x4_t v = vmulq_f32(vcvtq_f32_u32(m32), half_sf);
-        w.v[q] = vreinterpretq_f32_u32(veorq_u32(vreinterpretq_u32_f32(v), vshlq_n_u32(s32, 28)));
-    }
+    w.v[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(w0), 16));
+    w.v[1] = vreinterpretq_f32_u32(vshll_high_n_u16(w0, 16));
+    w.v[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(w1), 16));
+    w.v[3] = vreinterpretq_f32_u32(vshll_high_n_u16(w1, 16));
     return w;
 }
 
@@ -175,11 +181,11 @@ INL void fp4blkn(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int6
     UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
         UNROLL for (int q = 0; q < 4; q++) acc[i][j][q] = vdupq_n_f32(0.0f);
     for (int64_t g = 0; g < ng; g++) {
-        float32x4_t hs[4];
+        fp4_lutn hs[4];
         UNROLL for (int i = 0; i < RB; i++) {
             if (TB == 1 && (g & 3) == 0) /* next row block, as kern_x86.c explains */
                 __builtin_prefetch(pr[i] + RB * rb + g * 16);
-            hs[i] = vdupq_n_f32(kern_e8m0_table[sr[i][g]] * 0.5f); /* 2^(s-128), exact */
+            hs[i] = fp4_lut_n(sr[i][g]);
         }
         UNROLL for (int h = 0; h < 2; h++) {
             v16 w[4];
