@@ -20,10 +20,6 @@ kern_table K = {
                    (((s) & 32) ? 0x1p32 : 1.0) * (((s) & 64) ? 0x1p64 : 1.0) * \
                    (((s) & 128) ? 0x1p128 : 1.0))
 #define E8M0(s) ((s) == 255 ? 0.0f : (float)(0x1p-127 * E8M0_P(s)))
-#define E8M0_4(s) E8M0(s), E8M0((s) + 1), E8M0((s) + 2), E8M0((s) + 3)
-#define E8M0_16(s) E8M0_4(s), E8M0_4((s) + 4), E8M0_4((s) + 8), E8M0_4((s) + 12)
-#define E8M0_64(s) E8M0_16(s), E8M0_16((s) + 16), E8M0_16((s) + 32), E8M0_16((s) + 48)
-const float kern_e8m0_table[256] = {E8M0_64(0), E8M0_64(64), E8M0_64(128), E8M0_64(192)};
 
 /* kern_fp4_lut[s][c] = k_e2m1[c] * 2^(s-127), folded by the compiler as the f32
  * product the kernels computed per row and group (exact, or inf at scale 254). */

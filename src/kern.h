@@ -83,13 +83,11 @@ static inline float kern_e8m0_f32(uint8_t s) {
     v.u = s == 0 ? 0x00400000u : s == 255 ? 0u : (uint32_t)s << 23;
     return v.f;
 }
-/* The same 256 values as a table (kern.c): the SIMD paths broadcast straight from
- * it, one load instead of a compare-and-branch per row and group. */
-extern const float kern_e8m0_table[256];
-/* Each scale's whole 16-entry LUT, k_e2m1[c] * kern_e8m0_table[s] (the same f32
- * products, folded at compile time; 16 KB, 64-byte aligned rows): the AVX-512
- * decoders load a group's LUT instead of multiplying it, which frees one
- * vector-ALU op per row and group (see kern_x86.c). */
+/* Each scale's whole 16-entry LUT, k_e2m1[c] * kern_e8m0_f32(s) (the same f32
+ * products, folded at compile time; 16 KB, 64-byte aligned rows): every SIMD
+ * decoder loads a group's LUT instead of multiplying it (AVX-512 the row, AVX2
+ * its first 8 entries, NEON bytes 2 and 3 of each entry; see kern_x86.c and
+ * kern_neon.c). */
 extern const float kern_fp4_lut[256][16];
 
 #if defined(__x86_64__)

@@ -115,9 +115,6 @@ TEST(num_mxfp4) {
     CHECK(num_mxfp4_value(15, 127) == -6.0);
     CHECK(isnan(num_mxfp4_value(0, 255)));
     CHECK(kern_e8m0_f32(255) == 0.0f);
-    int badtab = 0;
-    for (int s = 0; s < 256; s++) badtab += fbits(kern_e8m0_table[s]) != fbits(kern_e8m0_f32((uint8_t)s));
-    CHECK_MSG(badtab == 0, "%d kern_e8m0_table entries differ", badtab);
     /* nibble order: low nibble is the even element */
     const uint8_t packed[2] = {0x21, 0xF7};
     CHECK(num_mxfp4_code(packed, 0) == 1 && num_mxfp4_code(packed, 1) == 2);
