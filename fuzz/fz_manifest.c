@@ -34,11 +34,7 @@ static struct {
 static void cleanup(void) {
     if (g.ix) st_close(g.ix);
     g.ix = NULL;
-    if (g.root[0]) {
-        char cmd[600];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g.root);
-        if (system(cmd)) {}
-    }
+    if (g.root[0]) base_rm_rf(g.root);
 }
 
 static int setup(void) {
