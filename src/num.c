@@ -87,7 +87,21 @@ void num_to_f32(float *dst, const void *src, int dtype, size_t n) {
     const uint16_t *h = src;
     switch (dtype) {
     case DT_F32: memmove(dst, src, n * sizeof(float)); break;
-    case DT_BF16: for (size_t i = 0; i < n; i++) dst[i] = num_bf16_to_f32(h[i]); break;
+    case DT_BF16: {
+        /* Norm and projection vectors are converted from a weight unit every pass,
+         * straight from DRAM: the element-at-a-time loop waited on each line
+         * (~1% of a ladder decode's driving thread, perf). Blocks of 16 with a
+         * fixed trip count vectorize at -O2, and a prefetch runs 1 KB ahead. */
+        size_t i = 0;
+        for (; i + 16 <= n; i += 16) {
+            uint32_t t[16];
+            __builtin_prefetch(h + i + 512);
+            for (int j = 0; j < 16; j++) t[j] = (uint32_t)h[i + j] << 16;
+            memcpy(dst + i, t, sizeof t);
+        }
+        for (; i < n; i++) dst[i] = num_bf16_to_f32(h[i]);
+        break;
+    }
     case DT_F16: for (size_t i = 0; i < n; i++) dst[i] = num_f16_to_f32(h[i]); break;
     default: ST_ASSERT(!"num_to_f32: dtype must be F32, BF16 or F16");
     }

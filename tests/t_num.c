@@ -142,4 +142,23 @@ TEST(num_to_f32) {
     CHECK(f[0] == 1.0f && f[1] == -2.0f && f[2] == 0x1p-24f);
     num_to_f32(f, src, DT_F32, 3);
     CHECK(memcmp(f, src, sizeof f) == 0);
+    /* the blocked bf16 path: every pattern, and every length 0..40 at odd offsets
+     * (blocks of 16 plus the tail), against the one-value conversion */
+    static uint16_t all[65536 + 48];
+    static float out[65536 + 48];
+    for (uint32_t i = 0; i < 65536 + 48; i++) all[i] = (uint16_t)(i * 40503u);
+    num_to_f32(out, all, DT_BF16, 65536 + 48);
+    int bad = 0;
+    for (uint32_t i = 0; i < 65536 + 48; i++) {
+        float w = num_bf16_to_f32(all[i]);
+        bad += memcmp(&out[i], &w, 4) != 0;
+    }
+    for (size_t n = 0; n <= 40; n++) {
+        float o[48];
+        for (int k = 0; k < 48; k++) o[k] = 7.0f;
+        num_to_f32(o + 1, all + 3 + n, DT_BF16, n);
+        for (size_t k = 0; k < n; k++) { float w = num_bf16_to_f32(all[3 + n + k]); bad += memcmp(&o[1 + k], &w, 4) != 0; }
+        bad += o[0] != 7.0f || o[1 + n] != 7.0f;
+    }
+    CHECK(bad == 0);
 }
