@@ -463,6 +463,20 @@ A512 static void exp_f64_avx512(double *y, const double *x, int64_t n) {
     kern_ref_exp_f64(y + i, x + i, n - i);
 }
 
+/* The state's first pass over a column block walks its rows D floats apart, a
+ * line or two per row, which the hardware prefetchers followed poorly: each head's
+ * state comes from DRAM every token (ladder: 1 MB per KDA layer). The pass
+ * prefetches the block's row KDA_PF_ROWS ahead, wrapping into the next block's
+ * first rows. Intel Xeon VM, one thread, 28 layers x 16 heads of 128 x 128 cold
+ * states, 4 interleaved rounds: 6.1 ms per sweep without, 4.4 at 8 rows ahead,
+ * 3.7 at 24-32 (the same states hot in L2: 1.85). */
+#define KDA_PF_ROWS 32
+static inline const float *kda_pf(const float *S, int64_t D, int64_t i, int64_t j, int64_t w) {
+    const int64_t r = i + KDA_PF_ROWS;
+    if (r < D) return S + r * D + j;
+    return r - D < D ? S + (r - D) * D + j + w : S; /* j + w <= D: inside the state */
+}
+
 /* KDA delta rule on NB blocks of 16 columns from j: kern_ref_kda_cols's operations
  * per column, 2 NB double accumulator chains in flight (the row walk is a chain). */
 A512 INL void kda_blk512(float *S, int64_t D, const float *k, const float *v, const float *q,
@@ -472,6 +486,8 @@ A512 INL void kda_blk512(float *S, int64_t D, const float *k, const float *v, co
     for (int64_t i = 0; i < D; i++) {
         const __m512 a = _mm512_set1_ps(alpha[i]);
         const __m512d kd = _mm512_set1_pd((double)k[i]);
+        const float *pf = kda_pf(S, D, i, j, 16 * NB); /* a hint: never dereferenced */
+        UNROLL for (int b = 0; b < NB; b++) _mm_prefetch((const char *)(pf + 16 * b), _MM_HINT_T0);
         UNROLL for (int b = 0; b < NB; b++) {
             float *s = S + i * D + j + 16 * b;
             const __m512 sv = _mm512_mul_ps(_mm512_loadu_ps(s), a);
@@ -896,6 +912,7 @@ A256 INL void kda_blk256(float *S, int64_t D, const float *k, const float *v, co
     for (int64_t i = 0; i < D; i++) {
         const __m256 a = _mm256_set1_ps(alpha[i]);
         const __m256d kd = _mm256_set1_pd((double)k[i]);
+        _mm_prefetch((const char *)kda_pf(S, D, i, j, 8 * NB), _MM_HINT_T0); /* NB x 8 floats: one line at most */
         UNROLL for (int b = 0; b < NB; b++) {
             float *s = S + i * D + j + 8 * b;
             const __m256 sv = _mm256_mul_ps(_mm256_loadu_ps(s), a);
