@@ -95,7 +95,7 @@ void num_to_f32(float *dst, const void *src, int dtype, size_t n) {
         size_t i = 0;
         for (; i + 16 <= n; i += 16) {
             uint32_t t[16];
-            __builtin_prefetch(h + i + 512);
+            if (n - i > 512) __builtin_prefetch(h + i + 512);
             for (int j = 0; j < 16; j++) t[j] = (uint32_t)h[i + j] << 16;
             memcpy(dst + i, t, sizeof t);
         }
