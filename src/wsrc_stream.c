@@ -1494,9 +1494,18 @@ static int st_embed_rows(wsrc *w, int n, const int32_t *ids, float *out) {
                             .dst = s->emb_bounce + (uint64_t)i * s->emb_slot, .ud = (void *)(intptr_t)(off - a0)};
             io_submit(s->xring, &q[i]);
         }
-        for (int i = 0; i < m; i++) {
+        /* The ring also carries expert reads, and reads ahead may still be in
+         * flight: a completion that is not one of these rows is an expert's,
+         * landed as any reap would land it (taking it for a row lost the
+         * expert's read, "read failed" at its wait, and could hand out a row
+         * whose read had not finished). */
+        for (int left = m; left > 0;) {
             io_req *d;
             if (io_reap(s->xring, 1, &d) != 1) { rc = STRATA_EIO; break; }
+            int mine = 0;
+            for (int i = 0; i < m && !mine; i++) mine = d == &q[i];
+            if (!mine) { expert_landed(s, d); continue; }
+            left--;
             if (d->rc && !rc) {
                 char e2[600];
                 io_req_errstr(d, e2, sizeof e2);
