@@ -149,6 +149,16 @@ typedef struct wsrc_ops {
      * inside an op, which the engine calls from the pool's driving thread, never
      * from inside a pool job). Optional (NULL: the source never asks). */
     void (*use_pool)(wsrc *w, struct pool *p);
+    /* Checks of landed reads run as tasks of the engine's next pool job, from the
+     * driving thread between jobs: checks_begin takes what has landed and returns
+     * how many checks it holds (0: none); check_run(i) runs check i on any pool
+     * thread (each i at most once, all within one job); checks_end, after the
+     * job, finishes them (a failed check fails the expert's later expert_wait).
+     * A source never hands out an expert whose check has not finished. Optional
+     * (NULL: the source checks on its own). */
+    int (*checks_begin)(wsrc *w);
+    void (*check_run)(wsrc *w, int i);
+    void (*checks_end)(wsrc *w);
 } wsrc_ops;
 struct wsrc {
     const wsrc_ops *ops;

@@ -91,6 +91,7 @@ static const char *r_errmsg(wsrc *w) { return ((resident *)w)->err; }
 static const wsrc_ops k_resident_ops = { /* no self-drafting: a draft would be the model itself */
     r_layer_get, r_layer_put, r_experts_request, r_expert_wait, r_experts_put,
     r_embed_rows, NULL, r_close, r_errmsg, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    NULL, NULL, NULL,
 };
 
 typedef struct {

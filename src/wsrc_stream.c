@@ -55,6 +55,7 @@
 #define MAX_XT 8              /* tensors of one expert */
 #define EMB_BATCH 64          /* embedding rows in flight */
 #define PF_AHEAD 256          /* fresh expert slots kept faulted in ahead of use */
+#define CK_MAX 64              /* landed experts one st_checks_begin takes */
 #define PF_QUIET_MAX 5        /* guesses that read nothing, in a row, counted per layer (skip up to 2^4 - 1) */
 /* Checksums are on unless the caller opted out (place.h: verify_reads) */
 #define VERIFY(s) ((s)->pk && (s)->plan.verify_reads != PLACE_VERIFY_OFF)
@@ -200,6 +201,10 @@ typedef struct stream {
      * that read nothing (everything guessed was in RAM or in flight) and how many
      * of the next ones to skip; a read the layer had to wait for resets both */
     uint8_t pf_quiet[CFG_MAX_LAYERS], pf_skip[CFG_MAX_LAYERS];
+    /* landed experts whose checks the engine runs inside its next pool job
+     * (st_checks_begin .. st_checks_end); ck_ran[i]: check i has run */
+    int ck_sl[CK_MAX], n_ck;
+    uint8_t ck_ran[CK_MAX];
     struct pool *pool;         /* the pass's engine threads (use_pool), or NULL */
     uint64_t xslot_bytes;
     /* embeddings */
@@ -1191,9 +1196,11 @@ static void check_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
  * ahead early, and at 4 GB the cache then evicted more of them before their
  * request (misses 270 -> 560 per 31 tokens). Returns the reads reaped. */
 #define REAP_MAX 64
+static void ck_flush(stream *s);
 static int reap_experts(stream *s, int sl, int wait) {
     int done[REAP_MAX], nd = 0, n = 0;
     io_req *d;
+    ck_flush(s);
     while (nd < REAP_MAX && s->xs[sl].pending > 0 && cache_state(s->xc, sl) == 1 /* INFLIGHT */ &&
            io_reap(s->xring, wait, &d) == 1) {
         n++;
@@ -1209,6 +1216,49 @@ static int reap_experts(stream *s, int sl, int wait) {
     for (int i = 0; i < nd; i++) expert_finish(s, done[i]);
     return n;
 }
+
+/* Checks inside the engine's pool job. Landed experts were checked when the
+ * driving thread reaped them, mostly one at a time (the run at 6.2 GB on ladder:
+ * 1,541 reaps found one landed expert, 318 two), and the other threads waited
+ * through each XXH3 pass (~130 us per 1.68 MB expert). Right after a layer's
+ * request (the experts a late guess read ahead have landed by then, and the
+ * reads just started have not) the engine takes what has landed
+ * (st_checks_begin) and runs the checks as tasks of its next job, beside that
+ * job's products (st_check_run, any thread, each once); st_checks_end then
+ * finishes them on the driving thread (the error, or the views published).
+ * Nothing is computed with an expert before its check: the batch that uses it
+ * comes after. Every other entry point on the expert path finishes pending
+ * checks first (ck_flush), so a caller that skips st_checks_end changes only
+ * where the checks run. */
+static int st_checks_begin(wsrc *w) {
+    stream *s = (stream *)w;
+    if (!s->xc) return 0;
+    ck_flush(s);
+    io_req *d;
+    while (s->n_ck < CK_MAX && io_reap(s->xring, 0, &d) == 1) {
+        const int sl = expert_arrive(s, d);
+        if (sl >= 0) { s->ck_ran[s->n_ck] = 0; s->ck_sl[s->n_ck++] = sl; }
+    }
+    return s->n_ck;
+}
+
+static void st_check_run(wsrc *w, int i) {
+    stream *s = (stream *)w;
+    if (i < 0 || i >= s->n_ck || s->ck_ran[i]) return;
+    expert_check(s, s->ck_sl[i]);
+    s->ck_ran[i] = 1;
+}
+
+static void ck_flush(stream *s) {
+    const int n = s->n_ck;
+    s->n_ck = 0;
+    for (int i = 0; i < n; i++) {
+        if (!s->ck_ran[i]) expert_check(s, s->ck_sl[i]);
+        expert_finish(s, s->ck_sl[i]);
+    }
+}
+
+static void st_checks_end(wsrc *w) { ck_flush((stream *)w); }
 
 /* Reaps completions until slot sl's read is no longer in flight. */
 static void expert_settle(stream *s, int sl) {
@@ -1269,6 +1319,7 @@ static void prefault_note(stream *s, int sl) {
 
 static int st_experts_request(wsrc *w, int64_t L, int n, const int32_t *ids) {
     stream *s = (stream *)w;
+    ck_flush(s);
     if (L < s->c->first_dense || L >= s->c->n_layers)
         return base_fail(s->err, sizeof s->err, STRATA_EINVAL, "stream: layer %lld has no routed experts", (long long)L);
     if (s->req_L >= 0 && s->req_L != L) release_request(s); /* the caller skipped experts_put */
@@ -1348,6 +1399,7 @@ static int st_predict_layer(wsrc *w, int64_t L, const wt **roles) {
 
 static void st_experts_prefetch(wsrc *w, int64_t L, int n, const int32_t *ids) {
     stream *s = (stream *)w;
+    ck_flush(s);
     if (s->plan.no_prefetch || !s->xc || L < s->c->first_dense || L >= s->c->n_layers) return;
     if (s->pf_L != L) memset(s->pf_mark, 0, (size_t)s->NE); /* a second guess for L adds to the first */
     s->pf_L = L;
@@ -1414,6 +1466,7 @@ static int st_expert_ready(wsrc *w, int64_t L, int32_t id) {
 
 static void st_experts_put(wsrc *w, int64_t L) {
     stream *s = (stream *)w;
+    ck_flush(s);
     if (s->req_L == L) release_request(s);
     if (s->pf_L == L) s->pf_L = -1; /* the prediction was used */
     else if (s->pf_L >= 0 && s->pf_L != L + 1) { /* never requested: not counted */
@@ -1425,6 +1478,7 @@ static void st_experts_put(wsrc *w, int64_t L) {
  * request list is short (at most the cache's slots): a linear search is cheap. */
 static void st_expert_put(wsrc *w, int64_t L, int32_t id) {
     stream *s = (stream *)w;
+    ck_flush(s);
     if (s->req_L != L || id < 0 || id >= s->NE || s->req_slot[id] < 0) return;
     const int sl = s->req_slot[id];
     expert_settle(s, sl);
@@ -1439,6 +1493,7 @@ static int64_t st_experts_capacity(wsrc *w) { return cache_n_slots(((stream *)w)
 /* ========================================================== self-drafting */
 
 static int st_draft_mode(wsrc *w, int on) {
+    ck_flush((stream *)w);
     stream *s = (stream *)w;
     if (!s->xc) return STRATA_EINVAL;
     if (on && !s->draft) cache_get_stats(s->xc, &s->draft_saved);
@@ -1526,6 +1581,7 @@ static int st_embed_rows(wsrc *w, int n, const int32_t *ids, float *out) {
 static void ws_close(wsrc *w) {
     stream *s = (stream *)w;
     if (!s) return;
+    if (s->xc) ck_flush(s);
     if (s->th_started) {
         pthread_mutex_lock(&s->mu);
         s->stop = 1;
@@ -1594,6 +1650,7 @@ static const wsrc_ops k_stream_ops = {
     st_embed_rows, st_hint_layer, ws_close, st_errmsg, st_expert_ready, st_expert_put, st_experts_capacity,
     st_draft_mode, st_layer_peek, st_expert_resident,
     st_predict_layer, st_experts_prefetch, st_rows_slice, st_rows_get, st_rows_put, st_rows_hint, st_use_pool,
+    st_checks_begin, st_check_run, st_checks_end,
 };
 
 /* ============================================================== warm start */
