@@ -882,10 +882,13 @@ TEST(stream_verify_default) {
         }
         flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
     }
-    /* several experts landing together are checked on a lent pool, one per
-     * thread (reap_experts): the damaged one fails with its own message, the
-     * others arrive intact, whichever thread checked them */
-    {
+    /* several experts landing together, one of them damaged: the damaged one
+     * fails with its own message, the others arrive intact, whichever thread
+     * checked them. mode 0: checked on a lent pool when reaped (reap_experts);
+     * 1: as tasks of an engine's job (checks_begin, check_run on the pool's
+     * threads, checks_end); 2: checks taken but neither run nor ended, so the
+     * next call on the expert path finishes them */
+    for (int mode = 0; mode < 3; mode++) {
         const st_tensor *t = expert_w2_scale(&m, xl, experts[1]);
         CHECK(t != NULL);
         place_opts o = opts_for(b[0]);
@@ -897,8 +900,8 @@ TEST(stream_verify_default) {
         if (t) flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
         CHECK_MSG(t && place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
         if (w) {
-            CHECK(w->ops->use_pool != NULL);
-            w->ops->use_pool(w, pl);
+            CHECK(w->ops->use_pool && w->ops->checks_begin && w->ops->check_run && w->ops->checks_end);
+            if (mode == 0) w->ops->use_pool(w, pl);
             int64_t cap = w->ops->experts_capacity(w);
             int32_t ids[4];
             int n = 0;
@@ -906,6 +909,17 @@ TEST(stream_verify_default) {
             for (int32_t e = 0; n < 4 && n < cap && e < m.c.n_experts - 1; e++) ids[n++] = e;
             CHECK(n >= 2);
             CHECK(w->ops->experts_request(w, xl, n, ids) == 0);
+            int taken = 0;
+            for (int tries = 0; mode > 0 && tries < 2000 && taken < n; tries++) {
+                const int k = w->ops->checks_begin(w);
+                taken += k;
+                if (mode == 2 && k) break;
+                check_task ct = {w};
+                pool_for(pl, k, 1, check_task_fn, &ct);
+                w->ops->checks_end(w);
+                if (taken < n) usleep(1000);
+            }
+            if (mode) CHECK_MSG(mode == 2 ? taken >= 1 : taken == n, "%d of %d reads taken", taken, n);
             for (int i = n - 1; i >= 0; i--) { /* the last asked first: the others land in the same reap */
                 const wt *v;
                 int rc = w->ops->expert_wait(w, xl, ids[i], &v);
@@ -917,58 +931,7 @@ TEST(stream_verify_default) {
                 }
             }
             w->ops->experts_put(w, xl);
-            w->ops->use_pool(w, NULL);
-            w->ops->close(w);
-        }
-        pool_free(pl);
-        if (t) flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
-    }
-    /* the same with the checks run as tasks of an engine's job (checks_begin,
-     * check_run on the pool's threads, checks_end); then once more with the
-     * checks taken but neither run nor ended: the next call on the expert path
-     * finishes them, with the same results */
-    for (int skip_end = 0; skip_end < 2; skip_end++) {
-        const st_tensor *t = expert_w2_scale(&m, xl, experts[1]);
-        CHECK(t != NULL);
-        place_opts o = opts_for(b[0]);
-        place_plan p;
-        wsrc *w = NULL;
-        pool *pl = NULL;
-        CHECK(pool_create(&pl, 2) == 0);
-        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-        if (t) flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
-        CHECK_MSG(t && place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
-        if (w) {
-            CHECK(w->ops->checks_begin && w->ops->check_run && w->ops->checks_end);
-            int64_t cap = w->ops->experts_capacity(w);
-            int32_t ids[4];
-            int n = 0;
-            ids[n++] = (int32_t)experts[1];
-            for (int32_t e = 0; n < 4 && n < cap && e < m.c.n_experts - 1; e++) ids[n++] = e;
-            CHECK(n >= 2);
-            CHECK(w->ops->experts_request(w, xl, n, ids) == 0);
-            int taken = 0;
-            for (int tries = 0; tries < 2000 && taken < n; tries++) {
-                const int k = w->ops->checks_begin(w);
-                taken += k;
-                if (skip_end && k) break;
-                check_task ct = {w};
-                pool_for(pl, k, 1, check_task_fn, &ct);
-                w->ops->checks_end(w);
-                if (taken < n) usleep(1000);
-            }
-            CHECK_MSG(skip_end ? taken >= 1 : taken == n, "%d of %d reads taken", taken, n);
-            for (int i = 0; i < n; i++) {
-                const wt *v;
-                int rc = w->ops->expert_wait(w, xl, ids[i], &v);
-                if (i == 0) {
-                    CHECK_MSG(rc == STRATA_ECORRUPT && strstr(w->ops->errmsg(w), "checksum mismatch"), "rc %d: %s", rc,
-                              w->ops->errmsg(w));
-                } else {
-                    CHECK_MSG(rc == 0 && (v[R_EXP_W2].p || v[R_EXP_W2P].p), "expert %d: rc %d", ids[i], rc);
-                }
-            }
-            w->ops->experts_put(w, xl);
+            if (mode == 0) w->ops->use_pool(w, NULL);
             w->ops->close(w);
         }
         pool_free(pl);
