@@ -786,13 +786,16 @@ static void mm_run(engine *e, mm_job *j) {
     if (!nd) { mm_dispatch(e, j); return; }
     mm_job r;
     mm_init(&r, j->T);
+    r.ck = j->ck; /* the checks run with the products that are not sliced */
+    r.n_ck = j->n_ck;
+    r.ck_cost = j->ck_cost;
     int d[MM_MAX_SEG], n = 0;
     for (int k = 0; k < j->n; k++) {
         if (j->seg[k].dw || j->seg[k].dwu) d[n++] = k;
         else r.seg[r.n++] = j->seg[k];
     }
     if (n) mm_hint(e, &j->seg[d[0]], 0); /* read while the rest computes */
-    if (r.n) mm_dispatch(e, &r);
+    if (r.n || r.n_ck) mm_dispatch(e, &r);
     for (int i = 0; i < n && !e->wrc; i++) mm_slices(e, &j->seg[d[i]], i + 1 < n ? &j->seg[d[i + 1]] : NULL);
 }
 
@@ -1338,9 +1341,7 @@ static int moe_layer(engine *e, int64_t L, const wt *W) {
      * experts 1.68-1.70 s before, 1.61-1.64 s after (the job +0.10-0.15 s, the
      * waits -0.17-0.23 s), ~1 ms per token: the checks and the products share
      * the memory bus, so what is won is the core that used to wait. */
-    int sliced = 0;
-    for (int q = 0; q < j.n; q++) sliced |= j.seg[q].dw || j.seg[q].dwu;
-    if (!sliced && ws->ops->checks_begin && (j.n_ck = ws->ops->checks_begin(ws)) > 0) {
+    if (ws->ops->checks_begin && (j.n_ck = ws->ops->checks_begin(ws)) > 0) {
         j.ck = ws;
         j.ck_cost = 3 * I * Z * 17 / 64 + 1;
     }
