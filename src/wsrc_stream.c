@@ -1493,8 +1493,8 @@ static int64_t st_experts_capacity(wsrc *w) { return cache_n_slots(((stream *)w)
 /* ========================================================== self-drafting */
 
 static int st_draft_mode(wsrc *w, int on) {
-    ck_flush((stream *)w);
     stream *s = (stream *)w;
+    ck_flush(s);
     if (!s->xc) return STRATA_EINVAL;
     if (on && !s->draft) cache_get_stats(s->xc, &s->draft_saved);
     if (!on && s->draft) cache_set_stats(s->xc, &s->draft_saved);
