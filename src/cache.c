@@ -57,6 +57,7 @@ struct cache {
     uint64_t age_left, stamp;
     int64_t n_layers, per_layer, cur_layer;
     int32_t *lmin;
+    int64_t *held;           /* per layer: keys bound to a slot (any state) */
     cache_stats st;
 };
 
@@ -124,7 +125,8 @@ int cache_create(cache **out, int64_t n_keys, int64_t n_slots, uint64_t slot_byt
     c->slot_of = base_alloc((size_t)n_keys * sizeof *c->slot_of, MEM_CACHE);
     c->ghost_at = base_calloc((size_t)n_keys, sizeof *c->ghost_at, MEM_CACHE);
     c->q = base_alloc((size_t)(Q_LAYER0 + n_layers) * sizeof *c->q, MEM_CACHE);
-    if (!c->s || !c->slot_of || !c->ghost_at || !c->q) goto oom;
+    c->held = base_calloc((size_t)n_layers, sizeof *c->held, MEM_CACHE);
+    if (!c->s || !c->slot_of || !c->ghost_at || !c->q || !c->held) goto oom;
     if (scored(c)) {
         c->cnt = base_calloc((size_t)n_keys, sizeof *c->cnt, MEM_CACHE);
         c->visits = base_calloc((size_t)n_layers, sizeof *c->visits, MEM_CACHE);
@@ -157,7 +159,7 @@ uint64_t cache_meta_bytes(int64_t n_keys, int64_t n_slots, int64_t n_layers) {
     if (n_layers < 1) n_layers = 1;
     return sizeof(cache) + (uint64_t)n_slots * sizeof(slot) +
            (uint64_t)n_keys * (sizeof(int32_t) + sizeof(uint64_t) + sizeof(uint32_t)) +
-           (uint64_t)(Q_LAYER0 + n_layers) * sizeof(list) + (uint64_t)n_layers * (sizeof(uint32_t) + sizeof(int32_t));
+           (uint64_t)(Q_LAYER0 + n_layers) * sizeof(list) + (uint64_t)n_layers * (sizeof(uint32_t) + sizeof(int32_t) + sizeof(int64_t));
 }
 
 void cache_free(cache *c) {
@@ -167,6 +169,7 @@ void cache_free(cache *c) {
     base_free(c->slot_of);
     base_free(c->ghost_at);
     base_free(c->q);
+    base_free(c->held);
     base_free(c->cnt);
     base_free(c->visits);
     base_free(c->lmin);
@@ -206,6 +209,7 @@ static void forget(cache *c, int32_t i) {
     slot *x = &c->s[i];
     if (x->key >= 0) {
         c->slot_of[x->key] = -1;
+        c->held[x->key / c->per_layer]--;
         c->ghost_at[x->key] = ++c->evict_seq;
     }
     x->key = -1;
@@ -296,6 +300,7 @@ static int32_t take_slot(cache *c, int64_t key) {
     x->pins = 1;
     c->n_pinned++;
     c->slot_of[key] = i;
+    c->held[key / c->per_layer]++;
     if (c->policy == CACHE_S3FIFO) {
         int ghost = is_ghost(c, key);
         if (ghost) c->ghost_at[key] = 0;
@@ -336,6 +341,10 @@ int cache_prefetch(cache *c, int64_t key) {
     return i;
 }
 
+int64_t cache_layer_held(const cache *c, int64_t layer) {
+    return layer >= 0 && layer < c->n_layers ? c->held[layer] : 0;
+}
+
 int cache_find(const cache *c, int64_t key) {
     ST_ASSERT(key >= 0 && key < c->n_keys);
     return c->slot_of[key];
@@ -351,6 +360,7 @@ void cache_fail(cache *c, int slot_i) {
     ST_ASSERT(x->state == ST_INFLIGHT && x->pins > 0);
     if (x->queue != Q_NONE) l_remove(c, slot_i);
     c->slot_of[x->key] = -1;
+    c->held[x->key / c->per_layer]--;
     x->key = -1;
     x->state = ST_EMPTY;
     x->freq = 0;
@@ -421,8 +431,14 @@ int cache_check(const cache *c) {
         if (x->state == ST_INFLIGHT && x->pins == 0) return 9;
         if (x->queue == Q_NONE && x->pins == 0) return 10; /* an unleased slot must be findable */
     }
-    for (int64_t k = 0; k < c->n_keys; k++)
-        if (c->slot_of[k] >= 0 && c->s[c->slot_of[k]].key != k) return 11;
+    for (int64_t l = 0; l < c->n_layers; l++) { /* the lookup table, and each layer's count of held keys */
+        int64_t n = 0;
+        for (int64_t k = l * c->per_layer; k < (l + 1) * c->per_layer; k++) {
+            if (c->slot_of[k] >= 0 && c->s[c->slot_of[k]].key != k) return 11;
+            n += c->slot_of[k] >= 0;
+        }
+        if (n != c->held[l]) return 16;
+    }
     if (pinned != c->n_pinned) return 12;
     return 0;
 }

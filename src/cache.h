@@ -61,6 +61,8 @@ int cache_pin(cache *c, int64_t key, int *kind);
  * is already resident or in flight, or no slot can be taken. A later cache_pin
  * of the key finds it (CACHE_INFLIGHT until published, then CACHE_HIT). */
 int cache_prefetch(cache *c, int64_t key);
+/* Keys of layer `layer` that hold a slot (READY or INFLIGHT); 0 outside the layers. */
+int64_t cache_layer_held(const cache *c, int64_t layer);
 /* The slot holding key (any state), or -1; changes nothing. */
 int cache_find(const cache *c, int64_t key);
 void cache_publish(cache *c, int slot);   /* INFLIGHT -> READY */

@@ -241,7 +241,7 @@ typedef struct place_stats {
     uint64_t pred_requests;   /* experts requested in those layers */
     uint64_t pred_hits;       /* of them, predicted */
     uint64_t pred_ids;        /* experts predicted (distinct per layer) */
-    uint64_t pred_skipped;    /* guesses skipped: their layer's last ones read nothing */
+    uint64_t pred_skipped;    /* guesses skipped: their layer all held, or its last ones read nothing */
     uint64_t preload_bytes;   /* read by the warm start at open */
     double preload_s;
     int64_t preload_experts;

@@ -88,6 +88,10 @@ TEST(cache_leases) {
     int v = cache_pin(c, 50, &kind);
     CHECK(v == sl[2] && kind == CACHE_MISS);
     CHECK(cache_check(c) == 0);
+    /* keys held per layer: an eviction gives one back, a failed read too */
+    CHECK(cache_layer_held(c, 0) == 4 && cache_layer_held(c, 1) == 0 && cache_layer_held(c, -1) == 0);
+    cache_fail(c, v);
+    CHECK(cache_layer_held(c, 0) == 3 && cache_check(c) == 0);
     cache_free(c);
 }
 
