@@ -128,6 +128,7 @@ typedef struct strata_model_info {
     uint64_t trunk_bytes;      /* every layer's non-expert tensors as stored */
     uint64_t head_bytes;       /* final vectors + lm_head as stored */
     uint64_t embed_row_bytes;  /* one embedding row as stored */
+    uint64_t state_touch_bytes; /* KDA state a decode row reads and writes back per token (both counted, as the plan's touched bytes) */
     int64_t n_moe_layers, topk;
     int64_t n_expert_slots;    /* experts the cache holds (0 when resident) */
     double disk_bw, mem_bw;    /* bandwidths the plan used, bytes/s (0 when not placed) */
