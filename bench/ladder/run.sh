@@ -19,8 +19,14 @@
 # memory-bound rung moves by +-5% between minutes (README, 2026-12-06), which is
 # the margin the 1.3x target is judged by.
 # LADDER_MODEL, GEN, BUDGETS, PLACE_ARGS (e.g. --no-verify for a pack without
-# per-tensor checksums below the whole-unit floor) and RESIDENT_ARGS (default
-# --no-preload: an unbudgeted warm start fills MemAvailable) override.
+# per-tensor checksums below the whole-unit floor) and RESIDENT_ARGS override.
+# The resident rung runs as a user without a budget does: a warm start of what
+# MemAvailable holds (the plan keeps 5% + 1 GB of it free; ladder on this 24 GB
+# VM: 22.1 GB read at open in ~13 s, peak RSS 22.4 GB). It ran with --no-preload
+# before, which measured a cache filling from cold (0.034 GB read per token, the
+# reads' checks and waits) rather than a resident decode: 2 alternating pairs,
+# 0.110-0.113 vs 0.099-0.101 s/token. RESIDENT_ARGS=--no-preload gives that
+# rung back.
 set -euo pipefail
 BUILD=${BUILD:-build}
 M=${LADDER_MODEL:-$BUILD/models/ladder}
@@ -28,7 +34,7 @@ OUT=$BUILD/bench
 GEN=${GEN:-8}
 BUDGETS=${BUDGETS:-"0.25 0.5 1 2 4 6.2 8 16 resident"}
 PLACE_ARGS=${PLACE_ARGS:-}
-RESIDENT_ARGS=${RESIDENT_ARGS:---no-preload}
+RESIDENT_ARGS=${RESIDENT_ARGS:-}
 REPS=${REPS:-1}
 case "$REPS" in '' | *[!0-9]* | 0) echo "REPS must be a positive integer, got '$REPS'"; exit 2 ;; esac
 mkdir -p "$OUT"
