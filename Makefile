@@ -45,7 +45,7 @@ help:
 	@echo "make strata-mpi the MPI build (needs libopenmpi-dev); make test-mpi: its tests under mpirun"
 	@echo "make bench-mpi  ladder on 2 ranks vs 1 at the same total budget (bench/mpi)"
 	@echo "make fuzz T=st  libFuzzer target fuzz/fz_T.c (clang); T in: $(patsubst fuzz/fz_%.c,%,$(FUZZ_SRC))"
-	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG; GEN=N tokens, REPS=N rounds over the rungs, median run per rung)"
+	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG; GEN=N tokens (32), REPS=N rounds over the rungs (3), median run per rung)"
 	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
 	@echo "make bench-decode   resident decode ms/token vs the memory-bandwidth floor (demo model)"
 	@echo "make bench-batch    sequences per step and long prefills on ladder (CSV + PNG)"

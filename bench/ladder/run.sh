@@ -14,10 +14,13 @@
 # disk bandwidth is the median of all the probes (a single host-cached probe
 # does not move it); both probes beside each rung's run are in the CSV (mem_before,
 # mem_after) and in the log.
-# REPS (default 1) runs that many rounds over the rungs and keeps each rung's run
+# REPS (default 3) runs that many rounds over the rungs and keeps each rung's run
 # with the median decode s/token: on a shared VM one 16-token run of a
 # memory-bound rung moves by +-5% between minutes (README, 2026-12-06), which is
-# the margin the 1.3x target is judged by.
+# the margin the 1.3x target is judged by. GEN (default 32) tokens per run: with
+# 8 (the default before) a rung's figure was 7 decode tokens of one run. The
+# defaults take ~10 minutes on this VM (the rungs below 4 GB decode at 0.4-1.1
+# s/token); GEN=8 REPS=1 is the quick look.
 # LADDER_MODEL, GEN, BUDGETS, PLACE_ARGS (e.g. --no-verify for a pack without
 # per-tensor checksums below the whole-unit floor) and RESIDENT_ARGS override.
 # The resident rung runs as a user without a budget does: a warm start of what
@@ -31,11 +34,11 @@ set -euo pipefail
 BUILD=${BUILD:-build}
 M=${LADDER_MODEL:-$BUILD/models/ladder}
 OUT=$BUILD/bench
-GEN=${GEN:-8}
+GEN=${GEN:-32}
 BUDGETS=${BUDGETS:-"0.25 0.5 1 2 4 6.2 8 16 resident"}
 PLACE_ARGS=${PLACE_ARGS:-}
 RESIDENT_ARGS=${RESIDENT_ARGS:-}
-REPS=${REPS:-1}
+REPS=${REPS:-3}
 case "$REPS" in '' | *[!0-9]* | 0) echo "REPS must be a positive integer, got '$REPS'"; exit 2 ;; esac
 mkdir -p "$OUT"
 [ -f "$M/config.json" ] || ./strata gen-model "$M" --preset ladder
