@@ -19,7 +19,7 @@
 # memory-bound rung moves by +-5% between minutes (README, 2026-12-06), which is
 # the margin the 1.3x target is judged by. GEN (default 32) tokens per run: with
 # 8 (the default before) a rung's figure was 7 decode tokens of one run. The
-# defaults take ~10 minutes on this VM (the rungs below 4 GB decode at 0.4-1.1
+# defaults take ~12 minutes on this VM (700 s; the rungs below 4 GB decode at 0.6-1.5
 # s/token); GEN=8 REPS=1 is the quick look.
 # LADDER_MODEL, GEN, BUDGETS, PLACE_ARGS (e.g. --no-verify for a pack without
 # per-tensor checksums below the whole-unit floor) and RESIDENT_ARGS override.
