@@ -439,7 +439,7 @@ typedef struct {
 static void mm_init(mm_job *j, int64_t T) {
     j->n = 0; j->T = T; j->gs = NULL; j->gs_cost = 0; j->ck = NULL; j->n_ck = 0; j->bad = 0; j->what[0] = 0;
 }
-static void guess_run(engine *e, int task);
+static void guess_run(engine *e);
 static void guess_attach(engine *e, mm_job *j);
 
 /* Adds y = W x with W expected (rows, cols); float dtypes only. Returns the
@@ -533,7 +533,7 @@ static void mm_rows(const mm_job *j, const mm_seg *s, int64_t a, int64_t b) {
 static void mm_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
     (void)tid;
     const mm_job *j = ctx;
-    if (j->gs && i0 == 0) guess_run(j->gs, 1);
+    if (j->gs && i0 == 0) guess_run(j->gs);
     for (int q = 0; q < j->n_ck; q++) { /* a check whose cost start lies in [i0, i1) */
         const int64_t at = j->gs_cost + (int64_t)q * j->ck_cost;
         if (at >= i0 && at < i1) j->ck->ops->check_run(j->ck, q);
@@ -937,7 +937,6 @@ static int kda_layer(engine *e, int64_t L, const wt *W) {
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     guess_attach(e, &j);
     mm_run(e, &j);
-    guess_run(e, 0);
     mm_init(&j, T);
     mm_add(&j, &W[R_KDA_FB], P, D, e->k.fa, D, e->k.z, P, "f_b_proj");
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
@@ -1074,7 +1073,6 @@ static int mla_layer(engine *e, int64_t L, const wt *W) {
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     guess_attach(e, &j);
     mm_run(e, &j);
-    guess_run(e, 0);
     for (int64_t g = 0; g < e->n_grp; g++) {
         const session *sq = e->g_s[g];
         float *cache = mla_cache(sq, mi);
@@ -1153,22 +1151,6 @@ static void route_token(engine *e, int64_t t, const float *bias) {
     }
 }
 
-/* Expert reads a layer ahead. Layer L1's router input is RMSNorm(AttnRes([B...,
- * P]; f_mlp of L1); L1's post-attention norm) after L1's attention; the estimate
- * applies L1's own AttnRes fold, norm, router and bias to the sources as they
- * stand (e->psrc: the closed blocks and the partial sum P), so it lacks only
- * what is added to P before L1's FFN. It runs twice for L1 = L + 1: as soon as
- * layer L's own experts are requested (P lacks L's expert output; the best
- * `early` ranks of each row go out, read while L's experts are read and
- * computed), and once L is done (all top-k; only L1's attention is missing;
- * `early` = 0: it rescores only the early call's best pred_cand experts).
- * Measured on ladder (decode, 24 tokens, share of the experts a row chose that
- * its prediction of rank r held): early 97/94/90/86/82/76/68/55% for r = 1..8,
- * 81% of the top-k; after L 100/100/100/98/98/95/89/76%, 94%; L's FFN input
- * with L1's router (no AttnRes fold) only 50-52%. The source decides whether a
- * prediction is wanted (predict_layer: room in the cache, L1's trunk in RAM);
- * nothing here touches a value of the pass, so a guess, right or wrong, never
- * changes a bit. */
 /* The late guess's rescoring: router rows pc[q] (row bytes rb) . x -> ps[q], one
  * kernel dot per row, on whichever thread holds q (the same bits). On the
  * driving thread alone it took 22-24 us of each late guess (94 us in all) while
@@ -1195,6 +1177,23 @@ static void rescore_fn(void *ctx, int64_t q0, int64_t q1, int tid) {
         K.matmul(j->ps + q, 1, (const uint8_t *)j->w + (size_t)j->pc[q] * j->rb, j->dtype, j->cols, j->x, j->cols, 1, 0, 1);
 }
 
+/* Expert reads a layer ahead. Layer L1's router input is RMSNorm(AttnRes([B...,
+ * P]; f_mlp of L1); L1's post-attention norm) after L1's attention; the estimate
+ * applies L1's own AttnRes fold, norm, router and bias to the sources as they
+ * stand (e->psrc: the closed blocks and the partial sum P), so it lacks only
+ * what is added to P before L1's FFN. It runs twice for L1 = L + 1: as soon as
+ * layer L's own experts are requested (P lacks L's expert output; the best
+ * `early` ranks of each row go out, read while L's experts are read and
+ * computed), and once L is done (all top-k; only L1's attention is missing;
+ * `early` = 0: it rescores only the early call's best pred_cand experts).
+ * Measured on ladder (decode, 24 tokens, share of the experts a row chose that
+ * its prediction of rank r held): early 97/94/90/86/82/76/68/55% for r = 1..8,
+ * 81% of the top-k; after L 100/100/100/98/98/95/89/76%, 94%; L's FFN input
+ * with L1's router (no AttnRes fold) only 50-52%. The source decides whether a
+ * prediction is wanted (predict_layer: room in the cache, L1's trunk in RAM);
+ * nothing here touches a value of the pass, so a guess, right or wrong, never
+ * changes a bit. task: it runs inside a pool job (guess_run), so it dispatches
+ * nothing of its own. */
 static void moe_predict(engine *e, int64_t L1, int64_t ranks, int early, int task) {
     const cfg *c = e->c;
     wsrc *ws = e->w;
@@ -1245,7 +1244,9 @@ static void moe_predict(engine *e, int64_t L1, int64_t ranks, int early, int tas
                 for (int64_t q = 0; q < C; q++) ps[q] = sigmoidf_(ps[q]) + bias[pc[q]];
             }
         } else if (task) {
-            j.bad = 1; /* the whole router is a job of its own: not inside another (guess_owe never defers one) */
+            j.bad = 1; /* no candidates: the whole router would be a job inside a job. guess_owe defers only
+                        * with the early scores at hand, and predict_layer lends pinned units only (never
+                        * sliced or block-checked), so only a malformed router ends here: no guess */
         } else {
             mm_add(&j, R, E, Hd, e->f.px, Hd, e->f.pr, E, "gate");
             if (!j.bad) mm_run(e, &j);
@@ -1304,12 +1305,13 @@ static void guess_attach(engine *e, mm_job *j) {
     j->gs = e;
     j->gs_cost = GUESS_TASK_MACS;
 }
-/* Runs the guess owed (task: inside a pool job), at most once. */
-static void guess_run(engine *e, int task) {
+/* Runs the guess owed, inside the job it was attached to (mm_fn's first range:
+ * every dispatch of a job runs it, so nothing is left owed after the job). */
+static void guess_run(engine *e) {
     const int64_t L1 = e->guess_L1;
     if (L1 < 0) return;
     e->guess_L1 = -1;
-    moe_predict(e, L1, e->c->topk, 0, task);
+    moe_predict(e, L1, e->c->topk, 0, 1);
 }
 
 /* Stable LatentMoE: route every row -> the union of chosen experts, streamed
