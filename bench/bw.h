@@ -1,7 +1,8 @@
 /*
  * bw.h: what the benchmarks (b_kern.c, b_decode.c, ladder/place_run.c) add to the
  * library's memory probe (src/membw.h: bw_read, the same probe the planner's
- * prediction divides by): the load average beside each number. Static functions
+ * prediction divides by): the load average beside each number, and the CPU time
+ * the hypervisor stole from a run (place_run's steal_pct). Static functions
  * for bench programs only (one includer each).
  */
 #ifndef STRATA_BENCH_BW_H
@@ -9,6 +10,7 @@
 
 #include <stdint.h>
 #include <stdio.h>
+#include <unistd.h>
 #include "base.h"
 #include "membw.h"
 
@@ -19,6 +21,23 @@ static void bw_print_load(const char *what) {
     double l1 = -1;
     if (f) { if (fscanf(f, "%lf", &l1) != 1) l1 = -1; fclose(f); }
     if (l1 >= 0) printf("%s: 1-minute load average %.2f\n", what, l1);
+}
+
+/* CPU time the hypervisor gave to other guests ("steal", /proc/stat), summed over
+ * every CPU, in seconds; -1 where there is none to read. On the shared VMs the
+ * ladder runs on, a run that lost 0.7 s of its 2 vCPUs to steal decoded 25% slower
+ * than its neighbours with everything else equal (2026-12-06): the ladder reports
+ * it beside each rung so such a run can be told from a slower engine. */
+static inline double bw_steal_s(void) {
+    FILE *f = fopen("/proc/stat", "r");
+    unsigned long long v[8] = {0};
+    int n = 0;
+    if (f) {
+        n = fscanf(f, "cpu %llu %llu %llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5], &v[6], &v[7]);
+        fclose(f);
+    }
+    const long hz = sysconf(_SC_CLK_TCK);
+    return n == 8 && hz > 0 ? (double)v[7] / (double)hz : -1;
 }
 
 #endif

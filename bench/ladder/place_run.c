@@ -7,7 +7,9 @@
  * the physical limit of the rung, max(disk bytes / disk bandwidth, bytes touched
  * / memory bandwidth) with both bandwidths as measured for the whole run
  * (--disk-bw, --mem-bw from `place_run --bandwidth`), the ratio to it and the
- * prediction hit rate of the reads a layer ahead.
+ * prediction hit rate of the reads a layer ahead, and the share of the CPUs' time
+ * the hypervisor gave to other guests while it decoded (steal_pct: a slow run on
+ * a shared VM is told from a slower engine by it).
  *
  * place_run --bandwidth [--threads N] [DIR]: measures the disk (O_DIRECT 4 MiB
  * reads at depth 16 of a fresh 1 GiB file in DIR, else the cache directory) and
@@ -127,6 +129,7 @@ int main(int argc, char **argv) {
     place_stats_reset(w);
     uint64_t h = BASE_FNV_INIT;
     double t_dec = 0;
+    const double steal0 = bw_steal_s();
     for (int g = 0; g < gen; g++) {
         int32_t best = 0;
         for (int64_t i = 1; i < c.vocab; i++) if (lg[i] > lg[best]) best = (int32_t)i;
@@ -138,9 +141,13 @@ int main(int argc, char **argv) {
         t_dec += base_now() - t1;
     }
     int n_dec = gen - 1;
+    const double steal1 = bw_steal_s();
+    const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    const double steal_pct = steal0 >= 0 && steal1 >= steal0 && t_dec > 0 && ncpu > 0 ? 100 * (steal1 - steal0) / (t_dec * (double)ncpu) : 0;
     place_stats_get(w, &ps);
     fprintf(stderr, "decode (%d tokens):\n", n_dec);
     place_stats_print(&ps, &plan, stderr);
+    if (steal0 >= 0) fprintf(stderr, "steal: %.2f s of the %ld CPUs' time went to other guests (%.1f%% of the decode)\n", steal1 - steal0, ncpu, steal_pct);
     double spt = n_dec ? t_dec / n_dec : 0;
     uint64_t rd = ps.bytes_trunk + ps.bytes_head + ps.bytes_embed + ps.bytes_experts;
     double gb_tok = n_dec ? (double)rd / n_dec / 1e9 : 0;
@@ -157,13 +164,13 @@ int main(int argc, char **argv) {
     if (ram_gb > 0) snprintf(label, sizeof label, "%g", ram_gb); else snprintf(label, sizeof label, "resident");
     /* budget, pinned, prefill s/token, decode s/token, GB read/token, I/O floor s/token, % of the I/O limit,
      * true expert hit rate, I/O wait share, peak RSS GB, ids hash; GB touched/token, disk GB/s, memory GB/s,
-     * the limit s/token, decode / limit, prediction hit rate %, row slices */
+     * the limit s/token, decode / limit, prediction hit rate %, row slices, % of the CPUs' time stolen */
     char line[640];
-    snprintf(line, sizeof line, "%s,%lld/%lld,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%.1f,%.3f,%016llx,%.4f,%.3f,%.2f,%.4f,%.2f,%.1f,%s", label,
+    snprintf(line, sizeof line, "%s,%lld/%lld,%.4f,%.4f,%.4f,%.4f,%.1f,%.1f,%.1f,%.3f,%016llx,%.4f,%.3f,%.2f,%.4f,%.2f,%.1f,%s,%.1f", label,
              (long long)plan.n_pinned, (long long)plan.n_units, t_prefill / plen, spt, gb_tok, floor_s, spt > 0 ? 100 * floor_s / spt : 0,
              100 * ps.hit_rate, t_dec > 0 ? 100 * ps.wait_s / t_dec : 0, (double)rss / 1e9, (unsigned long long)h, touch_gb,
              disk_bw / 1e9, mem_bw / 1e9, limit_s, limit_s > 0 ? spt / limit_s : 0,
-             ps.pred_requests ? 100.0 * (double)ps.pred_hits / (double)ps.pred_requests : 0, plan.sliced ? "sliced" : "whole");
+             ps.pred_requests ? 100.0 * (double)ps.pred_hits / (double)ps.pred_requests : 0, plan.sliced ? "sliced" : "whole", steal_pct);
     printf("%s\n", line);
     if (csv) {
         FILE *f = fopen(csv, "a");

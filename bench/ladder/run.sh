@@ -13,7 +13,10 @@
 # run's memory bandwidth is the mean of the probes on either side of it, and the
 # disk bandwidth is the median of all the probes (a single host-cached probe
 # does not move it); both probes beside each rung's run are in the CSV (mem_before,
-# mem_after) and in the log.
+# mem_after) and in the log. steal_pct: the share of the CPUs' time the
+# hypervisor gave to other guests while the rung decoded (/proc/stat; one 6.2 GB
+# run that lost 0.73 s of it decoded at 0.166 s/token against 0.133-0.154 for
+# its neighbours), so a disturbed run is told from a slower engine.
 # REPS (default 3) runs that many rounds over the rungs and keeps each rung's run
 # with the median decode s/token: on a shared VM one 16-token run of a
 # memory-bound rung moves by +-5% between minutes (README, 2026-12-06), which is
@@ -84,13 +87,14 @@ done
 for b in $BUDGETS; do
   REP=$OUT/ladder-rep-$b.csv
   if [ "$(cut -d, -f12 "$REP" | sort -u | wc -l)" != 1 ]; then echo "FAIL: ids differ between repetitions at $b"; exit 1; fi
-  [ "$REPS" -gt 1 ] && echo "budget $b: decode s/token of $REPS repetitions: $(cut -d, -f5 "$REP" | sort -g | tr '\n' ' ')"
+  [ "$REPS" -gt 1 ] && echo "budget $b: decode s/token of $REPS repetitions: $(cut -d, -f5 "$REP" | sort -g | tr '\n' ' ')" \
+    "(steal % of the CPUs' time, in run order: $(cut -d, -f20 "$REP" | tr '\n' ' '))"
   sort -t, -k5,5g "$REP" | sed -n "$(( (REPS + 1) / 2 ))p" >> "$RAW"
 done
 # each rung's limit and ratio again with its own bandwidths (see the header)
 DISK_MED=$(cut -d' ' -f1 "$PROBES" | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')
 echo "disk bandwidth for every rung: median of $(wc -l < "$PROBES") probes = $DISK_MED GB/s"
-echo "budget_gb,pinned,prefill_s_tok,decode_s_tok,gb_read_tok,io_floor_s_tok,pct_io_limit,expert_hit_pct,io_wait_pct,peak_rss_gb,ids_hash,gb_touched_tok,disk_gbs,mem_gbs,limit_s_tok,ratio,pred_hit_pct,trunk,mem_before_gbs,mem_after_gbs" > "$CSV"
+echo "budget_gb,pinned,prefill_s_tok,decode_s_tok,gb_read_tok,io_floor_s_tok,pct_io_limit,expert_hit_pct,io_wait_pct,peak_rss_gb,ids_hash,gb_touched_tok,disk_gbs,mem_gbs,limit_s_tok,ratio,pred_hit_pct,trunk,steal_pct,mem_before_gbs,mem_after_gbs" > "$CSV"
 awk -F, -v OFS=, -v disk="$DISK_MED" -v probes="$PROBES" '
   BEGIN { n = 0; while ((getline line < probes) > 0) { split(line, f, " "); mem[n++] = f[2] } }
   { mb = mem[$1]; ma = mem[$1 + 1]; m = (mb + ma) / 2
