@@ -24,10 +24,11 @@ static void bw_print_load(const char *what) {
 }
 
 /* CPU time the hypervisor gave to other guests ("steal", /proc/stat), summed over
- * every CPU, in seconds; -1 where there is none to read. On the shared VMs the
- * ladder runs on, a run that lost 0.7 s of its 2 vCPUs to steal decoded 25% slower
- * than its neighbours with everything else equal (2026-12-06): the ladder reports
- * it beside each rung so such a run can be told from a slower engine. */
+ * every CPU, in seconds; -1 where there is none to read. On the shared VM the
+ * ladder ran on (2026-12-06), 6.2 GB runs that lost 0.43-0.73 s of CPU to steal
+ * decoded at 0.152-0.167 s/token, those that lost 0.04-0.06 s at 0.137-0.154: the
+ * ladder reports it beside each rung so such a run can be told from a slower
+ * engine. */
 static inline double bw_steal_s(void) {
     FILE *f = fopen("/proc/stat", "r");
     unsigned long long v[8] = {0};

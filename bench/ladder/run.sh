@@ -14,9 +14,9 @@
 # disk bandwidth is the median of all the probes (a single host-cached probe
 # does not move it); both probes beside each rung's run are in the CSV (mem_before,
 # mem_after) and in the log. steal_pct: the share of the CPUs' time the
-# hypervisor gave to other guests while the rung decoded (/proc/stat; one 6.2 GB
-# run that lost 0.73 s of it decoded at 0.166 s/token against 0.133-0.154 for
-# its neighbours), so a disturbed run is told from a slower engine.
+# hypervisor gave to other guests while the rung decoded (/proc/stat; 6.2 GB runs
+# that lost 0.43-0.73 s of CPU to it decoded at 0.152-0.167 s/token, those that
+# lost 0.04-0.06 s at 0.137-0.154), so a disturbed run is told from a slower engine.
 # REPS (default 3) runs that many rounds over the rungs and keeps each rung's run
 # with the median decode s/token: on a shared VM one 16-token run of a
 # memory-bound rung moves by +-5% between minutes (README, 2026-12-06), which is
