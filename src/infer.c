@@ -1314,6 +1314,14 @@ static void guess_run(engine *e) {
     moe_predict(e, L1, e->c->topk, 0, 1);
 }
 
+/* The shared expert's down projection (SiTU output e->f.sg -> e->f.tmp): one
+ * product, added either to the job that fills the first wait for an expert or
+ * to the tail job, so both places compute the same dots. */
+static void shared_down_add(mm_job *j, engine *e, const wt *W) {
+    const int64_t Hd = e->c->hidden, S = e->c->n_shared * e->c->moe_inter;
+    mm_add(j, &W[R_MOE_SH_DOWN], Hd, S, e->f.sg, S, e->f.tmp, Hd, "shared.down_proj");
+}
+
 /* Stable LatentMoE: route every row -> the union of chosen experts, streamed
  * through the source in a sliding window -> FFN per expert -> combine. The
  * window holds at most experts_capacity experts leased at once (the cache's
@@ -1417,7 +1425,7 @@ static int moe_layer(engine *e, int64_t L, const wt *W) {
                  * tokens, 3 alternating pairs: 0.16-0.18 s waited on I/O
                  * against 0.20-0.21. Its rows are the same dots either way. */
                 mm_init(&j, T);
-                mm_add(&j, &W[R_MOE_SH_DOWN], Hd, S, e->f.sg, S, e->f.tmp, Hd, "shared.down_proj");
+                shared_down_add(&j, e, W);
                 if (j.bad) { ws->ops->experts_put(ws, L); return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what); }
                 mm_run(e, &j);
                 sh_done = 1;
@@ -1505,7 +1513,7 @@ static int moe_layer(engine *e, int64_t L, const wt *W) {
     }
     mm_init(&j, T);
     mm_add(&j, &W[R_MOE_LAT_UP], Hd, Z, e->f.u, Z, e->y, Hd, "routed_expert_up_proj");
-    if (S > 0 && !sh_done) mm_add(&j, &W[R_MOE_SH_DOWN], Hd, S, e->f.sg, S, e->f.tmp, Hd, "shared.down_proj");
+    if (S > 0 && !sh_done) shared_down_add(&j, e, W);
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     if (S > 0)
