@@ -25,7 +25,7 @@ LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 
-.PHONY: all help test check faults tsan fuzz bench bench-batch bench-spec bench-serve bench-kernels bench-decode bench-tokenizer conformance clean deps
+.PHONY: all help test check faults tsan fuzz bench bench-profile bench-batch bench-spec bench-serve bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
 
 # Open MPI (libopenmpi-dev): strata-mpi, one model across the ranks of an MPI job,
@@ -46,6 +46,7 @@ help:
 	@echo "make bench-mpi  ladder on 2 ranks vs 1 at the same total budget (bench/mpi)"
 	@echo "make fuzz T=st  libFuzzer target fuzz/fz_T.c (clang); T in: $(patsubst fuzz/fz_%.c,%,$(FUZZ_SRC))"
 	@echo "make bench      memory ladder on the ~30 GB ladder model (bench/ladder, CSV + PNG; GEN=N tokens (32), REPS=N rounds over the rungs (3), median run per rung)"
+	@echo "make bench-profile  CPU ms per decode token by function for ladder rungs (perf; BUDGETS=\"6.2 16\", GEN=64), each against the last"
 	@echo "make bench-kernels  bf16/MXFP4 matvec vs measured memory bandwidth"
 	@echo "make bench-decode   resident decode ms/token vs the memory-bandwidth floor (demo model)"
 	@echo "make bench-batch    sequences per step and long prefills on ladder (CSV + PNG)"
@@ -226,6 +227,10 @@ $(BUILD)/cache_replay: bench/ladder/cache_replay.c $(BUILD)/libstrata.a
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench: strata $(BUILD)/place_run $(BUILD)/cache_replay
 	BUILD=$(BUILD) bash bench/ladder/run.sh
+# Where a rung's decode spends its CPU time, by function (perf; BUDGETS="6.2 16" by
+# default), and each rung against the last one.
+bench-profile: strata $(BUILD)/place_run
+	BUILD=$(BUILD) bash bench/ladder/profile.sh
 # Many rows per pass: sequences stepped together and long prefills on ladder.
 $(BUILD)/b_batch: bench/b_batch.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)

@@ -130,6 +130,7 @@ int main(int argc, char **argv) {
     uint64_t h = BASE_FNV_INIT;
     double t_dec = 0;
     const double steal0 = bw_steal_s();
+    const double w0 = base_now();
     for (int g = 0; g < gen; g++) {
         int32_t best = 0;
         for (int64_t i = 1; i < c.vocab; i++) if (lg[i] > lg[best]) best = (int32_t)i;
@@ -141,12 +142,16 @@ int main(int argc, char **argv) {
         t_dec += base_now() - t1;
     }
     int n_dec = gen - 1;
+    const double w1 = base_now();
     const double steal1 = bw_steal_s();
     const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     const double steal_pct = steal0 >= 0 && steal1 >= steal0 && t_dec > 0 && ncpu > 0 ? 100 * (steal1 - steal0) / (t_dec * (double)ncpu) : 0;
     place_stats_get(w, &ps);
     fprintf(stderr, "decode (%d tokens):\n", n_dec);
     place_stats_print(&ps, &plan, stderr);
+    /* for bench/ladder/profile.sh: samples taken with perf -k CLOCK_MONOTONIC
+     * between these two instants are the decode's */
+    fprintf(stderr, "decode window: %.6f %.6f (CLOCK_MONOTONIC s)\n", w0, w1);
     if (steal0 >= 0) fprintf(stderr, "steal: %.2f s of the %ld CPUs' time went to other guests (%.1f%% of the decode)\n", steal1 - steal0, ncpu, steal_pct);
     double spt = n_dec ? t_dec / n_dec : 0;
     uint64_t rd = ps.bytes_trunk + ps.bytes_head + ps.bytes_embed + ps.bytes_experts;
