@@ -52,15 +52,17 @@ for b in $BUDGETS; do
   read -r w0 w1 < <(sed -n 's/^decode window: \([0-9.]*\) \([0-9.]*\) .*/\1 \2/p' "$log")
   [ -n "${w1:-}" ] || { echo "profile.sh: no decode window in $log (place_run too old?)"; exit 1; }
   spt=$(tail -1 "$OUT/line-$b.csv" | cut -d, -f4)
-  # one line per sample: tid time symbol dso
-  perf script -i "$data" -F tid,time,ip,sym,dso 2> /dev/null |
-    awk -v w0="$w0" -v w1="$w1" -v tok=$((GEN - 1)) -v pid="$(perf script -i "$data" -F pid 2> /dev/null | head -1 | tr -d ' ')" '
+  # one line per sample: pid/tid time: ip symbol (dso); the driving thread is the
+  # process's first (tid == pid)
+  perf script -i "$data" -F pid,tid,time,ip,sym,dso 2> /dev/null |
+    awk -v w0="$w0" -v w1="$w1" -v tok=$((GEN - 1)) '
       { t = $2; sub(":", "", t); if (t + 0 < w0 || t + 0 > w1) next
+        split($1, id, "/")
         s = $4; sub(/\+0x[0-9a-f]+$/, "", s); d = $NF
         if (d ~ /kernel/) s = "[k]" s
         else if (d ~ /libxxhash/) s = "xxhash (libxxhash)"
         else if (s == "[unknown]" || s == "") s = "[unknown] " d
-        who = ($1 == pid) ? "drv" : "oth"
+        who = (id[1] == id[2]) ? "drv" : "oth"
         n[s]++; w[s, who]++; tot++; tw[who]++ }
       END { for (s in n) printf "%s\t%.3f\t%.3f\t%.3f\n", s, n[s] / tok, w[s, "drv"] / tok, w[s, "oth"] / tok
             printf "TOTAL\t%.3f\t%.3f\t%.3f\n", tot / tok, tw["drv"] / tok, tw["oth"] / tok }' |
