@@ -1203,8 +1203,8 @@ static void moe_predict(engine *e, int64_t L1, int64_t ranks, int early, int tas
     if (!ws->ops->predict_layer || !ws->ops->experts_prefetch || T > PRED_MAX_ROWS || k < 1 || L1 >= c->n_layers ||
         !cfg_is_moe(c, L1))
         return;
-    const wt *W1;
-    if (ws->ops->predict_layer(ws, L1, &W1)) return;
+    const wt *W1, *G;
+    if (ws->ops->predict_layer(ws, L1, &W1, &G)) return;
     float *norm = e->f.pv, *fold = norm + Hd, *bias = fold + Hd;
     const wt *R = &W1[R_MOE_ROUTER];
     const int64_t C = e->pred_cand;
@@ -1213,8 +1213,9 @@ static void moe_predict(engine *e, int64_t L1, int64_t ranks, int early, int tas
      * ladder at 6.2 GB, 32 tokens, 92.1% of the experts requested were
      * predicted, against 92.3% rescoring all 448 (C = 32: 91.5%, 16: 89.7%); the
      * late call took 105-112 us against 141-166 us (C = 32, 527-1776 calls). */
-    const int cand = late && C > k && C < E && R->p && !R->vb && R->rows == E && R->cols == Hd &&
-                     (R->dtype == DT_BF16 || R->dtype == DT_F16 || R->dtype == DT_F32);
+    const int can_cand = C > k && C < E && R->p && !R->vb && R->rows == E && R->cols == Hd &&
+                         (R->dtype == DT_BF16 || R->dtype == DT_F16 || R->dtype == DT_F32);
+    int cand = late && can_cand;
     mm_job j;
     mm_init(&j, T);
     if (!vec_f32(norm, &W1[R_POST_NORM], Hd) && !vec_f32(fold, &W1[R_MLP_RES_NORM], Hd) &&
@@ -1223,6 +1224,21 @@ static void moe_predict(engine *e, int64_t L1, int64_t ranks, int early, int tas
         for (int64_t t = 0; t < T; t++) {
             attn_res(e->f.px, e->psrc, e->pnsrc, t, Hd, fold, c->rms_eps);
             rmsnorm(e->f.px + t * Hd, e->f.px + t * Hd, norm, Hd, c->rms_eps);
+        }
+        if (!cand && task) {
+            j.bad = 1; /* no candidates: the whole router would be a job inside a job. guess_owe defers only
+                        * with the early scores at hand, and predict_layer lends pinned units only (never
+                        * sliced or block-checked), so only a malformed router ends here: no guess */
+        } else if (!cand) {
+            /* every expert's score, from the source's MXFP4 copy of the router where
+             * it lends one: ladder at 6.2 GB, 0.46 instead of 1.8 MB per guess */
+            if (G) mm_add_mxfp4(&j, &G[0], &G[1], E, Hd, e->f.px, Hd, e->f.pr, E, "gate (guess copy)");
+            else mm_add(&j, R, E, Hd, e->f.px, Hd, e->f.pr, E, "gate");
+            if (!j.bad) mm_run(e, &j);
+            for (int64_t i = 0; i < T * E && !j.bad; i++) e->f.pr[i] = sigmoidf_(e->f.pr[i]) + bias[i % E];
+            /* a late guess from the copy rescores its best candidates with the
+             * router itself, as after an early guess */
+            cand = !early && G && can_cand && !j.bad;
         }
         if (cand) {
             const size_t rb = (size_t)Hd * st_dtype_size(R->dtype);
@@ -1243,13 +1259,6 @@ static void moe_predict(engine *e, int64_t L1, int64_t ranks, int early, int tas
                 else pool_for(e->pool, C, PRED_CAND_GRAIN, rescore_fn, &rj);
                 for (int64_t q = 0; q < C; q++) ps[q] = sigmoidf_(ps[q]) + bias[pc[q]];
             }
-        } else if (task) {
-            j.bad = 1; /* no candidates: the whole router would be a job inside a job. guess_owe defers only
-                        * with the early scores at hand, and predict_layer lends pinned units only (never
-                        * sliced or block-checked), so only a malformed router ends here: no guess */
-        } else {
-            mm_add(&j, R, E, Hd, e->f.px, Hd, e->f.pr, E, "gate");
-            if (!j.bad) mm_run(e, &j);
         }
     } else {
         j.bad = 1;
@@ -1264,8 +1273,6 @@ static void moe_predict(engine *e, int64_t L1, int64_t ranks, int early, int tas
         float *sc = cand ? e->f.ps + t * C : e->f.pr + t * E;
         const int32_t *id = cand ? e->f.pc + t * C : NULL;
         const int64_t m = cand ? C : E;
-        if (!cand)
-            for (int64_t i = 0; i < E; i++) sc[i] = sigmoidf_(sc[i]) + bias[i];
         for (int64_t r = 0; r < k; r++) { /* the r-th best, as route_token chooses */
             int64_t best = -1;
             float bv = 0;

@@ -131,8 +131,10 @@ typedef struct wsrc_ops {
      * experts_prefetch: ids are the predicted experts of layer L (the next layer
      * to request experts); their reads start into free cache slots. Never blocks,
      * never fails, never changes what a later request returns: a wrong guess
-     * costs only bandwidth. Both optional (NULL: no prediction). */
-    int (*predict_layer)(wsrc *w, int64_t L, const wt **roles);
+     * costs only bandwidth. Both optional (NULL: no prediction). predict_layer's
+     * *guess: NULL, or an MXFP4 copy of L's router (codes, scales) that a guess
+     * may multiply instead (a quarter of the bytes; place_plan.guess_u). */
+    int (*predict_layer)(wsrc *w, int64_t L, const wt **roles, const wt **guess);
     void (*experts_prefetch)(wsrc *w, int64_t L, int n, const int32_t *ids);
     /* Row slices of a sliced matrix t (a view of a held unit). rows_slice: the most
      * rows one slice may hold. rows_get: rows [r0, r1) (at most rows_slice of them)

@@ -3,6 +3,7 @@
  * exact MXFP4 element decoding. Everything works on bit patterns, so results do
  * not depend on the FPU rounding mode or on compiler flags.
  */
+#include <float.h>
 #include <math.h>
 #include <string.h>
 #include "base.h"
@@ -68,6 +69,40 @@ uint16_t num_f32_to_f16(float f) {
 double num_mxfp4_value(uint8_t code, uint8_t scale) {
     if (scale == 255) return NAN;
     return ldexp((double)k_e2m1[code & 0xF], (int)scale - 127);
+}
+
+void num_mxfp4_quantize(uint8_t *packed, uint8_t *scales, const float *x, size_t n) {
+    /* upper ends of the magnitudes that round to E2M1 codes 0 .. 6 (the rest is 7,
+     * i.e. 6): the midpoints of k_e2m1[0 .. 7], a tie going to the smaller */
+    static const double up[7] = {0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0};
+    for (size_t g = 0; g < n / 32; g++) {
+        const float *v = x + g * 32;
+        float amax = 0;
+        for (int i = 0; i < 32; i++) {
+            const float a = fabsf(v[i]);
+            if (a > amax && a <= FLT_MAX) amax = a;
+        }
+        int k = -127; /* the smallest k >= -127 with amax <= 6 * 2^k */
+        if (amax > 0) {
+            int e;
+            const double m = frexp((double)amax / 6.0, &e); /* amax / 6 = m 2^e, m in [0.5, 1) */
+            k = m == 0.5 ? e - 1 : e;
+            if (k < -127) k = -127;
+        }
+        scales[g] = (uint8_t)(k + 127); /* amax <= FLT_MAX < 6 * 2^126: k <= 126 */
+        const double inv = ldexp(1.0, -k);
+        for (int i = 0; i < 32; i += 2) {
+            uint8_t c[2];
+            for (int h = 0; h < 2; h++) {
+                const float f = v[i + h];
+                const double a = isnan(f) ? 0 : fabs((double)f) * inv;
+                uint8_t q = 0;
+                while (q < 7 && a > up[q]) q++;
+                c[h] = (uint8_t)(q | (q && signbit(f) ? 8 : 0));
+            }
+            packed[g * 16 + (size_t)i / 2] = (uint8_t)(c[0] | c[1] << 4);
+        }
+    }
 }
 
 /* memchr skips to each 255 with libc's vector code: the byte loop was 1.3% of

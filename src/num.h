@@ -23,6 +23,13 @@ double num_mxfp4_value(uint8_t code, uint8_t scale);
 static inline uint8_t num_mxfp4_code(const uint8_t *packed, size_t i) {
     return (uint8_t)((packed[i >> 1] >> ((i & 1) * 4)) & 0xF);
 }
+/* The nearest MXFP4 encoding of n f32 values (n % 32 == 0) into packed (n / 2
+ * bytes) and scales (n / 32): each group's scale is the smallest 2^(s-127),
+ * s in 0 .. 254, with max |x| <= 6 * 2^(s-127) (non-finite values left out of
+ * the max), each code the E2M1 value nearest x / 2^(s-127) (ties to the smaller
+ * magnitude); NaN encodes as 0, +-inf as +-6. A lossy copy for estimates only
+ * (the early expert guesses' routers): nothing exact is ever computed from it. */
+void num_mxfp4_quantize(uint8_t *packed, uint8_t *scales, const float *x, size_t n);
 /* Counts scale bytes == 255 in a scale array (the checkpoint defect). */
 size_t num_mxfp4_count_nan_scales(const uint8_t *scales, size_t n);
 /* Converts n values of dtype (DT_F32/DT_BF16/DT_F16) to f32. */

@@ -148,6 +148,15 @@ typedef struct place_plan {
     uint64_t cache_meta_bytes; /* bookkeeping of the cache as a whole */
     uint64_t cache_bytes;     /* slots x (slot + bookkeeping) + the cache's tables */
     int cache_policy;
+    /* the early expert guesses (infer.c moe_predict) multiply a MoE layer's router
+     * a layer ahead; from an MXFP4 copy of it they stream a quarter of its bytes.
+     * A copy for each pinned MoE unit, planned where the cache cannot hold every
+     * expert (so guesses read something) and the copies take at most 1/8 of what
+     * the cache would get. */
+    uint8_t guess_u[PLACE_MAX_UNITS]; /* unit u's router may have a copy (a MoE layer held here, prefetch on) */
+    uint64_t guess_one_bytes; /* one copy: codes and scales, each 64-aligned (0: hidden % 32 != 0) */
+    uint64_t guess_bytes;     /* the copies planned: guess_one_bytes x n_guess */
+    int64_t n_guess;
     /* the rest */
     uint64_t session_bytes, engine_bytes, io_bytes, index_bytes, overhead_bytes, extra_bytes;
     uint64_t prefix_bytes;    /* prefix cache snapshots (RAM tier and its tables) */

@@ -157,7 +157,7 @@ static uint64_t plan_slices(place_plan *p, const cfg *c, uint64_t sb) {
 }
 
 static uint64_t plan_total(const place_plan *p) {
-    return p->overhead_bytes + p->index_bytes + p->session_bytes + p->engine_bytes + p->extra_bytes + p->prefix_bytes + p->io_bytes + p->pinned_bytes +
+    return p->overhead_bytes + p->index_bytes + p->session_bytes + p->engine_bytes + p->extra_bytes + p->prefix_bytes + p->io_bytes + p->pinned_bytes + p->guess_bytes +
            p->ring_bytes + (p->embed_resident ? p->embed_bytes : 0) + p->cache_bytes + (p->sliced ? p->slice_pool_bytes : 0);
 }
 
@@ -166,6 +166,21 @@ static uint64_t plan_total(const place_plan *p) {
 static uint64_t slot_cost(const place_plan *p) { return p->expert_slot_bytes + p->slot_meta_bytes; }
 static uint64_t cache_cost(const place_plan *p, int64_t n) {
     return n > 0 ? (uint64_t)n * slot_cost(p) + p->cache_meta_bytes : 0;
+}
+
+/* The guesses' router copies (place_plan.guess_u) for the pinned units, given
+ * `room` bytes left for the expert cache and them: none where the cache would
+ * hold every expert without them (a guess would read nothing) or where they take
+ * more than an eighth of the room. Ladder: 37 x 0.46 MB against 3.6 GB of cache
+ * at 6.2 GB; K3 (pinned whole) 60 x 3.4 MB. */
+static void plan_guess(place_plan *p, uint64_t room, int64_t n_expert_all) {
+    p->guess_bytes = 0;
+    p->n_guess = 0;
+    for (int64_t u = 0; u < p->n_units; u++) p->n_guess += p->pinned[u] && p->guess_u[u];
+    const uint64_t g = (uint64_t)p->n_guess * p->guess_one_bytes;
+    const uint64_t slots = slot_cost(p) ? room / slot_cost(p) : 0;
+    if (g && (int64_t)slots < n_expert_all && g <= room / 8) p->guess_bytes = g;
+    else p->n_guess = 0;
 }
 
 /* Steps 2-5 under a budget: arena for overlap, pins largest-first to a fixed
@@ -214,7 +229,8 @@ static void plan_fill(place_plan *p, uint64_t budget, int64_t n_expert_all) {
         p->embed_resident = 1;
         if (plan_total(p) > budget) p->embed_resident = 0;
     }
-    /* ---- 5. the expert cache takes the rest ---- */
+    /* ---- 5. the expert cache takes the rest, less the guesses' router copies ---- */
+    plan_guess(p, budget > plan_total(p) ? budget - plan_total(p) : 0, n_expert_all);
     uint64_t used = plan_total(p);
     int64_t extra = p->expert_slot_bytes && budget > used ? (int64_t)((budget - used) / slot_cost(p)) : 0;
     p->n_expert_slots = p->min_expert_slots + extra;
@@ -323,6 +339,12 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     int64_t n_moe = 0;
     for (int64_t L = lo; L < hi; L++) n_moe += cfg_is_moe(c, L) ? 1 : 0;
     p->n_moe = n_moe;
+    {
+        const uint64_t w = (uint64_t)c->n_experts * (uint64_t)c->hidden;
+        p->guess_one_bytes = c->hidden % 32 ? 0 : ((w / 2 + 63) & ~63ull) + ((w / 32 + 63) & ~63ull);
+        for (int64_t u = 0; u < c->n_layers; u++)
+            p->guess_u[u] = p->guess_one_bytes && !o->no_prefetch && !p->absent[u] && cfg_is_moe(c, u);
+    }
     /* a decode row reads and writes its whole recurrent state in every KDA layer
      * (ladder: 2 x 30 MB per token, 2.1% of what the weights add) */
     int64_t n_kda = 0;
@@ -418,6 +440,8 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         p->ring_bytes = p->ring_min_bytes = 0;
         p->embed_resident = 1;
         p->total_bytes = plan_total(p);
+        plan_guess(p, cap > p->total_bytes ? cap - p->total_bytes : 0, n_expert_all);
+        p->total_bytes = plan_total(p);
         uint64_t left = cap > p->total_bytes ? cap - p->total_bytes : 0;
         int64_t extra = p->expert_slot_bytes ? (int64_t)(left / slot_cost(p)) : 0;
         p->n_expert_slots = p->min_expert_slots + extra;
@@ -487,6 +511,9 @@ void place_plan_print(const place_plan *p, FILE *f) {
     fprintf(f, "  expert cache      %10.3f GB  %lld slots of %.2f MB (min %lld), %s\n", gb(p->cache_bytes),
             (long long)p->n_expert_slots, (double)p->expert_slot_bytes / 1e6, (long long)p->min_expert_slots,
             place_policy_name(p->cache_policy));
+    if (p->guess_bytes)
+        fprintf(f, "  guess routers     %10.3f GB  MXFP4 copies of %lld pinned MoE routers (expert reads a layer ahead)\n",
+                gb(p->guess_bytes), (long long)p->n_guess);
     fprintf(f, "  sequences         %10.3f GB  %d x %.3f GB (KDA state + MLA latent cache for ctx %lld)\n",
             gb(p->session_bytes), p->n_seqs, gb(p->seq_bytes), (long long)p->ctx);
     fprintf(f, "  engine scratch    %10.3f GB  %lld rows per pass (prefill chunk %lld)\n", gb(p->engine_bytes),
@@ -532,6 +559,7 @@ json_t *place_plan_json(const place_plan *p) {
     I("expert_slot_bytes", p->expert_slot_bytes);
     I("slot_meta_bytes", p->slot_meta_bytes);
     I("cache_bytes", p->cache_bytes);
+    I("guess_bytes", p->guess_bytes);
     I("session_bytes", p->session_bytes);
     I("seq_bytes", p->seq_bytes);
     I("n_seqs", p->n_seqs);

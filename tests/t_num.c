@@ -132,6 +132,65 @@ TEST(num_mxfp4) {
     CHECK(num_mxfp4_count_nan_scales(big, sizeof big) == want);
 }
 
+/* The router copies' quantizer: a decoded group quantizes back to itself when
+ * its largest magnitude is code 7 (6 x scale, so the scale is the smallest that
+ * holds it); any value lands on the nearest code of the smallest scale that holds
+ * its group's max; non-finite values as documented. */
+static uint32_t q_rnd(uint32_t *st) { return (*st = *st * 1664525u + 1013904223u) >> 8; }
+TEST(num_mxfp4_quantize) {
+    uint32_t st = 12345u;
+#define R() q_rnd(&st)
+    enum { N = 32 * 64 };
+    static float x[N];
+    static uint8_t P[N / 2], S[N / 32], P2[N / 2], S2[N / 32];
+    for (int i = 0; i < N / 2; i++) P[i] = (uint8_t)R();
+    for (int g = 0; g < N / 32; g++) {
+        S[g] = (uint8_t)(g == 0 ? 0 : g == 1 ? 254 : 1 + R() % 252);
+        P[g * 16 + R() % 16] |= 0x07; /* one element of magnitude 6 in each group */
+        for (int i = 0; i < 32; i++) {
+            double v = num_mxfp4_value(num_mxfp4_code(P + g * 16, (size_t)i), S[g]);
+            x[g * 32 + i] = fabs(v) > FLT_MAX ? (v < 0 ? -FLT_MAX : FLT_MAX) : (float)v;
+        }
+    }
+    /* scale 254 holds values past float: its group quantizes from +-FLT_MAX, so check it apart */
+    num_mxfp4_quantize(P2, S2, x, N);
+    int bad = 0;
+    for (int g = 0; g < N / 32; g++) {
+        if (S[g] == 254) { bad += S2[g] != 253; continue; }
+        bad += S2[g] != S[g];
+        for (int i = 0; i < 32; i++) {
+            uint8_t a = num_mxfp4_code(P + g * 16, (size_t)i), b = num_mxfp4_code(P2 + g * 16, (size_t)i);
+            bad += (a & 7) != (b & 7) || ((a & 7) && a != b); /* -0 may come back as +0 */
+        }
+    }
+    CHECK_MSG(bad == 0, "%d round-trip mismatches", bad);
+    /* random values: the nearest code of the smallest scale holding the group's max */
+    for (int i = 0; i < N; i++) x[i] = (float)ldexp((double)(R() % 2000001) / 1e6 - 1.0, (int)(R() % 60) - 30 + (i / 32) % 5);
+    num_mxfp4_quantize(P2, S2, x, N);
+    bad = 0;
+    for (int g = 0; g < N / 32; g++) {
+        double amax = 0;
+        for (int i = 0; i < 32; i++) amax = fmax(amax, fabs((double)x[g * 32 + i]));
+        const double sc = ldexp(1.0, S2[g] - 127);
+        bad += !(amax <= 6 * sc) || !(amax > 3 * sc || S2[g] == 0);
+        for (int i = 0; i < 32; i++) {
+            const double v = x[g * 32 + i], q = num_mxfp4_value(num_mxfp4_code(P2 + g * 16, (size_t)i), S2[g]);
+            for (int c = 0; c < 16; c++) /* no code of this scale is strictly nearer */
+                bad += fabs(num_mxfp4_value((uint8_t)c, S2[g]) - v) < fabs(q - v);
+        }
+    }
+    CHECK_MSG(bad == 0, "%d nearest-code violations", bad);
+    /* zeros, tiny values, NaN and infinities */
+    for (int i = 0; i < 64; i++) x[i] = 0;
+    x[32] = NAN; x[33] = INFINITY; x[34] = -INFINITY; x[35] = 1.5f; x[36] = -0.2f; x[37] = 1e-45f;
+    num_mxfp4_quantize(P2, S2, x, 64);
+    CHECK(S2[0] == 0 && P2[0] == 0 && P2[15] == 0);
+    CHECK(S2[1] == 125); /* max 1.5 (the infinities left out) -> 2^-2: 1.5 = 6 x 0.25 */
+    CHECK(num_mxfp4_code(P2 + 16, 0) == 0 && num_mxfp4_code(P2 + 16, 1) == 7 && num_mxfp4_code(P2 + 16, 2) == 15);
+    CHECK(num_mxfp4_code(P2 + 16, 3) == 7 && num_mxfp4_code(P2 + 16, 4) == 10 && num_mxfp4_code(P2 + 16, 5) == 0);
+#undef R
+}
+
 TEST(num_to_f32) {
     uint16_t h[3] = {0x3F80, 0xC000, 0x0001};
     float f[3], src[3] = {1.5f, -0.0f, 3.0f};

@@ -84,6 +84,37 @@ TEST(plan_k3_sweep) {
     json_decref(j);
 }
 
+/* The early guesses' MXFP4 router copies: one per pinned MoE unit, counted in
+ * the total, none with prefetch off or where the cache holds every expert. */
+TEST(plan_guess_copies) {
+    static cfg c;
+    cfg_k3(&c);
+    static place_plan p;
+    char err[1024];
+    const uint64_t one = (uint64_t)c.n_experts * (uint64_t)c.hidden;
+    for (double gb = 2; gb <= 400; gb *= 2) {
+        place_opts o = k3_opts((uint64_t)(gb * 1e9));
+        CHECK_MSG(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0, "%s", err);
+        int64_t pinned_moe = 0;
+        for (int64_t L = 0; L < c.n_layers; L++) pinned_moe += p.pinned[L] && cfg_is_moe(&c, L);
+        CHECK(p.guess_one_bytes >= one / 2 + one / 32 && p.guess_one_bytes <= one / 2 + one / 32 + 128);
+        CHECK(p.guess_bytes == (uint64_t)p.n_guess * p.guess_one_bytes);
+        CHECK(p.n_guess == 0 || p.n_guess == pinned_moe);
+        CHECK(p.guess_bytes <= p.cache_bytes / 7 && p.total_bytes <= o.ram_bytes);
+        if (gb >= 256) CHECK_MSG(p.n_guess == pinned_moe && pinned_moe > 0, "%.0f GB: %lld", gb, (long long)p.n_guess);
+        o.no_prefetch = 1;
+        CHECK(place_plan_compute(&c, NULL, NULL, &o, &p, err, sizeof err) == 0 && p.guess_bytes == 0);
+    }
+    /* a budget whose cache holds every expert: no copies (a guess would read nothing) */
+    static cfg t;
+    cfg_k3(&t);
+    t.n_layers = 4;
+    t.n_experts = 16;
+    place_opts o = k3_opts(200e9);
+    CHECK_MSG(place_plan_compute(&t, NULL, NULL, &o, &p, err, sizeof err) == 0, "%s", err);
+    CHECK(p.n_expert_slots == p.n_moe * t.n_experts && p.guess_bytes == 0);
+}
+
 /* What a decode token touches: every weight byte it reads plus its KDA state,
  * read and written in every KDA layer of the process's range. */
 TEST(plan_touch_counts_kda_state) {
