@@ -256,6 +256,8 @@ typedef struct place_stats {
     int64_t preload_experts;
     uint64_t prefetch_reads;  /* experts read ahead (the rest of the predictions were resident) */
     uint64_t prefetch_used;   /* of them, requested afterwards */
+    int64_t guess_copies;     /* MXFP4 router copies made (place_plan.guess_u; counted since open) */
+    uint64_t guess_lends;     /* guesses lent one (predict_layer) */
 } place_stats;
 /* w must come from place_open (or be NULL: zeros). */
 void place_stats_get(wsrc *w, place_stats *s);

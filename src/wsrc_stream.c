@@ -716,8 +716,10 @@ static void load_unit_locked(stream *s, int64_t u, io_ring *r) {
     unit_name(s, u, what, sizeof what);
     int rc = read_record(s, r, x->segs, x->n_seg, buf, x->xxh3, x->has_sum && VERIFY(s), what, x->err, sizeof x->err);
     if (!rc && x->n_sum && VERIFY(s)) rc = check_sums(s, x, what, x->err, sizeof x->err);
-    if (!rc && x->gq && !x->gq_ok) guess_build(s, x);
+    const int built = !rc && x->gq && !x->gq_ok;
+    if (built) guess_build(s, x);
     pthread_mutex_lock(&s->mu);
+    s->st.guess_copies += built && x->gq_ok;
     io_leave(s);
     if (u < s->c->n_layers) s->st.bytes_trunk += x->buf_bytes; else s->st.bytes_head += x->buf_bytes;
     s->st.n_reads += (uint64_t)x->n_seg;
@@ -1432,6 +1434,7 @@ static int st_predict_layer(wsrc *w, int64_t L, const wt **roles, const wt **gue
         x->held++;
         *roles = x->roles;
         *guess = x->gq_ok ? x->gqw : NULL;
+        s->st.guess_lends += x->gq_ok;
     }
     pthread_mutex_unlock(&s->mu);
     return !ok;
@@ -2021,6 +2024,7 @@ void place_stats_reset(wsrc *w) {
     s->st.preload_bytes = keep.preload_bytes;
     s->st.preload_s = keep.preload_s;
     s->st.preload_experts = keep.preload_experts;
+    s->st.guess_copies = keep.guess_copies;
     if (s->io_active) s->io_t0 = base_now();
     pthread_mutex_unlock(&s->mu);
     if (s->xc) cache_reset_stats(s->xc);
@@ -2049,6 +2053,9 @@ void place_stats_print(const place_stats *s, const place_plan *p, FILE *f) {
                 (unsigned long long)s->pred_requests, s->pred_ids ? 100.0 * (double)s->pred_hits / (double)s->pred_ids : 0,
                 (unsigned long long)s->pred_ids, (unsigned long long)s->prefetch_reads, (unsigned long long)s->prefetch_used,
                 s->prefetch_reads ? 100.0 * (double)s->prefetch_used / (double)s->prefetch_reads : 0);
+    if (s->guess_copies)
+        fprintf(f, "prefetch: MXFP4 copies of %lld routers, lent to %llu guesses\n", (long long)s->guess_copies,
+                (unsigned long long)s->guess_lends);
     if (s->pred_skipped)
         fprintf(f, "prefetch: %llu guesses skipped (their layer all in RAM, or its last guesses found everything there)\n",
                 (unsigned long long)s->pred_skipped);
@@ -2090,6 +2097,8 @@ json_t *place_stats_json(const place_stats *s) {
     I("pred_hits", s->pred_hits);
     I("pred_ids", s->pred_ids);
     I("pred_skipped", s->pred_skipped);
+    I("guess_copies", s->guess_copies);
+    I("guess_lends", s->guess_lends);
     I("preload_bytes", s->preload_bytes);
     R("preload_s", s->preload_s);
     I("preload_experts", s->preload_experts);

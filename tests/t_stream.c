@@ -422,6 +422,7 @@ TEST(stream_prefetch_identity) {
     budgets_for(&m, dir, b);
     char err[1024];
     uint64_t pred = 0, reads = 0;
+    int64_t copies = 0;
     /* the third holds every expert (the warm start reads them all): there the
      * guesses find everything in RAM, and most of them are skipped */
     const uint64_t budgets[3] = {b[1], b[1] + (b[1] - b[0]), 1ull << 40};
@@ -445,6 +446,9 @@ TEST(stream_prefetch_identity) {
                 CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu: logits bits differ with prefetch",
                           (unsigned long long)budgets[i]);
                 CHECK(st.pred_hits <= st.pred_requests && st.prefetch_used <= st.prefetch_reads);
+                /* the guesses' router copies: one per pinned MoE unit where planned, lent */
+                CHECK(st.guess_copies == p.n_guess && (p.n_guess == 0) == (st.guess_lends == 0 || i == 2));
+                copies += st.guess_copies;
                 if (i == 2) CHECK_MSG(st.prefetch_reads == 0 && st.pred_skipped > st.pred_layers,
                                       "everything in RAM: %llu read ahead, %llu guesses skipped, %llu layers predicted",
                                       (unsigned long long)st.prefetch_reads, (unsigned long long)st.pred_skipped,
@@ -458,7 +462,7 @@ TEST(stream_prefetch_identity) {
             }
             w->ops->close(w);
         }
-    CHECK(pred > 0 && reads > 0);
+    CHECK(pred > 0 && reads > 0 && copies > 0);
     base_free(wl);
     base_free(gl);
     model_close(&m);
