@@ -341,6 +341,12 @@ int cache_prefetch(cache *c, int64_t key) {
     return i;
 }
 
+void cache_seed(cache *c, int64_t key, uint32_t n) {
+    if (!scored(c) || key < 0 || key >= c->n_keys || c->cnt[key] >= n) return;
+    c->cnt[key] = n;
+    c->lmin[key / c->per_layer] = -1; /* the layer's victim is found again */
+}
+
 int64_t cache_layer_held(const cache *c, int64_t layer) {
     return layer >= 0 && layer < c->n_layers ? c->held[layer] : 0;
 }

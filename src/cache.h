@@ -61,6 +61,10 @@ int cache_pin(cache *c, int64_t key, int *kind);
  * is already resident or in flight, or no slot can be taken. A later cache_pin
  * of the key finds it (CACHE_INFLIGHT until published, then CACHE_HIT). */
 int cache_prefetch(cache *c, int64_t key);
+/* A prior for LFU and LAYER: key counts as requested at least n times (its count
+ * is raised to n; later requests add to it and the halving ages it like any
+ * count). Other policies ignore it. */
+void cache_seed(cache *c, int64_t key, uint32_t n);
 /* Keys of layer `layer` that hold a slot (READY or INFLIGHT); 0 outside the layers. */
 int64_t cache_layer_held(const cache *c, int64_t layer);
 /* The slot holding key (any state), or -1; changes nothing. */

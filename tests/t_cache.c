@@ -95,6 +95,35 @@ TEST(cache_leases) {
     cache_free(c);
 }
 
+/* cache_seed: a prior count. A key read ahead and seeded with 2 outlives one
+ * requested once (LFU, LAYER); LRU ignores the seed and evicts the older. */
+TEST(cache_seed_prior) {
+    const int pol[3] = {CACHE_LFU, CACHE_LAYER, CACHE_LRU};
+    for (int p = 0; p < 3; p++) {
+        cache *c = NULL;
+        CHECK(cache_create(&c, 16, 2, 64, pol[p], 1, 0, NULL, 0) == 0);
+        if (!c) continue;
+        int kind;
+        const int a = cache_prefetch(c, 3); /* the warm start's read: no request */
+        CHECK(a >= 0);
+        cache_seed(c, 3, 2);
+        cache_publish(c, a);
+        cache_unpin(c, a);
+        const int b = cache_pin(c, 5, &kind);
+        CHECK(b >= 0 && kind == CACHE_MISS);
+        cache_publish(c, b);
+        cache_unpin(c, b);
+        const int v = cache_pin(c, 7, &kind); /* a third key: one of the two goes */
+        CHECK(v >= 0 && kind == CACHE_MISS);
+        CHECK_MSG(pol[p] == CACHE_LRU ? cache_find(c, 3) < 0 && cache_find(c, 5) == b : cache_find(c, 3) == a && cache_find(c, 5) < 0,
+                  "policy %d", pol[p]);
+        cache_publish(c, v);
+        cache_unpin(c, v);
+        CHECK(cache_check(c) == 0);
+        cache_free(c);
+    }
+}
+
 /* Replays a synthetic routing trace (skewed per-layer popularity, 8 of 64 experts
  * per layer, 30% of each token's choices repeated from the previous token) through
  * every policy at a few sizes, printing the true hit rate of each. */
