@@ -171,8 +171,8 @@ static uint64_t cache_cost(const place_plan *p, int64_t n) {
 /* The guesses' router copies (place_plan.guess_u) for the pinned units, given
  * `room` bytes left for the expert cache and them: none where the cache would
  * hold every expert without them (a guess would read nothing) or where they take
- * more than an eighth of the room. Ladder: 37 x 0.46 MB against 3.6 GB of cache
- * at 6.2 GB; K3 (pinned whole) 60 x 3.4 MB. */
+ * more than an eighth of the room. Ladder: 36 x 0.46 MB against 3.6 GB of cache
+ * at 6.2 GB; K3 pinned whole: 92 x 3.4 MB. */
 static void plan_guess(place_plan *p, uint64_t room, int64_t n_expert_all) {
     p->guess_bytes = 0;
     p->n_guess = 0;

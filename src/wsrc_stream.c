@@ -682,8 +682,8 @@ static void unit_name(const stream *s, int64_t u, char *b, size_t n) {
 }
 
 /* The early guesses' MXFP4 copy of a pinned unit's router, from its bytes as read
- * and checked (a router checked block by block as used has no copy). Ladder: 37
- * copies of 448 x 2048 bf16 (1.8 MB -> 0.46 MB each), 0.3 s at open. */
+ * and checked (a router checked block by block as used has no copy). Ladder: 36
+ * copies of 448 x 2048 bf16 (1.8 MB -> 0.46 MB each). */
 static void guess_build(stream *s, unit *x) {
     const tref *r = NULL;
     for (int i = 0; i < x->n_t; i++) if (x->t[i].role == R_MOE_ROUTER) r = &x->t[i];
