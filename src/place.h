@@ -104,6 +104,11 @@ typedef struct place_opts {
     void *progress_ud;
 } place_opts;
 
+/* A router copy's layout for n = experts x hidden weights: n / 2 code bytes
+ * padded to 64, then n / 32 scale bytes padded to 64 (plan and source alike). */
+static inline uint64_t place_guess_codes_bytes(uint64_t n) { return (n / 2 + 63) & ~63ull; }
+static inline uint64_t place_guess_bytes(uint64_t n) { return place_guess_codes_bytes(n) + ((n / 32 + 63) & ~63ull); }
+
 #define PLACE_VERIFY_OFF (-1) /* place_opts.verify_reads: `strata run --no-verify` */
 
 place_opts place_opts_default(void);
@@ -154,7 +159,7 @@ typedef struct place_plan {
      * expert (so guesses read something) and the copies take at most 1/8 of what
      * the cache would get. */
     uint8_t guess_u[PLACE_MAX_UNITS]; /* unit u's router may have a copy (a MoE layer held here, prefetch on) */
-    uint64_t guess_one_bytes; /* one copy: codes and scales, each 64-aligned (0: hidden % 32 != 0) */
+    uint64_t guess_one_bytes; /* one copy: place_guess_codes_bytes, then the scales (0: hidden % 32 != 0) */
     uint64_t guess_bytes;     /* the copies planned: guess_one_bytes x n_guess */
     int64_t n_guess;
     /* the rest */

@@ -341,7 +341,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->n_moe = n_moe;
     {
         const uint64_t w = (uint64_t)c->n_experts * (uint64_t)c->hidden;
-        p->guess_one_bytes = c->hidden % 32 ? 0 : ((w / 2 + 63) & ~63ull) + ((w / 32 + 63) & ~63ull);
+        p->guess_one_bytes = c->hidden % 32 ? 0 : place_guess_bytes(w);
         for (int64_t u = 0; u < c->n_layers; u++)
             p->guess_u[u] = p->guess_one_bytes && !o->no_prefetch && !p->absent[u] && cfg_is_moe(c, u);
     }

@@ -695,7 +695,7 @@ static void guess_build(stream *s, unit *x) {
     const int dt = r->view.dtype;
     const size_t n = (size_t)E * (size_t)H, esz = st_dtype_size(dt);
     const uint8_t *src = x->buf + r->rel;
-    uint8_t *P = x->gq, *S = x->gq + ((n / 2 + 63) & ~(size_t)63);
+    uint8_t *P = x->gq, *S = x->gq + place_guess_codes_bytes(n);
     float f[32];
     for (size_t i = 0; i < n; i += 32) {
         num_to_f32(f, src + i * esz, dt, 32);
