@@ -178,8 +178,9 @@ static void plan_guess(place_plan *p, uint64_t room, int64_t n_expert_all) {
     p->n_guess = 0;
     for (int64_t u = 0; u < p->n_units; u++) p->n_guess += p->pinned[u] && p->guess_u[u];
     const uint64_t g = (uint64_t)p->n_guess * p->guess_one_bytes;
-    const uint64_t slots = slot_cost(p) ? room / slot_cost(p) : 0;
-    if (g && (int64_t)slots < n_expert_all && g <= room / 8) p->guess_bytes = g;
+    /* room is beyond the cache's floor, which plan_total already counts */
+    const int64_t slots = p->min_expert_slots + (slot_cost(p) ? (int64_t)(room / slot_cost(p)) : 0);
+    if (g && slots < n_expert_all && g <= room / 8) p->guess_bytes = g;
     else p->n_guess = 0;
 }
 
