@@ -118,13 +118,25 @@ int main(int argc, char **argv) { return strata_main(argc, argv); }
 #include "model_open.h"
 #include "strata_mpi.h"
 
-/* mpirun stops the whole job when a rank dies (SIGTERM, then SIGKILL): say so
- * on rank 0, whose output would otherwise just end. */
+/* mpirun stops the whole job when a rank dies: SIGCONT, 1 s later SIGTERM, then
+ * SIGKILL within milliseconds (Open MPI 4.1). SIGCONT starts the cluster's quick
+ * check, which names the dead rank within that second; the SIGTERM note is the
+ * fallback (it loses the race with SIGKILL when the machine is busy). */
+static strata_cluster *g_cluster; /* for the SIGCONT handler; set once before it is installed */
+
+static void on_sigcont(int sig) {
+    (void)sig;
+    strata_mpi_quick_check(g_cluster);
+}
+
+/* Say so on rank 0, whose output would otherwise just end. */
 static void on_sigterm(int sig) {
     static const char m[] = "strata: rank 0: stopped by the MPI runtime: a rank of the job ended or the job was interrupted "
                             "(mpirun's message names it); any output above is incomplete\n";
-    ssize_t w = write(2, m, sizeof m - 1);
-    (void)w;
+    if (!strata_mpi_broken(g_cluster)) { /* else the error naming the rank is out already */
+        ssize_t w = write(2, m, sizeof m - 1);
+        (void)w;
+    }
     _exit(128 + sig);
 }
 
@@ -142,6 +154,13 @@ int main(int argc, char **argv) {
         if (rc) fprintf(stderr, "strata: rank %d: %s\n", strata_mpi_rank(cl), err);
     } else {
         signal(SIGTERM, on_sigterm);
+        g_cluster = cl;
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = on_sigcont;
+        sa.sa_flags = SA_RESTART;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGCONT, &sa, NULL);
         mo_cluster = (mo_cluster_hooks){cl, strata_mpi_print_stages, strata_mpi_print_report, strata_mpi_measure_net,
                                         strata_mpi_size(cl)};
         rc = strata_main(argc, argv);

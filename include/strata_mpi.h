@@ -58,6 +58,13 @@ void strata_mpi_print_report(strata_cluster *cl, FILE *f);
 /* Rank 0: the network between the ranks, from trips round the ring of 8 bytes
  * and 16 MB (best of several): bytes/s and seconds per message, per hop. */
 int strata_mpi_measure_net(strata_cluster *cl, double *bw, double *lat, char *err, size_t errlen);
+/* Rank 0's SIGCONT handler calls this (async-signal-safe: a clock read and an
+ * atomic store). Open MPI stops a job whose rank died by SIGCONT, then 1 s later
+ * SIGTERM and SIGKILL within milliseconds of each other; in that second a wait
+ * fails with an error naming any watched rank whose heartbeat stops (0.75 s after
+ * the call) instead of after STRATA_MPI_TIMEOUT. Peers that keep heartbeating
+ * (a SIGCONT after a job-control stop) end the check. Accepts NULL. */
+void strata_mpi_quick_check(strata_cluster *cl);
 /* 1 once a rank stopped answering or a transfer failed. */
 int strata_mpi_broken(const strata_cluster *cl);
 /* Rank 0 tells the others to stop, then MPI_Finalize; MPI_Abort when failed or

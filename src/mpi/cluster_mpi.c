@@ -20,10 +20,20 @@
  * Threads and MPI: MPI_THREAD_SERIALIZED; every MPI call after start-up holds
  * k->mu. Waits are MPI_Test loops that release it, so the heartbeat thread runs
  * beside them: every 0.25 s it sends a 4-byte heartbeat to the peers this rank
- * watches (rank 0: every rank; others: rank 0) and notes theirs. A wait fails
- * when a watched peer has been silent for the timeout (STRATA_MPI_TIMEOUT, 5 s):
- * the cluster is then broken, every later call fails at once, and finalize
- * aborts the job instead of hanging on the dead rank.
+ * watches (rank 0: every rank; others: rank 0), and every 50 ms it notes
+ * theirs. A wait fails when a watched peer has been silent for the timeout
+ * (STRATA_MPI_TIMEOUT, 5 s): the cluster is then broken, every later call fails
+ * at once, and finalize aborts the job instead of hanging on the dead rank.
+ *
+ * Quick check (strata_mpi_quick_check, from rank 0's SIGCONT handler): when a
+ * rank dies, Open MPI 4.1 stops the job by SIGCONT, then 1 s later SIGTERM and
+ * SIGKILL ~1-6 ms apart (strace of mpirun, Debian 4.1.4). A SIGTERM handler on a
+ * loaded machine often loses that race and rank 0 ends without a word (2 of 15
+ * kills with 3 busy loops on 2 cores). The second between SIGCONT and SIGTERM is
+ * long enough to tell which rank died: a watched peer whose heartbeat is not
+ * noticed between QUICK_FRESH_MS and QUICK_MS after the SIGCONT is reported
+ * dead, by name, before the runtime's SIGTERM. A SIGCONT after a job-control stop
+ * finds every peer heartbeating and ends the check.
  */
 #include <mpi.h>
 #include <pthread.h>
@@ -42,8 +52,15 @@
 #define CLU_MAGIC 0x504d5453u  /* "STMP" */
 #define CLU_PROTO 1u           /* bump on any change of the messages below */
 #define CLU_MAX_RANKS 256
-#define HB_PERIOD_MS 250
+#define HB_PERIOD_MS 250       /* a heartbeat sent */
+#define HB_POLL_MS 50          /* the peers' heartbeats noticed */
 #define HELLO_TIMEOUT_S 120.0  /* start-up: every rank must arrive */
+/* The quick check (see the top): a heartbeat noticed within QUICK_FRESH_MS of the
+ * SIGCONT may have been sent before it (noticed up to HB_POLL_MS late, more on a
+ * busy machine); a live peer sends 2-3 in the 600 ms after that; the verdict at
+ * QUICK_MS leaves rank 0 ~250 ms before the runtime's SIGTERM to name the rank. */
+#define QUICK_FRESH_MS 150
+#define QUICK_MS 750
 
 enum { TAG_RING = 1, TAG_BODY, TAG_STATE, TAG_REPLY, TAG_HB, TAG_HELLO };
 enum { OP_LOAD = 1, OP_STEP, OP_CTL, OP_CLOSE, OP_STATS, OP_EXIT, OP_PING };
@@ -99,6 +116,7 @@ typedef struct clu {
     MPI_Request *hb_r, *hb_s;  /* (size) pending heartbeat receive / send per peer */
     int32_t *hb_rbuf, hb_sbuf;
     double t0;
+    _Atomic int64_t quick_ms;  /* a quick check began at this clu_ms, or -1 */
     atomic_int broken;
     int ready;                 /* start-up succeeded: the other ranks wait for messages */
     /* the load */
@@ -146,14 +164,24 @@ static void stage_name(const clu *k, int r, char *b, size_t n) {
         snprintf(b, n, "rank %d", r);
 }
 
-/* A watched peer silent for longer than the timeout, or -1. */
-static int clu_silent_peer(clu *k, double *silent) {
+/* A watched peer silent for longer than the timeout, or one not heard during a
+ * quick check (*quick = 1), or -1. A quick check that hears every peer ends. */
+static int clu_silent_peer(clu *k, double *silent, int *quick) {
     const int64_t now = clu_ms(k);
+    int64_t q = atomic_load(&k->quick_ms);
+    const int judge = q >= 0 && now - q >= QUICK_MS;
+    *quick = 0;
     for (int r = 0; r < k->pub.size; r++) {
         if (r == k->pub.rank || (k->pub.rank != 0 && r != 0)) continue;
-        const double s = (double)(now - atomic_load(&k->heard_ms[r])) / 1000.0;
-        if (s > k->timeout) { *silent = s; return r; }
+        const int64_t h = atomic_load(&k->heard_ms[r]);
+        const double s = (double)(now - h) / 1000.0;
+        if (s > k->timeout || (judge && h < q + QUICK_FRESH_MS)) {
+            *silent = s;
+            *quick = s <= k->timeout;
+            return r;
+        }
     }
+    if (judge) atomic_compare_exchange_strong(&k->quick_ms, &q, -1);
     return -1;
 }
 
@@ -175,7 +203,8 @@ static int clu_wait(clu *k, MPI_Request *req, MPI_Status *st, const char *what, 
         }
         if (done) return 0;
         double silent = 0;
-        const int who = clu_silent_peer(k, &silent);
+        int quick = 0;
+        const int who = clu_silent_peer(k, &silent, &quick);
         if (who >= 0 || atomic_load(&k->broken)) {
             pthread_mutex_lock(&k->mu);
             MPI_Cancel(req);
@@ -186,8 +215,8 @@ static int clu_wait(clu *k, MPI_Request *req, MPI_Status *st, const char *what, 
             char nm[96];
             stage_name(k, who, nm, sizeof nm);
             return base_fail(err, errlen, STRATA_EIO,
-                            "mpi: %s has not answered for %.1f s while %s: it died or cannot be reached (rank %d on %s)",
-                            nm, silent, what, k->pub.rank, k->host);
+                            "mpi: %s has not answered for %.1f s while %s: it died or cannot be reached (rank %d on %s)%s",
+                            nm, silent, what, k->pub.rank, k->host, quick ? "; the MPI runtime is stopping the job" : "");
         }
         /* a pass that comes back within microseconds is caught spinning; a long
          * wait (another stage computing for a second) polls every 0.5 ms at most */
@@ -249,11 +278,17 @@ static int clu_recv_blocks(clu *k, float *blocks, int64_t stride, int64_t per_bl
 
 /* ============================================================ heartbeats */
 
+/* Notes the peers' heartbeats every HB_POLL_MS (so heard_ms is at most that
+ * late) and sends this rank's every HB_PERIOD_MS. */
 static void *hb_main(void *arg) {
     clu *k = arg;
+    int64_t last_send = -HB_PERIOD_MS;
     pthread_mutex_lock(&k->hb_mu);
     while (!atomic_load(&k->hb_stop)) {
         pthread_mutex_unlock(&k->hb_mu);
+        const int64_t now = clu_ms(k);
+        const int send = now - last_send >= HB_PERIOD_MS;
+        if (send) last_send = now;
         pthread_mutex_lock(&k->mu);
         for (int r = 0; r < k->pub.size; r++) {
             if (r == k->pub.rank || (k->pub.rank != 0 && r != 0)) continue;
@@ -266,13 +301,13 @@ static void *hb_main(void *arg) {
             }
             int sent = 1;
             if (k->hb_s[r] != MPI_REQUEST_NULL) MPI_Test(&k->hb_s[r], &sent, MPI_STATUS_IGNORE);
-            if (sent) MPI_Isend(&k->hb_sbuf, 1, MPI_INT32_T, r, TAG_HB, k->hbcomm, &k->hb_s[r]);
+            if (send && sent) MPI_Isend(&k->hb_sbuf, 1, MPI_INT32_T, r, TAG_HB, k->hbcomm, &k->hb_s[r]);
         }
         pthread_mutex_unlock(&k->mu);
         pthread_mutex_lock(&k->hb_mu);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += HB_PERIOD_MS * 1000000L;
+        ts.tv_nsec += HB_POLL_MS * 1000000L;
         if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
         if (!atomic_load(&k->hb_stop)) pthread_cond_timedwait(&k->hb_cv, &k->hb_mu, &ts);
     }
@@ -671,6 +706,13 @@ int strata_mpi_work(strata_cluster *cl, char *err, size_t errlen) {
 
 int strata_mpi_rank(const strata_cluster *cl) { return cl ? cl->rank : 0; }
 int strata_mpi_size(const strata_cluster *cl) { return cl ? cl->size : 1; }
+void strata_mpi_quick_check(strata_cluster *cl) {
+    clu *k = (clu *)cl;
+    if (!k || !k->ready || k->pub.size < 2) return;
+    int64_t none = -1; /* a check already running keeps its start */
+    atomic_compare_exchange_strong(&k->quick_ms, &none, clu_ms(k));
+}
+
 int strata_mpi_broken(const strata_cluster *cl) { return cl ? atomic_load(&((const clu *)cl)->broken) : 0; }
 
 static void hello_of(clu_hello *h, const char *host) {
@@ -764,6 +806,7 @@ int strata_mpi_init(int *argc, char ***argv, strata_cluster **out, char *err, si
     MPI_Get_processor_name(hn, &hl);
     snprintf(k->host, sizeof k->host, "%.*s", hl, hn);
     k->timeout = 5.0;
+    atomic_store(&k->quick_ms, -1);
     const char *t = getenv("STRATA_MPI_TIMEOUT");
     double tv;
     if (t && *t && !base_parse_f64(t, 0.5, 86400, &tv)) k->timeout = tv;
