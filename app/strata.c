@@ -122,7 +122,7 @@ int main(int argc, char **argv) { return strata_main(argc, argv); }
  * SIGKILL within milliseconds (Open MPI 4.1). SIGCONT starts the cluster's quick
  * check, which names the dead rank within that second; the SIGTERM note is the
  * fallback (it loses the race with SIGKILL when the machine is busy). */
-static strata_cluster *g_cluster; /* for the SIGCONT handler; set once before it is installed */
+static strata_cluster *g_cluster; /* for the handlers; set once before they are installed */
 
 static void on_sigcont(int sig) {
     (void)sig;
@@ -153,13 +153,14 @@ int main(int argc, char **argv) {
         rc = strata_mpi_work(cl, err, sizeof err) ? 1 : 0;
         if (rc) fprintf(stderr, "strata: rank %d: %s\n", strata_mpi_rank(cl), err);
     } else {
-        signal(SIGTERM, on_sigterm);
-        g_cluster = cl;
+        g_cluster = cl; /* before either handler can run */
         struct sigaction sa;
         memset(&sa, 0, sizeof sa);
-        sa.sa_handler = on_sigcont;
         sa.sa_flags = SA_RESTART;
         sigemptyset(&sa.sa_mask);
+        sa.sa_handler = on_sigterm;
+        sigaction(SIGTERM, &sa, NULL);
+        sa.sa_handler = on_sigcont;
         sigaction(SIGCONT, &sa, NULL);
         mo_cluster = (mo_cluster_hooks){cl, strata_mpi_print_stages, strata_mpi_print_report, strata_mpi_measure_net,
                                         strata_mpi_size(cl)};
