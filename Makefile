@@ -3,7 +3,11 @@ CC      ?= cc
 CFLAGS  ?= -O2 -g
 # -ffp-contract=off: no silent FMA contraction, so scalar and SIMD paths round alike.
 CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-prototypes \
-           -Wno-unused-parameter -ffp-contract=off -pthread -Iinclude -Isrc -MMD -MP
+           -Wno-unused-parameter -ffp-contract=off -pthread -MMD -MP
+# The library's layers, bottom up (docs/architecture.md); headers are included by
+# bare name and tools/check_includes.sh holds every include to this order.
+LIB_DIRS := src/base src/format src/text src/engine src/place src
+CFLAGS  += -Iinclude $(addprefix -I,$(LIB_DIRS)) -Itools/gen
 LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -luring -lpthread -lm
 ifneq ($(WERROR),)
 CFLAGS  += -Werror
@@ -15,10 +19,12 @@ BUILD   ?= build-san
 endif
 BUILD   ?= build
 
-LIB_SRC  := $(wildcard src/*.c)
+LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
+# tools/gen/: the checkpoint generator and presets (strata gen-model, the tests).
+GEN_SRC  := $(wildcard tools/gen/*.c)
 # src/serve/: the HTTP server (strata serve), a client of strata.h like the CLI.
 SERVE_SRC := $(wildcard src/serve/*.c)
-APP_SRC  := $(filter-out app/strata.c,$(wildcard app/*.c)) $(SERVE_SRC)
+APP_SRC  := $(filter-out app/strata.c,$(wildcard app/*.c)) $(SERVE_SRC) $(GEN_SRC)
 TEST_SRC := $(wildcard tests/t_*.c) tests/run.c
 FUZZ_SRC := $(filter-out fuzz/fz_main.c,$(wildcard fuzz/fz_*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -155,7 +161,7 @@ fuzz:
 	@test -n "$(T)" || { echo "usage: make fuzz T=<target> [SECS=600]"; exit 2; }
 	@mkdir -p build-fuzz fuzz/corpus/$(T)
 	clang -O1 -g -std=c11 -D_GNU_SOURCE -DFUZZ_TARGET -fsanitize=fuzzer,address,undefined \
-	  -Iinclude -Isrc -o build-fuzz/fz_$(T) fuzz/fz_$(T).c $(LIB_SRC) $(SERVE_SRC) $(LDLIBS)
+	  -Iinclude $(addprefix -I,$(LIB_DIRS)) -Itools/gen -o build-fuzz/fz_$(T) fuzz/fz_$(T).c $(LIB_SRC) $(SERVE_SRC) $(GEN_SRC) $(LDLIBS)
 	./build-fuzz/fz_$(T) -max_total_time=$(SECS) -max_len=65536 fuzz/corpus/$(T)
 
 clean:

@@ -15,7 +15,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "base.h"
 
 enum { OP_OPEN, OP_OPEN_W, OP_READ, OP_WRITE, OP_FSYNC, OP_TRUNC, OP_FALLOC, OP_RENAME, OP_CQE_R, OP_CQE_W };
 static const char *k_op_names[] = {"open", "open", "read", "write", "fsync", "ftruncate", "fallocate", "rename",
@@ -38,8 +37,11 @@ int vfs_fault_parse(const char *spec, int *kind, uint64_t *n) {
     int k = -1;
     for (int i = VFS_FAULT_COUNT; i <= VFS_FAULT_EINTR; i++)
         if ((size_t)(c - spec) == strlen(k_kind_names[i]) && !strncmp(spec, k_kind_names[i], (size_t)(c - spec))) k = i;
-    int64_t v;
-    if (k < 0 || base_parse_i64(c + 1, k == VFS_FAULT_COUNT ? 0 : 1, INT64_MAX, &v)) return -1;
+    /* strtoll here, not base_parse_i64: vfs sits below base (base reads files through it). */
+    char *end;
+    errno = 0;
+    long long v = k < 0 || !c[1] ? -1 : strtoll(c + 1, &end, 10);
+    if (k < 0 || !c[1] || errno || *end || v < (k == VFS_FAULT_COUNT ? 0 : 1)) return -1;
     *kind = k;
     *n = (uint64_t)v;
     return 0;

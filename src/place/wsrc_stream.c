@@ -239,7 +239,22 @@ static const wsrc_ops k_stream_ops;
 
 /* ============================================================ small helpers */
 
-/* Wall time with at least one read in flight, over both threads (under mu). */
+/* The roles whose matrices may be read by row slices (plan.slice_min_bytes). Here
+ * rather than in plan.c so that the planner depends on the source and not back. */
+int place_sliceable_role(int r) {
+    switch (r) {
+    case R_KDA_Q: case R_KDA_K: case R_KDA_V: case R_KDA_G: case R_KDA_O: case R_KDA_FA: case R_KDA_FB: case R_KDA_B:
+    case R_MLA_QA: case R_MLA_QB: case R_MLA_KVA: case R_MLA_O: case R_MLA_G:
+    case R_DENSE_GATE: case R_DENSE_UP: case R_DENSE_DOWN:
+    case R_MOE_ROUTER: case R_MOE_LAT_DOWN: case R_MOE_LAT_UP: case R_MOE_SH_GATE: case R_MOE_SH_UP: case R_MOE_SH_DOWN:
+    case R_LM_HEAD:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* The expert cache's bookkeeping beside its slot bytes (the planner counts it). */
 uint64_t place_cache_meta_bytes(int64_t n_keys, int64_t n_layers, int64_t n_experts, int64_t n_slots) {
     if (n_keys <= 0 || n_slots < 0) return 0;
     /* xs per slot; req_slot, req_list and pf_mark per expert of a layer (place_open) */
@@ -247,6 +262,7 @@ uint64_t place_cache_meta_bytes(int64_t n_keys, int64_t n_layers, int64_t n_expe
            (uint64_t)n_experts * (2 * sizeof(int32_t) + 1);
 }
 
+/* Wall time with at least one read in flight, over both threads (under mu). */
 static void io_enter(stream *s) {
     if (s->io_active++ == 0) s->io_t0 = base_now();
 }

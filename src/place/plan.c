@@ -81,19 +81,6 @@ static uint64_t rss_now(void) {
 typedef struct ncount { int64_t n; } ncount;
 static int count_fn(void *ud, const tspec *t) { (void)t; ((ncount *)ud)->n++; return 0; }
 
-int place_sliceable_role(int r) {
-    switch (r) {
-    case R_KDA_Q: case R_KDA_K: case R_KDA_V: case R_KDA_G: case R_KDA_O: case R_KDA_FA: case R_KDA_FB: case R_KDA_B:
-    case R_MLA_QA: case R_MLA_QB: case R_MLA_KVA: case R_MLA_O: case R_MLA_G:
-    case R_DENSE_GATE: case R_DENSE_UP: case R_DENSE_DOWN:
-    case R_MOE_ROUTER: case R_MOE_LAT_DOWN: case R_MOE_LAT_UP: case R_MOE_SH_GATE: case R_MOE_SH_UP: case R_MOE_SH_DOWN:
-    case R_LM_HEAD:
-        return 1;
-    default:
-        return 0;
-    }
-}
-
 typedef struct small_acc small_acc;
 static uint64_t plan_total(const place_plan *p);
 static uint64_t ring_need(const place_plan *p, int pair);
