@@ -255,3 +255,16 @@ bench-serve: strata
 bench-io: strata $(BUILD)/bench_io
 	@test -f $(BUILD)/models/ladder/config.json || ./strata gen-model $(BUILD)/models/ladder --preset ladder
 	./$(BUILD)/bench_io $(BUILD)/models/ladder $(ARGS)
+
+# Output bits of every preset, the demo model too, against tests/bits/expected.txt
+# (make test checks the tiny presets; this adds demo: ~2 GB generated once, ~1 min).
+.PHONY: check-includes
+# The layer order and no include circles (tools/check_includes.sh; make test runs it).
+check-includes:
+	@bash tools/check_includes.sh && echo "check-includes: layers and includes in order"
+
+.PHONY: test-bits
+test-bits: strata
+	@mkdir -p $(BUILD)/bits
+	bash tests/bits/hash.sh ./strata $(BUILD)/bits tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo > $(BUILD)/bits/got.txt
+	@grep -v '^#' tests/bits/expected.txt | diff - $(BUILD)/bits/got.txt && echo "test-bits: every preset's ids and logits as recorded"
