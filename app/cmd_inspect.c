@@ -69,8 +69,8 @@ static const char *params_h(uint64_t v, char *buf, size_t n) {
     return buf;
 }
 
-/* Three decimals for per-layer sizes ("2.341 GB", "0.844 GB"), as the spec
- * quotes them. */
+/* Three decimals for per-layer sizes ("2.341 GB", "0.844 GB"), as the public
+ * engine's reports quote them. */
 static const char *bytes3(uint64_t v, char *buf, size_t n) {
     double x = (double)v;
     if (x >= 1e12) snprintf(buf, n, "%.3f TB", x / 1e12);

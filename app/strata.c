@@ -42,7 +42,7 @@ static void help(FILE *f) {
                "  STRATA_KERNEL=ISA       force a kernel table (scalar, avx2, avx512, avx512vbmi, neon)\n");
 #ifdef STRATA_MPI
     fprintf(f, "\nstrata-mpi: run under mpirun; rank 0 runs the command, the other ranks hold layers of\n"
-               "its model within their own --ram-gb (README: Several machines).\n"
+               "its model within their own --ram-gb (docs/cluster.md).\n"
                "  STRATA_MPI_TIMEOUT=S       seconds without a heartbeat before a rank is lost (default 5)\n"
                "  STRATA_MPI_STEP_DELAY_MS=N tests: rank 0 waits N ms before each pass\n"
                "  STRATA_MPI_FAKE_VERSION=V  tests: this rank claims version V at start-up\n");

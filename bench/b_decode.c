@@ -22,7 +22,7 @@
  * usage: b_decode [MODEL_DIR] [--threads N] [--tokens N] [--reps N]
  * `make bench-decode` runs it on build/models/demo (generated on first use).
  *
- * Reference run: see README's Measurements (demo model, 2 threads).
+ * Reference run: docs/performance.md, Resident decode (demo model, 2 threads).
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -53,7 +53,7 @@ static void mm_fn(void *vctx, int64_t i0, int64_t i1, int tid) {
     else c->kt->matmul(c->Y, c->rows, c->W, c->dtype, c->cols, c->X, c->cols, c->T, i0, i1);
 }
 
-/* Routed-expert shapes (MODEL.md): w1, w3 3072 x 3584 and w2 3584 x 3072, MXFP4. */
+/* Routed-expert shapes (docs/architecture.md, Model spec): w1, w3 3072 x 3584 and w2 3584 x 3072, MXFP4. */
 enum { EX_INTER = 3072, EX_LATENT = 3584 };
 #define EX_BYTES ((size_t)3 * EX_INTER * EX_LATENT / 2 + (size_t)3 * EX_INTER * EX_LATENT / 32)
 

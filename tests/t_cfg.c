@@ -258,14 +258,14 @@ TEST(cfg_census_k3) {
     CHECK(s.n_kda == 69 && s.n_mla == 24 && s.n_dense == 1 && s.n_moe == 92);
     CHECK(s.n_expert_total == 82432);
     CHECK(s.expert_bytes == 17547264);
-    /* 1,446,456,066,048 B. The spec's "1.447 TB" is 82,432 x the rounded 17.55 MB;
+    /* 1,446,456,066,048 B. docs/architecture.md's "1.447 TB" is 82,432 x the rounded 17.55 MB;
      * the exact product is 1.4465 TB. */
     CHECK(s.experts_bytes == UINT64_C(82432) * 17547264);
     CHECK_NEAR((double)s.experts_bytes / 1e12, 1.4465, 0.0001, 0);
-    /* seed-engine.md 1.1: always-active 56,743,648,000 = 113.49 GB bf16. */
+    /* docs/architecture.md, Shape of the model: always-active 56,743,648,000 = 113.49 GB bf16. */
     CHECK(s.params_trunk + s.params_embed == UINT64_C(56743648000));
     CHECK_NEAR((double)(s.trunk_bytes_bf16 + s.embed_bytes_bf16) / 1e9, 113.49, 0.005, 0);
-    /* All-bf16 trunk is 108.79 GB; the spec's 108.81 GB is the packed trunk as
+    /* All-bf16 trunk is 108.79 GB; docs/architecture.md's 108.81 GB is the packed trunk as
      * stored (F32 vectors and 4 KB-aligned runs), which bind measures. */
     CHECK_NEAR((double)s.trunk_bytes_bf16 / 1e9, 108.79, 0.005, 0);
     CHECK_NEAR((double)s.embed_bytes_bf16 / 1e9, 4.70, 0.005, 0);
@@ -278,11 +278,11 @@ TEST(cfg_census_k3) {
     CHECK(s.params_active > UINT64_C(104000000000) && s.params_active < UINT64_C(105500000000));
     CHECK(s.mla_cache_elems_per_pos == 24 * (512 + 64));
     CHECK(s.kda_state_elems == UINT64_C(69) * (96 * 128 * 128 + 3 * 12288 * 3));
-    /* Per-block counts (seed-engine.md 1.4): MoE trunk 189,927,808 and the six
-     * layer vectors 43,008 exactly; KDA attention is the README's 443,740,384 plus
+    /* Per-block counts (the public engine's census): MoE trunk 189,927,808 and the six
+     * layer vectors 43,008 exactly; KDA attention is the public engine's 443,740,384 plus
      * 32 because A_log is stored with 128 entries (96 used); MLA is the table's
      * 232,195,584 plus the 512-entry kv_a_layernorm it left out. These reproduce
-     * the spec's always-on total 56,743,648,000 exactly (checked above). */
+     * docs/architecture.md's always-active total 56,743,648,000 exactly (checked above). */
     uint64_t kda_attn = s.layer_bytes_bf16[1] / 2 - 189927808 - 43008;
     CHECK(kda_attn == 443740384 + 32);
     uint64_t mla_attn = s.layer_bytes_bf16[3] / 2 - 189927808 - 43008;

@@ -19,7 +19,7 @@
 # lost 0.04-0.06 s at 0.137-0.154), so a disturbed run is told from a slower engine.
 # REPS (default 3) runs that many rounds over the rungs and keeps each rung's run
 # with the median decode s/token: on a shared VM one 16-token run of a
-# memory-bound rung moves by +-5% between minutes (README, 2026-12-06), which is
+# memory-bound rung moves by +-5% between minutes (bench/RESULTS.md, 2026-12-06), which is
 # the margin the 1.3x target is judged by. GEN (default 32) tokens per run: with
 # 8 (the default before) a rung's figure was 7 decode tokens of one run. The
 # defaults take ~12 minutes on this VM (700 s; the rungs below 4 GB decode at 0.6-1.5
@@ -64,7 +64,7 @@ probe 0
 read -r DISK_BW MEM_BW < "$PROBES"
 for b in $BUDGETS; do : > "$OUT/ladder-rep-$b.csv"; : > "$OUT/ladder-$b.log"; done
 # REPS rounds over the rungs (not REPS runs of one rung, then the next): the host's
-# slow and fast spells (README, 2026-12-06: one rung's decode moved 15% within 20
+# slow and fast spells (bench/RESULTS.md, 2026-12-06: one rung's decode moved 15% within 20
 # minutes) then fall on every rung alike, and each run has its own probes on
 # either side. Each line of a rung's file: the index of the probe before the run,
 # then place_run's CSV line.

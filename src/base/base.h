@@ -110,7 +110,7 @@ void base_unlock(const char *path, int fd); /* fd < 0: nothing */
 int base_rm_rf(const char *path);     /* best effort; 0 on success */
 int base_is_dir(const char *path);
 int base_is_file(const char *path);
-/* Human-readable bytes: "17.55 MB" (decimal units, as the spec quotes). buf >= 32. */
+/* Human-readable bytes: "17.55 MB" (decimal units, as docs/architecture.md quotes sizes). buf >= 32. */
 const char *base_fmt_bytes(uint64_t bytes, char *buf, size_t n);
 
 /* ---- hashing ---- */

@@ -1,5 +1,5 @@
 /*
- * infer.c: the K3 forward pass (see infer.h and shared/spec/MODEL.md).
+ * infer.c: the K3 forward pass (see infer.h and docs/architecture.md, Model spec).
  *
  * Owns: engine scratch, session state (KDA conv history + delta-rule state, MLA
  * latent cache), the decoder layer with Block Attention Residuals, KDA, Gated MLA

@@ -4,7 +4,7 @@
  * (KDA conv history + recurrent state for the KDA layers only, the MLA latent
  * cache, the position and the token history).
  *
- * Math: shared/spec/MODEL.md. Order of operations per layer: Block Attention
+ * Math: docs/architecture.md, Model spec. Order of operations per layer: Block Attention
  * Residuals (8 steps), KDA (sequential delta rule, carried conv/state) or Gated MLA
  * (latent cache with W_kvb absorbed on both sides, so the cache holds only the
  * normed latent and the rope slot: n_mla x (kv_lora + qk_rope) f32 per position),

@@ -101,7 +101,7 @@ static inline void spin_wait(int s) {
  * the 2-core Xeon VM, interleaved rounds: the two threads' ends 32-67 us apart
  * per job (a range is ~40 us), one thread busy 88-95% of the time; guided: 6-16
  * us, both 97-99%, 22.8-27.2 against 21.2-24.7 GB/s. Ladder at 16 GB, 7
- * interleaved pairs of 120 tokens: 0.1265 against 0.1387 s/token (README). */
+ * interleaved pairs of 120 tokens: 0.1265 against 0.1387 s/token (bench/RESULTS.md, xeon3). */
 static int64_t range_end(const slot *j, int k) {
     if (!j->guided) return j->n * k / j->nc;
     /* n - floor(n r^2 / q^2) without overflow (0 at k = 0, n at k = nc):

@@ -54,7 +54,7 @@ typedef struct key {
 #define KN(id, n, a, s, f) {id, n, a, s, T_NUM, 1, offsetof(cfg, f)}
 #define KB(id, n, f) {id, n, NULL, S_GEN, T_BOOL, 0, offsetof(cfg, f)}
 
-/* seed-engine.md 1.2. For KDA keys the alias is the kda_-prefixed name, which
+/* docs/architecture.md, Config keys. For KDA keys the alias is the kda_-prefixed name, which
  * wins over the generic one when the keys share a scope (flat shape). */
 static const key k_keys[] = {
     KI(F_HIDDEN, "hidden_size", NULL, S_GEN, hidden),
@@ -636,7 +636,7 @@ void cfg_k3(cfg *c) {
     c->situ_b1 = 4.0;
     c->situ_b2 = 25.0;
     /* One-based full_attn_layers 4, 8, ..., 92 and 93: every fourth layer plus a
-     * final MLA so the last layer is global (seed-engine.md 1.3). */
+     * final MLA so the last layer is global (docs/architecture.md, Layer map). */
     for (int64_t L1 = 4; L1 <= 92; L1 += 4) c->is_mla[L1 - 1] = 1;
     c->is_mla[92] = 1;
     c->n_mla = 24;

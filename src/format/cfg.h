@@ -49,7 +49,7 @@ typedef struct cfg {
  * writes every problem (one per line, naming `what`, e.g. the file path) into err. */
 int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *err, size_t errlen);
 int cfg_load(cfg *c, const char *path, char *err, size_t errlen);
-/* The real K3 configuration (shared/spec/k3-config.json values). */
+/* The real K3 configuration (docs/architecture.md, Shape of the model). */
 void cfg_k3(cfg *c);
 /* Structural validation only (used by cfg_parse and by presets). */
 int cfg_validate(const cfg *c, const char *what, char *err, size_t errlen);

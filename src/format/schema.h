@@ -3,7 +3,8 @@
  *
  * One walk drives the generator (what to write), the binder (what must exist, with
  * which shape), the census and the packer, so the four can never disagree about a
- * name or a shape. Names follow the released checkpoint (shared/spec/seed-engine.md 2.2).
+ * name or a shape. Names follow the released checkpoint (docs/architecture.md,
+ * Checkpoint files and tensor names).
  */
 #ifndef STRATA_SCHEMA_H
 #define STRATA_SCHEMA_H

@@ -13,7 +13,7 @@
  * recently evicted keys that admits a returning key straight to main); LFU and
  * LAYER (below). Hits are TRUE resident hits: the key was READY when it was
  * requested. Replay of traces of generated models (bench/ladder/cache_replay;
- * table in README): LAYER is the best of the four at every size, e.g. ladder (216
+ * table in docs/performance.md): LAYER is the best of the four at every size, e.g. ladder (216
  * tokens, 59,304 requests, 36 x 448 keys) at 1024 slots: LAYER 62.7%, LFU 62.4%,
  * S3-FIFO 55.9%, LRU 46.4% (Belady's MIN 79.6%); the place.h default.
  * Not thread-safe: one caller (the forward thread) owns a cache.

@@ -44,7 +44,7 @@ typedef uint64_t (*place_session_bytes_fn)(const cfg *c, int64_t max_ctx);
 typedef uint64_t (*place_engine_bytes_fn)(const cfg *c, int64_t prefill_chunk, int n_threads);
 
 /* Expert cache policies (= cache.h CACHE_*); LAYER is the default: the best of
- * the four at every size in trace replay (README, bench/ladder/cache_replay). */
+ * the four at every size in trace replay (docs/performance.md, bench/ladder/cache_replay). */
 enum { PLACE_POLICY_S3FIFO = 0, PLACE_POLICY_LRU = 1, PLACE_POLICY_LFU = 2, PLACE_POLICY_LAYER = 3 };
 /* "s3fifo", "lru", "lfu", "layer" -> PLACE_POLICY_*, or -1; and back. */
 int place_policy_parse(const char *name);
@@ -224,7 +224,7 @@ int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw,
  * every expert when it holds them all, else, when the whole trunk is pinned, with
  * each MoE layer's equal share of the slots, its experts of highest router bias
  * first (on generated models that ranking covers nearly what the most requested
- * experts of a decode do: README). Nothing else changes: a warm cache only
+ * experts of a decode do: bench/RESULTS.md, Warm start). Nothing else changes: a warm cache only
  * saves reads. */
 int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_dir,
                const place_plan *p, char *err, size_t errlen);

@@ -2,7 +2,8 @@
  * plan.c: the memory plan (see place.h) and the bandwidth probe behind its
  * prediction.
  *
- * Order of the budget, from the seed engine's measurements (seed-engine.md 7.2:
+ * Order of the budget, from the public engine's measurements (docs/architecture.md,
+ * Budget order:
  * at a fixed total, a GB of trunk removed ~1.17 GB/token of certain traffic, ~70x
  * a GB of expert cache at the margin):
  *   1. the floor: process baseline + the sequences (n_seqs x session) + engine

@@ -230,7 +230,8 @@ static int toktab_add(toktab *t, const uint8_t *p, size_t n) {
 
 static size_t toklen(const toktab *t, int64_t id) { return (size_t)(t->offs[id + 1] - t->offs[id]); }
 
-/* Pre-tokenizer: an ASCII approximation of the Kimi split regex (seed-engine.md 4),
+/* Pre-tokenizer: an ASCII approximation of the Kimi split regex (docs/architecture.md,
+ * Tokenizer and chat template),
  * bytes >= 0x80 counted as letters. Returns the length of the piece at s[i]. */
 static int is_let(unsigned c) { return (c | 32) - 'a' < 26 || c >= 0x80; }
 static int is_dig(unsigned c) { return c - '0' < 10; }
