@@ -357,8 +357,8 @@ static const char *last_line(char *s) {
  * resident run and the run from the pack gave different ids, pack --verify said
  * every checksum matches and pack said the pack is already there. Now verify names
  * the tensor and the shard byte, every run from the pack refuses it as stale, the
- * resident run reads the shards, and plain `strata pack` rebuilds the stale pack,
- * after which the budgeted run gives the resident ids. */
+ * resident run refuses it too (issue 38), `--pack ''` reads the shards, and plain
+ * `strata pack` rebuilds the stale pack, after which every run gives those ids. */
 TEST(pack_stale_shard_data) {
     const char *m = fresh_model("tiny", "pk_stale", 31);
     if (!m) { CHECK(0); return; }
@@ -400,8 +400,12 @@ TEST(pack_stale_shard_data) {
     CHECK(run_ids(m, pinned_ram, &out) == 1);
     CHECK_MSG(out && strstr(out, "is stale"), "%s", out ? out : "");
     base_free(out);
+    /* without a budget too (issue 38 item 3: it read the shards and never looked at the pack) */
+    CHECK(run_ids(m, "", &out) == 1);
+    CHECK_MSG(out && strstr(out, "is stale") && strstr(out, "was modified after packing"), "%s", out ? out : "");
+    base_free(out);
     char *res = NULL;
-    CHECK(run_ids_ok(m, "", &res) == 0);
+    CHECK(run_ids_ok(m, "--pack ''", &res) == 0); /* in place from the shards, asked for */
     snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
     CHECK(t_run(cmd, &out) == 0);
     CHECK_MSG(out && strstr(out, "was stale") && strstr(out, "rebuilt"), "%s", out ? out : "");
