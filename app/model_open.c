@@ -78,13 +78,15 @@ int mo_open(mo_model *m, const char *cmd, const char *model_dir) {
     return 0;
 }
 
-typedef struct { double t0; int tty; } preload_ui;
+typedef struct { double t0; int tty; double th; } preload_ui; /* th: the identity hash's start */
 /* Hashing the model for its identity (the first load of a model without a
- * pack), on stderr like the warm start: it reads every weight byte once. */
+ * pack), on stderr like the warm start: it reads every weight byte once. Only
+ * once it has taken a second. */
 static void hash_progress(void *ud, uint64_t done, uint64_t total) {
-    const preload_ui *u = ud;
-    const double dt = base_now() - u->t0;
-    if (!u->tty && done < total) return;
+    preload_ui *u = ud;
+    if (!u->th) u->th = base_now();
+    const double dt = base_now() - u->th;
+    if (dt < 1 || (!u->tty && done < total)) return; /* a hash done within a second is not worth a line */
     fprintf(stderr, "%sidentity: hashing the weights once (cached after): %.2f / %.2f GB (%.2f GB/s)%s", u->tty ? "\r" : "",
             (double)done / 1e9, (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0, done >= total ? "\n" : "");
 }
@@ -112,7 +114,7 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.no_verify = o->no_verify;
     so.no_prefetch = o->no_prefetch;
     so.no_preload = o->no_preload;
-    preload_ui ui = {base_now(), isatty(2)};
+    preload_ui ui = {base_now(), isatty(2), 0};
     so.progress = preload_progress;
     so.progress_ud = &ui;
     so.hash_progress = hash_progress;
