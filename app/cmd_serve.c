@@ -254,6 +254,7 @@ int cmd_serve(int argc, char **argv) {
                             "weights %s (%.2f s)\n",
                     (long long)i->n_layers, (long long)i->vocab, i->n_threads, i->kernel, i->max_seqs, (long long)i->ctx,
                     i->placement, i->load_s);
+            if (i->weights_unverified[0]) fprintf(stderr, "strata serve: weights unverified: %s\n", i->weights_unverified);
             const strata_stats *ls = sched_load_stats(s);
             if (ls->prefix_ram_bytes || ls->prefix_dir_bytes)
                 fprintf(stderr, "strata serve: prefix cache: %.3f GB of RAM%s%s%s\n", (double)ls->prefix_ram_bytes / 1e9,

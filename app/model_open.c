@@ -78,9 +78,21 @@ int mo_open(mo_model *m, const char *cmd, const char *model_dir) {
     return 0;
 }
 
+typedef struct { double t0; int tty; double th; } preload_ui; /* th: the identity hash's start */
+/* Hashing the model for its identity (the first load of a model without a
+ * pack), on stderr like the warm start: it reads every weight byte once. Only
+ * once it has taken a second. */
+static void hash_progress(void *ud, uint64_t done, uint64_t total) {
+    preload_ui *u = ud;
+    if (!u->th) u->th = base_now();
+    const double dt = base_now() - u->th;
+    if (dt < 1 || (!u->tty && done < total)) return; /* a hash done within a second is not worth a line */
+    fprintf(stderr, "%sidentity: hashing the weights once (cached after): %.2f / %.2f GB (%.2f GB/s)%s", u->tty ? "\r" : "",
+            (double)done / 1e9, (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0, done >= total ? "\n" : "");
+}
+
 /* The warm start's progress on stderr: a line rewritten in place on a terminal,
  * else one line at the end. */
-typedef struct { double t0; int tty; } preload_ui;
 static void preload_progress(void *ud, uint64_t done, uint64_t total) {
     const preload_ui *u = ud;
     const double dt = base_now() - u->t0;
@@ -102,9 +114,10 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.no_verify = o->no_verify;
     so.no_prefetch = o->no_prefetch;
     so.no_preload = o->no_preload;
-    preload_ui ui = {base_now(), isatty(2)};
+    preload_ui ui = {base_now(), isatty(2), 0};
     so.progress = preload_progress;
     so.progress_ud = &ui;
+    so.hash_progress = hash_progress;
     so.spec = o->spec;
     so.prefix_ram = o->prefix_ram;
     so.prefix_dir = o->prefix_dir;
@@ -121,6 +134,7 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
         strata_model_print_plan(m->m, stdout);
         return MO_PLANNED;
     }
+    if (m->info.weights_unverified[0]) fprintf(stderr, "strata %s: weights unverified: %s\n", m->cmd, m->info.weights_unverified);
     const strata_model_info *i = &m->info;
     fprintf(stderr, "strata %s: %lld layers (%lld MLA), vocab %lld, %d threads, kernels %s, ctx %lld, weights %s (%.2f s)\n",
             m->cmd, (long long)i->n_layers, (long long)i->n_mla, (long long)i->vocab, i->n_threads, i->kernel,

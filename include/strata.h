@@ -96,6 +96,10 @@ typedef struct strata_model_opts {
                                 they fit, else the likeliest), with large reads in flight */
     void (*progress)(void *ud, uint64_t done, uint64_t total); /* the warm start's bytes */
     void *progress_ud;
+    /* The identity's content hash (strata_model_info.identity): bytes of the shards
+     * hashed so far, with progress_ud. Called only when the model has no usable
+     * pack and no cached hash: the first load reads every weight byte once. */
+    void (*hash_progress)(void *ud, uint64_t done, uint64_t total);
 } strata_model_opts;
 
 #define STRATA_PREFIX_AUTO UINT64_MAX
@@ -133,6 +137,12 @@ typedef struct strata_model_info {
     int64_t n_expert_slots;    /* experts the cache holds (0 when resident) */
     double disk_bw, mem_bw;    /* bandwidths the plan used, bytes/s (0 when not placed) */
     char placement[256];       /* "placed: 3 of 9 trunk units pinned, ..." or "resident" */
+    char weights_unverified[640]; /* non-empty: the model has a pack that cannot be used
+                                     (why); the weights are read from the shards unchecked */
+    uint64_t identity;         /* the model identity (config, tensor table, every weight
+                                  byte) that state and prefix-cache files carry */
+    const char *identity_source; /* how it was had: "the pack's record hashes", "the
+                                    cached content hash", "a content hash of the shards" */
 } strata_model_info;
 void strata_model_get_info(const strata_model *m, strata_model_info *out);
 

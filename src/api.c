@@ -20,6 +20,7 @@
 #include <xxhash.h>
 #include "cfg.h"
 #include "cluster.h"
+#include "ident.h"
 #include "infer.h"
 #include "jsonx.h"
 #include "kern.h"
@@ -67,6 +68,8 @@ struct strata_model {
     strata_cluster *cl;       /* the cluster this model is spread over (cluster.h), or NULL */
     cluster_stage stage;      /* the layers this process holds */
     uint64_t model_id;        /* model_identity at load */
+    int id_source;            /* IDENT_FROM_* */
+    char unverified[640];     /* non-empty: the model has a pack that cannot be used (why) */
 };
 
 struct strata_seq {
@@ -158,44 +161,40 @@ fail:
     return rc;
 }
 
-/* What state files are tied to: the config, the tensor table (names, dtypes,
- * shapes, offsets) and the first and last 64 KB of every shard. Two models with
- * the same config but other weights (generated with another seed, fine-tuned)
- * differ there; one shard read at each end keeps it cheap on K3's 96 shards. */
-static int model_identity(const strata_model *m, uint64_t *id, char *err, size_t errlen) {
-    XXH3_state_t *h = XXH3_createState();
-    if (!h) return base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory fingerprinting the model", m->dir);
-    XXH3_64bits_reset(h);
-    uint64_t fp = infer_cfg_fingerprint(&m->c);
-    XXH3_64bits_update(h, &fp, sizeof fp);
-    for (size_t i = 0; i < st_count(m->ix); i++) {
-        const st_tensor *t = st_at(m->ix, i);
-        XXH3_64bits_update(h, t->name, strlen(t->name) + 1);
-        uint64_t rec[3] = {(uint64_t)t->shard, t->off, t->nbytes};
-        XXH3_64bits_update(h, rec, sizeof rec);
+/* Hashing the shards for the identity (ident.h), as one byte count over its
+ * phases (the trunk, then the experts) for the caller's hash_progress. */
+typedef struct hash_ui {
+    const strata_model_opts *o;
+    uint64_t base, last_total, total;
+    char phase[16];
+} hash_ui;
+static void hash_progress(void *ud, const char *phase, uint64_t done, uint64_t total, double secs) {
+    (void)secs;
+    hash_ui *u = ud;
+    if (strcmp(phase, u->phase)) {
+        if (u->phase[0]) u->base += u->last_total;
+        snprintf(u->phase, sizeof u->phase, "%s", phase);
     }
-    static const size_t k_sample = 64 << 10;
-    uint8_t *buf = base_alloc(k_sample, MEM_MISC);
-    int rc = buf ? STRATA_OK : base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory fingerprinting the model", m->dir);
-    /* an unreadable sample fails the load: a fingerprint of fewer bytes would tie
-     * state files to this one read */
-    for (int sh = 0; !rc && sh < st_n_shards(m->ix); sh++) {
-        const uint64_t size = st_shard_size(m->ix, sh);
-        const int fd = st_shard_fd(m->ix, sh);
-        const uint64_t offs[2] = {0, size > k_sample ? size - k_sample : 0};
-        for (int k = 0; k < 2 && fd >= 0 && !rc; k++) {
-            const uint64_t n = size - offs[k] < k_sample ? size - offs[k] : k_sample;
-            int e = vfs_pread_full(fd, buf, n, offs[k]);
-            if (e) rc = base_fail(err, errlen, STRATA_EIO, "%s: reading %llu bytes at %llu: %s", st_shard_path(m->ix, sh),
-                                  (unsigned long long)n, (unsigned long long)offs[k], e > 0 ? strerror(e) : "end of file");
-            else XXH3_64bits_update(h, buf, (size_t)n);
-        }
-    }
-    base_free(buf);
-    uint64_t d = XXH3_64bits_digest(h);
-    XXH3_freeState(h);
-    *id = d ? d : 1;
-    return rc;
+    u->last_total = total;
+    uint64_t d = u->base + done;
+    u->o->hash_progress(u->o->progress_ud, d < u->total ? d : u->total, u->total);
+}
+
+/* What state files, prefix-cache files and a cluster's ranks are tied to: the
+ * config, the tensor table and every weight byte (ident.h): from the pack's
+ * record hashes where the weights come from a pack, else hashed from the shards
+ * once and cached by their size, mtime and inode. */
+static int model_identity(strata_model *m, uint64_t *id, char *err, size_t errlen) {
+    hash_ui u = {.o = &m->o};
+    for (int s = 0; s < st_n_shards(m->ix); s++) u.total += st_shard_size(m->ix, s);
+    ident_opts io = {m->o.hash_progress ? hash_progress : NULL, &u, 0};
+    ident_result r;
+    int rc = ident_model(m->dir, &m->c, m->ix, place_pack(m->w), &io, &r, err, errlen);
+    if (rc) return rc;
+    if (m->o.hash_progress && r.source == IDENT_HASHED) m->o.hash_progress(m->o.progress_ud, u.total, u.total);
+    m->id_source = r.source;
+    *id = r.id;
+    return STRATA_OK;
 }
 
 /* The memory plan of m for o with the API's extra bytes and the prefix cache's. */
@@ -253,6 +252,16 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
                            (uint64_t)m->max_seqs * ((uint64_t)m->c.vocab * 16 + 4096 +
                                                     infer_session_spec_bytes(&m->c, m->spec ? m->spec + 1 : 0));
     m->placed = o->ram_bytes || o->pack_dir || o->plan_only || o->place || partial;
+    /* Without a budget the weights still come from the model's pack when it has
+     * one, all resident and checked against its checksums as they land, so a
+     * flipped byte or a stale pack is refused at every budget alike (the same
+     * bytes either way: a verified pack holds the shards' bytes). A pack that
+     * cannot be used is said (weights unverified), never silent. */
+    m->unverified[0] = 0;
+    if (!m->placed) {
+        char pd[1024];
+        if (pack_find_ex(m->dir, pd, sizeof pd, m->unverified, sizeof m->unverified) == 1) m->placed = 1;
+    }
     /* the prefix cache's RAM; auto: two sequences' state, at most a quarter of
      * what the budget leaves above its minimum without it; none at a budget with
      * a directory: RAM for snapshots comes out of trunk pins, read every pass
@@ -275,6 +284,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     }
     if (m->placed) {
         if ((rc = api_plan(m, o, extra, prefix_alloc_bytes(&pxo), err, errlen))) return rc;
+        snprintf(m->unverified, sizeof m->unverified, "%s", m->plan.unverified);
         if (o->plan_only) return 0;
     }
     double t = base_now();
@@ -387,6 +397,11 @@ void strata_model_get_info(const strata_model *m, strata_model_info *o) {
     o->state_touch_bytes = 2 * k.kda_state_elems * sizeof(float);
     o->topk = m->c.topk;
     placement_name(m, o->placement, sizeof o->placement);
+    snprintf(o->weights_unverified, sizeof o->weights_unverified, "%s", m->unverified);
+    o->identity = m->model_id;
+    o->identity_source = m->id_source == IDENT_FROM_PACK ? "the pack's record hashes"
+                         : m->id_source == IDENT_FROM_CACHE ? "the cached content hash"
+                         : m->id_source == IDENT_HASHED ? "a content hash of the shards" : "";
 }
 
 void strata_model_print_plan(const strata_model *m, FILE *f) {

@@ -357,8 +357,8 @@ static const char *last_line(char *s) {
  * resident run and the run from the pack gave different ids, pack --verify said
  * every checksum matches and pack said the pack is already there. Now verify names
  * the tensor and the shard byte, every run from the pack refuses it as stale, the
- * resident run reads the shards, and plain `strata pack` rebuilds the stale pack,
- * after which the budgeted run gives the resident ids. */
+ * resident run refuses it too (issue 38), `--pack ''` reads the shards, and plain
+ * `strata pack` rebuilds the stale pack, after which every run gives those ids. */
 TEST(pack_stale_shard_data) {
     const char *m = fresh_model("tiny", "pk_stale", 31);
     if (!m) { CHECK(0); return; }
@@ -400,8 +400,12 @@ TEST(pack_stale_shard_data) {
     CHECK(run_ids(m, pinned_ram, &out) == 1);
     CHECK_MSG(out && strstr(out, "is stale"), "%s", out ? out : "");
     base_free(out);
+    /* without a budget too (issue 38 item 3: it read the shards and never looked at the pack) */
+    CHECK(run_ids(m, "", &out) == 1);
+    CHECK_MSG(out && strstr(out, "is stale") && strstr(out, "was modified after packing"), "%s", out ? out : "");
+    base_free(out);
     char *res = NULL;
-    CHECK(run_ids_ok(m, "", &res) == 0);
+    CHECK(run_ids_ok(m, "--pack ''", &res) == 0); /* in place from the shards, asked for */
     snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
     CHECK(t_run(cmd, &out) == 0);
     CHECK_MSG(out && strstr(out, "was stale") && strstr(out, "rebuilt"), "%s", out ? out : "");
@@ -597,4 +601,118 @@ TEST(pack_concurrent_writers) {
     while (dd && (e = readdir(dd))) left += !strncmp(e->d_name, "trunk.bin.tmp", 13) || !strcmp(e->d_name, ".strata-pack.lock");
     if (dd) closedir(dd);
     CHECK(left == 0);
+}
+
+/* Runs cmd with stderr into *err_out and stdout into *out; returns the exit code. */
+static int run_split(const char *cmd, char **out, char **err_out) {
+    char full[4000], ep[1100];
+    snprintf(ep, sizeof ep, "%s/split.err", t_tmpdir);
+    snprintf(full, sizeof full, "%s 2>%s", cmd, ep);
+    int rc = t_run(full, out);
+    uint8_t *b = NULL;
+    size_t n = 0;
+    *err_out = base_alloc(1, MEM_MISC);
+    if (*err_out) **err_out = 0;
+    if (!base_read_file(ep, 1u << 24, &b, &n, NULL, 0)) {
+        char *e = base_alloc(n + 1, MEM_MISC);
+        if (e) { memcpy(e, b, n); e[n] = 0; base_free(*err_out); *err_out = e; }
+        base_free(b);
+    }
+    return rc;
+}
+
+/* Flips n bytes at off and puts the file's mtime back: a change the shard stamps
+ * cannot see, only the checksums. */
+static void flip_keep_mtime(const char *path, uint64_t off, int n) {
+    struct stat sb;
+    if (stat(path, &sb)) return;
+    for (int i = 0; i < n; i++) flip_byte(path, off + (uint64_t)i);
+    struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+    utimensat(AT_FDCWD, path, ts, 0);
+}
+
+/* Regression (issue 38, item 3): without --ram-gb/--pack, run read the shards and
+ * never opened the pack: 16 flipped expert bytes gave exit 0 and other ids, a
+ * stale pack went unnoticed, and a strata.pack without its manifest (or a pack
+ * pointer to one) fell back to unverified reads without a word. */
+TEST(pack_verified_without_budget) {
+    const char *m = fresh_model("tiny", "pk_nobudget", 37);
+    if (!m) { CHECK(0); return; }
+    char cmd[3000], *out = NULL, *want = NULL;
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    CHECK(run_ids_ok(m, "", &want) == 0);
+    cfg c;
+    st_index *ix = NULL;
+    if (load(m, &c, &ix)) { CHECK(0); base_free(want); return; }
+    char name[200], shard[1100];
+    snprintf(name, sizeof name, "language_model.model.layers.2.block_sparse_moe.experts.5.w2.weight_packed");
+    const st_tensor *t = st_find(ix, name);
+    CHECK(t && t->nbytes > 32);
+    if (!t) { st_close(ix); base_free(want); return; }
+    snprintf(shard, sizeof shard, "%s", st_shard_path(ix, t->shard));
+    const uint64_t at = t->off + t->nbytes / 2;
+    st_close(ix);
+    /* 16 flipped expert bytes, mtime kept: a checksum error at every budget, none without */
+    flip_keep_mtime(shard, at, 16);
+    const char *modes[3] = {"", "--ram-gb 8", "--threads 1"};
+    for (int i = 0; i < 3; i++) {
+        CHECK(run_ids(m, modes[i], &out) == 1);
+        CHECK_MSG(out && strstr(out, "layer 2 expert 5") && strstr(out, "checksum mismatch"), "'%s': %s", modes[i], out ? out : "");
+        base_free(out);
+    }
+    flip_keep_mtime(shard, at, 16);
+    CHECK(run_ids_ok(m, "", &out) == 0);
+    CHECK_MSG(!strcmp(last_line(out), last_line(want)), "%s vs %s", last_line(out), last_line(want));
+    base_free(out);
+    /* the shard touched (a stale pack): refused without a budget as with one */
+    usleep(20000);
+    snprintf(cmd, sizeof cmd, "touch %s", shard);
+    CHECK(t_run(cmd, NULL) == 0);
+    CHECK(run_ids(m, "", &out) == 1);
+    CHECK_MSG(out && strstr(out, "is stale") && strstr(out, "re-run strata pack"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    /* the manifest gone (an interrupted pack): stated, at every budget and in the plan */
+    snprintf(cmd, sizeof cmd, "mv %s/strata.pack/manifest.json %s/manifest.away", m, t_tmpdir);
+    CHECK(t_run(cmd, NULL) == 0);
+    char *eo = NULL;
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2,3,4,5 --gen 6 --print-ids %s", t_strata(), m, modes[i]);
+        CHECK(run_split(cmd, &out, &eo) == 0);
+        CHECK_MSG(eo && strstr(eo, "weights unverified: ") && strstr(eo, "holds no manifest.json"), "'%s': %s", modes[i],
+                  eo ? eo : "");
+        CHECK_MSG(!strcmp(last_line(out), last_line(want)), "%s vs %s", last_line(out), last_line(want));
+        base_free(out);
+        base_free(eo);
+    }
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --ram-gb 8 --plan", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "unverified: "), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "mv %s/manifest.away %s/strata.pack/manifest.json", t_tmpdir, m);
+    CHECK(t_run(cmd, NULL) == 0);
+    CHECK(run_ids(m, "", &out) == 0);
+    CHECK_MSG(out && !strstr(out, "unverified"), "%s", out ? out : "");
+    base_free(out);
+    /* a pack written elsewhere, found through its pointer, then its manifest gone */
+    const char *m2 = fresh_model("tiny", "pk_nobudget2", 37);
+    if (!m2) { CHECK(0); base_free(want); return; }
+    char env[1200];
+    snprintf(env, sizeof env, "XDG_CACHE_HOME=%s/xdg_nb", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "%s %s pack %s --out %s/pk_nb_out --no-measure", env, t_strata(), m2, t_tmpdir);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "%s %s run %s --ids 1,2,3,4,5 --gen 6 --print-ids", env, t_strata(), m2);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "placed: all resident") && !strstr(out, "unverified"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "rm %s/pk_nb_out/manifest.json && %s %s run %s --ids 1,2,3,4,5 --gen 6 --print-ids", t_tmpdir, env,
+             t_strata(), m2);
+    CHECK(run_split(cmd, &out, &eo) == 0);
+    CHECK_MSG(eo && strstr(eo, "weights unverified: the pack pointer") && strstr(eo, "pk_nb_out"), "%s", eo ? eo : "");
+    CHECK_MSG(!strcmp(last_line(out), last_line(want)), "%s vs %s", last_line(out), last_line(want));
+    base_free(out);
+    base_free(eo);
+    base_free(want);
 }

@@ -1970,7 +1970,7 @@ int session_eval_full(session *s, const int32_t *ids, int64_t n, float *logits) 
 /* ======================================================================= */
 
 #define STATE_MAGIC "STRS"
-#define STATE_VERSION 2u /* 2: the id is the model's identity (config + tensor table + data samples) */
+#define STATE_VERSION 3u /* 2: the id is the model's identity (config + tensor table + data samples); 3: ... + every weight byte (ident.h) */
 
 uint64_t infer_cfg_fingerprint(const cfg *c) {
     int64_t f[] = {c->hidden, c->n_layers, c->vocab, c->kda_heads, c->kda_head_dim, c->conv_k,

@@ -202,25 +202,49 @@ static void pointer_path(const char *model_dir, char *out, size_t n) {
     snprintf(out, n, "%s/%016llx", base, (unsigned long long)XXH3_64bits(real, strlen(real)));
 }
 
-int pack_find(const char *model_dir, char *out, size_t n) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s/manifest.json", model_dir, PACK_DIRNAME);
+int pack_find_ex(const char *model_dir, char *out, size_t n, char *why, size_t whylen) {
+    char path[4200], dir[4096];
+    struct stat sb;
+    if (why && whylen) why[0] = 0;
+    snprintf(dir, sizeof dir, "%s/%s", model_dir, PACK_DIRNAME);
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
     if (base_is_file(path)) {
-        snprintf(out, n, "%s/%s", model_dir, PACK_DIRNAME);
+        snprintf(out, n, "%s", dir);
         return 1;
+    }
+    /* the model's own pack directory without a usable manifest: an interrupted
+     * `strata pack` (the manifest is written last), a removed manifest, or a
+     * directory this user cannot read. Never silently the unverified shards. */
+    if (!lstat(dir, &sb)) {
+        int e = stat(path, &sb) ? errno : 0;
+        if (why && whylen)
+            snprintf(why, whylen, "%s %s (%s); run strata pack", dir,
+                     e == ENOENT ? "holds no manifest.json" : e ? "is unreadable" : "holds a manifest.json that is not a regular file",
+                     e == ENOENT ? "an interrupted or removed pack" : e ? strerror(e) : "refused");
+        return -1;
     }
     char ptr[4096];
     pointer_path(model_dir, ptr, sizeof ptr);
+    if (!base_is_file(ptr)) return 0; /* no pointer (or not a regular file: never opened, a FIFO would block) */
     uint8_t *buf;
     size_t len;
-    if (base_read_file(ptr, 4096, &buf, &len, NULL, 0)) return 0;
+    char e2[512];
+    if (base_read_file(ptr, 4096, &buf, &len, e2, sizeof e2)) {
+        if (why && whylen) snprintf(why, whylen, "the pack pointer %s is unreadable: %s", ptr, e2);
+        return -1;
+    }
     while (len && (buf[len - 1] == '\n' || buf[len - 1] == ' ')) buf[--len] = 0;
     snprintf(path, sizeof path, "%s/manifest.json", (char *)buf);
     int ok = base_is_file(path);
     if (ok) snprintf(out, n, "%s", (char *)buf);
+    else if (why && whylen)
+        snprintf(why, whylen, "the pack pointer %s names %s, which holds no readable manifest.json (%s); run strata pack again "
+                 "or remove the pointer", ptr, (char *)buf, stat(path, &sb) ? strerror(errno) : "not a regular file");
     base_free(buf);
-    return ok;
+    return ok ? 1 : -1;
 }
+
+int pack_find(const char *model_dir, char *out, size_t n) { return pack_find_ex(model_dir, out, n, NULL, 0) == 1; }
 
 /* ==================================================================== layout */
 
@@ -1072,6 +1096,69 @@ static int hash_experts(const cfg *c, const st_index *ix, uint64_t *out, const u
     base_free(scratch);
     base_free(x);
     base_free(recs);
+    return rc;
+}
+
+/* ============================================================ content digest */
+
+/* XXH3 over the record hashes in the pack's order: each trunk tensor's own XXH3
+ * (embedding, layers 0.., head; tensors in layout order), then each expert's (its
+ * tensors in schema order, (layer, expert) order). A pack holds these hashes, so a
+ * digest from its manifest and one from the shards agree for the same bytes. */
+static void digest_begin(XXH3_state_t *h, int64_t n_trunk, int64_t n_exp) {
+    XXH3_64bits_reset(h);
+    const char tag[16] = "strata-content1";
+    XXH3_64bits_update(h, tag, sizeof tag);
+    XXH3_64bits_update(h, &n_trunk, sizeof n_trunk);
+    XXH3_64bits_update(h, &n_exp, sizeof n_exp);
+}
+
+int pack_content_digest(const pack *p, uint64_t *out) {
+    int64_t nt = p->embed.n_tensors;
+    for (int64_t u = 0; u <= p->n_layers; u++) nt += p->units[u].n_tensors;
+    XXH3_state_t h;
+    digest_begin(&h, nt, p->n_moe * p->n_experts);
+    for (int64_t u = -1; u <= p->n_layers; u++) {
+        const pack_region *r = u < 0 ? &p->embed : &p->units[u];
+        for (int i = 0; i < r->n_tensors; i++) {
+            if (!r->t[i].has_xxh3) return -1;
+            XXH3_64bits_update(&h, &r->t[i].xxh3, sizeof r->t[i].xxh3);
+        }
+    }
+    if (p->n_moe > 0 && p->n_experts > 0)
+        XXH3_64bits_update(&h, p->expert_xxh3, (size_t)(p->n_moe * p->n_experts) * sizeof *p->expert_xxh3);
+    *out = XXH3_64bits_digest(&h);
+    return 0;
+}
+
+int pack_content_digest_shards(const cfg *c, const st_index *ix, int flags, pack_progress_fn progress, void *ud,
+                               uint64_t *out, char *err, size_t errlen) {
+    layout l;
+    int rc = layout_build(c, ix, &l, err, errlen);
+    if (rc) return rc;
+    const int64_t n_moe = c->n_layers > c->first_dense ? c->n_layers - c->first_dense : 0, n_exp = n_moe * c->n_experts;
+    uint64_t *hashes = base_calloc((size_t)(l.n_units + 1), sizeof *hashes, MEM_INDEX);
+    uint64_t *xh = base_calloc((size_t)(n_exp + 1), sizeof *xh, MEM_INDEX);
+    pack_result res;
+    memset(&res, 0, sizeof res);
+    if (!hashes || !xh) rc = base_fail(err, errlen, STRATA_ENOMEM, "identity: out of memory");
+    if (!rc) rc = write_trunk(&l, ix, NULL, flags, progress, ud, hashes, &res, err, errlen);
+    if (!rc) rc = hash_experts(c, ix, xh, NULL, flags, progress, ud, NULL, err, errlen);
+    if (!rc) {
+        int64_t nt = 0;
+        for (int64_t u = -1; u < l.n_units; u++) nt += (u < 0 ? &l.embed : &l.units[u])->n;
+        XXH3_state_t h;
+        digest_begin(&h, nt, n_exp);
+        for (int64_t u = -1; u < l.n_units; u++) {
+            const lregion *r = u < 0 ? &l.embed : &l.units[u];
+            for (int i = 0; i < r->n; i++) XXH3_64bits_update(&h, &r->t[i].xxh3, sizeof r->t[i].xxh3);
+        }
+        if (n_exp) XXH3_64bits_update(&h, xh, (size_t)n_exp * sizeof *xh);
+        *out = XXH3_64bits_digest(&h);
+    }
+    base_free(hashes);
+    base_free(xh);
+    layout_free(&l);
     return rc;
 }
 

@@ -112,6 +112,11 @@ int pack_model_id(const char *model_dir, const st_index *ix, uint64_t *id, char 
  * pack with --out elsewhere ($XDG_CACHE_HOME/strata/packs/<hash of realpath>).
  * Returns 1 and the directory in out if a manifest exists there, else 0. */
 int pack_find(const char *model_dir, char *out, size_t n);
+/* pack_find, and -1 with why where the model has a pack that cannot be used: its
+ * strata.pack directory holds no readable manifest.json (an interrupted or removed
+ * pack, a directory this user cannot read), or the pack pointer is unreadable or
+ * names a directory without one. */
+int pack_find_ex(const char *model_dir, char *out, size_t n, char *why, size_t whylen);
 
 typedef void (*pack_progress_fn)(void *ud, const char *phase, uint64_t done, uint64_t total, double secs);
 
@@ -158,6 +163,16 @@ int pack_open(pack **out, const char *pack_dir, const char *model_dir, const cfg
 int pack_open_ex(pack **out, const char *pack_dir, const char *model_dir, const cfg *c, const st_index *ix, int flags,
                  char *err, size_t errlen);
 void pack_close(pack *p); /* accepts NULL */
+
+/* The model's content digest (ident.h): XXH3 over every trunk tensor's XXH3 (in the
+ * pack's layout order) and every expert's (its tensors in schema order, experts in
+ * (layer, expert) order). From an open pack's manifest (no read; -1 when a trunk
+ * tensor has no hash: a pack from before tensor hashes), or from the shards (reads
+ * every trunk and expert byte once; flags: PACK_SRC_*, PACK_SMALL_IO). The two agree
+ * whenever the pack holds the shards' bytes. */
+int pack_content_digest(const pack *p, uint64_t *out);
+int pack_content_digest_shards(const cfg *c, const st_index *ix, int flags, pack_progress_fn progress, void *ud,
+                               uint64_t *out, char *err, size_t errlen);
 
 /* Re-reads every region of trunk.bin, the trunk as the shards would pack now, and
  * every expert, and checks each XXH3; the first mismatch is named in err ("layer 7:

@@ -125,6 +125,8 @@ typedef struct place_plan {
     int n_threads;
     int has_pack;             /* 1 if pack_dir holds this model's pack */
     char pack_dir[1024];      /* the pack used ("" = in place from the shards) */
+    char unverified[640];     /* non-empty: the model has a pack that cannot be used (why);
+                                 the weights are read in place, unverified */
     /* trunk */
     uint64_t unit_bytes[PLACE_MAX_UNITS]; /* RAM buffer bytes of each unit */
     uint8_t pinned[PLACE_MAX_UNITS];
@@ -228,6 +230,9 @@ int place_bandwidth(const char *dir, int force, double *disk_bw, double *mem_bw,
  * saves reads. */
 int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_dir,
                const place_plan *p, char *err, size_t errlen);
+/* The pack a source from place_open reads (NULL: in place, or w is another source). */
+struct pack;
+const struct pack *place_pack(const wsrc *w);
 
 /* RAM the streaming source keeps beside an expert cache of n_slots slots over
  * n_keys experts in n_layers MoE layers of n_experts each: each slot's read

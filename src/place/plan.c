@@ -296,7 +296,8 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
             snprintf(p->pack_dir, sizeof p->pack_dir, "%s", o->pack_dir);
             p->has_pack = 1;
         } else {
-            p->has_pack = pack_find(model_dir, p->pack_dir, sizeof p->pack_dir);
+            p->has_pack = pack_find_ex(model_dir, p->pack_dir, sizeof p->pack_dir, p->unverified, sizeof p->unverified) == 1;
+            if (!p->has_pack) p->pack_dir[0] = 0;
         }
     }
     /* unit sizes: exact for a pack (64-aligned tensors in a padded run); bounded for
@@ -512,7 +513,8 @@ void place_plan_print(const place_plan *p, FILE *f) {
     if (p->prefix_bytes) fprintf(f, "  prefix cache      %10.3f GB  (snapshots of sequences' state)\n", gb(p->prefix_bytes));
     fprintf(f, "  index + manifest  %10.3f GB\n", gb(p->index_bytes));
     fprintf(f, "  process baseline  %10.3f GB  (VmRSS now + thread stacks + allocator slack)\n", gb(p->overhead_bytes));
-    fprintf(f, "  weights from      %s\n", p->has_pack ? p->pack_dir : "the shards, in place (no pack: strata pack makes layers one read)");
+    if (p->unverified[0]) fprintf(f, "  weights from      the shards, in place, unverified: %s\n", p->unverified);
+    else fprintf(f, "  weights from      %s\n", p->has_pack ? p->pack_dir : "the shards, in place (no pack: strata pack makes layers one read)");
     fprintf(f, "  predicted decode  %.3f s/token: reads %.3f GB/token at %.2f GB/s disk + touches %.3f GB/token at %.2f GB/s memory (%s)\n",
             p->pred_s_per_token, gb(p->read_bytes_per_token), p->disk_bw / 1e9, gb(p->touch_bytes_per_token),
             p->mem_bw / 1e9, p->bw_source);

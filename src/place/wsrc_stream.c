@@ -1871,6 +1871,10 @@ static int embed_check(stream *s, const uint8_t *buf, uint64_t n, uint64_t chunk
                      (unsigned long long)r->xxh3, (unsigned long long)got);
 }
 
+const struct pack *place_pack(const wsrc *w) {
+    return w && w->ops == &k_stream_ops ? ((const stream *)w)->pk : NULL;
+}
+
 int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_dir, const place_plan *p, char *err,
                size_t errlen) {
     *out = NULL;
