@@ -347,15 +347,19 @@ static const fixed_key k_fixed[] = {
 };
 #define N_FIXED (sizeof k_fixed / sizeof k_fixed[0])
 
-/* Strings compare without case ("MXFP4" has always been read as mxfp4); other
- * values by JSON equality, so 1.0 is not the integer 1 and "1" is not 1. */
+/* Does v equal the JSON text (a string, true, false or an integer)? Strings
+ * compare without case ("MXFP4" has always been read as mxfp4); 1.0 is not the
+ * integer 1, nor "1". No allocation: a parse under memory pressure must fail
+ * with ENOMEM, never with a wrong refusal. */
 static int fixed_accepts(const json_t *v, const char *text) {
-    json_t *a = json_loads(text, JSON_DECODE_ANY, NULL);
-    if (!a) return 0; /* a bad table entry accepts nothing */
-    int ok = (json_is_string(a) && json_is_string(v)) ? !strcasecmp(json_string_value(a), json_string_value(v))
-                                                      : json_equal(a, v);
-    json_decref(a);
-    return ok;
+    size_t n = strlen(text);
+    if (n >= 2 && text[0] == '"' && text[n - 1] == '"')
+        return json_is_string(v) && json_string_length(v) == n - 2 && !strncasecmp(json_string_value(v), text + 1, n - 2);
+    if (!strcmp(text, "true")) return json_is_true(v);
+    if (!strcmp(text, "false")) return json_is_false(v);
+    char *end;
+    long long x = strtoll(text, &end, 10);
+    return *end == 0 && json_is_integer(v) && json_integer_value(v) == x;
 }
 
 static void check_fixed_one(rd *r, const fixed_key *k, const json_t *v, const char *path) {
