@@ -146,10 +146,19 @@ int strata_model_open(strata_model **out, const char *dir, char *err, size_t err
         char tc[4200];
         snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
         /* A tokenizer that cannot be read now (I/O error, out of memory) fails the
-         * open: tolerating it would turn a text run into an ids run. One that is
-         * malformed leaves an ids-only model, as one without a tokenizer. */
-        rc = tok_open(&m->tk, path, base_is_file(tc) ? tc : NULL, TOK_PAT_KIMI, m->tok_err, sizeof m->tok_err);
-        if (rc == STRATA_EIO || rc == STRATA_ENOMEM) { base_fail(err, errlen, rc, "%s", m->tok_err); goto fail; }
+         * open: tolerating it would turn a text run into an ids run. So does a
+         * malformed tokenizer_config.json, as it already does when its JSON does
+         * not parse (sample_stop_ids above): it names the specials and end ids,
+         * and an ids-only model would blame tiktoken.model (issue 38). A
+         * malformed tiktoken.model leaves an ids-only model, as one without a
+         * tokenizer, its reason kept for text requests. */
+        int cfg_bad = 0;
+        rc = tok_open_ex(&m->tk, path, base_is_file(tc) ? tc : NULL, TOK_PAT_KIMI, &cfg_bad, m->tok_err,
+                         sizeof m->tok_err);
+        if (rc == STRATA_EIO || rc == STRATA_ENOMEM || (rc && cfg_bad)) {
+            base_fail(err, errlen, rc, "%s", m->tok_err);
+            goto fail;
+        }
         if (rc) m->tk = NULL;
     } else {
         snprintf(m->tok_err, sizeof m->tok_err, "%s has no tokenizer (tiktoken.model)", dir);

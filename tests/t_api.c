@@ -651,3 +651,36 @@ TEST(api_mxfp4_nan_scale) {
     CHECK_MSG(out && strstr(out, "255") && strstr(out, "MXFP4"), "%s", out ? out : "");
     base_free(out);
 }
+
+/* Regression (issue 38 item 12): a tokenizer_config.json that is valid JSON but
+ * malformed (an added_tokens_decoder key that is not an id) left an ids-only
+ * model, and `run --prompt` then blamed tiktoken.model. The open fails, naming
+ * tokenizer_config.json and what is wrong, as it does when its JSON is broken. */
+TEST(api_bad_tokenizer_config) {
+    const char *t = api_model("tiny", "tiny", 11, 0);
+    CHECK(t != NULL);
+    if (!t) return;
+    char d[600], cmd[4096], err[1024], *out = NULL;
+    snprintf(d, sizeof d, "%s/api_badtokcfg", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && sed -i 's/\"added_tokens_decoder\": {/"
+             "\"added_tokens_decoder\": {\"x12\": {\"content\": \"zz\"}, /' %s/tokenizer_config.json && "
+             "grep -q x12 %s/tokenizer_config.json", d, t, d, d, d);
+    CHECK(t_run(cmd, NULL) == 0);
+    strata_model *m = NULL;
+    int rc = strata_model_open(&m, d, err, sizeof err);
+    CHECK_MSG(rc == STRATA_EFORMAT && strstr(err, "tokenizer_config.json: added_tokens_decoder[\"x12\"]: key is not an id"),
+              "rc %d: %s", rc, err);
+    strata_model_close(m);
+    snprintf(cmd, sizeof cmd, "%s run %s --prompt hello --gen 2", t_strata(), d);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "tokenizer_config.json: added_tokens_decoder") && !strstr(out, "tiktoken.model"), "%s",
+              out ? out : "");
+    base_free(out);
+    /* A malformed tiktoken.model still leaves an ids-only model. */
+    snprintf(cmd, sizeof cmd, "cp %s/tokenizer_config.json %s/tokenizer_config.json && printf 'not base64 at all\\n' > "
+             "%s/tiktoken.model", t, d, d);
+    CHECK(t_run(cmd, NULL) == 0);
+    rc = strata_model_open(&m, d, err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    strata_model_close(m);
+}

@@ -310,3 +310,142 @@ TEST(cfg_err_truncation) {
     base_free(err);
     sbuf_free(&b);
 }
+
+/* Parses K3's written config with one substitution (it carries the
+ * quantization_config block the small one lacks). */
+static int parse_k3_mut(const char *from, const char *to, char *err, size_t n) {
+    cfg c;
+    cfg_k3(&c);
+    char *js = cfg_to_json(&c);
+    char *m = subst(js, from, to);
+    int rc = parse_str(&c, m, "k3mut/config.json", err, n);
+    base_free(m);
+    base_free(js);
+    return rc;
+}
+
+/* Regression (issue 38 item 11): keys that select math the engine does not
+ * implement were read past, so the K3 math ran on another model's config and
+ * gave wrong output with exit 0. Each is refused, naming file, key and value;
+ * the values the engine implements, nulls, and keys that do not change the
+ * math stay accepted. */
+TEST(cfg_unimplemented_keys_refused) {
+    char err[4096];
+    static const struct { const char *from, *to, *want; } bad[] = {
+        {"\"moe_router_activation_func\": \"sigmoid\"", "\"moe_router_activation_func\": \"softmax\"",
+         "k3mut/config.json: 'text_config.moe_router_activation_func' is \"softmax\": not supported, "
+         "this engine implements only \"sigmoid\""},
+        {"\"moe_router_activation_func\": \"sigmoid\"", "\"moe_router_activation_func\": \"bogus\"",
+         "'text_config.moe_router_activation_func' is \"bogus\""},
+        {"\"moe_router_activation_func\": \"sigmoid\"", "\"moe_router_activation_func\": 1",
+         "'text_config.moe_router_activation_func' is 1"},
+        {"\"num_expert_group\": 1", "\"num_expert_group\": 8", "'text_config.num_expert_group' is 8"},
+        {"\"num_expert_group\": 1", "\"num_expert_group\": 1.0", "'text_config.num_expert_group' is 1.0"},
+        {"\"topk_group\": 1", "\"topk_group\": 4", "'text_config.topk_group' is 4"},
+        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true",
+         "'text_config.tie_word_embeddings' is true: not supported, this engine implements only false"},
+        {"\"mla_use_nope\": true", "\"mla_use_nope\": false", "'text_config.mla_use_nope' is false"},
+        {"\"format\": \"mxfp4\"", "\"format\": \"pack-quantized\"",
+         "'quantization_config.format' is \"pack-quantized\": not supported, this engine implements only \"mxfp4\""},
+        {"\"format\": \"mxfp4\"", "\"format\": \"mxfp4\", \"quant_method\": \"compressed-tensors\"",
+         "'quantization_config.quant_method' is \"compressed-tensors\""},
+        {"\"scale_format\": \"e8m0\"", "\"scale_format\": \"bf16\"", "'quantization_config.scale_format' is \"bf16\""},
+        {"\"model_type\": \"kimi_k3\",", "\"model_type\": \"kimi_k3\", \"tie_word_embeddings\": true,",
+         "k3mut/config.json: 'tie_word_embeddings' is true"}, /* root of the nested shape */
+        {"\"topk_group\": 1,", "\"topk_group\": 1, \"moe_layer_freq\": 2,", "'text_config.moe_layer_freq' is 2"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int rc = parse_k3_mut(bad[i].from, bad[i].to, err, sizeof err);
+        CHECK_MSG(rc == STRATA_EFORMAT && strstr(err, bad[i].want) && count_lines(err) == 1, "case %zu: rc %d: %s",
+                  i, rc, err);
+    }
+    /* All of them at once: every one reported, one line each. */
+    cfg c;
+    cfg_k3(&c);
+    char *js = cfg_to_json(&c);
+    char *a = subst(js, "\"sigmoid\"", "\"softmax\"");
+    char *b = subst(a, "\"topk_group\": 1", "\"topk_group\": 2");
+    char *d = subst(b, "\"mla_use_nope\": true", "\"mla_use_nope\": false");
+    CHECK(parse_str(&c, d, "all.json", err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(count_lines(err) == 3 && strstr(err, "softmax") && strstr(err, "topk_group") && strstr(err, "mla_use_nope"),
+              "%s", err);
+    base_free(a); base_free(b); base_free(d); base_free(js);
+    /* Quantization config under text_config is checked too. */
+    cfg_k3(&c);
+    c.mxfp4_experts = 0;
+    js = cfg_to_json(&c);
+    a = subst(js, "\"model_type\": \"kimi_k3_text\",",
+              "\"model_type\": \"kimi_k3_text\", \"quantization_config\": {\"format\": \"fp8\"},");
+    CHECK(parse_str(&c, a, "tq.json", err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, "tq.json: 'text_config.quantization_config.format' is \"fp8\""), "%s", err);
+    base_free(a); base_free(js);
+    /* Flat shape: the keys at the root. */
+    CHECK(parse_mut("\"moe_router_activation_func\": \"sigmoid\"", "\"moe_router_activation_func\": \"softmax\"",
+                    err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, "'text_config.moe_router_activation_func' is \"softmax\""), "%s", err);
+    const char *flat = "{\"num_expert_group\": 8, \"hidden_size\": 200}";
+    CHECK(parse_str(&c, flat, "flat.json", err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, "flat.json: 'num_expert_group' is 8: not supported"), "%s", err);
+
+    /* Accepted: the values the engine implements (the writer emits them all),
+     * null ("not set"), "MXFP4" in any case, the MXFP4 quant_method, and keys
+     * that do not change the math. */
+    CHECK(parse_k3_mut("\"topk_group\": 1", "\"topk_group\": null", err, sizeof err) == 0);
+    CHECK(parse_k3_mut("\"tie_word_embeddings\": false", "\"tie_word_embeddings\": null", err, sizeof err) == 0);
+    CHECK(parse_k3_mut("\"format\": \"mxfp4\"", "\"format\": \"MXFP4\", \"quant_method\": \"mxfp4\"", err,
+                       sizeof err) == 0);
+    CHECK_MSG(parse_k3_mut("\"model_type\": \"kimi_k3\",",
+                           "\"model_type\": \"kimi_k3\", \"transformers_version\": \"4.57.1\", \"use_cache\": true, "
+                           "\"tie_word_embeddings\": false, \"moe_layer_freq\": 1, \"use_grouped_topk\": true,",
+                           err, sizeof err) == 0, "%s", err);
+    CHECK(parse_k3_mut("\"torch_dtype\": \"bfloat16\",\n    \"linear", "\"torch_dtype\": \"float32\",\n    \"linear",
+                       err, sizeof err) == 0);
+    CHECK(parse_k3_mut("\"num_nextn_predict_layers\": 0", "\"num_nextn_predict_layers\": 1", err, sizeof err) == 0);
+}
+
+/* The released K3 config.json (a copy of shared/spec/k3-config.json) reads as
+ * the built-in K3 values, so the refusals above do not touch it. */
+TEST(cfg_k3_released_config) {
+    cfg a, b;
+    char err[4096];
+    cfg_k3(&a);
+    int rc = cfg_load(&b, "tests/data/configs/k3-config.json", err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(rc == 0 && cfg_same(&a, &b));
+}
+
+/* The CLI commands that read a config without weights apply the same refusal:
+ * `inspect --config`, `plan --config`, and `run` on a model directory. */
+TEST(cfg_unimplemented_keys_cli) {
+    cfg c;
+    cfg_k3(&c);
+    char *js = cfg_to_json(&c);
+    char *m = subst(js, "\"sigmoid\"", "\"softmax\"");
+    const char *path = t_write("softmax.json", m, strlen(m));
+    base_free(m);
+    base_free(js);
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s inspect --config %s", t_strata(), path);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, path) && strstr(out, "'text_config.moe_router_activation_func' is \"softmax\""), "%s",
+              out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8", t_strata(), path);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, path) && strstr(out, "moe_router_activation_func' is \"softmax\""), "%s",
+              out ? out : "");
+    base_free(out);
+    const char *tiny = t_model("tiny", "tiny", -1, 0);
+    CHECK(tiny != NULL);
+    if (!tiny) return;
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %s/cfg-tie && cp -r %s %s/cfg-tie && "
+             "sed -i 's/\"tie_word_embeddings\": false/\"tie_word_embeddings\": true/' %s/cfg-tie/config.json",
+             t_tmpdir, tiny, t_tmpdir, t_tmpdir);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "%s run %s/cfg-tie --ids 1,2 --gen 2", t_strata(), t_tmpdir);
+    CHECK(t_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "cfg-tie/config.json: 'text_config.tie_word_embeddings' is true: not supported"),
+              "%s", out ? out : "");
+    base_free(out);
+}

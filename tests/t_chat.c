@@ -422,3 +422,21 @@ TEST(chat_budget) {
     }
     base_free(a);
 }
+
+/* Regression (issue 38 item 12): chat /load of a state file with bytes after
+ * its end was accepted; it is refused, naming the file and the byte count, the
+ * conversation unchanged and the exit status 1. */
+TEST(chat_load_trailing_bytes) {
+    char cmd[8192], *a = NULL;
+    const char *dir = t_model("chatm", "tiny", -1, 0);
+    if (!dir) { CHECK_MSG(0, "gen-model failed"); return; }
+    snprintf(cmd, sizeof cmd, "printf 'Hi\\n/save %s/s-trail\\n' | %s chat %s --gen 2 --threads 1 --think off "
+             ">/dev/null 2>&1 && printf 'xyz' >> %s/s-trail", t_tmpdir, t_strata(), dir, t_tmpdir);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "printf '/load %s/s-trail\\n' | %s chat %s --gen 2 --threads 1 --think off 2>&1 >/dev/null",
+             t_tmpdir, t_strata(), dir);
+    CHECK(t_run(cmd, &a) == 1);
+    CHECK_MSG(a && strstr(a, "s-trail: 3 bytes after the end of the state") && strstr(a, "conversation is unchanged"),
+              "%s", a ? a : "");
+    base_free(a);
+}

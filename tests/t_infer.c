@@ -367,6 +367,63 @@ TEST(infer_save_load) {
     rig_close(&b);
 }
 
+/* Regression (issue 38 item 12): a state file with bytes after its checksum
+ * was accepted, and one whose floats hold NaN or Inf (checksum recomputed) was
+ * loaded, to fail later with non-finite logits blamed on the model's weights.
+ * Both are refused at load, naming the file, and leave the session as it was. */
+TEST(infer_state_file_refusals) {
+    const char *d = make_model("tiny", "tiny", "");
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    rig a;
+    if (rig_open(&a, d, 1, 64, 48)) { CHECK(0); rig_close(&a); return; }
+    const int64_t V = a.m.c.vocab;
+    int32_t p[NP];
+    for (int i = 0; i < NP; i++) p[i] = k_prompt[i] % (int32_t)V;
+    char path[600], err[512];
+    snprintf(path, sizeof path, "%s/refuse.strs", t_tmpdir);
+    CHECK(session_eval(a.s, p, NP, NULL) == 0);
+    CHECK(session_save(a.s, path, err, sizeof err) == 0);
+    uint8_t *buf;
+    size_t len;
+    if (base_read_file(path, 1u << 30, &buf, &len, NULL, 0)) { CHECK(0); rig_close(&a); return; }
+    uint8_t *big = base_alloc(len + 5, MEM_MISC);
+    memcpy(big, buf, len);
+    memcpy(big + len, "extra", 5);
+    const char *tp = t_write("trailing.strs", big, len + 5);
+    CHECK(session_load(a.s, tp, err, sizeof err) == STRATA_EFORMAT);
+    CHECK_MSG(strstr(err, tp) && strstr(err, "5 bytes after the end of the state"), "%s", err);
+    CHECK(session_pos(a.s) == NP);
+    /* One trailing zero byte too. */
+    big[len] = 0;
+    tp = t_write("trailing1.strs", big, len + 1);
+    CHECK(session_load(a.s, tp, err, sizeof err) == STRATA_EFORMAT && strstr(err, "1 bytes after the end"));
+    base_free(big);
+    /* NaN, then Inf, in the KDA state (right after the header and the ids) and
+     * in the last float of the MLA cache, with the checksum made to match. */
+    const size_t kda0 = 24 + (size_t)NP * sizeof(int32_t);
+    const size_t offs[] = {kda0 + 4 * 7, len - 8 - 4};
+    const char *part[] = {"KDA state", "MLA cache"};
+    const float bad[] = {NAN, INFINITY};
+    for (int i = 0; i < 2; i++) {
+        for (int j = 0; j < 2; j++) {
+            uint8_t *cp = base_alloc(len, MEM_MISC);
+            memcpy(cp, buf, len);
+            memcpy(cp + offs[i], &bad[j], 4);
+            uint64_t h = base_fnv1a(cp, len - 8, BASE_FNV_INIT);
+            memcpy(cp + len - 8, &h, 8);
+            tp = t_write("nan.strs", cp, len);
+            base_free(cp);
+            CHECK(session_load(a.s, tp, err, sizeof err) == STRATA_EFORMAT);
+            CHECK_MSG(strstr(err, tp) && strstr(err, part[i]) && strstr(err, "non-finite value (NaN or Inf)"), "%s", err);
+            CHECK(session_pos(a.s) == NP);
+        }
+    }
+    /* The file as saved still loads. */
+    CHECK(session_load(a.s, path, err, sizeof err) == 0);
+    base_free(buf);
+    rig_close(&a);
+}
+
 TEST(infer_bytes_and_errors) {
     const char *d = make_model("tiny", "tiny", "");
     if (!d) { printf("  SKIP: no model\n"); return; }

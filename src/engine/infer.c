@@ -2030,7 +2030,13 @@ int session_save(session *s, const char *path, char *err, size_t errlen) {
     return 0;
 }
 
-typedef struct { int fd; uint64_t off, h; int bad, err_no; } rstream;
+typedef struct {
+    int fd;
+    uint64_t off, h;
+    int bad, err_no;
+    int64_t nonfinite;    /* file offset of the first non-finite float, or -1 */
+    const char *nf_where; /* which part of the state holds it */
+} rstream;
 
 /* n bytes at the cursor; bad at end of file, err_no too on an I/O error */
 static void rs_raw(rstream *r, void *p, size_t n) {
@@ -2045,14 +2051,33 @@ static void rs_get(rstream *r, void *p, size_t n) {
     if (!r->bad) r->h = base_fnv1a(p, n, r->h);
 }
 
+/* Notes the first non-finite float of the n bytes just read at file offset off
+ * (n is a multiple of 4: the floats are 4-byte aligned in the file). */
+static void rs_scan(rstream *r, const void *p, size_t n, uint64_t off, const char *where) {
+    if (r->bad || r->nonfinite >= 0 || !where) return;
+    for (size_t i = 0; i + sizeof(float) <= n; i += sizeof(float)) {
+        float x;
+        memcpy(&x, (const uint8_t *)p + i, sizeof x);
+        if (!isfinite(x)) { r->nonfinite = (int64_t)(off + i); r->nf_where = where; return; }
+    }
+}
+
 /* Reads n bytes into p (or, with p NULL, through a bounce buffer: the
- * validation pass), hashing them. */
-static void rs_take(rstream *r, void *p, size_t n) {
-    if (p) { rs_get(r, p, n); return; }
-    uint8_t tmp[8192];
+ * validation pass), hashing them. floats names the part when the bytes are
+ * floats, which are then checked to be finite; NULL for other bytes. */
+static void rs_take(rstream *r, void *p, size_t n, const char *floats) {
+    if (p) {
+        const uint64_t off = r->off;
+        rs_get(r, p, n);
+        rs_scan(r, p, n, off, floats);
+        return;
+    }
+    float tmp[2048];
     while (n && !r->bad) {
         size_t k = n < sizeof tmp ? n : sizeof tmp;
+        const uint64_t off = r->off;
         rs_get(r, tmp, k);
+        rs_scan(r, tmp, k, off, floats);
         n -= k;
     }
 }
@@ -2062,7 +2087,7 @@ static void rs_take(rstream *r, void *p, size_t n) {
 static int load_pass(session *s, int fd, const char *path, int apply, int64_t *pos_out, char *err, size_t errlen) {
     engine *e = s->e;
     const cfg *c = e->c;
-    rstream r = {fd, 0, BASE_FNV_INIT, 0, 0};
+    rstream r = {fd, 0, BASE_FNV_INIT, 0, 0, -1, NULL};
     char magic[4];
     uint32_t ver = 0;
     uint64_t fp = 0, h = 0;
@@ -2080,15 +2105,30 @@ static int load_pass(session *s, int fd, const char *path, int apply, int64_t *p
     if (pos < 0 || pos > s->max_ctx)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: state holds %lld positions, the session only %lld", path,
                          (long long)pos, (long long)s->max_ctx);
-    rs_take(&r, apply ? s->ids : NULL, (size_t)pos * sizeof(int32_t));
-    rs_take(&r, apply ? s->kda : NULL, (size_t)e->n_kda * (size_t)kda_floats(c) * sizeof(float));
+    rs_take(&r, apply ? s->ids : NULL, (size_t)pos * sizeof(int32_t), NULL);
+    rs_take(&r, apply ? s->kda : NULL, (size_t)e->n_kda * (size_t)kda_floats(c) * sizeof(float), "KDA state");
     for (int64_t i = 0; i < e->n_mla; i++)
-        rs_take(&r, apply ? s->cache + i * s->max_ctx * e->C : NULL, (size_t)(pos * e->C) * sizeof(float));
+        rs_take(&r, apply ? s->cache + i * s->max_ctx * e->C : NULL, (size_t)(pos * e->C) * sizeof(float), "MLA cache");
     uint64_t want = r.h;
     rs_raw(&r, &h, 8);
     if (r.err_no) return base_fail(err, errlen, STRATA_EIO, "%s: read failed: %s", path, strerror(r.err_no));
     if (r.bad) return base_fail(err, errlen, STRATA_EFORMAT, "%s: truncated state file", path);
     if (h != want) return base_fail(err, errlen, STRATA_ECORRUPT, "%s: state checksum mismatch", path);
+    /* The state ends with its checksum: more bytes mean the file is not the one
+     * that was saved (appended to, or two files joined). */
+    struct stat sb;
+    if (fstat(fd, &sb)) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+    if ((uint64_t)sb.st_size > r.off)
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s: %llu bytes after the end of the state (the state is %llu bytes, "
+                         "the file %llu): not a file strata saved", path,
+                         (unsigned long long)((uint64_t)sb.st_size - r.off), (unsigned long long)r.off,
+                         (unsigned long long)sb.st_size);
+    /* A state strata saved is finite (a session that produced NaN fails and
+     * cannot be saved): NaN or Inf here would surface later as non-finite
+     * logits blamed on the weights. */
+    if (r.nonfinite >= 0)
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s: the state's %s holds a non-finite value (NaN or Inf) at byte %lld: "
+                         "not a state strata saved", path, r.nf_where, (long long)r.nonfinite);
     *pos_out = pos;
     return 0;
 }

@@ -313,6 +313,97 @@ static void read_quant(rd *r, cfg *c) {
         problem(r, "'%s.group_size' must be %d for mxfp4, got %s", path, MXFP4_GROUP, jtype(g, tb, sizeof tb));
 }
 
+/* ================================================= keys fixed by the engine */
+
+/* Keys whose value selects math the engine does not implement. Each lists the
+ * values it does implement, as JSON texts (K3's own values; an absent or null key
+ * reads as the engine's behaviour, as HF writes null for "not set"). Any other
+ * value is refused, naming the file, the key and the value, rather than run with
+ * the K3 math anyway and give wrong output. Keys that do not change the math
+ * (torch_dtype, use_cache, bos_token_id, ...) are not listed and are never
+ * refused. Architecture work that implements a variant adds its value here.
+ * A key under "quantization_config." is looked up in that object (root, else
+ * text_config); any other key in text_config and at the root, both checked. */
+#define FIXED_MAX_ACCEPT 4
+typedef struct fixed_key {
+    const char *name;
+    const char *accept[FIXED_MAX_ACCEPT]; /* JSON texts, NULL-terminated */
+    const char *why;                      /* what the engine implements */
+} fixed_key;
+
+static const fixed_key k_fixed[] = {
+    {"moe_router_activation_func", {"\"sigmoid\""},
+     "the router scores experts with a sigmoid"},
+    {"num_expert_group", {"1"}, "routing is not grouped: top-k over all experts"},
+    {"topk_group", {"1"}, "routing is not grouped: top-k over all experts"},
+    {"moe_layer_freq", {"1"}, "every layer from first_k_dense_replace on is MoE"},
+    {"tie_word_embeddings", {"false"}, "lm_head is its own tensor, not the embedding"},
+    {"mla_use_nope", {"true"}, "MLA applies no rotary embedding"},
+    {"quantization_config.format", {"\"mxfp4\""},
+     "routed experts are MXFP4 (e8m0 scales, groups of 32) or plain BF16 tensors"},
+    {"quantization_config.quant_method", {"\"mxfp4\""},
+     "routed experts are MXFP4 (e8m0 scales, groups of 32) or plain BF16 tensors"},
+    {"quantization_config.scale_format", {"\"e8m0\""}, "MXFP4 scales are e8m0 powers of two"},
+};
+#define N_FIXED (sizeof k_fixed / sizeof k_fixed[0])
+
+/* Does v equal the JSON text (a string, true, false or an integer)? Strings
+ * compare without case ("MXFP4" has always been read as mxfp4); 1.0 is not the
+ * integer 1, nor "1". No allocation: a parse under memory pressure must fail
+ * with ENOMEM, never with a wrong refusal. */
+static int fixed_accepts(const json_t *v, const char *text) {
+    size_t n = strlen(text);
+    if (n >= 2 && text[0] == '"' && text[n - 1] == '"')
+        return json_is_string(v) && json_string_length(v) == n - 2 && !strncasecmp(json_string_value(v), text + 1, n - 2);
+    if (!strcmp(text, "true")) return json_is_true(v);
+    if (!strcmp(text, "false")) return json_is_false(v);
+    char *end;
+    long long x = strtoll(text, &end, 10);
+    return *end == 0 && json_is_integer(v) && json_integer_value(v) == x;
+}
+
+static void check_fixed_one(rd *r, const fixed_key *k, const json_t *v, const char *path) {
+    if (!v || json_is_null(v)) return;
+    for (int i = 0; i < FIXED_MAX_ACCEPT && k->accept[i]; i++)
+        if (fixed_accepts(v, k->accept[i])) return;
+    char tb[64], acc[128] = "";
+    for (int i = 0; i < FIXED_MAX_ACCEPT && k->accept[i]; i++) {
+        size_t n = strlen(acc);
+        snprintf(acc + n, sizeof acc - n, "%s%s", i ? " or " : "", k->accept[i]);
+    }
+    const char *val = tb;
+    if (json_is_string(v)) snprintf(tb, sizeof tb, "\"%.40s\"", json_string_value(v));
+    else val = jtype(v, tb, sizeof tb);
+    problem(r, "'%s' is %s: not supported, this engine implements only %s (%s)", path, val, acc, k->why);
+}
+
+static void check_fixed(rd *r) {
+    static const char qpfx[] = "quantization_config.";
+    char path[160];
+    const json_t *q = json_object_get(r->root, "quantization_config");
+    const char *qp = "";
+    if (!q && r->text) { q = json_object_get(r->text, "quantization_config"); qp = TEXT_PFX; }
+    if (q && !json_is_object(q)) q = NULL; /* reported by read_quant */
+    for (size_t i = 0; i < N_FIXED; i++) {
+        const fixed_key *k = &k_fixed[i];
+        if (!strncmp(k->name, qpfx, sizeof qpfx - 1)) {
+            if (!q) continue;
+            const char *sub = k->name + sizeof qpfx - 1;
+            snprintf(path, sizeof path, "%s%s", qp, k->name);
+            const json_t *v = json_object_get(q, sub);
+            /* a non-string format is reported by read_quant */
+            if (!strcmp(sub, "format") && v && !json_is_string(v)) continue;
+            check_fixed_one(r, k, v, path);
+            continue;
+        }
+        if (r->text) {
+            snprintf(path, sizeof path, TEXT_PFX "%s", k->name);
+            check_fixed_one(r, k, json_object_get(r->text, k->name), path);
+        }
+        check_fixed_one(r, k, json_object_get(r->root, k->name), k->name);
+    }
+}
+
 static void cfg_defaults(cfg *c) {
     memset(c, 0, sizeof *c);
     c->mla_out_gate = 1;
@@ -413,6 +504,7 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
     }
     r.have |= (UINT64_C(1) << F_IDS) | (UINT64_C(1) << F_CTX);
     read_quant(&r, c);
+    check_fixed(&r);
     check_all(c, r.have, what, &pb);
 done:
     json_decref(root);

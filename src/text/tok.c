@@ -525,8 +525,10 @@ done:
     return rc;
 }
 
-int tok_open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *name, const uint8_t *tokcfg,
-                 size_t tokcfg_len, const char *tokcfg_name, int pattern, char *err, size_t errlen) {
+/* tok_open_mem; *cfg_bad (when not NULL) is set when tokenizer_config.json is
+ * the file at fault. */
+static int open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *name, const uint8_t *tokcfg,
+                    size_t tokcfg_len, const char *tokcfg_name, int pattern, int *cfg_bad, char *err, size_t errlen) {
     *out = NULL;
     if (pattern < 0 || pattern >= N_PATS)
         return base_fail(err, errlen, STRATA_EINVAL, "tokenizer: unknown pattern %d", pattern);
@@ -536,7 +538,10 @@ int tok_open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *
     if (pthread_mutex_init(&t->mu, NULL)) { tok_close(t); return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: no mutex"); }
     t->mu_init = 1;
     int rc = parse_vocab(t, vocab, vocab_len, name, err, errlen);
-    if (!rc && tokcfg) rc = parse_tokcfg(t, tokcfg, tokcfg_len, tokcfg_name ? tokcfg_name : "tokenizer_config.json", err, errlen);
+    if (!rc && tokcfg) {
+        rc = parse_tokcfg(t, tokcfg, tokcfg_len, tokcfg_name ? tokcfg_name : "tokenizer_config.json", err, errlen);
+        if (rc && cfg_bad) *cfg_bad = 1;
+    }
     if (!rc) rc = compile_pattern(t, pattern, err, errlen);
     if (!rc) {
         t->cache = base_calloc(CACHE_N, sizeof *t->cache, MEM_TOK);
@@ -547,14 +552,28 @@ int tok_open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *
     return STRATA_OK;
 }
 
+int tok_open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *name, const uint8_t *tokcfg,
+                 size_t tokcfg_len, const char *tokcfg_name, int pattern, char *err, size_t errlen) {
+    return open_mem(out, vocab, vocab_len, name, tokcfg, tokcfg_len, tokcfg_name, pattern, NULL, err, errlen);
+}
+
 int tok_open(tok **out, const char *vocab_path, const char *tokcfg_path, int pattern, char *err, size_t errlen) {
+    return tok_open_ex(out, vocab_path, tokcfg_path, pattern, NULL, err, errlen);
+}
+
+int tok_open_ex(tok **out, const char *vocab_path, const char *tokcfg_path, int pattern, int *cfg_bad, char *err,
+                size_t errlen) {
     *out = NULL;
+    if (cfg_bad) *cfg_bad = 0;
     uint8_t *v = NULL, *c = NULL;
     size_t vl = 0, cl = 0;
     /* 2.8 MB for K3's files; 64 MiB leaves room for any real vocabulary. */
     int rc = base_read_file(vocab_path, 64u << 20, &v, &vl, err, errlen);
-    if (!rc && tokcfg_path) rc = base_read_file(tokcfg_path, 64u << 20, &c, &cl, err, errlen);
-    if (!rc) rc = tok_open_mem(out, v, vl, vocab_path, c, cl, tokcfg_path, pattern, err, errlen);
+    if (!rc && tokcfg_path) {
+        rc = base_read_file(tokcfg_path, 64u << 20, &c, &cl, err, errlen);
+        if (rc && cfg_bad) *cfg_bad = 1;
+    }
+    if (!rc) rc = open_mem(out, v, vl, vocab_path, c, cl, tokcfg_path, pattern, cfg_bad, err, errlen);
     base_free(v);
     base_free(c);
     return rc;

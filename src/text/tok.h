@@ -42,6 +42,10 @@ const char *tok_pattern_name(int pattern);
  * with tok_close. All memory is MEM_TOK. */
 int tok_open(tok **out, const char *vocab_path, const char *tokcfg_path, int pattern,
              char *err, size_t errlen);
+/* tok_open that also says which file failed: on failure *cfg_bad (when not NULL)
+ * is 1 when tokenizer_config.json is at fault, 0 when tiktoken.model is. */
+int tok_open_ex(tok **out, const char *vocab_path, const char *tokcfg_path, int pattern, int *cfg_bad,
+                char *err, size_t errlen);
 /* Same from memory (the fuzzable parser). name is used in messages. tokcfg may be
  * NULL. Buffers are not retained. */
 int tok_open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *name,
