@@ -474,7 +474,7 @@ int cmd_inspect(int argc, char **argv) {
         goto report;
     }
     r.have_cfg = 1;
-    cfg_census_compute(r.c, r.s);
+    schema_census(r.c, r.s);
     if (o.model_dir) {
         if (st_open(&r.ix, o.model_dir, err, ERRLEN)) {
             sbuf_line(&r.problems, "%s", err);

@@ -4,6 +4,7 @@
  */
 #include <string.h>
 #include "cfg.h"
+#include "schema.h"
 #include "fuzz.h"
 
 FUZZ_ENTRY(config) {
@@ -15,7 +16,7 @@ FUZZ_ENTRY(config) {
         return 0;
     }
     ST_ASSERT(cfg_validate(&c, "fuzz", err, sizeof err) == 0);
-    cfg_census_compute(&c, &s);
+    schema_census(&c, &s);
     ST_ASSERT(s.params_total >= s.params_trunk && s.n_kda + s.n_mla == c.n_layers);
     char *a = cfg_to_json(&c);
     ST_ASSERT(a != NULL);

@@ -402,7 +402,7 @@ void strata_model_get_info(const strata_model *m, strata_model_info *o) {
     o->head_bytes = m->lay.head_bytes;
     o->embed_row_bytes = m->c.vocab ? m->lay.embed_bytes / (uint64_t)m->c.vocab : 0;
     cfg_census k;
-    cfg_census_compute(&m->c, &k);
+    schema_census(&m->c, &k);
     o->state_touch_bytes = 2 * k.kda_state_elems * sizeof(float);
     o->topk = m->c.topk;
     placement_name(m, o->placement, sizeof o->placement);

@@ -4,6 +4,7 @@
  */
 #include <string.h>
 #include "cfg.h"
+#include "schema.h"
 #include "test.h"
 
 /* Field-by-field equality (struct padding makes memcmp unreliable). */
@@ -253,7 +254,7 @@ TEST(cfg_census_k3) {
     cfg_census s;
     cfg_k3(&c);
     double t0 = base_now();
-    cfg_census_compute(&c, &s);
+    schema_census(&c, &s);
     CHECK(base_now() - t0 < 1.0);
     CHECK(s.n_kda == 69 && s.n_mla == 24 && s.n_dense == 1 && s.n_moe == 92);
     CHECK(s.n_expert_total == 82432);

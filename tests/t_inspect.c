@@ -355,7 +355,7 @@ TEST(bind_layout_facts) {
     sbuf pb = {0}, wb = {0};
     CHECK(model_bind_check_ex(&c, ix, lay, &pb, &wb) == 0 && pb.n == 0 && wb.n == 0);
     cfg_census s;
-    cfg_census_compute(&c, &s);
+    schema_census(&c, &s);
     CHECK(!lay->experts_bf16 && lay->experts_contiguous && lay->layers_contiguous);
     CHECK(lay->expert_bytes == s.expert_bytes);
     CHECK(lay->experts_bytes == s.experts_bytes);

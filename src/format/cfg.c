@@ -19,7 +19,6 @@
 #include <strings.h>
 #include "base.h"
 #include "jsonx.h"
-#include "schema.h"
 
 /* Widths above this are refused so that every tensor's element count fits int64
  * with room to spare (2^24 x 2^24 = 2^48); K3's largest width is the vocabulary. */
@@ -561,15 +560,6 @@ static void vpos(vd *v, int id, double x) {
         vproblem(v, "'%s' = %g must be a positive number", fname(id), x);
 }
 
-/* Count of parameters as a double: an overflow-free bound check before any
- * int64 arithmetic on the shapes. */
-static int count_d(void *ud, const tspec *t) {
-    double n = 1;
-    for (int i = 0; i < t->ndim; i++) n *= (double)t->shape[i];
-    *(double *)ud += n;
-    return 0;
-}
-
 static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
     vd v = {what, pb, have};
     int ok = 1;
@@ -657,22 +647,23 @@ static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
                 ok = 0;
             }
         if (ok) {
-            double total = 0, one = 0;
-            cfg tmp;
-            /* Model-level tensors only (embed, final vectors, head): walk with no layers. */
-            memcpy(&tmp, c, sizeof tmp);
-            tmp.n_layers = 0;
-            schema_walk(&tmp, 0, count_d, &total);
+            /* An upper bound from the widths alone, not the tensor walk (schema.c
+             * sits above the config and counts exactly): every trunk tensor of a
+             * layer is at most the widest width squared (fewer than 40 of them),
+             * an expert three matrices of its input width x moe_intermediate_size. */
+            double w = 0;
+            const double ws[] = {(double)c->hidden, (double)c->dense_inter, (double)c->moe_inter, (double)c->latent,
+                                 (double)c->q_lora, (double)(c->kv_lora + c->qk_rope), (double)c->n_experts,
+                                 d[0].w, d[1].w, d[2].w, d[3].w};
+            for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++) w = ws[i] > w ? ws[i] : w;
+            const double in = (double)(c->latent > c->hidden ? c->latent : c->hidden);
+            double total = 2.0 * (double)c->vocab * (double)c->hidden + 4.0 * (double)c->hidden;
             for (int64_t L = 0; L < c->n_layers; L++) {
-                schema_walk_layer(c, L, count_d, &total);
-                if (cfg_is_moe(c, L)) {
-                    one = 0;
-                    schema_walk_expert(c, L, 0, 1, count_d, &one);
-                    total += one * (double)c->n_experts;
-                }
+                total += 40.0 * w * w;
+                if (cfg_is_moe(c, L)) total += (double)c->n_experts * 3.0 * in * (double)c->moe_inter;
             }
             if (total > CFG_MAX_PARAMS)
-                vproblem(&v, "the model would have %.3g parameters, more than the %.0g supported", total, CFG_MAX_PARAMS);
+                vproblem(&v, "the model would have up to %.3g parameters, more than the %.0g supported", total, CFG_MAX_PARAMS);
         }
     }
 
@@ -836,68 +827,3 @@ char *cfg_to_json(const cfg *c) {
 }
 
 /* ================================================================ census */
-
-typedef struct cen {
-    const cfg *c;
-    cfg_census *o;
-    uint64_t params, bytes; /* accumulators for one walk */
-} cen;
-
-/* Logical parameters of a tensor: packed MXFP4 codes hold two per byte, scales
- * are metadata, not parameters. */
-static uint64_t tparams(const tspec *t) {
-    if (t->kind == TK_PACKED) return (uint64_t)t->numel * 2;
-    if (t->kind == TK_SCALE) return 0;
-    return (uint64_t)t->numel;
-}
-
-static int cen_add(void *ud, const tspec *t) {
-    cen *k = ud;
-    k->params += tparams(t);
-    /* Experts are counted as stored (MXFP4 bytes), everything else at bf16. */
-    k->bytes += (t->kind == TK_PACKED || t->kind == TK_SCALE) ? (uint64_t)t->numel : (uint64_t)t->numel * 2;
-    return 0;
-}
-
-void cfg_census_compute(const cfg *c, cfg_census *o) {
-    memset(o, 0, sizeof *o);
-    /* The callers validate first; refuse quietly otherwise, as sizes could overflow. */
-    if (cfg_validate(c, "census", NULL, 0)) return;
-    cen k = {c, o, 0, 0};
-    /* Model-level tensors (embed, final vectors, lm_head): the full walk with no
-     * layers. Walking all 82,432 experts name by name would cost ~0.3 s, so the
-     * layers are walked one by one and one expert per MoE layer stands for all. */
-    cfg tmp;
-    memcpy(&tmp, c, sizeof tmp);
-    tmp.n_layers = 0;
-    schema_walk(&tmp, 0, cen_add, &k);
-    o->params_embed = k.params;
-    o->embed_bytes_bf16 = k.bytes;
-    uint64_t active_experts = 0;
-    for (int64_t L = 0; L < c->n_layers; L++) {
-        if (c->is_mla[L]) o->n_mla++; else o->n_kda++;
-        k.params = k.bytes = 0;
-        schema_walk_layer(c, L, cen_add, &k);
-        o->params_trunk += k.params;
-        o->layer_bytes_bf16[L] = k.bytes;
-        o->trunk_bytes_bf16 += k.bytes;
-        if (!cfg_is_moe(c, L)) { o->n_dense++; continue; }
-        o->n_moe++;
-        k.params = k.bytes = 0;
-        schema_walk_expert(c, L, 0, 0, cen_add, &k);
-        o->expert_bytes = k.bytes;
-        o->params_experts += k.params * (uint64_t)c->n_experts;
-        o->experts_bytes += k.bytes * (uint64_t)c->n_experts;
-        o->n_expert_total += (uint64_t)c->n_experts;
-        active_experts += k.params * (uint64_t)c->topk;
-    }
-    o->params_total = o->params_embed + o->params_trunk + o->params_experts;
-    /* Always-on weights (trunk, embeddings and head, as the seed census counts
-     * them) plus top-k routed experts in every MoE layer. */
-    o->params_active = o->params_embed + o->params_trunk + active_experts;
-    o->mla_cache_elems_per_pos = (uint64_t)o->n_mla * (uint64_t)(c->kv_lora + c->qk_rope);
-    const uint64_t P = (uint64_t)(c->kda_heads * c->kda_head_dim);
-    o->kda_state_elems = (uint64_t)o->n_kda *
-        ((uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim * (uint64_t)c->kda_head_dim +
-         3 * P * (uint64_t)(c->conv_k - 1));
-}

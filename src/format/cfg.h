@@ -58,7 +58,8 @@ char *cfg_to_json(const cfg *c);
 
 static inline int cfg_is_moe(const cfg *c, int64_t L) { return L >= c->first_dense; }
 
-/* Census: parameter and byte counts by class, for planning and `inspect`. */
+/* Census: parameter and byte counts by class, for planning and `inspect`
+ * (computed by schema_census, schema.h: it walks the tensors). */
 typedef struct cfg_census {
     int64_t n_kda, n_mla, n_dense, n_moe;
     uint64_t params_total, params_trunk, params_embed, params_experts, params_active;
@@ -71,9 +72,5 @@ typedef struct cfg_census {
     uint64_t mla_cache_elems_per_pos;   /* n_mla * (kv_lora + qk_rope) */
     uint64_t kda_state_elems;           /* n_kda * (heads*D*D + 3*P*(conv_k-1)) */
 } cfg_census;
-/* Walks the schema (one expert per MoE layer stands for all). Trunk and embedding
- * bytes are at bf16 whatever the checkpoint stores; expert bytes are MXFP4.
- * *out is all zeros if c does not pass cfg_validate. */
-void cfg_census_compute(const cfg *c, cfg_census *out);
 
 #endif

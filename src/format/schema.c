@@ -176,3 +176,70 @@ int schema_walk_head(const cfg *c, schema_fn fn, void *ud) {
     walk_head(c, &w);
     return w.rc;
 }
+
+/* ====================================================================== census */
+
+typedef struct cen {
+    const cfg *c;
+    cfg_census *o;
+    uint64_t params, bytes; /* accumulators for one walk */
+} cen;
+
+/* Logical parameters of a tensor: packed MXFP4 codes hold two per byte, scales
+ * are metadata, not parameters. */
+static uint64_t tparams(const tspec *t) {
+    if (t->kind == TK_PACKED) return (uint64_t)t->numel * 2;
+    if (t->kind == TK_SCALE) return 0;
+    return (uint64_t)t->numel;
+}
+
+static int cen_add(void *ud, const tspec *t) {
+    cen *k = ud;
+    k->params += tparams(t);
+    /* Experts are counted as stored (MXFP4 bytes), everything else at bf16. */
+    k->bytes += (t->kind == TK_PACKED || t->kind == TK_SCALE) ? (uint64_t)t->numel : (uint64_t)t->numel * 2;
+    return 0;
+}
+
+void schema_census(const cfg *c, cfg_census *o) {
+    memset(o, 0, sizeof *o);
+    /* The callers validate first; refuse quietly otherwise, as sizes could overflow. */
+    if (cfg_validate(c, "census", NULL, 0)) return;
+    cen k = {c, o, 0, 0};
+    /* Model-level tensors (embed, final vectors, lm_head): the full walk with no
+     * layers. Walking all 82,432 experts name by name would cost ~0.3 s, so the
+     * layers are walked one by one and one expert per MoE layer stands for all. */
+    cfg tmp;
+    memcpy(&tmp, c, sizeof tmp);
+    tmp.n_layers = 0;
+    schema_walk(&tmp, 0, cen_add, &k);
+    o->params_embed = k.params;
+    o->embed_bytes_bf16 = k.bytes;
+    uint64_t active_experts = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        if (c->is_mla[L]) o->n_mla++; else o->n_kda++;
+        k.params = k.bytes = 0;
+        schema_walk_layer(c, L, cen_add, &k);
+        o->params_trunk += k.params;
+        o->layer_bytes_bf16[L] = k.bytes;
+        o->trunk_bytes_bf16 += k.bytes;
+        if (!cfg_is_moe(c, L)) { o->n_dense++; continue; }
+        o->n_moe++;
+        k.params = k.bytes = 0;
+        schema_walk_expert(c, L, 0, 0, cen_add, &k);
+        o->expert_bytes = k.bytes;
+        o->params_experts += k.params * (uint64_t)c->n_experts;
+        o->experts_bytes += k.bytes * (uint64_t)c->n_experts;
+        o->n_expert_total += (uint64_t)c->n_experts;
+        active_experts += k.params * (uint64_t)c->topk;
+    }
+    o->params_total = o->params_embed + o->params_trunk + o->params_experts;
+    /* Always-on weights (trunk, embeddings and head, as the seed census counts
+     * them) plus top-k routed experts in every MoE layer. */
+    o->params_active = o->params_embed + o->params_trunk + active_experts;
+    o->mla_cache_elems_per_pos = (uint64_t)o->n_mla * (uint64_t)(c->kv_lora + c->qk_rope);
+    const uint64_t P = (uint64_t)(c->kda_heads * c->kda_head_dim);
+    o->kda_state_elems = (uint64_t)o->n_kda *
+        ((uint64_t)c->kda_heads * (uint64_t)c->kda_head_dim * (uint64_t)c->kda_head_dim +
+         3 * P * (uint64_t)(c->conv_k - 1));
+}

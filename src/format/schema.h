@@ -65,4 +65,9 @@ int schema_walk_head(const cfg *c, schema_fn fn, void *ud);
 
 const char *schema_role_name(int role);
 
+/* The census of c: walks the schema (one expert per MoE layer stands for all). Trunk and embedding
+ * bytes are at bf16 whatever the checkpoint stores; expert bytes are MXFP4.
+ * *out is all zeros if c does not pass cfg_validate. */
+void schema_census(const cfg *c, cfg_census *out);
+
 #endif

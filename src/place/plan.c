@@ -55,7 +55,7 @@ const char *place_policy_name(int policy) { return policy >= 0 && policy < 4 ? k
 
 static uint64_t est_session(const cfg *c, int64_t ctx) {
     cfg_census k; /* on the stack: no state shared between plans (two models in one process) */
-    cfg_census_compute(c, &k);
+    schema_census(c, &k);
     return k.kda_state_elems * 4 + (uint64_t)ctx * (k.mla_cache_elems_per_pos * 4 + 4);
 }
 
@@ -268,7 +268,7 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     if (!o) o = &dflt;
     if (c->n_layers + 1 > PLACE_MAX_UNITS) return base_fail(err, errlen, STRATA_EINVAL, "plan: too many layers");
     cfg_census k; /* on the stack: no state shared between plans (two models in one process) */
-    cfg_census_compute(c, &k);
+    schema_census(c, &k);
     p->n_layers = c->n_layers;
     p->n_units = c->n_layers + 1;
     p->ctx = o->ctx > 0 ? o->ctx : 4096;
@@ -698,7 +698,7 @@ static uint64_t layer_weight_bytes(const cfg *c, const model_layout *lay, const 
 
 uint64_t place_stage_bytes(const cfg *c, const model_layout *lay, int64_t lo, int64_t hi, int head) {
     cfg_census k;
-    cfg_census_compute(c, &k);
+    schema_census(c, &k);
     uint64_t b = head ? (lay ? lay->head_bytes + lay->embed_bytes : k.embed_bytes_bf16) : 0;
     for (int64_t L = lo; L < hi && L < c->n_layers; L++) b += layer_weight_bytes(c, lay, &k, L);
     return b;
@@ -713,7 +713,7 @@ uint64_t place_cluster_split(const cfg *c, const model_layout *lay, int n_ranks,
     if (n_ranks < 1) n_ranks = 1;
     if (n_ranks > n) n_ranks = (int)n;
     cfg_census k;
-    cfg_census_compute(c, &k);
+    schema_census(c, &k);
     uint64_t pre[NL];         /* pre[j]: bytes of layers 0..j-1 */
     pre[0] = 0;
     for (int64_t L = 0; L < n; L++) pre[L + 1] = pre[L] + layer_weight_bytes(c, lay, &k, L);
