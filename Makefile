@@ -24,7 +24,7 @@ LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 GEN_SRC  := $(wildcard tools/gen/*.c)
 # src/serve/: the HTTP server (strata serve), a client of strata.h like the CLI.
 SERVE_SRC := $(wildcard src/serve/*.c)
-APP_SRC  := $(filter-out app/strata.c,$(wildcard app/*.c)) $(SERVE_SRC) $(GEN_SRC)
+APP_SRC  := $(filter-out app/main.c,$(wildcard app/*.c)) $(SERVE_SRC) $(GEN_SRC)
 TEST_SRC := $(wildcard tests/t_*.c) tests/run.c
 FUZZ_SRC := $(filter-out fuzz/fz_main.c,$(wildcard fuzz/fz_*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
@@ -90,13 +90,13 @@ $(BUILD)/libstrata.a: $(LIB_OBJ)
 .PHONY: strata
 strata: $(BUILD)/strata
 	@cp -f $< $@.tmp && mv -f $@.tmp $@
-$(BUILD)/strata: $(BUILD)/app/strata.o $(APP_OBJ) $(BUILD)/libstrata.a
+$(BUILD)/strata: $(BUILD)/app/main.o $(APP_OBJ) $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# strata-mpi: app/strata.c again with -DSTRATA_MPI (an MPI main around the same
+# strata-mpi: app/main.c again with -DSTRATA_MPI (an MPI main around the same
 # commands) and src/mpi/, compiled by mpicc; everything else is the same objects.
-MPI_OBJ := $(BUILD)/mpi/app/strata.o $(BUILD)/mpi/src/mpi/cluster_mpi.o
-$(BUILD)/mpi/app/strata.o: app/strata.c | $(BUILD)/.deps-ok
+MPI_OBJ := $(BUILD)/mpi/app/main.o $(BUILD)/mpi/src/mpi/cluster_mpi.o
+$(BUILD)/mpi/app/main.o: app/main.c | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) -DSTRATA_MPI -c $< -o $@
 $(BUILD)/mpi/src/mpi/cluster_mpi.o: src/mpi/cluster_mpi.c | $(BUILD)/.deps-ok
