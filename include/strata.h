@@ -311,4 +311,84 @@ size_t strata_token_max_bytes(const strata_model *m);
 /* The model's end ids (at most max), from config.json and tokenizer_config.json. */
 int strata_end_ids(const strata_model *m, int32_t *ids, int max);
 
+/* ================================================================== inspect
+ *
+ * What a model is before anything is loaded (`strata inspect`): the config
+ * summary, the layer map, parameters and bytes by class, and for a model
+ * directory the checkpoint facts (shards, tensors, layout) and every binding
+ * problem; with scan, every weight read for non-finite values and MXFP4 scale
+ * bytes of 255. A broken model is a report with problems, not a failure. */
+typedef struct strata_inspect_opts {
+    const char *model_dir;   /* a model directory, or NULL ... */
+    const char *config;      /* ... and a config.json alone (no weights) */
+    int json;                /* 1: one JSON object instead of the human report */
+    int scan;                /* 1: read every weight (model_dir only) */
+    /* the scans' progress ("float tensors", "expert scales"); may be NULL */
+    void (*progress)(void *ud, const char *what, int64_t done, int64_t total);
+    void *progress_ud;
+} strata_inspect_opts;
+
+typedef struct strata_inspect_result {
+    int n_problems;          /* 0: a sound model */
+    int listed;              /* 1: the report on out already lists the problems */
+    char *problems;          /* one problem per line ("" when none); release with strata_free */
+} strata_inspect_result;
+
+/* Writes the report to out. STRATA_OK when it was made (whatever the model's
+ * problems), else STRATA_EINVAL (neither or both of model_dir and config, scan
+ * without model_dir) or STRATA_ENOMEM, with err set. */
+int strata_inspect(const strata_inspect_opts *o, FILE *out, strata_inspect_result *res, char *err, size_t errlen);
+
+/* ============================================================ tokenizer files
+ *
+ * A tokenizer opened on its own, without a model (`strata tokenize`, the
+ * tokenizer benchmark): a tiktoken.model vocabulary (base64 token, space, rank
+ * per line) and optionally a tokenizer_config.json whose added_tokens_decoder
+ * entries become special tokens. Read-only once open: encode and decode may be
+ * called from several threads at once. */
+typedef struct strata_tokenizer strata_tokenizer;
+
+/* Pre-tokenizer split patterns. */
+enum strata_tok_pattern { STRATA_TOK_KIMI = 0, STRATA_TOK_O200K = 1, STRATA_TOK_CL100K = 2 };
+/* "kimi" | "o200k" | "cl100k" -> STRATA_TOK_*, or -1. */
+int strata_tokenizer_pattern(const char *name);
+/* config may be NULL. Errors (STRATA_EIO, STRATA_EFORMAT, STRATA_ENOMEM) name the
+ * file and line. Close with strata_tokenizer_close. */
+int strata_tokenizer_open(strata_tokenizer **out, const char *vocab_path, const char *config_path, int pattern,
+                          char *err, size_t errlen);
+void strata_tokenizer_close(strata_tokenizer *t); /* accepts NULL */
+/* Bytes -> ids (special-token text stays text unless allow_special). *ids is
+ * released with strata_free; on failure strata_tokenizer_errmsg may say why. */
+int strata_tokenizer_encode(strata_tokenizer *t, const void *text, size_t len, int allow_special, int32_t **ids,
+                            size_t *n);
+const char *strata_tokenizer_errmsg(const strata_tokenizer *t); /* "" when none */
+/* Ids -> the exact bytes (*out released with strata_free). */
+int strata_tokenizer_decode(const strata_tokenizer *t, const int32_t *ids, size_t n, uint8_t **out, size_t *len);
+int32_t strata_tokenizer_n_vocab(const strata_tokenizer *t);
+/* The bytes of one id, or NULL for an id that has none (a hole in the ranks). */
+const uint8_t *strata_tokenizer_token_bytes(const strata_tokenizer *t, int32_t id, size_t *len);
+
+/* ================================================================ utilities
+ *
+ * Small helpers the front ends (the strata CLI, the server, the benchmarks)
+ * share with the library, so that they parse and print as it does. */
+
+/* Strict parsers: the whole string must parse and lie in [lo, hi]; STRATA_OK or
+ * STRATA_EINVAL (out untouched). */
+int strata_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+int strata_parse_f64(const char *s, double lo, double hi, double *out);
+/* "4096", "512K", "1.5G", "24GB", "2GiB" -> bytes (K/M/G/T are powers of 1024). */
+int strata_parse_size(const char *s, uint64_t *out);
+/* Human-readable bytes, decimal units ("17.55 MB"); returns buf (n >= 32). */
+const char *strata_fmt_bytes(uint64_t bytes, char *buf, size_t n);
+double strata_now(void);              /* monotonic seconds */
+uint64_t strata_mem_available(void);  /* MemAvailable of /proc/meminfo in bytes; 0 if unknown */
+uint64_t strata_peak_rss(void);       /* this process's peak RSS in bytes */
+int strata_is_dir(const char *path);  /* 1: a directory */
+int strata_is_file(const char *path); /* 1: a regular file */
+/* At most max bytes of a whole file, NUL-terminated; *buf released with strata_free. */
+int strata_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t errlen);
+/* Compute threads a model gets by default (the physical cores). */
+int strata_default_threads(void);
+
 #endif
