@@ -311,6 +311,49 @@ size_t strata_token_max_bytes(const strata_model *m);
 /* The model's end ids (at most max), from config.json and tokenizer_config.json. */
 int strata_end_ids(const strata_model *m, int32_t *ids, int max);
 
+/* ===================================================================== packs
+ *
+ * A pack is the streaming layout of a model (`strata pack`): its trunk rewritten
+ * so each layer is one 4096-aligned read (trunk.bin) and a manifest.json with an
+ * XXH3 checksum per layer and per expert; experts stay in place in the shards.
+ * Its default place is MODEL_DIR/STRATA_PACK_DIRNAME; strata_model_load finds it.
+ * Progress: the phase ("trunk", "source", "experts"), its bytes done and total,
+ * and the seconds since the phase began. */
+#define STRATA_PACK_DIRNAME "strata.pack"
+typedef void (*strata_pack_progress_fn)(void *ud, const char *phase, uint64_t done, uint64_t total, double secs);
+
+#define STRATA_PACK_FORCE 1   /* rebuild even an up-to-date pack (or one with an unreadable manifest) */
+#define STRATA_PACK_MEASURE 2 /* first measure the disk's write bandwidth in the pack's directory */
+
+typedef struct strata_pack_result {
+    int started;              /* 1: the model was read and packing (or checking) began */
+    int already;              /* 1: an identical pack existed; nothing written */
+    char dir[1024];           /* the pack's directory */
+    char stale[900];          /* build: the pack there was stale (why) and was rebuilt; verify:
+                                 why the shards no longer match the pack's stamps ("" if they do) */
+    uint64_t trunk_bytes;     /* the trunk, as packed */
+    double trunk_secs, write_bw;  /* build: trunk written in, bytes/s (open to fsync) */
+    double disk_bw;           /* STRATA_PACK_MEASURE: the disk's write bandwidth just before; else 0 */
+    uint64_t src_direct_bytes, src_cached_bytes; /* trunk source read from disk / from the page cache */
+    uint64_t expert_bytes_hashed;
+    double expert_secs;
+    int64_t n_experts;        /* verify: experts checked */
+    double secs;              /* verify: seconds in all */
+} strata_pack_result;
+
+/* Writes the pack of model_dir into out_dir (NULL: the default); flags
+ * STRATA_PACK_*. An up-to-date pack is left alone (res->already); a stale pack of
+ * this model is rebuilt; a directory holding another model's pack is refused,
+ * even with STRATA_PACK_FORCE; a second writer gets STRATA_EBUSY. */
+int strata_pack_build(const char *model_dir, const char *out_dir, int flags, strata_pack_progress_fn progress, void *ud,
+                      strata_pack_result *res, char *err, size_t errlen);
+/* Re-reads the pack (pack_dir, or NULL: the one strata_model_load would use) and
+ * checks every checksum: trunk.bin against the manifest, and the model's shards
+ * against it; a stale pack is checked all the same (res->stale says why it is).
+ * STRATA_ECORRUPT (or another code) with err naming the first record that differs. */
+int strata_pack_verify(const char *model_dir, const char *pack_dir, strata_pack_progress_fn progress, void *ud,
+                       strata_pack_result *res, char *err, size_t errlen);
+
 /* ================================================================== inspect
  *
  * What a model is before anything is loaded (`strata inspect`): the config
