@@ -311,6 +311,48 @@ size_t strata_token_max_bytes(const strata_model *m);
 /* The model's end ids (at most max), from config.json and tokenizer_config.json. */
 int strata_end_ids(const strata_model *m, int32_t *ids, int max);
 
+/* ===================================================================== plans
+ *
+ * The memory plan without loading weights (`strata plan`): where every byte goes
+ * under a RAM budget (pinned trunk layers, stream arena, expert cache,
+ * embeddings, sequences, scratch), the predicted decode s/token from this
+ * machine's disk and memory bandwidth, and the trade between sequence slots and
+ * weights for 1..16 sequences; with ranks, the layer split of a cluster of
+ * pipeline stages (strata-mpi), each rank's plan and the predicted tokens/s. */
+#define STRATA_PLAN_DEFAULT_CHUNK 64
+
+typedef struct strata_plan_opts {
+    const char *model_dir;   /* a model directory, or NULL ... */
+    const char *config;      /* ... and a config.json alone */
+    const char *pack_dir;    /* NULL: the model's own pack, if any */
+    uint64_t ram_bytes;      /* the budget (> 0); each rank's with ranks */
+    int64_t ctx;             /* positions per sequence; 0 = 4096 */
+    int64_t chunk;           /* prefill chunk (rows per pass) */
+    int threads;             /* compute threads; 0 = physical cores */
+    int seqs;                /* sequences held at once; 0 = 1 */
+    int policy;              /* expert cache policy (strata_plan_policy); -1 = default (layer) */
+    int json;                /* 1: the plan as JSON (no sequence table) */
+    int measure;             /* 1: measure disk and memory bandwidth now (else cached) */
+    int ranks;               /* > 0: plan a cluster of this many ranks */
+    double disk_gbs, mem_gbs;/* ranks: bandwidths in GB/s; 0 = measured or cached */
+    double net_gbs, lat_us;  /* ranks: network GB/s and one message's latency in us */
+    int net_given, lat_given;/* 1: net_gbs / lat_us given, not to be measured */
+    /* ranks: measures the network between the ranks of a running cluster
+     * (net_ranks >= 2), bytes/s and seconds; NULL: not measured */
+    int (*measure_net)(void *ud, double *bw, double *lat, char *err, size_t errlen);
+    void *net_ud;
+    int net_ranks;
+} strata_plan_opts;
+strata_plan_opts strata_plan_opts_default(void);
+/* "layer", "lfu", "s3fifo", "lru" -> a policy for strata_plan_opts, or -1. */
+int strata_plan_policy(const char *name);
+
+/* Writes the plan to out. STRATA_EBUDGET: the budget is below the minimum (err
+ * names the minimum), or a rank of the cluster does not fit (err empty: out
+ * says so); STRATA_EINVAL: bad options (more ranks than layers); any other code:
+ * the model or config could not be read or does not match (err says why). */
+int strata_plan(const strata_plan_opts *o, FILE *out, char *err, size_t errlen);
+
 /* ===================================================================== packs
  *
  * A pack is the streaming layout of a model (`strata pack`): its trunk rewritten
