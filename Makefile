@@ -200,6 +200,7 @@ bench-kernels: $(BUILD)/b_kern
 
 # Resident decode of the demo model vs bytes/token / measured bandwidth (bench/b_decode.c);
 # ARGS="DIR --threads N --tokens N --reps N" for another model or setting.
+$(BUILD)/b_decode: private INC = $(BENCH_INC)
 $(BUILD)/b_decode: bench/b_decode.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)

@@ -453,6 +453,19 @@ int32_t strata_tokenizer_n_vocab(const strata_tokenizer *t);
 /* The bytes of one id, or NULL for an id that has none (a hole in the ranks). */
 const uint8_t *strata_tokenizer_token_bytes(const strata_tokenizer *t, int32_t id, size_t *len);
 
+/* ========================================================== benchmark hooks
+ *
+ * What the benchmark programs (bench/) measure beside the engine: the memory
+ * read bandwidth with the probe the planner divides by (a buffer summed by a
+ * pool of threads, best of several passes). */
+typedef struct strata_membw strata_membw;
+/* A buffer of `bytes` (written once, so its pages are real) and `threads`
+ * compute threads. STRATA_ENOMEM when either cannot be had. */
+int strata_membw_open(strata_membw **out, int threads, size_t bytes);
+/* Best read bandwidth of `passes` sums over the buffer, GB/s. */
+double strata_membw_read(strata_membw *b, int passes);
+void strata_membw_close(strata_membw *b); /* accepts NULL */
+
 /* ================================================================ utilities
  *
  * Small helpers the front ends (the strata CLI, the server, the benchmarks)

@@ -651,3 +651,14 @@ TEST(api_mxfp4_nan_scale) {
     CHECK_MSG(out && strstr(out, "255") && strstr(out, "MXFP4"), "%s", out ? out : "");
     base_free(out);
 }
+
+/* The benchmark hook of strata.h: the memory probe through its public handle. */
+TEST(api_membw_probe) {
+    strata_membw *b = NULL;
+    CHECK(strata_membw_open(&b, 1, 4u << 20) == STRATA_OK && b);
+    if (!b) return;
+    const double gbs = strata_membw_read(b, 2);
+    CHECK_MSG(gbs > 0.01 && gbs < 1e4, "%g GB/s", gbs);
+    strata_membw_close(b);
+    strata_membw_close(NULL);
+}
