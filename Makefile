@@ -7,7 +7,18 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-pro
 # The library's layers, bottom up (docs/architecture.md); headers are included by
 # bare name and tools/check_includes.sh holds every include to this order.
 LIB_DIRS := src/base src/format src/text src/engine src/place src
-CFLAGS  += -Iinclude $(addprefix -I,$(LIB_DIRS)) -Itools/gen
+LIB_INC := -Iinclude $(addprefix -I,$(LIB_DIRS)) -Itools/gen
+# The public boundary: app/ and bench/ see include/ (and their own folder) only.
+# APP_INTERNAL lists the app/ files that still include internal headers (issue 39,
+# part 4, in progress): they keep the library's include path until they are moved
+# onto strata.h, then leave this list. CLI_H_INC is there because app/cli.h still
+# includes base.h (for ST_PRINTF); it goes when cli.h includes strata.h only.
+APP_INTERNAL := app/main.c app/cmd_run.c app/cmd_chat.c app/cmd_serve.c app/model_open.c
+CLI_H_INC := -Isrc/base
+APP_INC := -Iinclude -Iapp $(CLI_H_INC)
+BENCH_INC := -Iinclude
+# the include path of one object: the library's unless it is a public consumer
+INC      = $(LIB_INC)
 LDLIBS  += -lmicrohttpd -ljansson -lpcre2-8 -lxxhash -luring -lpthread -lm
 ifneq ($(WERROR),)
 CFLAGS  += -Werror
@@ -24,12 +35,14 @@ LIB_SRC  := $(foreach d,$(LIB_DIRS),$(wildcard $(d)/*.c))
 GEN_SRC  := $(wildcard tools/gen/*.c)
 # src/serve/: the HTTP server (strata serve), a client of strata.h like the CLI.
 SERVE_SRC := $(wildcard src/serve/*.c)
-APP_SRC  := $(filter-out app/strata.c,$(wildcard app/*.c)) $(SERVE_SRC) $(GEN_SRC)
+APP_SRC  := $(filter-out app/main.c,$(wildcard app/*.c)) $(SERVE_SRC) $(GEN_SRC)
 TEST_SRC := $(wildcard tests/t_*.c) tests/run.c
 FUZZ_SRC := $(filter-out fuzz/fz_main.c,$(wildcard fuzz/fz_*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
+APP_PUBLIC_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(APP_INTERNAL),$(wildcard app/*.c)))
+$(APP_PUBLIC_OBJ): private INC = $(APP_INC)
 
 .PHONY: all help test check faults tsan fuzz bench bench-profile bench-batch bench-spec bench-serve bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
@@ -78,7 +91,7 @@ $(BUILD)/.deps-ok:
 
 $(BUILD)/%.o: %.c | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	$(CC) $(CFLAGS) $(INC) -c $< -o $@
 
 $(BUILD)/libstrata.a: $(LIB_OBJ)
 	@rm -f $@
@@ -90,18 +103,18 @@ $(BUILD)/libstrata.a: $(LIB_OBJ)
 .PHONY: strata
 strata: $(BUILD)/strata
 	@cp -f $< $@.tmp && mv -f $@.tmp $@
-$(BUILD)/strata: $(BUILD)/app/strata.o $(APP_OBJ) $(BUILD)/libstrata.a
+$(BUILD)/strata: $(BUILD)/app/main.o $(APP_OBJ) $(BUILD)/libstrata.a
 	$(CC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
-# strata-mpi: app/strata.c again with -DSTRATA_MPI (an MPI main around the same
+# strata-mpi: app/main.c again with -DSTRATA_MPI (an MPI main around the same
 # commands) and src/mpi/, compiled by mpicc; everything else is the same objects.
-MPI_OBJ := $(BUILD)/mpi/app/strata.o $(BUILD)/mpi/src/mpi/cluster_mpi.o
-$(BUILD)/mpi/app/strata.o: app/strata.c | $(BUILD)/.deps-ok
+MPI_OBJ := $(BUILD)/mpi/app/main.o $(BUILD)/mpi/src/mpi/cluster_mpi.o
+$(BUILD)/mpi/app/main.o: app/main.c | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) -DSTRATA_MPI -c $< -o $@
+	$(MPICC) $(CFLAGS) $(LIB_INC) -DSTRATA_MPI -c $< -o $@
 $(BUILD)/mpi/src/mpi/cluster_mpi.o: src/mpi/cluster_mpi.c | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) -c $< -o $@
+	$(MPICC) $(CFLAGS) $(LIB_INC) -c $< -o $@
 $(BUILD)/strata-mpi: $(MPI_OBJ) $(APP_OBJ) $(BUILD)/libstrata.a
 	$(MPICC) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 .PHONY: strata-mpi test-mpi bench-mpi
@@ -181,15 +194,16 @@ reference-selftest:
 # Kernel throughput vs this machine's measured read bandwidth (bench/b_kern.c).
 $(BUILD)/b_kern: bench/b_kern.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench-kernels: $(BUILD)/b_kern
 	./$(BUILD)/b_kern
 
 # Resident decode of the demo model vs bytes/token / measured bandwidth (bench/b_decode.c);
 # ARGS="DIR --threads N --tokens N --reps N" for another model or setting.
+$(BUILD)/b_decode: private INC = $(BENCH_INC)
 $(BUILD)/b_decode: bench/b_decode.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench-decode: strata $(BUILD)/b_decode
 	@test -f $(BUILD)/models/demo/config.json || ./strata gen-model $(BUILD)/models/demo --preset demo
 	./$(BUILD)/b_decode $(if $(ARGS),$(ARGS),$(BUILD)/models/demo)
@@ -198,16 +212,17 @@ bench-decode: strata $(BUILD)/b_decode
 .PHONY: bench-index
 $(BUILD)/b_index: bench/b_index.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench-index: $(BUILD)/b_index
 	./$(BUILD)/b_index $(ARGS)
 
 # Tokenizer throughput (single thread, MB/s of UTF-8 input): strata beside js-tiktoken
 # and tiktoken (WASM) on the generated 1.2 MB corpus, o200k and cl100k (bench/tokenizer/).
 TOKB := $(BUILD)/bench-tok
+$(BUILD)/bench_tok: private INC = $(BENCH_INC)
 $(BUILD)/bench_tok: bench/tokenizer/bench_tok.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench-tokenizer: $(BUILD)/bench_tok
 	@test -d tests/tok/node_modules/tiktoken || npm ci --prefix tests/tok --no-audit --no-fund --loglevel=error
 	@mkdir -p $(TOKB)
@@ -224,13 +239,13 @@ bench-tokenizer: $(BUILD)/bench_tok
 .PHONY: bench-io
 $(BUILD)/place_run: bench/ladder/place_run.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 $(BUILD)/bench_io: bench/ladder/bench_io.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 $(BUILD)/cache_replay: bench/ladder/cache_replay.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench: strata $(BUILD)/place_run $(BUILD)/cache_replay
 	BUILD=$(BUILD) bash bench/ladder/run.sh
 # Where a rung's decode spends its CPU time, by function (perf; BUDGETS="6.2 16" by
@@ -238,9 +253,10 @@ bench: strata $(BUILD)/place_run $(BUILD)/cache_replay
 bench-profile: strata $(BUILD)/place_run
 	BUILD=$(BUILD) bash bench/ladder/profile.sh
 # Many rows per pass: sequences stepped together and long prefills on ladder.
+$(BUILD)/b_batch: private INC = $(BENCH_INC)
 $(BUILD)/b_batch: bench/b_batch.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
 bench-batch: strata $(BUILD)/b_batch
 	BUILD=$(BUILD) bash bench/batch/run.sh
 # Speculative decoding on ladder: --spec K with the model's own continuation as drafts.

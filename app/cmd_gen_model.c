@@ -1,13 +1,13 @@
 /*
  * cmd_gen_model.c: `strata gen-model OUT (--preset NAME | --config FILE) ...`:
- * writes a K3-format model with random weights (src/gen.c does the work; this file
+ * writes a K3-format model with random weights (include/strata_gen.h, tools/gen/ do the work; this file
  * parses options, prints progress on stderr and the summary on stdout).
  */
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "gen.h"
-#include "preset.h"
+#include "strata.h"
+#include "strata_gen.h"
 
 static const char *k_cmd = "gen-model";
 
@@ -63,19 +63,16 @@ static void on_progress(void *ud, uint64_t done, uint64_t total, double secs) {
 
 static int list_presets(void) {
     printf("%-18s %16s %10s %8s %7s  %s\n", "preset", "bytes", "size", "experts", "shards", "description");
-    for (size_t i = 0; i < preset_count(); i++) {
-        const preset_info *pi = preset_at(i);
-        cfg c;
-        gen_opts o;
-        gen_sizes s;
+    for (size_t i = 0; i < strata_genmodel_preset_count(); i++) {
+        const strata_genmodel_preset *pi = strata_genmodel_preset_at(i);
+        strata_genmodel_sizes s;
         char err[512], hb[32];
-        preset_get(pi->name, &c, &o);
-        if (gen_model_sizes(&c, &o, &s, err, sizeof err)) {
+        if (strata_genmodel_preset_sizes(pi->name, &s, err, sizeof err)) {
             printf("%-18s %s\n", pi->name, err);
             continue;
         }
         printf("%-18s %16llu %10s %7.1f%% %7d  %s\n", pi->name, (unsigned long long)s.total,
-               base_fmt_bytes(s.total, hb, sizeof hb), s.total ? 100.0 * (double)s.experts / (double)s.total : 0.0,
+               strata_fmt_bytes(s.total, hb, sizeof hb), s.total ? 100.0 * (double)s.experts / (double)s.total : 0.0,
                s.n_shards, pi->summary);
     }
     return 0;
@@ -94,14 +91,14 @@ int cmd_gen_model(int argc, char **argv) {
         else if (!strcmp(a, "--config")) { if (!(config = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE; }
         else if (!strcmp(a, "--seed")) {
             if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
-            if (base_parse_i64(v, 0, INT64_MAX, &seed)) return cli_usage_error(k_cmd, "bad --seed '%s'", v);
+            if (strata_parse_i64(v, 0, INT64_MAX, &seed)) return cli_usage_error(k_cmd, "bad --seed '%s'", v);
             have_seed = 1;
         } else if (!strcmp(a, "--shard-gb")) {
             if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
-            if (base_parse_f64(v, 1e-6, 1e6, &shard_gb)) return cli_usage_error(k_cmd, "bad --shard-gb '%s'", v);
+            if (strata_parse_f64(v, 1e-6, 1e6, &shard_gb)) return cli_usage_error(k_cmd, "bad --shard-gb '%s'", v);
         } else if (!strcmp(a, "--reserved")) {
             if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
-            if (base_parse_i64(v, 6, 1 << 20, &reserved)) return cli_usage_error(k_cmd, "bad --reserved '%s'", v);
+            if (strata_parse_i64(v, 6, 1 << 20, &reserved)) return cli_usage_error(k_cmd, "bad --reserved '%s'", v);
         } else if (!strcmp(a, "--trunk-dtype")) {
             if (!(trunk = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
             if (strcmp(trunk, "bf16") && strcmp(trunk, "mixed") && strcmp(trunk, "f32"))
@@ -117,27 +114,23 @@ int cmd_gen_model(int argc, char **argv) {
     if (!out) return cli_usage_error(k_cmd, "missing OUT_DIR");
     if (!!preset == !!config) return cli_usage_error(k_cmd, "give exactly one of --preset NAME or --config FILE");
 
-    cfg c;
-    gen_opts o;
+    strata_genmodel_opts o = {.preset = preset, .config = config, .trunk_dtype = -1};
     char err[4096];
     if (preset) {
-        const preset_info *pi = preset_find(preset);
+        const strata_genmodel_preset *pi = strata_genmodel_preset_find(preset);
         if (!pi) return cli_usage_error(k_cmd, "unknown preset '%s' (strata gen-model --list-presets)", preset);
-        preset_get(preset, &c, &o);
         if (pi->big && !force && !sparse) {
             fprintf(stderr, "strata gen-model: preset '%s' is %s; pass --force to really write it, or --sparse\n",
                     preset, "larger than any test disk (1.56 TB)");
             return 1;
         }
-    } else {
-        memset(&o, 0, sizeof o);
-        if (cfg_load(&c, config, err, sizeof err)) { fprintf(stderr, "strata gen-model: %s\n", err); return 1; }
     }
+    o.have_seed = have_seed;
     if (have_seed) o.seed = (uint64_t)seed;
     if (shard_gb > 0) o.shard_bytes = (uint64_t)(shard_gb * 1e9);
     if (reserved) o.n_reserved = reserved;
     if (ebf16) o.experts_bf16 = 1;
-    if (trunk) o.trunk_dtype = !strcmp(trunk, "mixed") ? GEN_TRUNK_MIXED : !strcmp(trunk, "f32") ? GEN_TRUNK_F32 : GEN_TRUNK_BF16;
+    if (trunk) o.trunk_dtype = !strcmp(trunk, "mixed") ? STRATA_GENMODEL_TRUNK_MIXED : !strcmp(trunk, "f32") ? STRATA_GENMODEL_TRUNK_F32 : STRATA_GENMODEL_TRUNK_BF16;
     o.force = force;
     o.sparse = sparse;
     progress pr = {isatty(2), -1, -100};
@@ -145,19 +138,19 @@ int cmd_gen_model(int argc, char **argv) {
         o.progress = on_progress;
         o.progress_ud = &pr;
     }
-    gen_stats st;
-    int rc = gen_model(out, &c, &o, &st, err, sizeof err);
+    strata_genmodel_stats st;
+    int rc = strata_genmodel_write(out, &o, &st, err, sizeof err);
     if (rc) { fprintf(stderr, "strata gen-model: %s\n", err); return 1; }
     char hb[32];
     if (sparse) {
         printf("wrote %s: %s (sparse: headers and holes) in %d shard%s, %llu tensors, %.2f s\n", out,
-               base_fmt_bytes(st.total_bytes, hb, sizeof hb), st.n_shards, st.n_shards == 1 ? "" : "s",
+               strata_fmt_bytes(st.total_bytes, hb, sizeof hb), st.n_shards, st.n_shards == 1 ? "" : "s",
                (unsigned long long)st.n_tensors, st.secs);
         return 0;
     }
     printf("wrote %s: %s in %d shard%s, %llu tensors, %.2f s, %.0f MB/s "
            "(prepare %.2f s, write %.2f s, waiting for the generators %.2f s, fsync %.2f s)\n",
-           out, base_fmt_bytes(st.total_bytes, hb, sizeof hb), st.n_shards, st.n_shards == 1 ? "" : "s",
+           out, strata_fmt_bytes(st.total_bytes, hb, sizeof hb), st.n_shards, st.n_shards == 1 ? "" : "s",
            (unsigned long long)st.n_tensors, st.secs, st.mb_per_s, st.prep_secs, st.io_secs, st.gen_wait_secs,
            st.sync_secs);
     return 0;

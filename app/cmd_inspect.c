@@ -1,23 +1,17 @@
 /*
  * cmd_inspect.c: `strata inspect MODEL_DIR | --config FILE [--json] [--scan]`.
  *
- * Prints what a model is before anything is loaded: the config summary, the layer
- * map, parameter and byte counts by class (from the census, i.e. schema_walk), and
- * for a model directory the checkpoint facts (shards, tensors, layout) and every
- * binding problem. Exit 0 on a sound model, 1 on a broken one, 2 on usage errors.
+ * Prints what a model is before anything is loaded (strata_inspect does the work:
+ * src/inspect.c). Exit 0 on a sound model, 1 on a broken one, 2 on usage errors.
  * Numbers are printed both human-friendly and exact ("2.78T parameters
  * (2,779,487,...)") so scripts can grep either.
  */
-#include <math.h>
 #include <string.h>
 #include <unistd.h>
-#include "cfg.h"
 #include "cli.h"
-#include "model.h"
-#include "st.h"
+#include "strata.h"
 
 #define CMD "inspect"
-#define ERRLEN 65536
 
 typedef struct opts {
     const char *model_dir;
@@ -43,369 +37,9 @@ static void usage(FILE *f) {
             "exit status: 0 sound model, 1 broken model or config, 2 usage error\n");
 }
 
-/* ------------------------------------------------------------ formatting */
-
-/* 2779487214592 -> "2,779,487,214,592". buf >= 32. */
-static const char *commas(uint64_t v, char *buf, size_t n) {
-    char tmp[32];
-    int len = snprintf(tmp, sizeof tmp, "%llu", (unsigned long long)v);
-    size_t k = 0;
-    for (int i = 0; i < len && k + 2 < n; i++) {
-        if (i && (len - i) % 3 == 0) buf[k++] = ',';
-        buf[k++] = tmp[i];
-    }
-    buf[k] = 0;
-    return buf;
-}
-
-/* Parameter counts: "2.78T", "105.36B", "33.03M". */
-static const char *params_h(uint64_t v, char *buf, size_t n) {
-    double x = (double)v;
-    if (x >= 1e12) snprintf(buf, n, "%.2fT", x / 1e12);
-    else if (x >= 1e9) snprintf(buf, n, "%.2fB", x / 1e9);
-    else if (x >= 1e6) snprintf(buf, n, "%.2fM", x / 1e6);
-    else if (x >= 1e3) snprintf(buf, n, "%.2fK", x / 1e3);
-    else snprintf(buf, n, "%llu", (unsigned long long)v);
-    return buf;
-}
-
-/* Three decimals for per-layer sizes ("2.341 GB", "0.844 GB"), as the public
- * engine's reports quote them. */
-static const char *bytes3(uint64_t v, char *buf, size_t n) {
-    double x = (double)v;
-    if (x >= 1e12) snprintf(buf, n, "%.3f TB", x / 1e12);
-    else if (x >= 1e8) snprintf(buf, n, "%.3f GB", x / 1e9); /* 0.844 GB, as quoted */
-    else if (x >= 1e6) snprintf(buf, n, "%.3f MB", x / 1e6);
-    else if (x >= 1e3) snprintf(buf, n, "%.3f KB", x / 1e3);
-    else snprintf(buf, n, "%llu B", (unsigned long long)v);
-    return buf;
-}
-
-/* Writes s as a JSON string literal. */
-static void json_str(sbuf *b, const char *s) {
-    sbuf_printf(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') sbuf_printf(b, "\\%c", *p);
-        else if (*p == '\n') sbuf_printf(b, "\\n");
-        else if (*p == '\t') sbuf_printf(b, "\\t");
-        else if (*p < 0x20) sbuf_printf(b, "\\u%04x", *p);
-        else sbuf_printf(b, "%c", *p);
-    }
-    sbuf_printf(b, "\"");
-}
-
-/* Problem text ("  - msg\n" lines, or plain lines) as a JSON array of strings. */
-static void json_lines(sbuf *b, const char *text) {
-    sbuf_printf(b, "[");
-    int first = 1;
-    const char *p = text ? text : "";
-    while (*p) {
-        const char *e = strchr(p, '\n');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        const char *q = p;
-        if (n >= 4 && !strncmp(q, "  - ", 4)) { q += 4; n -= 4; }
-        if (n) {
-            char line[1024];
-            snprintf(line, sizeof line, "%.*s", (int)n, q);
-            if (!first) sbuf_printf(b, ", ");
-            json_str(b, line);
-            first = 0;
-        }
-        p = e ? e + 1 : p + strlen(p);
-    }
-    sbuf_printf(b, "]");
-}
-
-/* Prints text's lines to f, each prefixed. */
-static void print_lines(FILE *f, const char *prefix, const char *text) {
-    const char *p = text ? text : "";
-    while (*p) {
-        const char *e = strchr(p, '\n');
-        size_t n = e ? (size_t)(e - p) : strlen(p);
-        if (n >= 4 && !strncmp(p, "  - ", 4)) { p += 4; n -= 4; }
-        if (n) fprintf(f, "%s%.*s\n", prefix, (int)n, p);
-        p = e ? e + 1 : p + strlen(p);
-    }
-}
-
-/* ------------------------------------------------------------ the report */
-
-typedef struct report {
-    const char *path;         /* MODEL_DIR or config FILE */
-    const char *cfg_path;
-    int is_dir;               /* MODEL_DIR given (else --config) */
-    int have_cfg, have_ckpt, have_layout, have_scan, have_fscan;
-    cfg *c;
-    cfg_census *s;
-    st_index *ix;
-    model_layout *lay;
-    model_scan scan;
-    model_fscan fscan;
-    sbuf problems, warnings;
-    int n_problems;
-} report;
-
-/* Layer classes for the per-layer summary: attention kind x FFN kind. */
-static const char *layer_class_name(int k) {
-    static const char *const n[4] = {"KDA + dense", "KDA + MoE", "MLA + dense", "MLA + MoE"};
-    return n[k];
-}
-static int layer_class(const cfg *c, int64_t L) { return (c->is_mla[L] ? 2 : 0) + (cfg_is_moe(c, L) ? 1 : 0); }
-
-static void print_human(const report *r) {
-    const cfg *c = r->c;
-    const cfg_census *s = r->s;
-    char a[64], b[64], d[64], e[64];
-    printf("config: %s\n", r->cfg_path);
-    printf("  hidden %lld, %lld layers, vocab %s, rms_eps %g\n", (long long)c->hidden, (long long)c->n_layers,
-           commas((uint64_t)c->vocab, a, sizeof a), c->rms_eps);
-    printf("  KDA: %lld heads x %lld, short conv %lld, gate lower bound %g\n", (long long)c->kda_heads,
-           (long long)c->kda_head_dim, (long long)c->conv_k, c->gate_lb);
-    printf("  MLA: %lld heads, q_lora %lld, kv_lora %lld, qk_nope %lld, qk_rope %lld, v_head %lld, output gate %s\n",
-           (long long)c->n_heads, (long long)c->q_lora, (long long)c->kv_lora, (long long)c->qk_nope,
-           (long long)c->qk_rope, (long long)c->v_head, c->mla_out_gate ? "on" : "off");
-    printf("  MoE: %lld experts, top-%lld, %lld shared, latent %lld, expert intermediate %lld, routed scale %g, "
-           "renormalize %s, latent norm %s\n",
-           (long long)c->n_experts, (long long)c->topk, (long long)c->n_shared, (long long)c->latent,
-           (long long)c->moe_inter, c->routed_scale, c->moe_renorm ? "on" : "off", c->latent_norm ? "on" : "off");
-    printf("  dense: first %lld layer(s), intermediate %s; AttnRes block %lld; SiTU betas %g / %g\n",
-           (long long)c->first_dense, commas((uint64_t)c->dense_inter, a, sizeof a), (long long)c->attn_res_block, c->situ_b1, c->situ_b2);
-    printf("  ids: bos %lld, eos", (long long)c->bos_id);
-    if (!c->n_eos) printf(" none");
-    for (int64_t i = 0; i < c->n_eos; i++) printf("%s%lld", i ? "," : " ", (long long)c->eos_ids[i]);
-    printf(", pad %lld; max context %s; experts %s\n", (long long)c->pad_id, commas((uint64_t)c->max_ctx, a, sizeof a),
-           c->mxfp4_experts ? "mxfp4 (quantization_config)" : "format not declared");
-
-    printf("layer map: %lld layers = %lld KDA + %lld MLA; %lld dense + %lld MoE\n", (long long)c->n_layers,
-           (long long)s->n_kda, (long long)s->n_mla, (long long)s->n_dense, (long long)s->n_moe);
-    printf("  MLA layers (0-based):");
-    for (int64_t L = 0; L < c->n_layers; L++) if (c->is_mla[L]) printf(" %lld", (long long)L);
-    printf("\n");
-
-    printf("parameters: %s parameters (%s)\n", params_h(s->params_total, a, sizeof a), commas(s->params_total, b, sizeof b));
-    printf("  active per token: %s (%s; trunk + embeddings + %lld x %lld routed experts)\n",
-           params_h(s->params_active, a, sizeof a), commas(s->params_active, b, sizeof b), (long long)c->topk,
-           (long long)s->n_moe);
-    printf("  trunk %s (%s), embeddings + head %s (%s)\n", params_h(s->params_trunk, a, sizeof a),
-           commas(s->params_trunk, b, sizeof b), params_h(s->params_embed, d, sizeof d),
-           commas(s->params_embed, e, sizeof e));
-    printf("  routed experts %s (%s)\n", params_h(s->params_experts, a, sizeof a), commas(s->params_experts, b, sizeof b));
-    printf("bytes:\n");
-    if (s->n_expert_total) {
-        char f[64];
-        printf("  experts: %s experts x %s bytes = %s (%s bytes, MXFP4)\n", commas(s->n_expert_total, a, sizeof a),
-               commas(s->expert_bytes, b, sizeof b), bytes3(s->experts_bytes, d, sizeof d),
-               commas(s->experts_bytes, f, sizeof f));
-        /* Release notes multiply the per-expert size rounded to 0.01 MB (K3: 17.55 MB x
-         * 82,432 = 1.447 TB against the exact 1.446 TB); show that figure too when the
-         * rounding moves the third decimal, so both quotes can be found here. */
-        double mb = floor((double)s->expert_bytes / 1e4 + 0.5) / 100.0;
-        double tb_rounded = mb * (double)s->n_expert_total / 1e6;
-        if (s->experts_bytes >= 1000000000000ull &&
-            floor(tb_rounded * 1000 + 0.5) != floor((double)s->experts_bytes / 1e9 + 0.5))
-            printf("  (= %.3f TB at the rounded %.2f MB per expert, as release notes quote it)\n", tb_rounded, mb);
-        uint64_t pe = s->params_experts / s->n_expert_total;
-        printf("  one expert: %s bytes (%s), %s parameters (%s)\n", commas(s->expert_bytes, a, sizeof a),
-               base_fmt_bytes(s->expert_bytes, b, sizeof b), params_h(pe, d, sizeof d), commas(pe, f, sizeof f));
-    } else {
-        printf("  experts: none (no MoE layer)\n");
-    }
-    printf("  trunk + embeddings (bf16): %s (trunk %s, embeddings %s)\n",
-           base_fmt_bytes(s->trunk_bytes_bf16 + s->embed_bytes_bf16, a, sizeof a),
-           base_fmt_bytes(s->trunk_bytes_bf16, b, sizeof b), base_fmt_bytes(s->embed_bytes_bf16, d, sizeof d));
-    /* Per-layer trunk: one line per layer class, with the layers' size range. */
-    for (int k = 0; k < 4; k++) {
-        int64_t n = 0, first = -1;
-        uint64_t lo = UINT64_MAX, hi = 0;
-        for (int64_t L = 0; L < c->n_layers; L++) {
-            if (layer_class(c, L) != k) continue;
-            if (first < 0) first = L;
-            n++;
-            uint64_t v = s->layer_bytes_bf16[L];
-            if (v < lo) lo = v;
-            if (v > hi) hi = v;
-        }
-        if (!n) continue;
-        if (lo == hi)
-            printf("  trunk per layer (bf16), %s: %lld layer%s x %s (first: layer %lld)\n", layer_class_name(k),
-                   (long long)n, n > 1 ? "s" : "", bytes3(lo, a, sizeof a), (long long)first);
-        else
-            printf("  trunk per layer (bf16), %s: %lld layers, %s .. %s\n", layer_class_name(k), (long long)n,
-                   bytes3(lo, a, sizeof a), bytes3(hi, b, sizeof b));
-    }
-    uint64_t big = 0;
-    int64_t bigL = 0;
-    for (int64_t L = 0; L < c->n_layers; L++) if (s->layer_bytes_bf16[L] > big) { big = s->layer_bytes_bf16[L]; bigL = L; }
-    printf("  largest layer: layer %lld = %s (bf16)\n", (long long)bigL, bytes3(big, a, sizeof a));
-    printf("  MLA cache per position: %lld x (%lld + %lld) = %s elements (%s bf16)\n", (long long)s->n_mla,
-           (long long)c->kv_lora, (long long)c->qk_rope, commas(s->mla_cache_elems_per_pos, a, sizeof a),
-           base_fmt_bytes(s->mla_cache_elems_per_pos * 2, b, sizeof b));
-    printf("  KDA state: %lld x (%lld x %lld x %lld + 3 x %lld x %lld) = %s elements (%s fp32)\n", (long long)s->n_kda,
-           (long long)c->kda_heads, (long long)c->kda_head_dim, (long long)c->kda_head_dim,
-           (long long)(c->kda_heads * c->kda_head_dim), (long long)(c->conv_k - 1),
-           commas(s->kda_state_elems, d, sizeof d), base_fmt_bytes(s->kda_state_elems * 4, e, sizeof e));
-
-    if (r->have_ckpt) {
-        uint64_t tot = 0;
-        for (int i = 0; i < st_n_shards(r->ix); i++) tot += st_shard_size(r->ix, i);
-        printf("checkpoint: %s\n  %d shard%s, %s tensors, %s (%s bytes)\n", r->path, st_n_shards(r->ix),
-               st_n_shards(r->ix) == 1 ? "" : "s", commas(st_count(r->ix), a, sizeof a), base_fmt_bytes(tot, b, sizeof b),
-               commas(tot, d, sizeof d));
-    }
-    if (r->have_layout) {
-        const model_layout *l = r->lay;
-        printf("  experts stored as %s\n", l->experts_bf16 ? "plain weights" : "MXFP4 (weight_packed + weight_scale)");
-        if (s->n_expert_total) {
-            printf("  experts contiguous: %s (%lld of %s not one gap-free run in one shard)\n",
-                   l->experts_contiguous ? "yes" : "no", (long long)l->n_expert_noncontig,
-                   commas(s->n_expert_total, a, sizeof a));
-            if (l->n_expert_parts) {
-                printf("  expert tensor order on disk:");
-                for (int i = 0; i < l->n_expert_parts; i++) printf(" %s", schema_role_name(l->expert_order[i]) + 7);
-                printf("%s\n", l->expert_order_uniform ? " (all experts)" : " (expert 0; others differ)");
-            }
-        }
-        printf("  layer trunks contiguous: %s (%lld of %lld not one gap-free run in one shard)\n",
-               l->layers_contiguous ? "yes" : "no", (long long)l->n_layer_noncontig, (long long)c->n_layers);
-        char f[64];
-        printf("  as stored: trunk %s, experts %s, one expert %s bytes, embeddings %s, head %s\n",
-               base_fmt_bytes(l->trunk_bytes, a, sizeof a), bytes3(l->experts_bytes, b, sizeof b),
-               commas(l->expert_bytes, d, sizeof d), base_fmt_bytes(l->embed_bytes, e, sizeof e),
-               base_fmt_bytes(l->head_bytes, f, sizeof f));
-        uint64_t big2 = 0;
-        for (int64_t L = 0; L < c->n_layers; L++) if (l->layer_bytes[L] > big2) big2 = l->layer_bytes[L];
-        printf("  largest layer trunk as stored: %s\n", bytes3(big2, a, sizeof a));
-        if (r->warnings.n) {
-            printf("  warnings:");
-            if (l->n_unused)
-                printf(" %lld checkpoint tensors not used by the model (%s)", (long long)l->n_unused,
-                       base_fmt_bytes(l->unused_bytes, a, sizeof a));
-            printf("\n");
-            print_lines(stdout, "    ", r->warnings.s);
-        }
-    }
-    if (r->have_fscan)
-        printf("  float scan: %s tensors, %s read, %lld with non-finite values (%lld values)\n",
-               commas((uint64_t)r->fscan.n_tensors, a, sizeof a), base_fmt_bytes(r->fscan.bytes, b, sizeof b),
-               (long long)r->fscan.n_bad_tensors, (long long)r->fscan.n_nonfinite);
-    if (r->have_scan)
-        printf("  scale scan: %s experts, %s scale bytes read, %lld experts with scale 255 (%lld bytes)\n",
-               commas((uint64_t)r->scan.n_experts, a, sizeof a), base_fmt_bytes(r->scan.scale_bytes, b, sizeof b),
-               (long long)r->scan.n_bad_experts, (long long)r->scan.n_bad_groups);
-    if (!r->n_problems) printf("problems: none\n");
-    else {
-        printf("problems: %d\n", r->n_problems);
-        print_lines(stdout, "  - ", r->problems.s);
-    }
-}
-
-static void json_u64_array(sbuf *b, const uint64_t *v, int64_t n) {
-    sbuf_printf(b, "[");
-    for (int64_t i = 0; i < n; i++) sbuf_printf(b, "%s%llu", i ? ", " : "", (unsigned long long)v[i]);
-    sbuf_printf(b, "]");
-}
-
-/* One JSON object on stdout; the same facts as the human report. */
-static void print_json(const report *r) {
-    sbuf b = {0};
-    sbuf_printf(&b, "{\n  \"ok\": %s,\n  \"kind\": \"%s\",\n  \"path\": ", r->n_problems ? "false" : "true",
-                r->is_dir ? "model_dir" : "config");
-    json_str(&b, r->path);
-    if (r->cfg_path) { sbuf_printf(&b, ",\n  \"config_path\": "); json_str(&b, r->cfg_path); }
-    if (r->have_cfg) {
-        const cfg *c = r->c;
-        const cfg_census *s = r->s;
-        sbuf_printf(&b, ",\n  \"config\": {\"hidden\": %lld, \"n_layers\": %lld, \"vocab\": %lld, \"rms_eps\": %.17g, "
-                        "\"kda_heads\": %lld, \"kda_head_dim\": %lld, \"conv_k\": %lld, \"gate_lb\": %.17g, "
-                        "\"n_heads\": %lld, \"q_lora\": %lld, \"kv_lora\": %lld, \"qk_nope\": %lld, \"qk_rope\": %lld, "
-                        "\"v_head\": %lld, \"mla_out_gate\": %s, \"n_experts\": %lld, \"topk\": %lld, \"n_shared\": %lld, "
-                        "\"latent\": %lld, \"moe_inter\": %lld, \"routed_scale\": %.17g, \"moe_renorm\": %s, "
-                        "\"latent_norm\": %s, \"first_dense\": %lld, \"dense_inter\": %lld, \"attn_res_block\": %lld, "
-                        "\"situ_b1\": %.17g, \"situ_b2\": %.17g, \"bos_id\": %lld, \"pad_id\": %lld, \"eos_ids\": [",
-                    (long long)c->hidden, (long long)c->n_layers, (long long)c->vocab, c->rms_eps, (long long)c->kda_heads,
-                    (long long)c->kda_head_dim, (long long)c->conv_k, c->gate_lb, (long long)c->n_heads,
-                    (long long)c->q_lora, (long long)c->kv_lora, (long long)c->qk_nope, (long long)c->qk_rope,
-                    (long long)c->v_head, c->mla_out_gate ? "true" : "false", (long long)c->n_experts,
-                    (long long)c->topk, (long long)c->n_shared, (long long)c->latent, (long long)c->moe_inter,
-                    c->routed_scale, c->moe_renorm ? "true" : "false", c->latent_norm ? "true" : "false",
-                    (long long)c->first_dense, (long long)c->dense_inter, (long long)c->attn_res_block, c->situ_b1,
-                    c->situ_b2, (long long)c->bos_id, (long long)c->pad_id);
-        for (int64_t i = 0; i < c->n_eos; i++) sbuf_printf(&b, "%s%lld", i ? ", " : "", (long long)c->eos_ids[i]);
-        sbuf_printf(&b, "], \"max_ctx\": %lld, \"mxfp4_experts\": %s}", (long long)c->max_ctx,
-                    c->mxfp4_experts ? "true" : "false");
-        sbuf_printf(&b, ",\n  \"layers\": {\"n_kda\": %lld, \"n_mla\": %lld, \"n_dense\": %lld, \"n_moe\": %lld, \"mla\": [",
-                    (long long)s->n_kda, (long long)s->n_mla, (long long)s->n_dense, (long long)s->n_moe);
-        int first = 1;
-        for (int64_t L = 0; L < c->n_layers; L++)
-            if (c->is_mla[L]) { sbuf_printf(&b, "%s%lld", first ? "" : ", ", (long long)L); first = 0; }
-        sbuf_printf(&b, "]}");
-        sbuf_printf(&b, ",\n  \"census\": {\"params_total\": %llu, \"params_active\": %llu, \"params_trunk\": %llu, "
-                        "\"params_embed\": %llu, \"params_experts\": %llu, \"n_expert_total\": %llu, \"expert_bytes\": %llu, "
-                        "\"experts_bytes\": %llu, \"trunk_bytes_bf16\": %llu, \"embed_bytes_bf16\": %llu, "
-                        "\"mla_cache_elems_per_pos\": %llu, \"kda_state_elems\": %llu, \"layer_bytes_bf16\": ",
-                    (unsigned long long)s->params_total, (unsigned long long)s->params_active,
-                    (unsigned long long)s->params_trunk, (unsigned long long)s->params_embed,
-                    (unsigned long long)s->params_experts, (unsigned long long)s->n_expert_total,
-                    (unsigned long long)s->expert_bytes, (unsigned long long)s->experts_bytes,
-                    (unsigned long long)s->trunk_bytes_bf16, (unsigned long long)s->embed_bytes_bf16,
-                    (unsigned long long)s->mla_cache_elems_per_pos, (unsigned long long)s->kda_state_elems);
-        json_u64_array(&b, s->layer_bytes_bf16, c->n_layers);
-        sbuf_printf(&b, "}");
-    }
-    if (r->have_ckpt) {
-        uint64_t tot = 0;
-        for (int i = 0; i < st_n_shards(r->ix); i++) tot += st_shard_size(r->ix, i);
-        sbuf_printf(&b, ",\n  \"checkpoint\": {\"n_shards\": %d, \"n_tensors\": %zu, \"bytes\": %llu}",
-                    st_n_shards(r->ix), st_count(r->ix), (unsigned long long)tot);
-    }
-    if (r->have_layout) {
-        const model_layout *l = r->lay;
-        sbuf_printf(&b, ",\n  \"layout\": {\"experts_bf16\": %s, \"experts_contiguous\": %s, \"layers_contiguous\": %s, "
-                        "\"n_expert_noncontig\": %lld, \"n_layer_noncontig\": %lld, \"expert_bytes\": %llu, "
-                        "\"experts_bytes\": %llu, \"trunk_bytes\": %llu, \"embed_bytes\": %llu, \"head_bytes\": %llu, "
-                        "\"expert_order_uniform\": %s, \"expert_order\": [",
-                    l->experts_bf16 ? "true" : "false", l->experts_contiguous ? "true" : "false",
-                    l->layers_contiguous ? "true" : "false", (long long)l->n_expert_noncontig,
-                    (long long)l->n_layer_noncontig, (unsigned long long)l->expert_bytes,
-                    (unsigned long long)l->experts_bytes, (unsigned long long)l->trunk_bytes,
-                    (unsigned long long)l->embed_bytes, (unsigned long long)l->head_bytes,
-                    l->expert_order_uniform ? "true" : "false");
-        for (int i = 0; i < l->n_expert_parts; i++) {
-            if (i) sbuf_printf(&b, ", ");
-            json_str(&b, schema_role_name(l->expert_order[i]));
-        }
-        sbuf_printf(&b, "], \"n_unused\": %lld, \"unused_bytes\": %llu, \"layer_bytes\": ", (long long)l->n_unused,
-                    (unsigned long long)l->unused_bytes);
-        json_u64_array(&b, l->layer_bytes, r->c->n_layers);
-        sbuf_printf(&b, "}");
-    }
-    if (r->have_scan)
-        sbuf_printf(&b, ",\n  \"scan\": {\"n_experts\": %lld, \"n_bad_experts\": %lld, \"n_bad_bytes\": %lld, "
-                        "\"scale_bytes\": %llu}",
-                    (long long)r->scan.n_experts, (long long)r->scan.n_bad_experts, (long long)r->scan.n_bad_groups,
-                    (unsigned long long)r->scan.scale_bytes);
-    if (r->have_fscan)
-        sbuf_printf(&b, ",\n  \"float_scan\": {\"n_tensors\": %lld, \"n_bad_tensors\": %lld, \"n_nonfinite\": %lld, \"bytes\": %llu}",
-                    (long long)r->fscan.n_tensors, (long long)r->fscan.n_bad_tensors, (long long)r->fscan.n_nonfinite,
-                    (unsigned long long)r->fscan.bytes);
-    sbuf_printf(&b, ",\n  \"problems\": ");
-    json_lines(&b, r->problems.s);
-    sbuf_printf(&b, ",\n  \"warnings\": ");
-    json_lines(&b, r->warnings.s);
-    sbuf_printf(&b, "\n}\n");
-    fputs(b.s, stdout);
-    sbuf_free(&b);
-}
-
-static void fscan_progress(void *ud, int64_t done, int64_t total) {
+static void scan_progress(void *ud, const char *what, int64_t done, int64_t total) {
     (void)ud;
-    fprintf(stderr, "\rscanning float tensors: %lld / %lld", (long long)done, (long long)total);
-    if (done == total) fputc('\n', stderr);
-}
-
-static void scan_progress(void *ud, int64_t done, int64_t total) {
-    (void)ud;
-    fprintf(stderr, "\rscanning expert scales: %lld / %lld", (long long)done, (long long)total);
+    fprintf(stderr, "\rscanning %s: %lld / %lld", what, (long long)done, (long long)total);
     if (done == total) fputc('\n', stderr);
 }
 
@@ -436,87 +70,24 @@ int cmd_inspect(int argc, char **argv) {
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc < 0 ? 0 : rc;
 
-    report r;
-    memset(&r, 0, sizeof r);
-    char cfgpath[4096];
-    char *err = base_alloc(ERRLEN, MEM_MISC);
-    r.c = base_alloc(sizeof *r.c, MEM_MISC);
-    r.s = base_alloc(sizeof *r.s, MEM_MISC);
-    r.lay = base_alloc(sizeof *r.lay, MEM_MISC);
-    if (!err || !r.c || !r.s || !r.lay) {
-        fprintf(stderr, "strata inspect: out of memory\n");
-        rc = 1;
-        goto done;
+    strata_inspect_opts io = {.model_dir = o.model_dir, .config = o.config, .json = o.json, .scan = o.scan};
+    if (isatty(2)) io.progress = scan_progress;
+    strata_inspect_result r;
+    char err[256];
+    if (strata_inspect(&io, stdout, &r, err, sizeof err)) {
+        fprintf(stderr, "strata inspect: %s\n", err);
+        return 1;
     }
-    err[0] = 0;
-    if (o.model_dir) {
-        r.path = o.model_dir;
-        r.is_dir = 1;
-        if (!base_is_dir(o.model_dir)) {
-            sbuf_line(&r.problems, "%s: not a directory", o.model_dir);
-            goto report;
-        }
-        snprintf(cfgpath, sizeof cfgpath, "%s/config.json", o.model_dir);
-    } else {
-        r.path = o.config;
-        snprintf(cfgpath, sizeof cfgpath, "%s", o.config);
-    }
-    r.cfg_path = cfgpath;
-    /* No fallback to built-in K3 values: a model without its config is broken. */
-    if (cfg_load(r.c, cfgpath, err, ERRLEN)) {
-        const char *p = err;
-        while (*p) { /* one problem per line */
-            const char *e = strchr(p, '\n');
-            size_t n = e ? (size_t)(e - p) : strlen(p);
-            sbuf_line(&r.problems, "%.*s", (int)n, p);
-            p = e ? e + 1 : p + n;
-        }
-        goto report;
-    }
-    r.have_cfg = 1;
-    schema_census(r.c, r.s);
-    if (o.model_dir) {
-        if (st_open(&r.ix, o.model_dir, err, ERRLEN)) {
-            sbuf_line(&r.problems, "%s", err);
-            goto report;
-        }
-        r.have_ckpt = 1;
-        model_bind_check_ex(r.c, r.ix, r.lay, &r.problems, &r.warnings);
-        r.have_layout = 1;
-        if (o.scan) {
-            if (model_scan_floats(r.ix, &r.fscan, &r.problems, isatty(2) ? fscan_progress : NULL, NULL, err, ERRLEN))
-                sbuf_line(&r.problems, "float scan: %s", err);
-            else
-                r.have_fscan = 1;
-            if (r.lay->experts_bf16 || r.s->n_expert_total == 0) {
-                sbuf_line(&r.warnings, "--scan: no MXFP4 experts to scan");
-            } else if (model_scan_scales(r.c, r.ix, &r.scan, &r.problems, isatty(2) ? scan_progress : NULL, NULL,
-                                         err, ERRLEN)) {
-                sbuf_line(&r.problems, "scale scan: %s", err);
-            } else {
-                r.have_scan = 1;
-            }
-        }
-    }
-report:
-    r.n_problems = r.problems.n;
-    if (o.json) print_json(&r);
-    else if (r.have_cfg) print_human(&r);
     /* The human report already lists the problems on stdout; stderr then gets a
      * one-line verdict. Otherwise (JSON on stdout, or no report) it gets them all. */
     if (r.n_problems) {
-        fprintf(stderr, "strata inspect: %s: broken: %d problem%s%s\n", r.path, r.n_problems,
-                r.n_problems == 1 ? "" : "s", !o.json && r.have_cfg ? " (listed above)" : ":");
-        if (o.json || !r.have_cfg) print_lines(stderr, "  ", r.problems.s);
+        fprintf(stderr, "strata inspect: %s: broken: %d problem%s%s\n", o.model_dir ? o.model_dir : o.config,
+                r.n_problems, r.n_problems == 1 ? "" : "s", r.listed ? " (listed above)" : ":");
+        for (const char *p = r.listed ? "" : r.problems, *e; *p; p = e + 1) {
+            e = strchr(p, '\n');
+            fprintf(stderr, "  %.*s\n", (int)(e - p), p);
+        }
     }
-    rc = r.n_problems ? 1 : 0;
-done:
-    st_close(r.ix);
-    sbuf_free(&r.problems);
-    sbuf_free(&r.warnings);
-    base_free(r.lay);
-    base_free(r.s);
-    base_free(r.c);
-    base_free(err);
-    return rc;
+    strata_free(r.problems);
+    return r.n_problems ? 1 : 0;
 }

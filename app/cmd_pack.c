@@ -1,6 +1,6 @@
 /*
  * cmd_pack.c: `strata pack MODEL_DIR [--out DIR] [--force] [--no-measure]` writes
- * the streaming layout (pack.h) and reports its write rate against the disk's
+ * the streaming layout (strata_pack_build: src/pack_api.c, src/format/pack.c) and reports its write rate against the disk's
  * write bandwidth measured in the same run; `strata pack --verify [--pack DIR]
  * MODEL_DIR` re-reads it and checks every checksum, trunk.bin and the shards
  * (exit 1 naming the first bad record). A stale pack of the model is rebuilt.
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "cli.h"
-#include "pack.h"
+#include "strata.h"
 
 static void usage(FILE *f) {
     fprintf(f, "usage: strata pack MODEL_DIR [--out DIR] [--force] [--no-measure]\n"
@@ -34,69 +34,47 @@ static void usage(FILE *f) {
                "                 manifest, and the model's shards (trunk tensors and experts)\n"
                "                 against it, naming the first record that differs\n"
                "  --pack DIR     the pack to verify (default: the one strata run would use)\n",
-            PACK_DIRNAME);
+            STRATA_PACK_DIRNAME);
 }
 
 static void progress(void *ud, const char *phase, uint64_t done, uint64_t total, double secs) {
     (void)ud;
     char a[32], b[32];
-    fprintf(stderr, "\rpack: %-7s %s / %s  %.2f GB/s   ", phase, base_fmt_bytes(done, a, sizeof a),
-            base_fmt_bytes(total, b, sizeof b), secs > 0 ? (double)done / secs / 1e9 : 0.0);
+    fprintf(stderr, "\rpack: %-7s %s / %s  %.2f GB/s   ", phase, strata_fmt_bytes(done, a, sizeof a),
+            strata_fmt_bytes(total, b, sizeof b), secs > 0 ? (double)done / secs / 1e9 : 0.0);
     if (done == total) fputc('\n', stderr);
 }
 
 int cmd_pack(int argc, char **argv) {
     const char *model = NULL, *out = NULL, *pack_dir = NULL;
-    int verify = 0, flags = PACK_MEASURE;
+    int verify = 0, flags = STRATA_PACK_MEASURE;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) { usage(stdout); return 0; }
         else if (!strcmp(a, "--out")) { if (!(out = cli_need_arg(argc, argv, &i, "pack"))) return EXIT_USAGE; }
         else if (!strcmp(a, "--pack")) { if (!(pack_dir = cli_need_arg(argc, argv, &i, "pack"))) return EXIT_USAGE; }
         else if (!strcmp(a, "--verify")) verify = 1;
-        else if (!strcmp(a, "--force")) flags |= PACK_FORCE;
-        else if (!strcmp(a, "--no-measure")) flags &= ~PACK_MEASURE;
+        else if (!strcmp(a, "--force")) flags |= STRATA_PACK_FORCE;
+        else if (!strcmp(a, "--no-measure")) flags &= ~STRATA_PACK_MEASURE;
         else if (a[0] == '-') return cli_usage_error("pack", "unknown option %s", a);
         else if (!model) model = a;
         else return cli_usage_error("pack", "unexpected argument %s", a);
     }
     if (!model) return cli_usage_error("pack", "MODEL_DIR is required");
-    char err[2048], path[2048];
-    cfg c;
-    snprintf(path, sizeof path, "%s/config.json", model);
-    if (cfg_load(&c, path, err, sizeof err)) { fprintf(stderr, "strata pack: %s\n", err); return 1; }
-    st_index *ix = NULL;
-    if (st_open(&ix, model, err, sizeof err)) { fprintf(stderr, "strata pack: %s\n", err); return 1; }
-    int rc = 0;
+    char err[2048];
+    strata_pack_result res;
     if (verify) {
-        char found[1024];
-        if (!pack_dir) {
-            if (!pack_find(model, found, sizeof found)) {
-                fprintf(stderr, "strata pack: no pack found for %s (run strata pack %s)\n", model, model);
-                st_close(ix);
-                return 1;
-            }
-            pack_dir = found;
-        }
-        pack *p = NULL;
-        double t0 = base_now();
-        /* stale stamps: verify the bytes anyway, that is what tells what changed */
-        rc = pack_open_ex(&p, pack_dir, model, &c, ix, PACK_OPEN_STALE_OK, err, sizeof err);
-        if (!rc) rc = pack_verify(p, &c, ix, progress, NULL, err, sizeof err);
-        if (rc) fprintf(stderr, "\nstrata pack: verify %s: %s\n", pack_dir, err);
+        int rc = strata_pack_verify(model, pack_dir, progress, NULL, &res, err, sizeof err);
+        if (rc && !res.started) fprintf(stderr, "strata pack: %s\n", err);
+        else if (rc) fprintf(stderr, "\nstrata pack: verify %s: %s\n", res.dir, err);
         else fprintf(stderr, "pack: %s verified: trunk %.2f GB (trunk.bin and the shards) and %lld experts, every checksum matches (%.1f s)\n",
-                     pack_dir, (double)p->trunk_bytes / 1e9, (long long)(p->n_moe * p->n_experts), base_now() - t0);
-        if (!rc && p->stale[0])
-            fprintf(stderr, "pack: note: %s; strata run refuses the pack until `strata pack %s` rebuilds it\n", p->stale, model);
-        pack_close(p);
-        st_close(ix);
+                     res.dir, (double)res.trunk_bytes / 1e9, (long long)res.n_experts, res.secs);
+        if (!rc && res.stale[0])
+            fprintf(stderr, "pack: note: %s; strata run refuses the pack until `strata pack %s` rebuilds it\n", res.stale, model);
         return rc ? 1 : 0;
     }
-    pack_result res;
-    rc = pack_build(model, &c, ix, out, flags, progress, NULL, &res, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "\nstrata pack: %s\n", err);
-        st_close(ix);
+    if (strata_pack_build(model, out, flags, progress, NULL, &res, err, sizeof err)) {
+        fprintf(stderr, "%sstrata pack: %s\n", res.started ? "\n" : "", err);
         return 1;
     }
     if (res.already) {
@@ -108,7 +86,7 @@ int cmd_pack(int argc, char **argv) {
         if (res.disk_bw > 0)
             fprintf(stderr, " = %.0f%% of the disk's write bandwidth (%.0f MB/s, measured just before)\n",
                     100 * res.write_bw / res.disk_bw, res.disk_bw / 1e6);
-        else if (flags & PACK_MEASURE)
+        else if (flags & STRATA_PACK_MEASURE)
             fprintf(stderr, " (the disk's write bandwidth could not be measured: no O_DIRECT, or little free space)\n");
         else
             fputc('\n', stderr);
@@ -121,6 +99,5 @@ int cmd_pack(int argc, char **argv) {
                 (double)res.expert_bytes_hashed / 1e6, res.expert_secs);
     }
     printf("%s\n", res.dir);
-    st_close(ix);
     return 0;
 }

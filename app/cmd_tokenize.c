@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "cli.h"
-#include "tok.h"
+#include "strata.h"
 
 static const char k_usage[] =
     "usage: strata tokenize --vocab FILE [--config FILE] [--pattern kimi|o200k|cl100k]\n"
@@ -29,20 +29,20 @@ static const char k_usage[] =
     "\n"
     "Exit status: 0 ok, 1 bad vocab/config or input, 2 usage error.\n";
 
-/* Reads all of stdin into a MEM_MISC buffer. */
+/* Reads all of stdin into a malloc buffer. */
 static int read_stdin(uint8_t **out, size_t *len) {
     size_t cap = 1 << 16, n = 0;
-    uint8_t *b = base_alloc(cap, MEM_MISC);
+    uint8_t *b = malloc(cap);
     if (!b) return STRATA_ENOMEM;
     for (;;) {
         if (n == cap) {
-            uint8_t *nb = base_realloc(b, cap * 2, MEM_MISC);
-            if (!nb) { base_free(b); return STRATA_ENOMEM; }
+            uint8_t *nb = realloc(b, cap * 2);
+            if (!nb) { free(b); return STRATA_ENOMEM; }
             b = nb;
             cap *= 2;
         }
         ssize_t r = read(0, b + n, cap - n);
-        if (r < 0) { base_free(b); return STRATA_EIO; }
+        if (r < 0) { free(b); return STRATA_EIO; }
         if (r == 0) break;
         n += (size_t)r;
     }
@@ -53,17 +53,17 @@ static int read_stdin(uint8_t **out, size_t *len) {
 
 static int write_all(const void *p, size_t n) { return fwrite(p, 1, n, stdout) == n ? 0 : -1; }
 
-static int do_encode(tok *t, const uint8_t *in, size_t len, int special) {
+static int do_encode(strata_tokenizer *t, const uint8_t *in, size_t len, int special) {
     int32_t *ids;
     size_t n;
-    int rc = tok_encode(t, in, len, special, &ids, &n);
+    int rc = strata_tokenizer_encode(t, in, len, special, &ids, &n);
     if (rc) {
-        fprintf(stderr, "strata tokenize: encode failed: %s\n", tok_errmsg(t)[0] ? tok_errmsg(t) : strata_errstr(rc));
+        fprintf(stderr, "strata tokenize: encode failed: %s\n", strata_tokenizer_errmsg(t)[0] ? strata_tokenizer_errmsg(t) : strata_errstr(rc));
         return 1;
     }
     /* Format in one buffer: 11 bytes per id is enough for "-2147483648," */
-    char *out = base_alloc(n * 12 + 2, MEM_MISC);
-    if (!out) { base_free(ids); fprintf(stderr, "strata tokenize: out of memory\n"); return 1; }
+    char *out = malloc(n * 12 + 2);
+    if (!out) { strata_free(ids); fprintf(stderr, "strata tokenize: out of memory\n"); return 1; }
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         if (i) out[o++] = ',';
@@ -75,15 +75,15 @@ static int do_encode(tok *t, const uint8_t *in, size_t len, int special) {
     }
     out[o++] = '\n';
     int bad = write_all(out, o);
-    base_free(out);
-    base_free(ids);
+    free(out);
+    strata_free(ids);
     if (bad || fflush(stdout)) { fprintf(stderr, "strata tokenize: write error\n"); return 1; }
     return 0;
 }
 
-static int do_decode(tok *t, const uint8_t *in, size_t len) {
+static int do_decode(const strata_tokenizer *t, const uint8_t *in, size_t len) {
     size_t cap = 1024, n = 0;
-    int32_t *ids = base_alloc(cap * sizeof *ids, MEM_MISC);
+    int32_t *ids = malloc(cap * sizeof *ids);
     if (!ids) { fprintf(stderr, "strata tokenize: out of memory\n"); return 1; }
     size_t i = 0;
     int rc = 1, expect_id = 1, any = 0;
@@ -104,13 +104,13 @@ static int do_decode(tok *t, const uint8_t *in, size_t len) {
             fprintf(stderr, "strata tokenize: --decode: bad id at byte %zu\n", start);
             goto done;
         }
-        if (v >= tok_n_vocab(t) || !tok_token_bytes(t, (int32_t)v, &(size_t){0})) {
+        if (v >= strata_tokenizer_n_vocab(t) || !strata_tokenizer_token_bytes(t, (int32_t)v, &(size_t){0})) {
             fprintf(stderr, "strata tokenize: --decode: id %lld is not in the vocabulary (%d ids)\n",
-                    (long long)v, tok_n_vocab(t));
+                    (long long)v, strata_tokenizer_n_vocab(t));
             goto done;
         }
         if (n == cap) {
-            int32_t *nv = base_realloc(ids, cap * 2 * sizeof *ids, MEM_MISC);
+            int32_t *nv = realloc(ids, cap * 2 * sizeof *ids);
             if (!nv) { fprintf(stderr, "strata tokenize: out of memory\n"); goto done; }
             ids = nv;
             cap *= 2;
@@ -122,19 +122,19 @@ static int do_decode(tok *t, const uint8_t *in, size_t len) {
     if (any && expect_id) { fprintf(stderr, "strata tokenize: --decode: trailing ','\n"); goto done; }
     uint8_t *bytes;
     size_t nb;
-    if (tok_decode(t, ids, n, &bytes, &nb)) { fprintf(stderr, "strata tokenize: decode failed\n"); goto done; }
+    if (strata_tokenizer_decode(t, ids, n, &bytes, &nb)) { fprintf(stderr, "strata tokenize: decode failed\n"); goto done; }
     int bad = write_all(bytes, nb);
-    base_free(bytes);
+    strata_free(bytes);
     if (bad || fflush(stdout)) { fprintf(stderr, "strata tokenize: write error\n"); goto done; }
     rc = 0;
 done:
-    base_free(ids);
+    free(ids);
     return rc;
 }
 
 int cmd_tokenize(int argc, char **argv) {
     const char *cmd = "tokenize", *vocab = NULL, *config = NULL;
-    int pattern = TOK_PAT_KIMI, decode = 0, special = 0;
+    int pattern = STRATA_TOK_KIMI, decode = 0, special = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) { fputs(k_usage, stdout); return 0; }
@@ -145,7 +145,7 @@ int cmd_tokenize(int argc, char **argv) {
         } else if (!strcmp(a, "--pattern")) {
             const char *v = cli_need_arg(argc, argv, &i, cmd);
             if (!v) return EXIT_USAGE;
-            if ((pattern = tok_pattern_parse(v)) < 0)
+            if ((pattern = strata_tokenizer_pattern(v)) < 0)
                 return cli_usage_error(cmd, "unknown pattern '%s' (kimi, o200k or cl100k)", v);
         } else if (!strcmp(a, "--decode")) {
             decode = 1;
@@ -162,12 +162,12 @@ int cmd_tokenize(int argc, char **argv) {
         const char *slash = strrchr(vocab, '/');
         int dl = slash ? (int)(slash - vocab) + 1 : 0;
         if (snprintf(sibling, sizeof sibling, "%.*stokenizer_config.json", dl, vocab) < (int)sizeof sibling &&
-            base_is_file(sibling))
+            strata_is_file(sibling))
             config = sibling;
     }
     char err[512];
-    tok *t;
-    if (tok_open(&t, vocab, config, pattern, err, sizeof err)) {
+    strata_tokenizer *t;
+    if (strata_tokenizer_open(&t, vocab, config, pattern, err, sizeof err)) {
         fprintf(stderr, "strata tokenize: %s\n", err);
         return 1;
     }
@@ -175,11 +175,11 @@ int cmd_tokenize(int argc, char **argv) {
     size_t len;
     if (read_stdin(&in, &len)) {
         fprintf(stderr, "strata tokenize: cannot read stdin\n");
-        tok_close(t);
+        strata_tokenizer_close(t);
         return 1;
     }
     int rc = decode ? do_decode(t, in, len) : do_encode(t, in, len, special);
-    base_free(in);
-    tok_close(t);
+    free(in);
+    strata_tokenizer_close(t);
     return rc;
 }

@@ -28,9 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "base.h"
 #include "bw.h"
-#include "pool.h"
 #include "strata.h"
 
 /* CPU seconds of the whole process (all threads, spinning included): with
@@ -40,6 +38,13 @@ static double cpu_now(void) {
     struct timespec ts;
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* FNV-1a over the ids (the hash the library uses for ids and logits). */
+#define FNV_INIT 1469598103934665603ULL
+static uint64_t fnv1a(const void *p, size_t n, uint64_t h) {
+    for (size_t i = 0; i < n; i++) h = (h ^ ((const uint8_t *)p)[i]) * 1099511628211ULL;
+    return h;
 }
 
 static int cmp_dbl(const void *a, const void *b) {
@@ -68,7 +73,7 @@ static int parse_int(const char *s, const char *what, int lo, int hi, int *out) 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
     const char *dir = "build/models/demo";
-    int threads = pool_default_threads(), n_tok = 64, reps = 5;
+    int threads = strata_default_threads(), n_tok = 64, reps = 5;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int need = !strcmp(a, "--threads") || !strcmp(a, "--tokens") || !strcmp(a, "--reps");
@@ -82,11 +87,10 @@ int main(int argc, char **argv) {
     char err[4096];
     strata_model *m = NULL;
     strata_seq *s = NULL;
-    pool *bp = NULL;
-    uint64_t *buf = NULL;
+    strata_membw *bp = NULL;
     float *logits = NULL;
     int ret = 1;
-    double t0 = base_now();
+    double t0 = strata_now();
     strata_model_opts mo = strata_model_opts_default();
     mo.n_threads = threads;
     mo.ctx = 3 + n_tok;
@@ -95,7 +99,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "b_decode: %s\n", err);
         goto out;
     }
-    const double t_load = base_now() - t0;
+    const double t_load = strata_now() - t0;
     strata_model_info info;
     strata_model_get_info(m, &info);
     const char *kname = info.kernel;
@@ -106,10 +110,8 @@ int main(int argc, char **argv) {
     const int64_t V = info.vocab;
     const int32_t prompt[3] = {1, 2, 3};
     const size_t bw_bytes = 512u << 20;
-    logits = base_alloc((size_t)V * sizeof(float), MEM_SCRATCH);
-    buf = base_alloc_aligned(bw_bytes, 4096, MEM_SCRATCH);
-    if (!logits || !buf || pool_create(&bp, threads)) { fprintf(stderr, "b_decode: out of memory\n"); goto out; }
-    for (size_t i = 0; i < bw_bytes / 8; i++) buf[i] = i;
+    logits = malloc((size_t)V * sizeof(float));
+    if (!logits || strata_membw_open(&bp, threads, bw_bytes)) { fprintf(stderr, "b_decode: out of memory\n"); goto out; }
 
     bw_print_load("load before");
     printf("strata decode bench: %s, %lld layers (%lld MoE, top-%lld), kernels %s, %d threads, loaded in %.2f s\n",
@@ -120,26 +122,26 @@ int main(int argc, char **argv) {
 
     /* best of many short passes: one pass with a worker descheduled by another
      * process reads at one core's rate and would flatter the ratio */
-    double bw = bw_read(bp, buf, bw_bytes, 8);
+    double bw = strata_membw_read(bp, 8);
     double per_tok[100], cpu_tok[100];
     uint64_t ids_hash = 0;
     for (int r = 0; r < reps; r++) {
-        double b = bw_read(bp, buf, bw_bytes, 4);
+        double b = strata_membw_read(bp, 4);
         if (b > bw) bw = b;
         strata_seq_reset(s);
         strata_row pr[3] = {{s, prompt[0], 0}, {s, prompt[1], 0}, {s, prompt[2], 1}};
         if (strata_step(m, pr, 3, logits, err, sizeof err)) { fprintf(stderr, "b_decode: %s\n", err); goto out; }
         int32_t id = argmax(logits, V);
-        uint64_t h = BASE_FNV_INIT;
-        t0 = base_now();
+        uint64_t h = FNV_INIT;
+        t0 = strata_now();
         const double c0 = cpu_now();
         for (int i = 0; i < n_tok; i++) {
-            h = base_fnv1a(&id, sizeof id, h);
+            h = fnv1a(&id, sizeof id, h);
             strata_row row = {s, id, 1};
             if (strata_step(m, &row, 1, logits, err, sizeof err)) { fprintf(stderr, "b_decode: %s\n", err); goto out; }
             id = argmax(logits, V);
         }
-        per_tok[r] = (base_now() - t0) / n_tok;
+        per_tok[r] = (strata_now() - t0) / n_tok;
         cpu_tok[r] = (cpu_now() - c0) / n_tok;
         if (r > 0 && h != ids_hash) { fprintf(stderr, "b_decode: ids differ between repetitions\n"); goto out; }
         ids_hash = h;
@@ -160,9 +162,8 @@ int main(int argc, char **argv) {
     bw_print_load("load after");
     ret = 0;
 out:
-    base_free(buf);
-    base_free(logits);
-    pool_free(bp);
+    free(logits);
+    strata_membw_close(bp);
     strata_seq_free(s);
     strata_model_close(m);
     return ret;

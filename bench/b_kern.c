@@ -32,6 +32,7 @@
 #include <time.h>
 #include "base.h"
 #include "kern.h"
+#include "membw.h"
 #include "num.h"
 #include "pool.h"
 #include "st.h"

@@ -1,6 +1,6 @@
 /*
  * bw.h: what the benchmarks (b_kern.c, b_decode.c, ladder/place_run.c) add to the
- * library's memory probe (src/membw.h: bw_read, the same probe the planner's
+ * library's memory probe (strata_membw_read, the same probe the planner's
  * prediction divides by): the load average beside each number, and the CPU time
  * the hypervisor stole from a run (place_run's steal_pct). Static functions
  * for bench programs only (one includer each).
@@ -11,8 +11,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <unistd.h>
-#include "base.h"
-#include "membw.h"
 
 /* Other processes share the cores and the memory bus: the load average says how
  * much to trust a run. */

@@ -321,4 +321,182 @@ size_t strata_token_max_bytes(const strata_model *m);
 /* The model's end ids (at most max), from config.json and tokenizer_config.json. */
 int strata_end_ids(const strata_model *m, int32_t *ids, int max);
 
+/* ===================================================================== plans
+ *
+ * The memory plan without loading weights (`strata plan`): where every byte goes
+ * under a RAM budget (pinned trunk layers, stream arena, expert cache,
+ * embeddings, sequences, scratch), the predicted decode s/token from this
+ * machine's disk and memory bandwidth, and the trade between sequence slots and
+ * weights for 1..16 sequences; with ranks, the layer split of a cluster of
+ * pipeline stages (strata-mpi), each rank's plan and the predicted tokens/s. */
+#define STRATA_PLAN_DEFAULT_CHUNK 64
+
+typedef struct strata_plan_opts {
+    const char *model_dir;   /* a model directory, or NULL ... */
+    const char *config;      /* ... and a config.json alone */
+    const char *pack_dir;    /* NULL: the model's own pack, if any */
+    uint64_t ram_bytes;      /* the budget (> 0); each rank's with ranks */
+    int64_t ctx;             /* positions per sequence; 0 = 4096 */
+    int64_t chunk;           /* prefill chunk (rows per pass) */
+    int threads;             /* compute threads; 0 = physical cores */
+    int seqs;                /* sequences held at once; 0 = 1 */
+    int policy;              /* expert cache policy (strata_plan_policy); -1 = default (layer) */
+    int json;                /* 1: the plan as JSON (no sequence table) */
+    int measure;             /* 1: measure disk and memory bandwidth now (else cached) */
+    int ranks;               /* > 0: plan a cluster of this many ranks */
+    double disk_gbs, mem_gbs;/* ranks: bandwidths in GB/s; 0 = measured or cached */
+    double net_gbs, lat_us;  /* ranks: network GB/s and one message's latency in us */
+    int net_given, lat_given;/* 1: net_gbs / lat_us given, not to be measured */
+    /* ranks: measures the network between the ranks of a running cluster
+     * (net_ranks >= 2), bytes/s and seconds; NULL: not measured */
+    int (*measure_net)(void *ud, double *bw, double *lat, char *err, size_t errlen);
+    void *net_ud;
+    int net_ranks;
+} strata_plan_opts;
+strata_plan_opts strata_plan_opts_default(void);
+/* "layer", "lfu", "s3fifo", "lru" -> a policy for strata_plan_opts, or -1. */
+int strata_plan_policy(const char *name);
+
+/* Writes the plan to out. STRATA_EBUDGET: the budget is below the minimum (err
+ * names the minimum), or a rank of the cluster does not fit (err empty: out
+ * says so); STRATA_EINVAL: bad options (more ranks than layers); any other code:
+ * the model or config could not be read or does not match (err says why). */
+int strata_plan(const strata_plan_opts *o, FILE *out, char *err, size_t errlen);
+
+/* ===================================================================== packs
+ *
+ * A pack is the streaming layout of a model (`strata pack`): its trunk rewritten
+ * so each layer is one 4096-aligned read (trunk.bin) and a manifest.json with an
+ * XXH3 checksum per layer and per expert; experts stay in place in the shards.
+ * Its default place is MODEL_DIR/STRATA_PACK_DIRNAME; strata_model_load finds it.
+ * Progress: the phase ("trunk", "source", "experts"), its bytes done and total,
+ * and the seconds since the phase began. */
+#define STRATA_PACK_DIRNAME "strata.pack"
+typedef void (*strata_pack_progress_fn)(void *ud, const char *phase, uint64_t done, uint64_t total, double secs);
+
+#define STRATA_PACK_FORCE 1   /* rebuild even an up-to-date pack (or one with an unreadable manifest) */
+#define STRATA_PACK_MEASURE 2 /* first measure the disk's write bandwidth in the pack's directory */
+
+typedef struct strata_pack_result {
+    int started;              /* 1: the model was read and packing (or checking) began */
+    int already;              /* 1: an identical pack existed; nothing written */
+    char dir[1024];           /* the pack's directory */
+    char stale[900];          /* build: the pack there was stale (why) and was rebuilt; verify:
+                                 why the shards no longer match the pack's stamps ("" if they do) */
+    uint64_t trunk_bytes;     /* the trunk, as packed */
+    double trunk_secs, write_bw;  /* build: trunk written in, bytes/s (open to fsync) */
+    double disk_bw;           /* STRATA_PACK_MEASURE: the disk's write bandwidth just before; else 0 */
+    uint64_t src_direct_bytes, src_cached_bytes; /* trunk source read from disk / from the page cache */
+    uint64_t expert_bytes_hashed;
+    double expert_secs;
+    int64_t n_experts;        /* verify: experts checked */
+    double secs;              /* verify: seconds in all */
+} strata_pack_result;
+
+/* Writes the pack of model_dir into out_dir (NULL: the default); flags
+ * STRATA_PACK_*. An up-to-date pack is left alone (res->already); a stale pack of
+ * this model is rebuilt; a directory holding another model's pack is refused,
+ * even with STRATA_PACK_FORCE; a second writer gets STRATA_EBUSY. */
+int strata_pack_build(const char *model_dir, const char *out_dir, int flags, strata_pack_progress_fn progress, void *ud,
+                      strata_pack_result *res, char *err, size_t errlen);
+/* Re-reads the pack (pack_dir, or NULL: the one strata_model_load would use) and
+ * checks every checksum: trunk.bin against the manifest, and the model's shards
+ * against it; a stale pack is checked all the same (res->stale says why it is).
+ * STRATA_ECORRUPT (or another code) with err naming the first record that differs. */
+int strata_pack_verify(const char *model_dir, const char *pack_dir, strata_pack_progress_fn progress, void *ud,
+                       strata_pack_result *res, char *err, size_t errlen);
+
+/* ================================================================== inspect
+ *
+ * What a model is before anything is loaded (`strata inspect`): the config
+ * summary, the layer map, parameters and bytes by class, and for a model
+ * directory the checkpoint facts (shards, tensors, layout) and every binding
+ * problem; with scan, every weight read for non-finite values and MXFP4 scale
+ * bytes of 255. A broken model is a report with problems, not a failure. */
+typedef struct strata_inspect_opts {
+    const char *model_dir;   /* a model directory, or NULL ... */
+    const char *config;      /* ... and a config.json alone (no weights) */
+    int json;                /* 1: one JSON object instead of the human report */
+    int scan;                /* 1: read every weight (model_dir only) */
+    /* the scans' progress ("float tensors", "expert scales"); may be NULL */
+    void (*progress)(void *ud, const char *what, int64_t done, int64_t total);
+    void *progress_ud;
+} strata_inspect_opts;
+
+typedef struct strata_inspect_result {
+    int n_problems;          /* 0: a sound model */
+    int listed;              /* 1: the report on out already lists the problems */
+    char *problems;          /* one problem per line ("" when none); release with strata_free */
+} strata_inspect_result;
+
+/* Writes the report to out. STRATA_OK when it was made (whatever the model's
+ * problems), else STRATA_EINVAL (neither or both of model_dir and config, scan
+ * without model_dir) or STRATA_ENOMEM, with err set. */
+int strata_inspect(const strata_inspect_opts *o, FILE *out, strata_inspect_result *res, char *err, size_t errlen);
+
+/* ============================================================ tokenizer files
+ *
+ * A tokenizer opened on its own, without a model (`strata tokenize`, the
+ * tokenizer benchmark): a tiktoken.model vocabulary (base64 token, space, rank
+ * per line) and optionally a tokenizer_config.json whose added_tokens_decoder
+ * entries become special tokens. Read-only once open: encode and decode may be
+ * called from several threads at once. */
+typedef struct strata_tokenizer strata_tokenizer;
+
+/* Pre-tokenizer split patterns. */
+enum strata_tok_pattern { STRATA_TOK_KIMI = 0, STRATA_TOK_O200K = 1, STRATA_TOK_CL100K = 2 };
+/* "kimi" | "o200k" | "cl100k" -> STRATA_TOK_*, or -1. */
+int strata_tokenizer_pattern(const char *name);
+/* config may be NULL. Errors (STRATA_EIO, STRATA_EFORMAT, STRATA_ENOMEM) name the
+ * file and line. Close with strata_tokenizer_close. */
+int strata_tokenizer_open(strata_tokenizer **out, const char *vocab_path, const char *config_path, int pattern,
+                          char *err, size_t errlen);
+void strata_tokenizer_close(strata_tokenizer *t); /* accepts NULL */
+/* Bytes -> ids (special-token text stays text unless allow_special). *ids is
+ * released with strata_free; on failure strata_tokenizer_errmsg may say why. */
+int strata_tokenizer_encode(strata_tokenizer *t, const void *text, size_t len, int allow_special, int32_t **ids,
+                            size_t *n);
+const char *strata_tokenizer_errmsg(const strata_tokenizer *t); /* "" when none */
+/* Ids -> the exact bytes (*out released with strata_free). */
+int strata_tokenizer_decode(const strata_tokenizer *t, const int32_t *ids, size_t n, uint8_t **out, size_t *len);
+int32_t strata_tokenizer_n_vocab(const strata_tokenizer *t);
+/* The bytes of one id, or NULL for an id that has none (a hole in the ranks). */
+const uint8_t *strata_tokenizer_token_bytes(const strata_tokenizer *t, int32_t id, size_t *len);
+
+/* ========================================================== benchmark hooks
+ *
+ * What the benchmark programs (bench/) measure beside the engine: the memory
+ * read bandwidth with the probe the planner divides by (a buffer summed by a
+ * pool of threads, best of several passes). */
+typedef struct strata_membw strata_membw;
+/* A buffer of `bytes` (written once, so its pages are real) and `threads`
+ * compute threads. STRATA_ENOMEM when either cannot be had. */
+int strata_membw_open(strata_membw **out, int threads, size_t bytes);
+/* Best read bandwidth of `passes` sums over the buffer, GB/s. */
+double strata_membw_read(strata_membw *b, int passes);
+void strata_membw_close(strata_membw *b); /* accepts NULL */
+
+/* ================================================================ utilities
+ *
+ * Small helpers the front ends (the strata CLI, the server, the benchmarks)
+ * share with the library, so that they parse and print as it does. */
+
+/* Strict parsers: the whole string must parse and lie in [lo, hi]; STRATA_OK or
+ * STRATA_EINVAL (out untouched). */
+int strata_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
+int strata_parse_f64(const char *s, double lo, double hi, double *out);
+/* "4096", "512K", "1.5G", "24GB", "2GiB" -> bytes (K/M/G/T are powers of 1024). */
+int strata_parse_size(const char *s, uint64_t *out);
+/* Human-readable bytes, decimal units ("17.55 MB"); returns buf (n >= 32). */
+const char *strata_fmt_bytes(uint64_t bytes, char *buf, size_t n);
+double strata_now(void);              /* monotonic seconds */
+uint64_t strata_mem_available(void);  /* MemAvailable of /proc/meminfo in bytes; 0 if unknown */
+uint64_t strata_peak_rss(void);       /* this process's peak RSS in bytes */
+int strata_is_dir(const char *path);  /* 1: a directory */
+int strata_is_file(const char *path); /* 1: a regular file */
+/* At most max bytes of a whole file, NUL-terminated; *buf released with strata_free. */
+int strata_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t errlen);
+/* Compute threads a model gets by default (the physical cores). */
+int strata_default_threads(void);
+
 #endif

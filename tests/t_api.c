@@ -684,3 +684,14 @@ TEST(api_bad_tokenizer_config) {
     CHECK_MSG(rc == 0, "%s", err);
     strata_model_close(m);
 }
+
+/* The benchmark hook of strata.h: the memory probe through its public handle. */
+TEST(api_membw_probe) {
+    strata_membw *b = NULL;
+    CHECK(strata_membw_open(&b, 1, 4u << 20) == STRATA_OK && b);
+    if (!b) return;
+    const double gbs = strata_membw_read(b, 2);
+    CHECK_MSG(gbs > 0.01 && gbs < 1e4, "%g GB/s", gbs);
+    strata_membw_close(b);
+    strata_membw_close(NULL);
+}

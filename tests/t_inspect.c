@@ -11,6 +11,7 @@
 #include "jsonx.h"
 #include "model.h"
 #include "st.h"
+#include "strata.h"
 #include "test.h"
 
 /* ---------------------------------------------------------- tiny model */
@@ -486,4 +487,51 @@ TEST(inspect_scan_nonfinite) {
     CHECK_MSG(out && strstr(out, "\"float_scan\": {\"n_tensors\": ") && strstr(out, "\"n_bad_tensors\": 2, \"n_nonfinite\": 3"),
               "%s", out ? out : "");
     base_free(out);
+}
+
+/* ------------------------------------------------- strata_inspect (strata.h) */
+
+/* Reads a FILE written by the library back into a MEM_MISC string. */
+static char *slurp(FILE *f) {
+    long n = ftell(f);
+    char *s = base_alloc((size_t)n + 1, MEM_MISC);
+    rewind(f);
+    size_t got = s ? fread(s, 1, (size_t)n, f) : 0;
+    if (s) s[got] = 0;
+    return s;
+}
+
+/* The library call writes the same report the CLI prints, to the caller's FILE,
+ * and hands the problems back instead of printing them. */
+TEST(inspect_api_report) {
+    const char *dir = t_model("inspapi", "tiny", -1, 0);
+    CHECK_MSG(dir != NULL, "model");
+    if (!dir) return;
+    char cmd[1024], err[256], *cli = NULL;
+    snprintf(cmd, sizeof cmd, "%s inspect %s --json 2>/dev/null", t_strata(), dir);
+    CHECK_MSG(t_run(cmd, &cli) == 0, "cli");
+    FILE *f = tmpfile();
+    strata_inspect_opts o = {.model_dir = dir, .json = 1};
+    strata_inspect_result r;
+    CHECK_MSG(strata_inspect(&o, f, &r, err, sizeof err) == STRATA_OK, "%s", err);
+    CHECK_MSG(r.n_problems == 0 && r.problems && !r.problems[0] && !r.listed, "%d problems", r.n_problems);
+    strata_free(r.problems);
+    char *lib = slurp(f);
+    CHECK_MSG(lib && cli && !strcmp(lib, cli), "library and CLI reports differ");
+    base_free(lib);
+    base_free(cli);
+    fclose(f);
+
+    /* a missing directory: a report with one problem (nothing listed on out) */
+    f = tmpfile();
+    o.model_dir = t_write("inspapi-nodir", "", 0);
+    CHECK_MSG(strata_inspect(&o, f, &r, err, sizeof err) == STRATA_OK, "%s", err);
+    CHECK_MSG(r.n_problems == 1 && strstr(r.problems, "not a directory") && r.problems[strlen(r.problems) - 1] == '\n',
+          "%s", r.problems);
+    strata_free(r.problems);
+    fclose(f);
+
+    /* both a directory and a config: refused, err says so */
+    o.config = "x.json";
+    CHECK_MSG(strata_inspect(&o, stdout, &r, err, sizeof err) == STRATA_EINVAL && err[0], "both");
 }

@@ -9,6 +9,7 @@
 #include "jsonx.h"
 #include "pack.h"
 #include "preset.h"
+#include "strata.h"
 #include "test.h"
 
 /* Generates preset `name` (seed) into t_tmpdir/dir once per run; returns its path. */
@@ -715,4 +716,25 @@ TEST(pack_verified_without_budget) {
     base_free(out);
     base_free(eo);
     base_free(want);
+}
+
+/* strata_pack_build / strata_pack_verify (strata.h): the pack strata pack writes,
+ * left alone when up to date, verified; errors before packing began say so
+ * (res.started 0), which is how the CLI words them. */
+TEST(pack_api_build_verify) {
+    const char *dir = t_model("packapi", "tiny", -1, 0);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char out[1024], err[2048];
+    snprintf(out, sizeof out, "%s/packapi-pack", t_tmpdir);
+    strata_pack_result r;
+    CHECK_MSG(strata_pack_verify(dir, NULL, NULL, NULL, &r, err, sizeof err) != 0 && !r.started &&
+                  strstr(err, "no pack found"), "%s", err);
+    CHECK_MSG(strata_pack_build(dir, out, 0, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(r.started && !r.already && !strcmp(r.dir, out) && r.trunk_bytes > 0 && r.disk_bw == 0);
+    CHECK_MSG(strata_pack_build(dir, out, 0, NULL, NULL, &r, err, sizeof err) == 0 && r.already, "%s", err);
+    CHECK_MSG(strata_pack_verify(dir, out, NULL, NULL, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(r.started && !strcmp(r.dir, out) && r.n_experts == 7 * 16 && r.trunk_bytes > 0 && !r.stale[0]);
+    CHECK_MSG(strata_pack_build("/nonexistent", NULL, 0, NULL, NULL, &r, err, sizeof err) != 0 && !r.started &&
+                  strstr(err, "/nonexistent"), "%s", err);
 }

@@ -5,6 +5,7 @@
 #include "infer.h"
 #include "membw.h"
 #include "place.h"
+#include "strata.h"
 #include "test.h"
 
 const char *tpack_model(const char *name, const char *dir, uint64_t seed); /* t_pack.c */
@@ -215,4 +216,30 @@ TEST(plan_bandwidth_cache) {
     }
     base_free(buf);
     pool_free(p);
+}
+
+/* strata_plan (strata.h): the plan on the caller's FILE; the budget, the options
+ * and the model each fail with their own code (the CLI's exit 2, 2 and 1). */
+TEST(plan_api_codes) {
+    const char *dir = t_model("planapi", "tiny", -1, 0);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char err[4096];
+    strata_plan_opts o = strata_plan_opts_default();
+    o.model_dir = dir;
+    o.ram_bytes = 1000000000;
+    FILE *f = tmpfile();
+    CHECK_MSG(strata_plan(&o, f, err, sizeof err) == STRATA_OK, "%s", err);
+    CHECK(ftell(f) > 0);
+    fclose(f);
+    o.ram_bytes = 1000000;
+    CHECK_MSG(strata_plan(&o, stdout, err, sizeof err) == STRATA_EBUDGET && strstr(err, "below the minimum"), "%s", err);
+    o.ram_bytes = 1000000000;
+    o.ranks = 200;
+    CHECK_MSG(strata_plan(&o, stdout, err, sizeof err) == STRATA_EINVAL && strstr(err, "at most one rank per layer"), "%s", err);
+    o.ranks = 0;
+    o.model_dir = "/nonexistent";
+    int rc = strata_plan(&o, stdout, err, sizeof err);
+    CHECK_MSG(rc != STRATA_OK && rc != STRATA_EBUDGET && rc != STRATA_EINVAL && strstr(err, "/nonexistent"), "%d %s", rc, err);
+    CHECK(strata_plan_policy("lfu") >= 0 && strata_plan_policy("nope") == -1);
 }

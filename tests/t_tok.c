@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "jsonx.h"
+#include "strata.h"
 #include "test.h"
 #include "tok.h"
 
@@ -856,4 +857,44 @@ TEST(tok_small_threads) {
         CHECK(j[i].rc == 0 && j[i].n == j[0].n && !memcmp(j[i].ids, j[0].ids, j[0].n * sizeof(int32_t)));
     for (int i = 0; i < 4; i++) base_free(j[i].ids);
     tok_close(t);
+}
+
+/* The standalone tokenizer of strata.h (strata tokenize, bench_tok): encode,
+ * decode and the vocabulary through the public handle, on a generated model's
+ * tiktoken.model, equal to the CLI's ids. */
+TEST(tok_api_standalone) {
+    const char *dir = t_model("tokapi", "tiny", -1, 0);
+    CHECK_MSG(dir != NULL, "model");
+    if (!dir) return;
+    char vocab[512], err[512];
+    snprintf(vocab, sizeof vocab, "%s/tiktoken.model", dir);
+    CHECK_MSG(strata_tokenizer_pattern("o200k") == STRATA_TOK_O200K && strata_tokenizer_pattern("x") < 0, "patterns");
+    strata_tokenizer *t = NULL;
+    CHECK_MSG(strata_tokenizer_open(&t, "/nonexistent/tiktoken.model", NULL, STRATA_TOK_KIMI, err, sizeof err) != 0 &&
+              strstr(err, "/nonexistent/tiktoken.model") && !t,
+          "%s", err);
+    CHECK_MSG(strata_tokenizer_open(&t, vocab, NULL, STRATA_TOK_KIMI, err, sizeof err) == STRATA_OK, "%s", err);
+    if (!t) return;
+    const char *text = "hello world, strata";
+    int32_t *ids = NULL;
+    size_t n = 0;
+    CHECK_MSG(strata_tokenizer_encode(t, text, strlen(text), 0, &ids, &n) == STRATA_OK && n > 0, "encode");
+    uint8_t *back = NULL;
+    size_t nb = 0;
+    CHECK_MSG(strata_tokenizer_decode(t, ids, n, &back, &nb) == STRATA_OK && nb == strlen(text) && !memcmp(back, text, nb),
+          "roundtrip");
+    size_t len = 0;
+    CHECK_MSG(strata_tokenizer_n_vocab(t) > 256 && strata_tokenizer_token_bytes(t, ids[0], &len) && len > 0, "vocab");
+    /* the CLI prints the same ids */
+    char cmd[1024], line[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "printf '%s' | %s tokenize --vocab %s", text, t_strata(), vocab);
+    CHECK_MSG(t_run(cmd, &out) == 0, "cli");
+    size_t k = 0;
+    for (size_t i = 0; i < n && k + 12 < sizeof line; i++) k += (size_t)snprintf(line + k, sizeof line - k, "%s%d", i ? "," : "", ids[i]);
+    snprintf(line + k, sizeof line - k, "\n");
+    CHECK_MSG(out && !strcmp(out, line), "cli %s vs %s", out ? out : "", line);
+    base_free(out);
+    strata_free(back);
+    strata_free(ids);
+    strata_tokenizer_close(t);
 }

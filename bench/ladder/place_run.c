@@ -23,6 +23,7 @@
 #include <string.h>
 #include "infer.h"
 #include "kern.h"
+#include "membw.h"
 #include "place.h"
 #include "../bw.h"
 
