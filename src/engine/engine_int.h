@@ -17,7 +17,10 @@
  * A new architecture block is a new file with a `<block>_layer(e, L, W)` entry
  * point declared here, called from the layer loop (infer.c layers_run): it reads
  * e->xn (T, hidden), the normed input rows, and writes e->y (T, hidden), the
- * block's output, using only the engine's scratch and its own sequences' state.
+ * block's output, using only the engine's scratch and its own sequences' state
+ * (its small tensors converted to f32 from e->vec + 4 * hidden on: the first four
+ * hidden-wide vectors are the layer loop's; infer.c vec_need sizes e->vec, and
+ * engine_carve the scratch a new block needs).
  * Math: shared/spec/MODEL.md.
  */
 #ifndef STRATA_ENGINE_INT_H

@@ -10,7 +10,7 @@
  *      largest trunk unit + one row's experts (top-k slots). The rows per pass
  *      (prefill_chunk) never depend on the budget: a pass whose expert union
  *      exceeds the cache streams it through the cache in a sliding window
- *      (infer.c moe_layer), so a budget only changes how often an expert is
+ *      (moe.c moe_layer), so a budget only changes how often an expert is
  *      read, never how many rows share a trunk read;
  *   2. an arena of two consecutive streamed units, so the reader thread loads
  *      layer L+1 while L computes (the seed measured 71.75 -> 42.27 s/token);
