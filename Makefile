@@ -273,7 +273,8 @@ bench-io: strata $(BUILD)/bench_io
 	./$(BUILD)/bench_io $(BUILD)/models/ladder $(ARGS)
 
 # Output bits of every preset, the demo model too, against tests/bits/expected.txt
-# (make test checks the tiny presets; this adds demo: ~2 GB generated once, ~1 min).
+# (make test checks the tiny presets; this adds demo: ~2 GB generated once, ~1 min),
+# then tests/forward_hashes.sh: threads, budgets, sampled speculation, batches, self-drafts.
 .PHONY: check-includes
 # The layer order and no include circles (tools/check_includes.sh; make test runs it).
 check-includes:
@@ -284,3 +285,5 @@ test-bits: strata
 	@mkdir -p $(BUILD)/bits
 	bash tests/bits/hash.sh ./strata $(BUILD)/bits tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo > $(BUILD)/bits/got.txt
 	@grep -v '^#' tests/bits/expected.txt | diff - $(BUILD)/bits/got.txt && echo "test-bits: every preset's ids and logits as recorded"
+	FH_MODELS=$(BUILD)/bits bash tests/forward_hashes.sh --demo ./strata > $(BUILD)/bits/forward.md5
+	@diff tests/data/forward_hashes.md5 $(BUILD)/bits/forward.md5 && echo "test-bits: speculation, batches and self-drafts as recorded"

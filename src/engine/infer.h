@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "cfg.h"
+#include "engine_stats.h"
 #include "model.h"
 
 typedef struct engine engine;
@@ -80,9 +81,7 @@ int engine_step(engine *e, const infer_row *rows, int64_t n, float *logits);
  * propose drafts; the caller ends with session_spec_end(s, 0). 0 from
  * engine_can_draft: the head or every layer streams, or the source is resident
  * (a draft would be the model itself). */
-typedef struct engine_draft_stats {
-    int64_t passes, layers, layers_skipped, experts, experts_dropped;
-} engine_draft_stats;
+/* engine_draft_stats (passes, layers, layers_skipped, experts, experts_dropped): engine_stats.h */
 int engine_can_draft(const engine *e);
 int engine_draft_step(engine *e, const infer_row *rows, int64_t n, float *logits);
 void engine_draft_stats_get(const engine *e, engine_draft_stats *out);

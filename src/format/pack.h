@@ -25,7 +25,7 @@
  *                  layer and head matrices of more than PACK_BLOCK_BYTES): the
  *                  XXH3-64 of each run of block_rows rows (the last may be
  *                  shorter); a streamed unit's matrices are checked block by block
- *                  by the threads that multiply with them (infer.c), its other
+ *                  by the threads that multiply with them (mm.c), its other
  *                  tensors against their own xxh3.
  * Experts stay in place in the shards: they are contiguous there, and an O_DIRECT
  * read of the enclosing 4096-aligned range costs < 8 KB extra per 17.5 MB expert,

@@ -55,7 +55,7 @@ const char *place_policy_name(int policy);
  * whole units) plus its large matrices in row slices of at most slice_bytes
  * (n_slices buffers: one computing, the next ones reading). Matrices above a
  * quarter of a slice are sliced, only of the roles place_sliceable_role names
- * (whole-row products, infer.c mm_run); the rest of a unit stays whole.
+ * (whole-row products, mm.c mm_run); the rest of a unit stays whole.
  * 64 MiB: 16 reads of IO_CHUNK (4 MiB, the best read size measured on this disk,
  * io.h) in flight per slice, and the K3 floor fits 2 GB with 4 of them. */
 #define PLACE_SLICE_BYTES (64ull << 20)
@@ -155,7 +155,7 @@ typedef struct place_plan {
     uint64_t cache_meta_bytes; /* bookkeeping of the cache as a whole */
     uint64_t cache_bytes;     /* slots x (slot + bookkeeping) + the cache's tables */
     int cache_policy;
-    /* the early expert guesses (infer.c moe_predict) multiply a MoE layer's router
+    /* the early expert guesses (guess.c guess_predict) multiply a MoE layer's router
      * a layer ahead; from an MXFP4 copy of it they stream a quarter of its bytes.
      * A copy for each pinned MoE unit, planned where the cache cannot hold every
      * expert (so guesses read something) and the copies take at most 1/8 of what

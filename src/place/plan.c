@@ -11,7 +11,7 @@
  *      largest trunk unit + one row's experts (top-k slots). The rows per pass
  *      (prefill_chunk) never depend on the budget: a pass whose expert union
  *      exceeds the cache streams it through the cache in a sliding window
- *      (infer.c moe_layer), so a budget only changes how often an expert is
+ *      (moe.c moe_layer), so a budget only changes how often an expert is
  *      read, never how many rows share a trunk read;
  *   2. an arena of two consecutive streamed units, so the reader thread loads
  *      layer L+1 while L computes (the seed measured 71.75 -> 42.27 s/token);
@@ -260,15 +260,10 @@ static void plan_reads(place_plan *p, const cfg *c) {
 
 /* ==================================================================== plan */
 
-int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_dir, const place_opts *o,
-                       place_plan *out, char *err, size_t errlen) {
-    place_plan *p = out;
-    memset(p, 0, sizeof *p);
-    place_opts dflt = place_opts_default();
-    if (!o) o = &dflt;
-    if (c->n_layers + 1 > PLACE_MAX_UNITS) return base_fail(err, errlen, STRATA_EINVAL, "plan: too many layers");
-    cfg_census k; /* on the stack: no state shared between plans (two models in one process) */
-    schema_census(c, &k);
+/* The options the plan carries as they are, this process's layers [lo, hi) and
+ * units (absent: held by another process), and the pack to read from. */
+static int plan_setup(place_plan *p, const cfg *c, const char *model_dir, const place_opts *o, int64_t *lo_out,
+                      int64_t *hi_out, char *err, size_t errlen) {
     p->n_layers = c->n_layers;
     p->n_units = c->n_layers + 1;
     p->ctx = o->ctx > 0 ? o->ctx : 4096;
@@ -300,8 +295,15 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
             if (!p->has_pack) p->pack_dir[0] = 0;
         }
     }
-    /* unit sizes: exact for a pack (64-aligned tensors in a padded run); bounded for
-     * in-place reads (each segment is widened to 4096 on both sides) */
+    *lo_out = lo;
+    *hi_out = hi;
+    return 0;
+}
+
+/* Unit sizes: exact for a pack (64-aligned tensors in a padded run); bounded for
+ * in-place reads (each segment is widened to 4096 on both sides). Returns the
+ * tensors of the units this process holds. */
+static int64_t plan_units(place_plan *p, const cfg *c, const model_layout *lay, const cfg_census *k) {
     int64_t n_tensors_all = 0;
     for (int64_t u = 0; u < p->n_units; u++) {
         ncount n = {0};
@@ -313,16 +315,24 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
         }
         if (u < c->n_layers) {
             schema_walk_layer(c, u, count_fn, &n);
-            bytes = lay ? lay->layer_bytes[u] : k.layer_bytes_bf16[u];
+            bytes = lay ? lay->layer_bytes[u] : k->layer_bytes_bf16[u];
         } else {
             n.n = 4;
-            bytes = lay ? lay->head_bytes : k.embed_bytes_bf16 / 2 + (uint64_t)(3 * c->hidden * 2);
+            bytes = lay ? lay->head_bytes : k->embed_bytes_bf16 / 2 + (uint64_t)(3 * c->hidden * 2);
         }
         n_tensors_all += n.n;
         if (p->has_pack) p->unit_bytes[u] = io_align_up(bytes + (uint64_t)n.n * PACK_TENSOR_ALIGN);
         else if (lay && lay->layers_contiguous && u < c->n_layers) p->unit_bytes[u] = io_align_up(bytes) + 2 * IO_ALIGN;
         else p->unit_bytes[u] = io_align_up(bytes) + (uint64_t)n.n * 3 * IO_ALIGN;
     }
+    return n_tensors_all;
+}
+
+/* What does not depend on the budget: the embedding, the experts and their
+ * cache's index, the guesses, the recurrent state a token touches, the process
+ * and index overhead, the sequences and the I/O buffers. */
+static void plan_fixed(place_plan *p, const cfg *c, const model_layout *lay, const place_opts *o, const cfg_census *k,
+                       int64_t lo, int64_t hi, int64_t n_tensors_all) {
     uint64_t embed = o->no_head ? 0 : lay ? lay->embed_bytes : (uint64_t)(c->vocab * c->hidden * 2);
     p->embed_row_bytes = c->vocab ? embed / (uint64_t)c->vocab : 0;
     p->embed_bytes = io_align_up(embed);
@@ -339,12 +349,12 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
      * (ladder: 2 x 30 MB per token, 2.1% of what the weights add) */
     int64_t n_kda = 0;
     for (int64_t L = lo; L < hi; L++) n_kda += c->is_mla[L] ? 0 : 1;
-    const uint64_t kda_layer = k.n_kda > 0 ? k.kda_state_elems / (uint64_t)k.n_kda : 0; /* the census's layout */
+    const uint64_t kda_layer = k->n_kda > 0 ? k->kda_state_elems / (uint64_t)k->n_kda : 0; /* the census's layout */
     p->state_touch_bytes = 2 * (uint64_t)n_kda * kda_layer * sizeof(float);
     p->n_owned = 0;
     for (int64_t u = 0; u < p->n_units; u++) p->n_owned += !p->absent[u];
     const int64_t n_expert_all = n_moe * c->n_experts;
-    p->expert_bytes = lay ? lay->expert_bytes : k.expert_bytes;
+    p->expert_bytes = lay ? lay->expert_bytes : k->expert_bytes;
     p->expert_slot_bytes = (lay && !lay->experts_contiguous) ? io_align_up(p->expert_bytes) + 6 * 3 * IO_ALIGN
                                                              : io_align_up(p->expert_bytes) + 2 * IO_ALIGN;
     n_tensors_all += n_expert_all * 6 + 1;
@@ -376,13 +386,20 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     /* I/O: per-ring descriptors, the embedding-row bounce buffer (64 rows), and
      * the read-ahead/verification staging */
     p->io_bytes = (4u << 20) + io_align_up(p->embed_row_bytes * 64) + 4 * IO_ALIGN;
+}
+
+/* The floor at the requested rows per pass, whole units or row slices: sets the
+ * minimum and, with a budget, which of the two fit (*whole_ok, *sliced_ok; alt:
+ * the sliced variant when whole units fit too). Fails when nothing fits. */
+static int plan_floor(place_plan *p, const cfg *c, const place_opts *o, place_plan *alt, int *whole_ok_out,
+                      int *sliced_ok_out, char *err, size_t errlen) {
     int64_t chunk = o->prefill_chunk > 0 ? o->prefill_chunk : 64;
     const uint64_t budget = o->ram_bytes;
     p->budget_bytes = budget;
     /* ---- 1. the floor, at the requested rows per pass ---- */
     p->prefill_chunk = chunk;
     p->engine_bytes = o->engine_bytes ? o->engine_bytes(c, chunk, o->n_threads) : est_engine(c, chunk, o->n_threads);
-    p->min_expert_slots = n_moe ? (c->topk < c->n_experts ? c->topk : c->n_experts) : 0;
+    p->min_expert_slots = p->n_moe ? (c->topk < c->n_experts ? c->topk : c->n_experts) : 0;
     p->n_expert_slots = p->min_expert_slots;
     p->cache_bytes = cache_cost(p, p->n_expert_slots);
     p->ring_bytes = p->ring_min_bytes = ring_need(p, 0);
@@ -398,18 +415,19 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
     p->min_bytes = o->force_slices || sliced_floor < whole ? sliced_floor : whole;
     const int whole_ok = budget && whole <= budget && !o->force_slices;
     int sliced_ok = 0;
-    place_plan alt; /* the sliced variant when whole units fit too */
     if (budget) { /* the largest slices that fit */
         uint64_t sb = sb_max;
         while (plan_slices(p, c, sb) > budget && sb > sb_min) sb /= 2;
         sliced_ok = p->total_bytes <= budget;
-        if (sliced_ok && whole_ok) alt = *p;
+        if (sliced_ok && whole_ok) *alt = *p;
     }
     if (!budget || whole_ok || (!sliced_ok && whole <= sliced_floor && !o->force_slices)) {
         p->sliced = 0; /* whole units (the message below names their floor when neither fits) */
         p->ring_bytes = p->ring_min_bytes = whole_ring;
         p->total_bytes = whole;
     }
+    *whole_ok_out = whole_ok;
+    *sliced_ok_out = sliced_ok;
     if (budget && p->total_bytes > budget) {
         char a[32], b[32];
         return base_fail(err, errlen, STRATA_EBUDGET,
@@ -422,23 +440,47 @@ int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_
                          p->n_seqs, base_fmt_bytes(p->seq_bytes, (char[32]){0}, 32), (long long)p->ctx,
                          base_fmt_bytes(p->engine_bytes, (char[32]){0}, 32), (long long)p->prefill_chunk);
     }
-    if (!budget) { /* unbudgeted: everything resident that this machine can hold */
-        uint64_t avail = base_mem_available();
-        uint64_t cap = avail > (2ull << 30) ? avail - avail / 20 - (1ull << 30) : avail;
-        for (int64_t u = 0; u < p->n_units; u++) { p->pinned[u] = 1; p->pinned_bytes += p->unit_bytes[u]; }
-        p->n_pinned = p->n_units;
-        p->ring_bytes = p->ring_min_bytes = 0;
-        p->embed_resident = 1;
-        p->total_bytes = plan_total(p);
-        plan_guess(p, cap > p->total_bytes ? cap - p->total_bytes : 0, n_expert_all);
-        p->total_bytes = plan_total(p);
-        uint64_t left = cap > p->total_bytes ? cap - p->total_bytes : 0;
-        int64_t extra = p->expert_slot_bytes ? (int64_t)(left / slot_cost(p)) : 0;
-        p->n_expert_slots = p->min_expert_slots + extra;
-        if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all;
-        if (p->n_expert_slots < p->min_expert_slots) p->n_expert_slots = p->min_expert_slots;
-        p->cache_bytes = cache_cost(p, p->n_expert_slots);
-    }
+    return 0;
+}
+
+/* Unbudgeted: everything resident that this machine can hold. */
+static void plan_unbudgeted(place_plan *p, int64_t n_expert_all) {
+    uint64_t avail = base_mem_available();
+    uint64_t cap = avail > (2ull << 30) ? avail - avail / 20 - (1ull << 30) : avail;
+    for (int64_t u = 0; u < p->n_units; u++) { p->pinned[u] = 1; p->pinned_bytes += p->unit_bytes[u]; }
+    p->n_pinned = p->n_units;
+    p->ring_bytes = p->ring_min_bytes = 0;
+    p->embed_resident = 1;
+    p->total_bytes = plan_total(p);
+    plan_guess(p, cap > p->total_bytes ? cap - p->total_bytes : 0, n_expert_all);
+    p->total_bytes = plan_total(p);
+    uint64_t left = cap > p->total_bytes ? cap - p->total_bytes : 0;
+    int64_t extra = p->expert_slot_bytes ? (int64_t)(left / slot_cost(p)) : 0;
+    p->n_expert_slots = p->min_expert_slots + extra;
+    if (p->n_expert_slots > n_expert_all) p->n_expert_slots = n_expert_all;
+    if (p->n_expert_slots < p->min_expert_slots) p->n_expert_slots = p->min_expert_slots;
+    p->cache_bytes = cache_cost(p, p->n_expert_slots);
+}
+
+int place_plan_compute(const cfg *c, const model_layout *lay, const char *model_dir, const place_opts *o,
+                       place_plan *out, char *err, size_t errlen) {
+    place_plan *p = out;
+    memset(p, 0, sizeof *p);
+    place_opts dflt = place_opts_default();
+    if (!o) o = &dflt;
+    if (c->n_layers + 1 > PLACE_MAX_UNITS) return base_fail(err, errlen, STRATA_EINVAL, "plan: too many layers");
+    cfg_census k; /* on the stack: no state shared between plans (two models in one process) */
+    schema_census(c, &k);
+    int64_t lo = 0, hi = 0;
+    int rc = plan_setup(p, c, model_dir, o, &lo, &hi, err, errlen);
+    if (rc) return rc;
+    plan_fixed(p, c, lay, o, &k, lo, hi, plan_units(p, c, lay, &k));
+    const int64_t n_expert_all = p->n_moe * c->n_experts;
+    const uint64_t budget = o->ram_bytes;
+    int whole_ok, sliced_ok;
+    place_plan alt; /* the sliced variant when whole units fit too */
+    if ((rc = plan_floor(p, c, o, &alt, &whole_ok, &sliced_ok, err, errlen))) return rc;
+    if (!budget) plan_unbudgeted(p, n_expert_all);
     if (budget) {
         /* whole units where they fit; where row slices fit too, the plan of the
          * two that reads fewer bytes per token (slices leave more to pin) */

@@ -1,0 +1,146 @@
+/*
+ * mla.c: Gated Multi-head Latent Attention, absorbed (docs/architecture.md, Gated MLA): the
+ * cache holds per position only the normed latent c = RMSNorm(W_kva x)[:kv_lora]
+ * and the rope slot (never rotated: K3's MLA is NoPE), C = kv_lora + qk_rope
+ * floats. W_kvb is absorbed on both sides, so attention runs in the latent space:
+ *   q = W_qb RMSNorm(W_qa x);  q_lat[h] = W_k[h]^T q_nope[h]
+ *   s_i = (q_lat[h] . c_i + q_rope[h] . rope_i) / sqrt(nope + rope), causal softmax
+ *   o[h] = W_v[h] sum_i p_i c_i, times sigmoid(W_g x) when the output gate is on
+ *   y = W_o o
+ */
+#include <string.h>
+#include "engine_int.h"
+#include "kern.h"
+#include "pool.h"
+#include "st.h"
+
+typedef struct {
+    engine *e;
+    int64_t mi;           /* index of the layer among the MLA layers */
+    const wt *kvb;        /* (NH * (nope + v), kv_lora) */
+    int gate;
+} mla_ctx;
+
+/* This MLA layer's latent cache of a sequence: (max_ctx, C). */
+static float *mla_cache(const session *s, int64_t mi) { return s->cache + mi * s->max_ctx * s->e->C; }
+
+/* Jobs j = (group, head): one head of one sequence over its rows of the pass.
+ * q_lat = W_k[h]^T q_nope straight from the kv_b rows (K.vecmat; converting
+ * W_k[h] to f32 first cost as much as using it, per token at T = 1), scores
+ * against that sequence's latent cache, softmax in fixed blocks of positions with
+ * the block's exponentials in one K.exp_f64, the weighted latent sum (K.vecmat
+ * over the cache rows), then W_v[h] and the output gate. */
+static void mla_heads_fn(void *ctx, int64_t j0, int64_t j1, int tid) {
+    const mla_ctx *x = ctx;
+    engine *e = x->e;
+    const cfg *c = e->c;
+    const int64_t NH = c->n_heads, nope = c->qk_nope, rope = c->qk_rope, vh = c->v_head;
+    const int64_t R = c->kv_lora, C = e->C, qh = e->qh;
+    float *tw = e->thr + (int64_t)tid * e->thr_floats;
+    double *ex = (double *)(void *)tw;                  /* ATT_BLOCK doubles */
+    float *sc = tw + 2 * ATT_BLOCK, *ql = sc + ATT_BLOCK, *ol = ql + R;
+    const float scale = (float)(1.0 / sqrt((double)(nope + rope)));
+    const int dt = x->kvb->dtype;
+    const size_t esz = st_dtype_size(dt);
+    for (int64_t jj = j0; jj < j1; jj++) {
+        const int64_t g = jj / NH, h = jj % NH, r0 = e->g_r0[g], T = e->g_r0[g + 1] - r0;
+        const session *sq = e->g_s[g];
+        const float *cache = mla_cache(sq, x->mi);
+        const int64_t pos0 = sq->pos;
+        const int64_t rk = h * (nope + vh);
+        const uint8_t *wk = (const uint8_t *)x->kvb->p + (size_t)(rk * R) * esz; /* W_k[h] (nope, R) */
+        for (int64_t t = 0; t < T; t++) {
+            const float *qn = e->m.q + (r0 + t) * NH * qh + h * qh, *qr = qn + nope;
+            /* q_lat = W_k[h]^T q_nope, rows of W_k accumulated in order */
+            for (int64_t r = 0; r < R; r++) ql[r] = 0;
+            K.vecmat(ql, qn, wk, dt, R, nope, R);
+            /* causal softmax over positions 0..pos0+t, in fixed blocks of ATT_BLOCK */
+            const int64_t ns = pos0 + t + 1;
+            float *acc = ol + t * R, m = -INFINITY;
+            double den = 0;
+            for (int64_t b0 = 0; b0 < ns; b0 += ATT_BLOCK) {
+                int64_t nb = ns - b0 < ATT_BLOCK ? ns - b0 : ATT_BLOCK;
+                float bm = -INFINITY;
+                for (int64_t i = 0; i < nb; i++) {
+                    const float *cr = cache + (b0 + i) * C;
+                    sc[i] = (K.dot(ql, cr, R) + K.dot(qr, cr + R, rope)) * scale;
+                    if (sc[i] > bm) bm = sc[i];
+                }
+                if (b0 == 0) {
+                    m = bm;
+                    for (int64_t r = 0; r < R; r++) acc[r] = 0;
+                } else if (bm > m) {
+                    float f = (float)exp((double)m - bm);
+                    for (int64_t r = 0; r < R; r++) acc[r] *= f;
+                    den *= f;
+                    m = bm;
+                }
+                /* p_i = exp(s_i - m) in place of the scores, then acc += sum_i p_i row_i */
+                for (int64_t i = 0; i < nb; i++) ex[i] = (double)sc[i] - m;
+                K.exp_f64(ex, ex, nb);
+                for (int64_t i = 0; i < nb; i++) { sc[i] = (float)ex[i]; den += sc[i]; }
+                K.vecmat(acc, sc, cache + b0 * C, DT_F32, C, nb, R);
+            }
+            const float inv = (float)(1.0 / den);
+            for (int64_t r = 0; r < R; r++) acc[r] *= inv;
+        }
+        /* o[t][h] = W_v[h] ol[t]: rows nope..nope+v of head h's kv_b block */
+        const uint8_t *wv = (const uint8_t *)x->kvb->p + (size_t)((rk + nope) * R) * esz;
+        K.matmul(e->m.o + r0 * NH * vh + h * vh, NH * vh, wv, dt, R, ol, R, T, 0, vh);
+        if (x->gate)
+            for (int64_t t = 0; t < T; t++) {
+                float *ot = e->m.o + (r0 + t) * NH * vh + h * vh;
+                const float *gt = e->m.g + (r0 + t) * NH * vh + h * vh;
+                for (int64_t i0 = 0; i0 < vh; i0 += ATT_BLOCK) {
+                    const int64_t n = vh - i0 < ATT_BLOCK ? vh - i0 : ATT_BLOCK;
+                    for (int64_t i = 0; i < n; i++) ex[i] = -(double)gt[i0 + i];
+                    K.exp_f64(ex, ex, n);
+                    for (int64_t i = 0; i < n; i++) ot[i0 + i] *= (float)(1.0 / (1.0 + ex[i]));
+                }
+            }
+    }
+}
+
+int mla_layer(engine *e, int64_t L, const wt *W) {
+    const cfg *c = e->c;
+    const int64_t Hd = c->hidden, NH = c->n_heads, R = c->kv_lora, C = e->C, vh = c->v_head, T = e->T;
+    const int64_t mi = e->mla_i[L];
+    float *qan = e->vec + 4 * Hd, *kvn = qan + c->q_lora;
+    if (vec_f32(qan, &W[R_MLA_QA_NORM], c->q_lora) || vec_f32(kvn, &W[R_MLA_KVA_NORM], R))
+        return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad MLA norm", (long long)L);
+    const int gate = c->mla_out_gate != 0;
+    mm_job j;
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MLA_QA], c->q_lora, Hd, e->xn, Hd, e->m.qa, c->q_lora, "q_a_proj");
+    mm_add(&j, &W[R_MLA_KVA], C, Hd, e->xn, Hd, e->m.kva, C, "kv_a_proj_with_mqa");
+    if (gate) mm_add(&j, &W[R_MLA_G], NH * vh, Hd, e->xn, Hd, e->m.g, NH * vh, "g_proj");
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    guess_attach(e, &j);
+    mm_run(e, &j);
+    for (int64_t g = 0; g < e->n_grp; g++) {
+        const session *sq = e->g_s[g];
+        float *cache = mla_cache(sq, mi);
+        for (int64_t t = e->g_r0[g]; t < e->g_r0[g + 1]; t++) {
+            rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, c->rms_eps);
+            /* the cache row: normed latent, then the rope slot as is (never rotated) */
+            float *row = cache + (sq->pos + t - e->g_r0[g]) * C;
+            rmsnorm(row, e->m.kva + t * C, kvn, R, c->rms_eps);
+            memcpy(row + R, e->m.kva + t * C + R, (size_t)c->qk_rope * sizeof(float));
+        }
+    }
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MLA_QB], NH * e->qh, c->q_lora, e->m.qa, c->q_lora, e->m.q, NH * e->qh, "q_b_proj");
+    const wt *kvb = &W[R_MLA_KVB];
+    if (!kvb->p || kvb->rows != NH * (c->qk_nope + vh) || kvb->cols != R ||
+        (kvb->dtype != DT_F32 && kvb->dtype != DT_BF16 && kvb->dtype != DT_F16))
+        return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad kv_b_proj", (long long)L);
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    mla_ctx x = {e, mi, kvb, gate};
+    pool_for(e->pool, e->n_grp * NH, 1, mla_heads_fn, &x);
+    mm_init(&j, T);
+    mm_add(&j, &W[R_MLA_O], Hd, NH * vh, e->m.o, NH * vh, e->y, Hd, "o_proj");
+    if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
+    mm_run(e, &j);
+    return 0;
+}
