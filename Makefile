@@ -285,5 +285,5 @@ test-bits: strata
 	@mkdir -p $(BUILD)/bits
 	bash tests/bits/hash.sh ./strata $(BUILD)/bits tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo > $(BUILD)/bits/got.txt
 	@grep -v '^#' tests/bits/expected.txt | diff - $(BUILD)/bits/got.txt && echo "test-bits: every preset's ids and logits as recorded"
-	FH_MODELS=$(BUILD)/bits bash tests/forward_hashes.sh --demo ./strata > $(BUILD)/bits/forward.md5
+	FH_MODELS=$(BUILD)/bits/fh bash tests/forward_hashes.sh --demo ./strata > $(BUILD)/bits/forward.md5
 	@diff tests/data/forward_hashes.md5 $(BUILD)/bits/forward.md5 && echo "test-bits: speculation, batches and self-drafts as recorded"
