@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "jsonx.h"
 #include "model_open.h"
+#include "prefix.h"
 #include "serve/http.h"
 #include "serve/metrics.h"
 #include "serve/sched.h"
@@ -144,13 +145,17 @@ static int read_key_file(const char *path, char *key, size_t cap) {
     return 0;
 }
 
-/* The model's name for clients: the directory's base name. */
-static void model_name(const char *dir, char *out, size_t cap) {
+/* The model's name for clients: the base name of the directory, resolved
+ * (`strata serve .` is named after the current directory, not "."). */
+static void model_name(const char *dir_in, char *out, size_t cap) {
+    char *real = realpath(dir_in, NULL);
+    const char *dir = real ? real : dir_in;
     size_t len = strlen(dir);
     while (len > 1 && dir[len - 1] == '/') len--;
     size_t b = len;
     while (b > 0 && dir[b - 1] != '/') b--;
     snprintf(out, cap, "%.*s", (int)(len - b), dir + b);
+    free(real); /* from libc's malloc */
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -192,6 +197,13 @@ int cmd_serve(int argc, char **argv) {
         o.mo.prefix_dir = o.cache_dir;
         o.mo.prefix_dir_bytes = (uint64_t)(o.cache_dir_gb * 1e9);
         o.mo.prefix_every = o.prefix_every;
+    }
+    /* another server on this --cache-dir: refused before listening (the load
+     * takes the directory's lock; this check only makes the refusal early) */
+    if (o.cache_dir && !o.mo.plan_only && prefix_dir_check(o.cache_dir, err, sizeof err)) {
+        fprintf(stderr, "strata serve: --cache-dir: %s\n", err);
+        ret = EXIT_USAGE;
+        goto out;
     }
     if (o.mo.plan_only) {
         rc = mo_place(&m, &o.mo, ctx, (int)o.parallel);
@@ -245,6 +257,10 @@ int cmd_serve(int argc, char **argv) {
         const int st = sched_state(s);
         if (st < 0) {
             fprintf(stderr, "strata serve: %s\n", sched_load_error(s));
+            /* as run and chat: a budget below the minimum, or a --cache-dir
+             * another server holds, is refused input (2), not a failure (1) */
+            const int lrc = sched_load_rc(s);
+            if (lrc == STRATA_EBUDGET || lrc == STRATA_EBUSY) ret = EXIT_USAGE;
             goto out;
         }
         if (st == 1 && !ready) {

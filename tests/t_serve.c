@@ -34,6 +34,7 @@
 #include <unistd.h>
 #include "jsonx.h"
 #include "serve/request.h"
+#include "strata.h"
 #include "test.h"
 
 /* ===== the parser ===== */
@@ -127,6 +128,25 @@ TEST(serve_request) {
     CHECK(parse_status(REQ_CHAT, deep, "") == 400);
     base_free(deep);
     CHECK(parse_status(REQ_CHAT, "", "") == 400);
+    {
+        /* an empty body says so (jansson alone: "line -1 column -1"); the
+         * repetition_penalty range says what it takes */
+        request r;
+        req_error e;
+        CHECK(request_parse(&r, REQ_CHAT, (const uint8_t *)" \r\n", 3, &e) != 0 && strstr(e.message, "empty request body") &&
+              !strstr(e.message, "-1"));
+        request_free(&r);
+        const char *b0 = "{\"prompt\":\"x\",\"repetition_penalty\":0}";
+        CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) != 0 && !strcmp(e.param, "repetition_penalty") &&
+              strstr(e.message, "(0, 100]"));
+        request_free(&r);
+        b0 = "{\"prompt\":\"x\",\"repetition_penalty\":100}";
+        CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) == 0 && r.repeat_penalty == 100);
+        request_free(&r);
+        b0 = "{\"prompt\":\"x\",\"repetition_penalty\":100.5}";
+        CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) != 0 && strstr(e.message, "(0, 100]"));
+        request_free(&r);
+    }
     CHECK(parse_status(REQ_CHAT, "{\"messages\":", "") == 400);
 
     /* UTF-8 cleaning: valid text unchanged, each bad byte -> U+FFFD */
@@ -579,4 +599,113 @@ TEST(serve_page) {
     }
     base_free(out);
     CHECK(server_stop(&s) == 0);
+}
+
+/* Issue 38's hostile probe of the HTTP side and the command: 405 names what is
+ * allowed, 431 and an empty body answer JSON that says so, Content-Length
+ * headers that disagree are refused, `strata serve DIR/.` is named after DIR,
+ * a budget below the minimum exits 2, and a second server on a --cache-dir
+ * another one holds is refused (exit 2, naming the directory and the pid)
+ * before it touches a file; the library refuses it too (STRATA_EBUSY). */
+TEST(serve_hostile) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char dot[700], cache_dir[600], cmd[2400], *out = NULL;
+    snprintf(dot, sizeof dot, "%s/.", dir);
+    snprintf(cache_dir, sizeof cache_dir, "%s/serve_cache_lock", t_tmpdir);
+    server s;
+    const char *const args[] = {"--parallel", "2", "--ctx", "256", "--cache-dir", cache_dir, NULL};
+    CHECK(server_start(&s, dot, NULL, args) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    req_buf b;
+
+    /* 405 with Allow */
+    CHECK(http(s.port, "DELETE", "/health", NULL, NULL, 0, &b) == 405 && is_error(&b, NULL) && strstr(b.p, "\r\nAllow: GET, HEAD\r\n"));
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/v1/completions", NULL, NULL, 0, &b) == 405 && is_error(&b, NULL) && strstr(b.p, "\r\nAllow: POST\r\n"));
+    req_buf_free(&b);
+    /* 431 as JSON */
+    {
+        size_t n = 40000;
+        req_buf rq = {0};
+        req_buf_addf(&rq, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: ");
+        for (size_t i = 0; i < n; i++) req_buf_add(&rq, "a", 1);
+        req_buf_add(&rq, "\r\n\r\n", 4);
+        int fd = sock_open(s.port);
+        memset(&b, 0, sizeof b);
+        CHECK(fd >= 0 && sock_send(fd, rq.p, rq.n) == 0);
+        if (fd >= 0) { sock_read(fd, &b, NULL, 10); close(fd); }
+        CHECK_MSG(b.p && !strncmp(b.p, "HTTP/1.1 431", 12) && strstr(b.p, "application/json") && is_error(&b, NULL) &&
+                  strstr(b.p, "headers_too_large"), "%.300s", b.p ? b.p : "(nothing)");
+        req_buf_free(&b);
+        req_buf_free(&rq);
+    }
+    /* an empty body */
+    CHECK(http(s.port, "POST", "/v1/completions", NULL, "", 0, &b) == 400 && is_error(&b, NULL) && strstr(b.p, "empty request body") &&
+          !strstr(b.p, "line -1"));
+    req_buf_free(&b);
+    /* Content-Length twice: the same value is one header, different values are refused */
+    {
+        static const char *const two[] = {
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 31\r\nContent-Length: 31\r\n\r\n"
+            "{\"prompt\":\"ab\",\"max_tokens\":1} ",
+        };
+        for (int i = 0; i < 2; i++) {
+            int fd = sock_open(s.port);
+            memset(&b, 0, sizeof b);
+            CHECK(fd >= 0 && sock_send(fd, two[i], strlen(two[i])) == 0);
+            if (fd >= 0) { sock_read(fd, &b, NULL, 10); close(fd); }
+            if (i == 0) CHECK_MSG(b.p && !strncmp(b.p, "HTTP/1.1 400", 12) && is_error(&b, NULL) && strstr(b.p, "Content-Length"), "%.300s", b.p ? b.p : "");
+            else CHECK_MSG(b.p && !strncmp(b.p, "HTTP/1.1 200", 12), "%.300s", b.p ? b.p : "");
+            req_buf_free(&b);
+        }
+    }
+    /* the model id of DIR/. is DIR's name */
+    CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, 0, &b) == 200 && strstr(b.p, "\"id\":\"serve_tiny\""));
+    req_buf_free(&b);
+
+    /* a second server on the same --cache-dir: refused before it listens */
+    snprintf(cmd, sizeof cmd, "timeout 30 %s serve %s --port 0 --cache-dir %s 2>&1", t_strata(), dir, cache_dir);
+    int rc = t_run(cmd, &out);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)s.pid);
+    CHECK_MSG(rc == 2 && out && strstr(out, cache_dir) && strstr(out, pid) && strstr(out, "in use") && !strstr(out, "listening"),
+              "rc %d: %s", rc, out ? out : "");
+    base_free(out);
+    out = NULL;
+    /* and the library refuses a second holder too, before it trims a file */
+    {
+        char err[4096];
+        strata_model *m = NULL;
+        CHECK(strata_model_open(&m, dir, err, sizeof err) == 0);
+        strata_model_opts o = strata_model_opts_default();
+        o.ctx = 64;
+        o.max_seqs = 1;
+        o.n_threads = 1;
+        o.prefix_dir = cache_dir;
+        CHECK_MSG(m && strata_model_load(m, &o, err, sizeof err) == STRATA_EBUSY && strstr(err, pid), "%s", err);
+        strata_model_close(m);
+    }
+    CHECK(server_stop(&s) == 0);
+    /* the lock went with the server: the directory is free again */
+    {
+        char err[4096];
+        strata_model *m = NULL;
+        CHECK(strata_model_open(&m, dir, err, sizeof err) == 0);
+        strata_model_opts o = strata_model_opts_default();
+        o.ctx = 64;
+        o.max_seqs = 1;
+        o.n_threads = 1;
+        o.prefix_dir = cache_dir;
+        CHECK_MSG(m && strata_model_load(m, &o, err, sizeof err) == 0, "%s", err);
+        strata_model_close(m);
+    }
+
+    /* a budget below the minimum: 2, as run and chat */
+    snprintf(cmd, sizeof cmd, "timeout 60 %s serve %s --port 0 --ram-gb 0.001 2>&1", t_strata(), dir);
+    rc = t_run(cmd, &out);
+    CHECK_MSG(rc == 2 && out && strstr(out, "below the minimum"), "rc %d: %s", rc, out ? out : "");
+    base_free(out);
 }

@@ -21,6 +21,9 @@
 #include "serve/page.h"
 
 #define WAIT_SLICE_MS 25 /* how often a waiting thread looks at its socket */
+#define HTTP_MAX_HEADER (32 * 1024)   /* request headers taken (beyond: 431, JSON) */
+#define HTTP_POOL_BYTES (1024 * 1024) /* libmicrohttpd's memory per connection (mapped lazily);
+                                         beyond it, it answers 431 itself (HTML) */
 
 struct http_server {
     http_cfg c;
@@ -44,12 +47,13 @@ typedef struct conn {
 
 /* ===== small helpers ===== */
 
-static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status,
-                               const char *ctype, const char *body, size_t len) {
+static enum MHD_Result respond_hdr(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status,
+                                   const char *ctype, const char *body, size_t len, const char *hname, const char *hval) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
+    if (hname) MHD_add_response_header(r, hname, hval);
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     enum MHD_Result ok = MHD_queue_response(mc, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -57,14 +61,24 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, const 
     return ok;
 }
 
-static enum MHD_Result respond_json(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status, json_t *j) {
+static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status,
+                               const char *ctype, const char *body, size_t len) {
+    return respond_hdr(h, mc, endpoint, status, ctype, body, len, NULL, NULL);
+}
+
+static enum MHD_Result respond_json_hdr(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status, json_t *j,
+                                        const char *hname, const char *hval) {
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt) return respond(h, mc, endpoint, 500, "application/json",
                              "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":null}}", 72);
-    enum MHD_Result ok = respond(h, mc, endpoint, status, "application/json", txt, strlen(txt));
+    enum MHD_Result ok = respond_hdr(h, mc, endpoint, status, "application/json", txt, strlen(txt), hname, hval);
     base_free(txt);
     return ok;
+}
+
+static enum MHD_Result respond_json(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status, json_t *j) {
+    return respond_json_hdr(h, mc, endpoint, status, j, NULL, NULL);
 }
 
 static json_t *error_json(const req_error *e) {
@@ -470,7 +484,18 @@ static json_t *model_json(const http_server *h) {
 
 /* ===== routing ===== */
 
-static int route(const char *method, const char *url, const char **endpoint, int *method_ok) {
+typedef struct cl_scan { const char *first; int conflict; } cl_scan;
+
+static enum MHD_Result cl_each(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    cl_scan *c = cls;
+    if (!key || strcasecmp(key, "Content-Length")) return MHD_YES;
+    if (!c->first) c->first = value ? value : "";
+    else if (strcmp(c->first, value ? value : "")) c->conflict = 1;
+    return MHD_YES;
+}
+
+/* Routes url; *allow: the methods the route takes (for 405's Allow header). */
+static int route(const char *method, const char *url, const char **endpoint, int *method_ok, const char **allow) {
     static const struct { const char *path, *method; int r; } k_routes[] = {
         {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPL}, {"/v1/models", "GET", R_MODELS},
         {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE}, {"/health", "GET", R_HEALTH},
@@ -481,11 +506,13 @@ static int route(const char *method, const char *url, const char **endpoint, int
         if (!strcmp(url, k_routes[i].path)) {
             *endpoint = k_routes[i].path;
             *method_ok = !strcmp(method, k_routes[i].method) || (!strcmp(method, "HEAD") && !strcmp(k_routes[i].method, "GET"));
+            *allow = !strcmp(k_routes[i].method, "GET") ? "GET, HEAD" : k_routes[i].method;
             return k_routes[i].r;
         }
     if (!strncmp(url, "/v1/models/", 11)) {
         *endpoint = "/v1/models";
-        *method_ok = !strcmp(method, "GET");
+        *method_ok = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        *allow = "GET, HEAD";
         return R_MODEL;
     }
     *endpoint = "other";
@@ -502,14 +529,33 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (!k) return MHD_NO;
         *con_cls = k;
         int method_ok;
-        k->route = route(method, url, &k->endpoint, &method_ok);
+        const char *allow = NULL;
+        k->route = route(method, url, &k->endpoint, &method_ok, &allow);
+        /* headers over HTTP_MAX_HEADER: 431 here, as JSON (the connection's
+         * memory pool is larger, so libmicrohttpd's own HTML 431 only comes
+         * for headers over HTTP_POOL_BYTES) */
+        const union MHD_ConnectionInfo *hi = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        if (hi && hi->header_size > HTTP_MAX_HEADER) {
+            req_fail(&e, 431, "invalid_request_error", "headers_too_large", NULL, "the request's headers are %zu bytes; at most %d are taken",
+                     hi->header_size, HTTP_MAX_HEADER);
+            return respond_error(h, mc, k->endpoint, &e);
+        }
+        /* two Content-Length headers that disagree: which body is meant is
+         * ambiguous (request smuggling through a proxy): refused */
+        cl_scan cs = {NULL, 0};
+        MHD_get_connection_values(mc, MHD_HEADER_KIND, cl_each, &cs);
+        if (cs.conflict) {
+            req_fail(&e, 400, "invalid_request_error", "invalid_header", NULL, "the request has Content-Length headers that disagree");
+            return respond_error(h, mc, k->endpoint, &e);
+        }
         if (k->route == R_NONE) {
             req_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route for %.16s %.200s", method, url);
             return respond_error(h, mc, k->endpoint, &e);
         }
         if (!method_ok) {
-            req_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%.16s is not allowed on %.200s", method, url);
-            return respond_error(h, mc, k->endpoint, &e);
+            req_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%.16s is not allowed on %.200s (allowed: %s)", method,
+                     url, allow);
+            return respond_json_hdr(h, mc, k->endpoint, 405, error_json(&e), "Allow", allow);
         }
         if (k->route != R_HEALTH && k->route != R_PAGE && k->route != R_METRICS && !key_ok(h, mc)) {
             req_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL, "a valid API key is required (Authorization: Bearer KEY)");
@@ -601,6 +647,7 @@ int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics 
     h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_POOL_BYTES,
                             MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_conns,
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
                             MHD_OPTION_END);
