@@ -43,7 +43,15 @@ static void usage(FILE *f) {
         "  --api-key KEY        require Authorization: Bearer KEY (not for /health, /metrics, /)\n"
         "  --api-key-file F     the same, the key read from the first line of F\n"
         "  --max-body SIZE      largest request body (default 1M)\n"
-        "  --timeout S          idle / slow-request timeout in seconds (default 30)\n"
+        "  --timeout S          seconds a connection may stay silent (default 30)\n"
+        "  --request-timeout S  seconds a request's headers and body may take to arrive, however\n"
+        "                       they trickle in; past it: 408 and the connection closes (default 60)\n"
+        "  --max-conns N        connections served at once (default parallel + queue + 128); a new\n"
+        "                       one beyond it replaces the oldest connection still sending its\n"
+        "                       request (503), a request beyond it gets 503; GET /health and\n"
+        "                       /metrics have 64 more\n"
+        "  --max-conns-per-addr N  connections one client address may hold while they send\n"
+        "                       their requests; a new one replaces its oldest (503) (default 32)\n"
         "  --grace S            on SIGTERM, seconds to let requests finish (default 10)\n"
         "  --prefix-gb X|auto   RAM for prefix snapshots (a request extending an earlier prompt\n"
         "                       evaluates only its new tokens), inside the budget (default auto:\n"
@@ -66,6 +74,7 @@ static void usage(FILE *f) {
 typedef struct serve_opts {
     const char *model_dir, *host, *api_key, *api_key_file;
     int64_t port, parallel, queue, ctx, timeout, grace, spec, prefix_every;
+    int64_t request_timeout, max_conns, max_conns_per_addr; /* max_conns 0: parallel + queue + 128 */
     uint64_t max_body;
     double prefix_gb, cache_dir_gb; /* prefix_gb < 0: auto */
     const char *cache_dir;
@@ -80,6 +89,8 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
     o->parallel = 4;
     o->queue = 64;
     o->timeout = 30;
+    o->request_timeout = 60;
+    o->max_conns_per_addr = 32;
     o->grace = 10;
     o->max_body = 1 << 20;
     o->prefix_gb = -1;
@@ -100,6 +111,9 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--api-key-file")) { NEED(); o->api_key_file = v; }
         else if (!strcmp(a, "--max-body")) { NEED(); if (base_parse_size(v, &o->max_body) || o->max_body < 64 || o->max_body > ((uint64_t)1 << 30)) BAD("64 B .. 1G"); }
         else if (!strcmp(a, "--timeout")) { NEED(); if (base_parse_i64(v, 1, 86400, &o->timeout)) BAD("1..86400 seconds"); }
+        else if (!strcmp(a, "--request-timeout")) { NEED(); if (base_parse_i64(v, 1, 86400, &o->request_timeout)) BAD("1..86400 seconds"); }
+        else if (!strcmp(a, "--max-conns")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->max_conns)) BAD("1..4096"); }
+        else if (!strcmp(a, "--max-conns-per-addr")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->max_conns_per_addr)) BAD("1..4096"); }
         else if (!strcmp(a, "--grace")) { NEED(); if (base_parse_i64(v, 0, 86400, &o->grace)) BAD("0..86400 seconds"); }
         else if (!strcmp(a, "--prefix-gb")) {
             NEED();
@@ -240,8 +254,9 @@ int cmd_serve(int argc, char **argv) {
 
     if (!(mt = metrics_create())) { fprintf(stderr, "strata serve: out of memory\n"); goto out; }
     if (sched_create(&s, m.m, &so, tk, &sopt, mt, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
-    http_cfg hc = {o.host, (int)o.port, api_key, name, (size_t)o.max_body, (int)o.timeout,
-                   (int)(o.parallel + o.queue + 16), ctx, m.info.vocab};
+    const int64_t max_conns = o.max_conns ? o.max_conns : o.parallel + o.queue + 128;
+    http_cfg hc = {o.host, (int)o.port, api_key, name, (size_t)o.max_body, (int)o.timeout, (int)o.request_timeout,
+                   (int)max_conns, (int)o.max_conns_per_addr, ctx, m.info.vocab};
     if (http_start(&h, &hc, s, tk, mt, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); ret = EXIT_USAGE; goto out; }
     fprintf(stderr, "strata serve: listening on http://%s%s%s:%d (model '%s'; loading)\n", strchr(o.host, ':') ? "[" : "", o.host,
             strchr(o.host, ':') ? "]" : "", http_port(h), name);

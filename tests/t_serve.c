@@ -709,3 +709,116 @@ TEST(serve_hostile) {
     CHECK_MSG(rc == 2 && out && strstr(out, "below the minimum"), "rc %d: %s", rc, out ? out : "");
     base_free(out);
 }
+
+/* Issue 38: slow clients cannot lock anyone out. 200 connections that trickle
+ * their headers a byte at a time (never silent for --timeout) from one address:
+ * GET /health and a completion still answer at once (the address's oldest
+ * trickling connections are replaced, answered 503 JSON); a request that
+ * trickles past --request-timeout gets 408 and is closed; requests beyond
+ * --max-conns get 503 JSON while /health still answers. */
+TEST(serve_slow_clients) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    server s;
+    static const char *const args[] = {"--parallel", "2", "--ctx", "256", NULL};
+    CHECK(server_start(&s, dir, NULL, args) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    enum { N = 200 };
+    int fds[N];
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = sock_open(s.port);
+        if (fds[i] >= 0 && sock_send(fds[i], "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ", 49) == 0) opened++;
+    }
+    /* the address's oldest ones were replaced as the later ones came: told
+     * why (503, JSON) and closed */
+    usleep(300000);
+    int told = 0;
+    for (int i = 0; i < N; i++) {
+        if (fds[i] < 0) continue;
+        req_buf r = {0};
+        sock_read(fds[i], &r, "}}", 0.005);
+        if (r.p && !strncmp(r.p, "HTTP/1.1 503", 12) && strstr(r.p, "server_busy") && is_error(&r, NULL)) {
+            told++;
+            close(fds[i]);
+            fds[i] = -1;
+        }
+        req_buf_free(&r);
+    }
+    CHECK_MSG(told >= N - 40, "%d of %d trickling connections replaced with a 503", told, N);
+    for (int round = 0; round < 3; round++) { /* the rest trickle: a byte each, every 0.2 s */
+        usleep(200000);
+        for (int i = 0; i < N; i++)
+            if (fds[i] >= 0 && send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) { close(fds[i]); fds[i] = -1; }
+    }
+    req_buf b;
+    double t0 = base_now();
+    int st = http(s.port, "GET", "/health", NULL, NULL, 0, &b);
+    const double t_health = base_now() - t0;
+    CHECK_MSG(st == 200 && t_health < 3.0, "/health under %d trickling connections: %d in %.2f s", opened, st, t_health);
+    req_buf_free(&b);
+    t0 = base_now();
+    st = post(s.port, "/v1/completions", NULL, "{\"prompt\":\"ab\",\"max_tokens\":2}", &b);
+    const double t_compl = base_now() - t0;
+    CHECK_MSG(st == 200 && strstr(body_of(&b), "\"choices\""), "a completion under trickling connections: %d in %.2f s", st, t_compl);
+    req_buf_free(&b);
+    printf("     %d trickling connections: /health %.3f s, a completion %.3f s\n", opened, t_health, t_compl);
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    CHECK(server_stop(&s) == 0);
+
+    /* the whole-request deadline: a connection that is never silent still ends */
+    static const char *const dargs[] = {"--parallel", "1", "--queue", "1", "--ctx", "256", "--request-timeout", "1",
+                                        "--max-conns", "2", NULL};
+    CHECK(server_start(&s, dir, "20", dargs) == 0); /* 20 ms a step: the streams below last seconds */
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    int fd = sock_open(s.port);
+    CHECK(fd >= 0 && sock_send(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ", 49) == 0);
+    t0 = base_now();
+    req_buf r = {0};
+    int closed = 0;
+    while (fd >= 0 && !closed && base_now() - t0 < 10) {
+        if (send(fd, "a", 1, MSG_NOSIGNAL) != 1) break;
+        closed = sock_read(fd, &r, NULL, 0.2);
+    }
+    if (fd >= 0) { sock_read(fd, &r, NULL, 1); close(fd); }
+    const double t_dead = base_now() - t0;
+    CHECK_MSG(r.p && !strncmp(r.p, "HTTP/1.1 408", 12) && is_error(&r, NULL) && t_dead < 6, "after %.2f s: %.200s", t_dead,
+              r.p ? r.p : "(nothing)");
+    req_buf_free(&r);
+
+    /* --max-conns 2: two streams (one running, one queued) fill it; a third
+     * request gets 503 JSON, /health still answers */
+    const char *longreq = "{\"prompt\":\"abc\",\"max_tokens\":240,\"stream\":true}";
+    req_buf rq = {0};
+    req_buf_addf(&rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(longreq), longreq);
+    int f1 = sock_open(s.port), f2 = sock_open(s.port);
+    CHECK(f1 >= 0 && f2 >= 0 && sock_send(f1, rq.p, rq.n) == 0);
+    r = (req_buf){0};
+    CHECK(f1 >= 0 && sock_read(f1, &r, "\"text\"", 10) == 0); /* f1 runs */
+    req_buf_free(&r);
+    CHECK(f2 >= 0 && sock_send(f2, rq.p, rq.n) == 0);
+    for (int i = 0; i < 250; i++) { /* until the second one is queued */
+        int on = http(s.port, "GET", "/metrics", NULL, NULL, 0, &b) == 200 && b.p && strstr(b.p, "strata_queue_length 1");
+        req_buf_free(&b);
+        if (on) break;
+        usleep(20000);
+    }
+    st = post(s.port, "/v1/completions", NULL, "{\"prompt\":\"ab\",\"max_tokens\":2}", &b);
+    CHECK_MSG(st == 503 && is_error(&b, NULL) && strstr(b.p, "server_busy") && strstr(b.p, "Retry-After: 1"), "%d: %.300s", st,
+              b.p ? b.p : "");
+    if (st != 503) {
+        r = (req_buf){0};
+        sock_read(f2, &r, NULL, 0.5);
+        fprintf(stderr, "  f2: %.300s\n", r.p ? r.p : "(nothing)");
+        req_buf_free(&r);
+    }
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/health", NULL, NULL, 0, &b) == 200);
+    req_buf_free(&b);
+    if (f1 >= 0) close(f1);
+    if (f2 >= 0) close(f2);
+    req_buf_free(&rq);
+    CHECK(server_stop(&s) == 0);
+}
