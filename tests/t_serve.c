@@ -14,7 +14,13 @@
  *                  SIGTERM exits 0.
  *   serve_page:    the web page in headless chromium (tests/serve/page.mjs):
  *                  a message streams a reply, Stop ends it and frees the
- *                  sequence; skipped with the reason when no browser starts.
+ *                  sequence, failed turns (401, over the context) are taken
+ *                  back; skipped with the reason when no browser starts.
+ *   serve_hostile: issue 38's probe: 405 Allow, JSON 431, empty body, two
+ *                  Content-Lengths, the model id of DIR/., a budget below the
+ *                  minimum (exit 2), a second server on a held --cache-dir.
+ *   serve_slow_clients: 200 trickling connections lock nobody out; the
+ *                  request deadline (408); 503 beyond --max-conns.
  *   serve_limits:  --parallel 1 --queue 0 with slowed steps: 429 + Retry-After
  *                  while the slot is busy, a dropped stream frees its slot at
  *                  once, a partial request times out without holding the slot,
