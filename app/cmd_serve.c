@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "jsonx.h"
 #include "model_open.h"
+#include "prefix.h"
 #include "serve/http.h"
 #include "serve/metrics.h"
 #include "serve/sched.h"
@@ -42,7 +43,15 @@ static void usage(FILE *f) {
         "  --api-key KEY        require Authorization: Bearer KEY (not for /health, /metrics, /)\n"
         "  --api-key-file F     the same, the key read from the first line of F\n"
         "  --max-body SIZE      largest request body (default 1M)\n"
-        "  --timeout S          idle / slow-request timeout in seconds (default 30)\n"
+        "  --timeout S          seconds a connection may stay silent (default 30)\n"
+        "  --request-timeout S  seconds a request's headers and body may take to arrive, however\n"
+        "                       they trickle in; past it: 408 and the connection closes (default 60)\n"
+        "  --max-conns N        connections served at once (default parallel + queue + 128); a new\n"
+        "                       one beyond it replaces the oldest connection still sending its\n"
+        "                       request (503), a request beyond it gets 503; GET /health and\n"
+        "                       /metrics have 64 more\n"
+        "  --max-conns-per-addr N  connections one client address may hold while they send\n"
+        "                       their requests; a new one replaces its oldest (503) (default 32)\n"
         "  --grace S            on SIGTERM, seconds to let requests finish (default 10)\n"
         "  --prefix-gb X|auto   RAM for prefix snapshots (a request extending an earlier prompt\n"
         "                       evaluates only its new tokens), inside the budget (default auto:\n"
@@ -65,6 +74,7 @@ static void usage(FILE *f) {
 typedef struct serve_opts {
     const char *model_dir, *host, *api_key, *api_key_file;
     int64_t port, parallel, queue, ctx, timeout, grace, spec, prefix_every;
+    int64_t request_timeout, max_conns, max_conns_per_addr; /* max_conns 0: parallel + queue + 128 */
     uint64_t max_body;
     double prefix_gb, cache_dir_gb; /* prefix_gb < 0: auto */
     const char *cache_dir;
@@ -79,6 +89,8 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
     o->parallel = 4;
     o->queue = 64;
     o->timeout = 30;
+    o->request_timeout = 60;
+    o->max_conns_per_addr = 32;
     o->grace = 10;
     o->max_body = 1 << 20;
     o->prefix_gb = -1;
@@ -99,6 +111,9 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
         else if (!strcmp(a, "--api-key-file")) { NEED(); o->api_key_file = v; }
         else if (!strcmp(a, "--max-body")) { NEED(); if (base_parse_size(v, &o->max_body) || o->max_body < 64 || o->max_body > ((uint64_t)1 << 30)) BAD("64 B .. 1G"); }
         else if (!strcmp(a, "--timeout")) { NEED(); if (base_parse_i64(v, 1, 86400, &o->timeout)) BAD("1..86400 seconds"); }
+        else if (!strcmp(a, "--request-timeout")) { NEED(); if (base_parse_i64(v, 1, 86400, &o->request_timeout)) BAD("1..86400 seconds"); }
+        else if (!strcmp(a, "--max-conns")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->max_conns)) BAD("1..4096"); }
+        else if (!strcmp(a, "--max-conns-per-addr")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->max_conns_per_addr)) BAD("1..4096"); }
         else if (!strcmp(a, "--grace")) { NEED(); if (base_parse_i64(v, 0, 86400, &o->grace)) BAD("0..86400 seconds"); }
         else if (!strcmp(a, "--prefix-gb")) {
             NEED();
@@ -144,13 +159,17 @@ static int read_key_file(const char *path, char *key, size_t cap) {
     return 0;
 }
 
-/* The model's name for clients: the directory's base name. */
-static void model_name(const char *dir, char *out, size_t cap) {
+/* The model's name for clients: the base name of the directory, resolved
+ * (`strata serve .` is named after the current directory, not "."). */
+static void model_name(const char *dir_in, char *out, size_t cap) {
+    char *real = realpath(dir_in, NULL);
+    const char *dir = real ? real : dir_in;
     size_t len = strlen(dir);
     while (len > 1 && dir[len - 1] == '/') len--;
     size_t b = len;
     while (b > 0 && dir[b - 1] != '/') b--;
     snprintf(out, cap, "%.*s", (int)(len - b), dir + b);
+    free(real); /* from libc's malloc */
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -193,6 +212,13 @@ int cmd_serve(int argc, char **argv) {
         o.mo.prefix_dir_bytes = (uint64_t)(o.cache_dir_gb * 1e9);
         o.mo.prefix_every = o.prefix_every;
     }
+    /* another server on this --cache-dir: refused before listening (the load
+     * takes the directory's lock; this check only makes the refusal early) */
+    if (o.cache_dir && !o.mo.plan_only && prefix_dir_check(o.cache_dir, err, sizeof err)) {
+        fprintf(stderr, "strata serve: --cache-dir: %s\n", err);
+        ret = EXIT_USAGE;
+        goto out;
+    }
     if (o.mo.plan_only) {
         rc = mo_place(&m, &o.mo, ctx, (int)o.parallel);
         ret = rc == MO_PLANNED ? 0 : rc;
@@ -228,8 +254,9 @@ int cmd_serve(int argc, char **argv) {
 
     if (!(mt = metrics_create())) { fprintf(stderr, "strata serve: out of memory\n"); goto out; }
     if (sched_create(&s, m.m, &so, tk, &sopt, mt, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
-    http_cfg hc = {o.host, (int)o.port, api_key, name, (size_t)o.max_body, (int)o.timeout,
-                   (int)(o.parallel + o.queue + 16), ctx, m.info.vocab};
+    const int64_t max_conns = o.max_conns ? o.max_conns : o.parallel + o.queue + 128;
+    http_cfg hc = {o.host, (int)o.port, api_key, name, (size_t)o.max_body, (int)o.timeout, (int)o.request_timeout,
+                   (int)max_conns, (int)o.max_conns_per_addr, ctx, m.info.vocab};
     if (http_start(&h, &hc, s, tk, mt, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); ret = EXIT_USAGE; goto out; }
     fprintf(stderr, "strata serve: listening on http://%s%s%s:%d (model '%s'; loading)\n", strchr(o.host, ':') ? "[" : "", o.host,
             strchr(o.host, ':') ? "]" : "", http_port(h), name);
@@ -245,6 +272,10 @@ int cmd_serve(int argc, char **argv) {
         const int st = sched_state(s);
         if (st < 0) {
             fprintf(stderr, "strata serve: %s\n", sched_load_error(s));
+            /* as run and chat: a budget below the minimum, or a --cache-dir
+             * another server holds, is refused input (2), not a failure (1) */
+            const int lrc = sched_load_rc(s);
+            if (lrc == STRATA_EBUDGET || lrc == STRATA_EBUSY) ret = EXIT_USAGE;
             goto out;
         }
         if (st == 1 && !ready) {

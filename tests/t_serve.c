@@ -14,7 +14,13 @@
  *                  SIGTERM exits 0.
  *   serve_page:    the web page in headless chromium (tests/serve/page.mjs):
  *                  a message streams a reply, Stop ends it and frees the
- *                  sequence; skipped with the reason when no browser starts.
+ *                  sequence, failed turns (401, over the context) are taken
+ *                  back; skipped with the reason when no browser starts.
+ *   serve_hostile: issue 38's probe: 405 Allow, JSON 431, empty body, two
+ *                  Content-Lengths, the model id of DIR/., a budget below the
+ *                  minimum (exit 2), a second server on a held --cache-dir.
+ *   serve_slow_clients: 200 trickling connections lock nobody out; the
+ *                  request deadline (408); 503 beyond --max-conns.
  *   serve_limits:  --parallel 1 --queue 0 with slowed steps: 429 + Retry-After
  *                  while the slot is busy, a dropped stream frees its slot at
  *                  once, a partial request times out without holding the slot,
@@ -34,6 +40,7 @@
 #include <unistd.h>
 #include "jsonx.h"
 #include "serve/request.h"
+#include "strata.h"
 #include "test.h"
 
 /* ===== the parser ===== */
@@ -127,6 +134,25 @@ TEST(serve_request) {
     CHECK(parse_status(REQ_CHAT, deep, "") == 400);
     base_free(deep);
     CHECK(parse_status(REQ_CHAT, "", "") == 400);
+    {
+        /* an empty body says so (jansson alone: "line -1 column -1"); the
+         * repetition_penalty range says what it takes */
+        request r;
+        req_error e;
+        CHECK(request_parse(&r, REQ_CHAT, (const uint8_t *)" \r\n", 3, &e) != 0 && strstr(e.message, "empty request body") &&
+              !strstr(e.message, "-1"));
+        request_free(&r);
+        const char *b0 = "{\"prompt\":\"x\",\"repetition_penalty\":0}";
+        CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) != 0 && !strcmp(e.param, "repetition_penalty") &&
+              strstr(e.message, "(0, 100]"));
+        request_free(&r);
+        b0 = "{\"prompt\":\"x\",\"repetition_penalty\":100}";
+        CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) == 0 && r.repeat_penalty == 100);
+        request_free(&r);
+        b0 = "{\"prompt\":\"x\",\"repetition_penalty\":100.5}";
+        CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) != 0 && strstr(e.message, "(0, 100]"));
+        request_free(&r);
+    }
     CHECK(parse_status(REQ_CHAT, "{\"messages\":", "") == 400);
 
     /* UTF-8 cleaning: valid text unchanged, each bad byte -> U+FFFD */
@@ -496,6 +522,7 @@ TEST(serve_limits) {
         req_buf q = {0};
         req_buf_addf(&q, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(nb), nb);
         int f2 = sock_open(s.port);
+        f2 = sock_open(s.port); /* now: --request-timeout 1 runs from its connect */
         CHECK(f2 >= 0 && sock_send(f2, q.p, q.n) == 0);
         usleep(200000);
         close(f2);
@@ -578,5 +605,227 @@ TEST(serve_page) {
         CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "page.mjs: %s", out ? out : "");
     }
     base_free(out);
+    CHECK(server_stop(&s) == 0);
+}
+
+/* Issue 38's hostile probe of the HTTP side and the command: 405 names what is
+ * allowed, 431 and an empty body answer JSON that says so, Content-Length
+ * headers that disagree are refused, `strata serve DIR/.` is named after DIR,
+ * a budget below the minimum exits 2, and a second server on a --cache-dir
+ * another one holds is refused (exit 2, naming the directory and the pid)
+ * before it touches a file; the library refuses it too (STRATA_EBUSY). */
+TEST(serve_hostile) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char dot[700], cache_dir[600], cmd[2400], *out = NULL;
+    snprintf(dot, sizeof dot, "%s/.", dir);
+    snprintf(cache_dir, sizeof cache_dir, "%s/serve_cache_lock", t_tmpdir);
+    server s;
+    const char *const args[] = {"--parallel", "2", "--ctx", "256", "--cache-dir", cache_dir, NULL};
+    CHECK(server_start(&s, dot, NULL, args) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    req_buf b;
+
+    /* 405 with Allow */
+    CHECK(http(s.port, "DELETE", "/health", NULL, NULL, 0, &b) == 405 && is_error(&b, NULL) && strstr(b.p, "\r\nAllow: GET, HEAD\r\n"));
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/v1/completions", NULL, NULL, 0, &b) == 405 && is_error(&b, NULL) && strstr(b.p, "\r\nAllow: POST\r\n"));
+    req_buf_free(&b);
+    /* 431 as JSON */
+    for (size_t n = 40000; n <= 90000; n += 50000) {
+        req_buf rq = {0};
+        req_buf_addf(&rq, "GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\nX-Big: ");
+        for (size_t i = 0; i < n; i++) req_buf_add(&rq, "a", 1);
+        req_buf_add(&rq, "\r\n\r\n", 4);
+        int fd = sock_open(s.port);
+        memset(&b, 0, sizeof b);
+        CHECK(fd >= 0 && sock_send(fd, rq.p, rq.n) == 0);
+        if (fd >= 0) { sock_read(fd, &b, NULL, 10); close(fd); }
+        CHECK_MSG(b.p && !strncmp(b.p, "HTTP/1.1 431", 12) && strstr(b.p, "application/json") && is_error(&b, NULL) &&
+                  strstr(b.p, "headers_too_large"), "%zu: %.300s", n, b.p ? b.p : "(nothing)");
+        req_buf_free(&b);
+        req_buf_free(&rq);
+    }
+    /* an empty body */
+    CHECK(http(s.port, "POST", "/v1/completions", NULL, "", 0, &b) == 400 && is_error(&b, NULL) && strstr(b.p, "empty request body") &&
+          !strstr(b.p, "line -1"));
+    req_buf_free(&b);
+    /* Content-Length twice: the same value is one header, different values are refused */
+    {
+        static const char *const two[] = {
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 2\r\nContent-Length: 40\r\n\r\n{}",
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 31\r\nContent-Length: 31\r\n\r\n"
+            "{\"prompt\":\"ab\",\"max_tokens\":1} ",
+        };
+        for (int i = 0; i < 2; i++) {
+            int fd = sock_open(s.port);
+            memset(&b, 0, sizeof b);
+            CHECK(fd >= 0 && sock_send(fd, two[i], strlen(two[i])) == 0);
+            if (fd >= 0) { sock_read(fd, &b, NULL, 10); close(fd); }
+            if (i == 0) CHECK_MSG(b.p && !strncmp(b.p, "HTTP/1.1 400", 12) && is_error(&b, NULL) && strstr(b.p, "Content-Length"), "%.300s", b.p ? b.p : "");
+            else CHECK_MSG(b.p && !strncmp(b.p, "HTTP/1.1 200", 12), "%.300s", b.p ? b.p : "");
+            req_buf_free(&b);
+        }
+    }
+    /* the model id of DIR/. is DIR's name */
+    CHECK(http(s.port, "GET", "/v1/models", NULL, NULL, 0, &b) == 200 && strstr(b.p, "\"id\":\"serve_tiny\""));
+    req_buf_free(&b);
+
+    /* a second server on the same --cache-dir: refused before it listens */
+    snprintf(cmd, sizeof cmd, "timeout 30 %s serve %s --port 0 --cache-dir %s 2>&1", t_strata(), dir, cache_dir);
+    int rc = t_run(cmd, &out);
+    char pid[32];
+    snprintf(pid, sizeof pid, "pid %d", (int)s.pid);
+    CHECK_MSG(rc == 2 && out && strstr(out, cache_dir) && strstr(out, pid) && strstr(out, "in use") && !strstr(out, "listening"),
+              "rc %d: %s", rc, out ? out : "");
+    base_free(out);
+    out = NULL;
+    /* and the library refuses a second holder too, before it trims a file */
+    {
+        char err[4096];
+        strata_model *m = NULL;
+        CHECK(strata_model_open(&m, dir, err, sizeof err) == 0);
+        strata_model_opts o = strata_model_opts_default();
+        o.ctx = 64;
+        o.max_seqs = 1;
+        o.n_threads = 1;
+        o.prefix_dir = cache_dir;
+        CHECK_MSG(m && strata_model_load(m, &o, err, sizeof err) == STRATA_EBUSY && strstr(err, pid), "%s", err);
+        strata_model_close(m);
+    }
+    CHECK(server_stop(&s) == 0);
+    /* the lock went with the server: the directory is free again */
+    {
+        char err[4096];
+        strata_model *m = NULL;
+        CHECK(strata_model_open(&m, dir, err, sizeof err) == 0);
+        strata_model_opts o = strata_model_opts_default();
+        o.ctx = 64;
+        o.max_seqs = 1;
+        o.n_threads = 1;
+        o.prefix_dir = cache_dir;
+        CHECK_MSG(m && strata_model_load(m, &o, err, sizeof err) == 0, "%s", err);
+        strata_model_close(m);
+    }
+
+    /* a budget below the minimum: 2, as run and chat */
+    snprintf(cmd, sizeof cmd, "timeout 60 %s serve %s --port 0 --ram-gb 0.001 2>&1", t_strata(), dir);
+    rc = t_run(cmd, &out);
+    CHECK_MSG(rc == 2 && out && strstr(out, "below the minimum"), "rc %d: %s", rc, out ? out : "");
+    base_free(out);
+}
+
+/* Issue 38: slow clients cannot lock anyone out. 200 connections that trickle
+ * their headers a byte at a time (never silent for --timeout) from one address:
+ * GET /health and a completion still answer at once (the address's oldest
+ * trickling connections are replaced, answered 503 JSON); a request that
+ * trickles past --request-timeout gets 408 and is closed; requests beyond
+ * --max-conns get 503 JSON while /health still answers. */
+TEST(serve_slow_clients) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    server s;
+    static const char *const args[] = {"--parallel", "2", "--ctx", "256", NULL};
+    CHECK(server_start(&s, dir, NULL, args) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    enum { N = 200 };
+    int fds[N];
+    int opened = 0;
+    for (int i = 0; i < N; i++) {
+        fds[i] = sock_open(s.port);
+        if (fds[i] >= 0 && sock_send(fds[i], "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ", 49) == 0) opened++;
+    }
+    /* the address's oldest ones were replaced as the later ones came: told
+     * why (503, JSON) and closed */
+    usleep(300000);
+    int told = 0;
+    for (int i = 0; i < N; i++) {
+        if (fds[i] < 0) continue;
+        req_buf r = {0};
+        sock_read(fds[i], &r, "}}", 0.005);
+        if (r.p && !strncmp(r.p, "HTTP/1.1 503", 12) && strstr(r.p, "server_busy") && is_error(&r, NULL)) {
+            told++;
+            close(fds[i]);
+            fds[i] = -1;
+        }
+        req_buf_free(&r);
+    }
+    CHECK_MSG(told >= N - 40, "%d of %d trickling connections replaced with a 503", told, N);
+    for (int round = 0; round < 3; round++) { /* the rest trickle: a byte each, every 0.2 s */
+        usleep(200000);
+        for (int i = 0; i < N; i++)
+            if (fds[i] >= 0 && send(fds[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT) != 1) { close(fds[i]); fds[i] = -1; }
+    }
+    req_buf b;
+    double t0 = base_now();
+    int st = http(s.port, "GET", "/health", NULL, NULL, 0, &b);
+    const double t_health = base_now() - t0;
+    CHECK_MSG(st == 200 && t_health < 3.0, "/health under %d trickling connections: %d in %.2f s", opened, st, t_health);
+    req_buf_free(&b);
+    t0 = base_now();
+    st = post(s.port, "/v1/completions", NULL, "{\"prompt\":\"ab\",\"max_tokens\":2}", &b);
+    const double t_compl = base_now() - t0;
+    CHECK_MSG(st == 200 && strstr(body_of(&b), "\"choices\""), "a completion under trickling connections: %d in %.2f s", st, t_compl);
+    req_buf_free(&b);
+    printf("     %d trickling connections: /health %.3f s, a completion %.3f s\n", opened, t_health, t_compl);
+    for (int i = 0; i < N; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    CHECK(server_stop(&s) == 0);
+
+    /* the whole-request deadline: a connection that is never silent still ends */
+    static const char *const dargs[] = {"--parallel", "1", "--queue", "1", "--ctx", "4096", "--request-timeout", "1",
+                                        "--max-conns", "2", NULL};
+    CHECK(server_start(&s, dir, "5", dargs) == 0); /* 5 ms a step: 3000 tokens take 15 s (as serve_limits) */
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    int fd = sock_open(s.port);
+    CHECK(fd >= 0 && sock_send(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ", 49) == 0);
+    t0 = base_now();
+    req_buf r = {0};
+    int closed = 0;
+    while (fd >= 0 && !closed && base_now() - t0 < 10) {
+        if (send(fd, "a", 1, MSG_NOSIGNAL) != 1) break;
+        closed = sock_read(fd, &r, NULL, 0.2);
+    }
+    if (fd >= 0) { sock_read(fd, &r, NULL, 1); close(fd); }
+    const double t_dead = base_now() - t0;
+    CHECK_MSG(r.p && !strncmp(r.p, "HTTP/1.1 408", 12) && is_error(&r, NULL) && t_dead < 6, "after %.2f s: %.200s", t_dead,
+              r.p ? r.p : "(nothing)");
+    req_buf_free(&r);
+
+    /* --max-conns 2: two streams (one running, one queued) fill it; a third
+     * request gets 503 JSON, /health still answers */
+    const char *longreq = "{\"prompt\":\"abc\",\"max_tokens\":3000,\"stream\":true}";
+    req_buf rq = {0};
+    req_buf_addf(&rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(longreq), longreq);
+    int f1 = sock_open(s.port), f2 = -1;
+    CHECK(f1 >= 0 && sock_send(f1, rq.p, rq.n) == 0);
+    r = (req_buf){0};
+    CHECK(f1 >= 0 && sock_read(f1, &r, "\"text\"", 10) == 0); /* f1 runs */
+    req_buf_free(&r);
+    /* the second, a chat stream, is queued: its role chunk comes at once
+     * (no other connection is opened before: one beyond --max-conns would
+     * replace f2 while it is still sending its request, as it should) */
+    {
+        const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"abc\"}],\"max_tokens\":3000,\"stream\":true}";
+        req_buf q = {0};
+        req_buf_addf(&q, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(chat), chat);
+        f2 = sock_open(s.port); /* now: --request-timeout 1 runs from its connect */
+        CHECK(f2 >= 0 && sock_send(f2, q.p, q.n) == 0);
+        req_buf_free(&q);
+        r = (req_buf){0};
+        CHECK_MSG(f2 >= 0 && sock_read(f2, &r, "\"role\"", 10) == 0 && r.p && strstr(r.p, "\"role\""), "%.200s", r.p ? r.p : "(nothing)");
+        req_buf_free(&r);
+    }
+    st = post(s.port, "/v1/completions", NULL, "{\"prompt\":\"ab\",\"max_tokens\":2}", &b);
+    CHECK_MSG(st == 503 && is_error(&b, NULL) && strstr(b.p, "server_busy") && strstr(b.p, "Retry-After: 1"), "%d: %.300s", st,
+              b.p ? b.p : "");
+    req_buf_free(&b);
+    CHECK(http(s.port, "GET", "/health", NULL, NULL, 0, &b) == 200);
+    req_buf_free(&b);
+    if (f1 >= 0) close(f1);
+    if (f2 >= 0) close(f2);
+    req_buf_free(&rq);
     CHECK(server_stop(&s) == 0);
 }

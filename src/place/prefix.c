@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +37,7 @@
 #define PFX_MAX_PARTS (CFG_MAX_LAYERS + 2)
 #define PFX_TMP_AGE_S 600         /* a temporary file this old is a crash's leftover */
 #define PFX_DEFAULT_DIR_BYTES (8ull << 30)
+#define PFX_LOCK_NAME "strata-prefix.lock" /* flock'd by the process using the directory */
 
 typedef struct pent {             /* a snapshot in RAM */
     int64_t pos;                  /* 0: free */
@@ -64,6 +66,7 @@ struct prefix_cache {
     pent ram[PFX_MAX_RAM];
     /* disk tier */
     char dir[2048];
+    int lock_fd;                  /* PFX_LOCK_NAME in dir, flock'd while open; -1 none */
     uint64_t dir_bytes, disk_used;
     dent *disk;                   /* (PFX_MAX_DISK) */
     cand *cands;                  /* (PFX_MAX_RAM + PFX_MAX_DISK) lookup scratch */
@@ -405,6 +408,59 @@ static void disk_scan(prefix_cache *pc) {
     pc->clock = max_t + 1;
 }
 
+/* ================================================================ lock */
+
+/* The pid a holder wrote into the lock file ("" when unknown). */
+static void lock_holder(int fd, char *pid, size_t n) {
+    char b[32];
+    ssize_t k = pread(fd, b, sizeof b - 1, 0);
+    size_t m = 0;
+    while (k > 0 && m < (size_t)k && m + 1 < n && b[m] >= '0' && b[m] <= '9') { pid[m] = b[m]; m++; }
+    pid[m] = 0;
+}
+
+static int busy(const char *dir, const char *path, int fd, char *err, size_t errlen) {
+    char pid[24];
+    lock_holder(fd, pid, sizeof pid);
+    return base_fail(err, errlen, STRATA_EBUSY,
+                     "prefix cache: directory %s is in use by another strata process (%s%s%s holds %s); two processes "
+                     "sharing one directory would trim and delete each other's snapshot files: give each its own directory",
+                     dir, pid[0] ? "pid " : "", pid, pid[0] ? "" : "it", path);
+}
+
+/* Takes the directory's lock for pc (the file is created; it stays). Another
+ * process (or another open cache in this one) holding it: STRATA_EBUSY naming
+ * the directory and the holder's pid. The lock goes with the descriptor, so a
+ * process that dies releases it. */
+static int dir_lock(prefix_cache *pc, char *err, size_t errlen) {
+    char path[2200];
+    snprintf(path, sizeof path, "%s/" PFX_LOCK_NAME, pc->dir);
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
+    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "prefix cache: cannot open %s: %s", path, strerror(errno));
+    if (flock(fd, LOCK_EX | LOCK_NB)) {
+        int rc = errno == EWOULDBLOCK ? busy(pc->dir, path, fd, err, errlen)
+                                      : base_fail(err, errlen, STRATA_EIO, "prefix cache: cannot lock %s: %s", path, strerror(errno));
+        close(fd);
+        return rc;
+    }
+    char pid[24];
+    const int n = snprintf(pid, sizeof pid, "%ld\n", (long)getpid());
+    if (ftruncate(fd, 0) || pwrite(fd, pid, (size_t)n, 0) != n) { /* the pid is for messages only */ }
+    pc->lock_fd = fd;
+    return 0;
+}
+
+int prefix_dir_check(const char *dir, char *err, size_t errlen) {
+    char path[2200];
+    if (snprintf(path, sizeof path, "%s/" PFX_LOCK_NAME, dir) >= (int)sizeof path) return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+    if (fd < 0) return 0; /* no lock file: nobody holds it */
+    int rc = 0;
+    if (flock(fd, LOCK_SH | LOCK_NB)) rc = errno == EWOULDBLOCK ? busy(dir, path, fd, err, errlen) : 0;
+    close(fd); /* releases a shared lock taken here */
+    return rc;
+}
+
 /* ============================================================ open/close */
 
 int prefix_open(prefix_cache **out, engine *e, const prefix_opts *o, char *err, size_t errlen) {
@@ -416,6 +472,7 @@ int prefix_open(prefix_cache **out, engine *e, const prefix_opts *o, char *err, 
     pc->page = page_size(o->ram_bytes);
     pc->n_pages = (int32_t)(o->ram_bytes / pc->page);
     pc->free_head = -1;
+    pc->lock_fd = -1;
     pc->st.ram_bytes = (uint64_t)pc->n_pages * pc->page;
     int rc = 0;
     pc->xs = XXH3_createState();
@@ -439,6 +496,7 @@ int prefix_open(prefix_cache **out, engine *e, const prefix_opts *o, char *err, 
             goto fail;
         }
         if ((rc = base_mkdir_p(o->dir, err, errlen))) goto fail;
+        if ((rc = dir_lock(pc, err, errlen))) goto fail; /* before the scan, which trims and deletes */
         pc->dir_bytes = o->dir_bytes ? o->dir_bytes : PFX_DEFAULT_DIR_BYTES;
         pc->st.dir_bytes = pc->dir_bytes;
         disk_scan(pc);
@@ -454,6 +512,7 @@ fail:
 void prefix_close(prefix_cache *pc) {
     if (!pc) return;
     if (pc->xs) XXH3_freeState(pc->xs);
+    if (pc->lock_fd >= 0) close(pc->lock_fd);
     base_free(pc->arena);
     base_free(pc->next);
     base_free(pc->disk);

@@ -66,10 +66,17 @@ typedef struct prefix_stats {
 /* Bytes prefix_open allocates for o (the arena plus its tables), for the plan. */
 uint64_t prefix_alloc_bytes(const prefix_opts *o);
 
-/* Opens the cache for sequences of engine e. With a directory, creates it and
- * indexes this model's files already there (a restarted server reuses them),
- * removing the oldest beyond dir_bytes. Close with prefix_close. */
+/* Opens the cache for sequences of engine e. With a directory, creates it, takes
+ * its lock (an flock on DIR/strata-prefix.lock, which holds the pid; released by
+ * prefix_close or the process's end; held elsewhere: STRATA_EBUSY naming the
+ * directory and that pid, before any file is touched) and indexes this model's
+ * files already there (a restarted server reuses them), removing the oldest
+ * beyond dir_bytes. Close with prefix_close. */
 int prefix_open(prefix_cache **out, engine *e, const prefix_opts *o, char *err, size_t errlen);
+/* STRATA_EBUSY (err names dir and the holder's pid) when another process holds
+ * dir's lock, 0 otherwise (also when dir does not exist yet). A check only: it
+ * takes nothing; prefix_open takes the lock. */
+int prefix_dir_check(const char *dir, char *err, size_t errlen);
 void prefix_close(prefix_cache *pc); /* accepts NULL */
 
 /* Keeps a snapshot of s at its current position (nothing when one with the same

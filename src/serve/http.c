@@ -13,7 +13,9 @@
 #include <arpa/inet.h>
 #include <microhttpd.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <time.h>
 #include "base.h"
@@ -21,9 +23,31 @@
 #include "serve/page.h"
 
 #define WAIT_SLICE_MS 25 /* how often a waiting thread looks at its socket */
+#define HTTP_MAX_HEADER (32 * 1024)   /* request headers taken (beyond: 431, JSON) */
+#define HTTP_POOL_BYTES (128 * 1024) /* libmicrohttpd's memory per connection: headers up to
+                                         ~100 KB reach the 431 here; beyond, it answers 431
+                                         itself (HTML, compiled in). Its default 32 KB
+                                         answered every header over ~16 KB that way; 1 MB
+                                         cost ~330 KB RSS per kept-alive connection, this
+                                         ~50 KB */
+
+/* One open connection, for the slow-client limits (see http.h). */
+typedef struct cslot {
+    struct cslot *prev, *next;
+    int fd;
+    struct sockaddr_storage addr; /* the client (port ignored) */
+    double t0;                    /* the current request began: connect, or the end of the previous response */
+    int receiving;                /* its request is not all in yet */
+    int evicted;                  /* shut down here; libmicrohttpd closes it */
+} cslot;
 
 struct http_server {
     http_cfg c;
+    pthread_mutex_t cmu;       /* guards the connection list */
+    cslot *conns;
+    pthread_t reaper;          /* closes requests past their deadline */
+    int reaper_on;
+    atomic_int reaper_stop;
     struct MHD_Daemon *d;
     sched *s;
     tok *tk;
@@ -44,12 +68,13 @@ typedef struct conn {
 
 /* ===== small helpers ===== */
 
-static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status,
-                               const char *ctype, const char *body, size_t len) {
+static enum MHD_Result respond_hdr(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status,
+                                   const char *ctype, const char *body, size_t len, const char *hname, const char *hval) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
-    if (status == 429) MHD_add_response_header(r, "Retry-After", "1");
+    if (hname) MHD_add_response_header(r, hname, hval);
+    if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     enum MHD_Result ok = MHD_queue_response(mc, (unsigned)status, r);
     MHD_destroy_response(r);
@@ -57,14 +82,24 @@ static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, const 
     return ok;
 }
 
-static enum MHD_Result respond_json(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status, json_t *j) {
+static enum MHD_Result respond(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status,
+                               const char *ctype, const char *body, size_t len) {
+    return respond_hdr(h, mc, endpoint, status, ctype, body, len, NULL, NULL);
+}
+
+static enum MHD_Result respond_json_hdr(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status, json_t *j,
+                                        const char *hname, const char *hval) {
     char *txt = j ? json_dumps(j, JSON_COMPACT) : NULL;
     json_decref(j);
     if (!txt) return respond(h, mc, endpoint, 500, "application/json",
                              "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":null}}", 72);
-    enum MHD_Result ok = respond(h, mc, endpoint, status, "application/json", txt, strlen(txt));
+    enum MHD_Result ok = respond_hdr(h, mc, endpoint, status, "application/json", txt, strlen(txt), hname, hval);
     base_free(txt);
     return ok;
+}
+
+static enum MHD_Result respond_json(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status, json_t *j) {
+    return respond_json_hdr(h, mc, endpoint, status, j, NULL, NULL);
 }
 
 static json_t *error_json(const req_error *e) {
@@ -120,6 +155,128 @@ static int model_ok(const http_server *h, const request *r, req_error *e) {
     if (!r->model || !strcmp(r->model, h->c.model_id)) return 0;
     return req_fail(e, 404, "invalid_request_error", "model_not_found", "model",
                     "the model '%.200s' does not exist; this server serves '%.200s'", r->model, h->c.model_id);
+}
+
+/* ===== slow clients: deadline, per-address and total limits (http.h) ===== */
+
+static int same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+    if (a->ss_family != b->ss_family) return 0;
+    if (a->ss_family == AF_INET)
+        return ((const struct sockaddr_in *)a)->sin_addr.s_addr == ((const struct sockaddr_in *)b)->sin_addr.s_addr;
+    if (a->ss_family == AF_INET6)
+        return !memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr, &((const struct sockaddr_in6 *)b)->sin6_addr, 16);
+    return 0;
+}
+
+/* Closes c (h->cmu held): a best-effort JSON answer (the request never reached
+ * libmicrohttpd's handler, so nothing else writes to the socket), then a
+ * shutdown that its connection thread sees at once. */
+static void evict(http_server *h, cslot *c, int status) {
+    const char *body = status == 408
+        ? "{\"error\":{\"message\":\"the request did not arrive in time\",\"type\":\"invalid_request_error\",\"param\":null,"
+          "\"code\":\"request_timeout\"}}"
+        : "{\"error\":{\"message\":\"too many connections are sending requests; retry later\",\"type\":\"server_error\","
+          "\"param\":null,\"code\":\"server_busy\"}}";
+    char m[512];
+    const int n = snprintf(m, sizeof m, "HTTP/1.1 %s\r\nConnection: close\r\n%sContent-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                           status == 408 ? "408 Request Timeout" : "503 Service Unavailable", status == 408 ? "" : "Retry-After: 1\r\n",
+                           strlen(body), body);
+    if (n > 0 && send(c->fd, m, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) < 0) { /* best effort */ }
+    shutdown(c->fd, SHUT_RDWR);
+    c->evicted = 1;
+    metrics_request(h->mt, "other", status);
+}
+
+/* The oldest connection still sending its request, other than self, from addr
+ * (NULL: any address). */
+static cslot *oldest_receiving(http_server *h, const cslot *self, const struct sockaddr_storage *addr) {
+    cslot *best = NULL;
+    for (cslot *c = h->conns; c; c = c->next)
+        if (c != self && c->receiving && !c->evicted && (!addr || same_addr(&c->addr, addr)) && (!best || c->t0 < best->t0)) best = c;
+    return best;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context, enum MHD_ConnectionNotificationCode toe) {
+    http_server *h = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) {
+        cslot *c = *socket_context;
+        if (!c) return;
+        pthread_mutex_lock(&h->cmu);
+        if (c->prev) c->prev->next = c->next;
+        else h->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+        pthread_mutex_unlock(&h->cmu);
+        base_free(c);
+        *socket_context = NULL;
+        return;
+    }
+    const union MHD_ConnectionInfo *fi = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    const union MHD_ConnectionInfo *ai = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    cslot *c = fi ? base_calloc(1, sizeof *c, MEM_HTTP) : NULL;
+    *socket_context = c;
+    if (!c) return; /* not tracked: only the libmicrohttpd limits apply to it */
+    c->fd = fi->connect_fd;
+    if (ai && ai->client_addr) {
+        const sa_family_t fam = ai->client_addr->sa_family;
+        memcpy(&c->addr, ai->client_addr, fam == AF_INET6 ? sizeof(struct sockaddr_in6) : fam == AF_INET ? sizeof(struct sockaddr_in) : 0);
+        c->addr.ss_family = fam;
+    }
+    c->t0 = base_now();
+    c->receiving = 1;
+    pthread_mutex_lock(&h->cmu);
+    c->next = h->conns;
+    if (h->conns) h->conns->prev = c;
+    h->conns = c;
+    int n_addr = 0, n_all = 0;
+    for (cslot *o = h->conns; o; o = o->next) {
+        if (o->evicted) continue;
+        n_all++;
+        if (o->receiving && same_addr(&o->addr, &c->addr)) n_addr++;
+    }
+    cslot *v;
+    if (n_addr > h->c.max_conns_per_addr && (v = oldest_receiving(h, c, &c->addr))) { evict(h, v, 503); n_all--; }
+    if (n_all > h->c.max_conns && (v = oldest_receiving(h, c, NULL))) evict(h, v, 503);
+    pthread_mutex_unlock(&h->cmu);
+}
+
+static cslot *slot_of(struct MHD_Connection *mc) {
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* Marks mc's request as all in (receiving 0) or, after its response, the next
+ * one as begun (1). */
+static void slot_receiving(http_server *h, struct MHD_Connection *mc, int receiving) {
+    cslot *c = slot_of(mc);
+    if (!c) return;
+    pthread_mutex_lock(&h->cmu);
+    c->receiving = receiving;
+    if (receiving) c->t0 = base_now();
+    pthread_mutex_unlock(&h->cmu);
+}
+
+/* Connections being served (their request in) other than mc's. */
+static int n_serving(http_server *h, struct MHD_Connection *mc) {
+    const cslot *self = slot_of(mc);
+    int n = 0;
+    pthread_mutex_lock(&h->cmu);
+    for (const cslot *c = h->conns; c; c = c->next) n += c != self && !c->evicted && !c->receiving;
+    pthread_mutex_unlock(&h->cmu);
+    return n;
+}
+
+static void *reaper_main(void *arg) {
+    http_server *h = arg;
+    while (!atomic_load(&h->reaper_stop)) {
+        struct timespec ts = {0, 100 * 1000000L};
+        nanosleep(&ts, NULL);
+        const double now = base_now();
+        pthread_mutex_lock(&h->cmu);
+        for (cslot *c = h->conns; c; c = c->next)
+            if (c->receiving && !c->evicted && now - c->t0 > h->c.request_timeout_s) evict(h, c, 408);
+        pthread_mutex_unlock(&h->cmu);
+    }
+    return NULL;
 }
 
 /* ===== generation: request -> job ===== */
@@ -470,7 +627,18 @@ static json_t *model_json(const http_server *h) {
 
 /* ===== routing ===== */
 
-static int route(const char *method, const char *url, const char **endpoint, int *method_ok) {
+typedef struct cl_scan { const char *first; int conflict; } cl_scan;
+
+static enum MHD_Result cl_each(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    cl_scan *c = cls;
+    if (!key || strcasecmp(key, "Content-Length")) return MHD_YES;
+    if (!c->first) c->first = value ? value : "";
+    else if (strcmp(c->first, value ? value : "")) c->conflict = 1;
+    return MHD_YES;
+}
+
+/* Routes url; *allow: the methods the route takes (for 405's Allow header). */
+static int route(const char *method, const char *url, const char **endpoint, int *method_ok, const char **allow) {
     static const struct { const char *path, *method; int r; } k_routes[] = {
         {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPL}, {"/v1/models", "GET", R_MODELS},
         {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE}, {"/health", "GET", R_HEALTH},
@@ -481,11 +649,13 @@ static int route(const char *method, const char *url, const char **endpoint, int
         if (!strcmp(url, k_routes[i].path)) {
             *endpoint = k_routes[i].path;
             *method_ok = !strcmp(method, k_routes[i].method) || (!strcmp(method, "HEAD") && !strcmp(k_routes[i].method, "GET"));
+            *allow = !strcmp(k_routes[i].method, "GET") ? "GET, HEAD" : k_routes[i].method;
             return k_routes[i].r;
         }
     if (!strncmp(url, "/v1/models/", 11)) {
         *endpoint = "/v1/models";
-        *method_ok = !strcmp(method, "GET");
+        *method_ok = !strcmp(method, "GET") || !strcmp(method, "HEAD");
+        *allow = "GET, HEAD";
         return R_MODEL;
     }
     *endpoint = "other";
@@ -502,13 +672,38 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         if (!k) return MHD_NO;
         *con_cls = k;
         int method_ok;
-        k->route = route(method, url, &k->endpoint, &method_ok);
+        const char *allow = NULL;
+        k->route = route(method, url, &k->endpoint, &method_ok, &allow);
+        /* headers over HTTP_MAX_HEADER: 431 here, as JSON (the connection's
+         * memory pool is larger, so libmicrohttpd's own HTML 431 only comes
+         * for headers near HTTP_POOL_BYTES) */
+        const union MHD_ConnectionInfo *hi = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_REQUEST_HEADER_SIZE);
+        if (hi && hi->header_size > HTTP_MAX_HEADER) {
+            req_fail(&e, 431, "invalid_request_error", "headers_too_large", NULL, "the request's headers are %zu bytes; at most %d are taken",
+                     hi->header_size, HTTP_MAX_HEADER);
+            return respond_error(h, mc, k->endpoint, &e);
+        }
+        /* two Content-Length headers that disagree: which body is meant is
+         * ambiguous (request smuggling through a proxy): refused */
+        cl_scan cs = {NULL, 0};
+        MHD_get_connection_values(mc, MHD_HEADER_KIND, cl_each, &cs);
+        if (cs.conflict) {
+            req_fail(&e, 400, "invalid_request_error", "invalid_header", NULL, "the request has Content-Length headers that disagree");
+            return respond_error(h, mc, k->endpoint, &e);
+        }
         if (k->route == R_NONE) {
             req_fail(&e, 404, "invalid_request_error", "not_found", NULL, "no route for %.16s %.200s", method, url);
             return respond_error(h, mc, k->endpoint, &e);
         }
         if (!method_ok) {
-            req_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%.16s is not allowed on %.200s", method, url);
+            req_fail(&e, 405, "invalid_request_error", "method_not_allowed", NULL, "%.16s is not allowed on %.200s (allowed: %s)", method,
+                     url, allow);
+            return respond_json_hdr(h, mc, k->endpoint, 405, error_json(&e), "Allow", allow);
+        }
+        /* at the connection limit: 503, but /health and /metrics have a reserve */
+        if (k->route != R_HEALTH && k->route != R_METRICS && n_serving(h, mc) >= h->c.max_conns) {
+            req_fail(&e, 503, "server_error", "server_busy", NULL, "the server is serving %d connections, its limit; retry later",
+                     h->c.max_conns);
             return respond_error(h, mc, k->endpoint, &e);
         }
         if (k->route != R_HEALTH && k->route != R_PAGE && k->route != R_METRICS && !key_ok(h, mc)) {
@@ -529,6 +724,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         *upload_size = 0;
         return k->body.oom ? MHD_NO : MHD_YES;
     }
+    slot_receiving(h, mc, 0); /* the whole request is in: its deadline no longer runs */
     const int state = sched_state(h->s);
     switch (k->route) {
     case R_HEALTH:
@@ -564,6 +760,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
 
 static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, enum MHD_RequestTerminationCode why) {
     conn *k = *con_cls;
+    slot_receiving(cls, mc, 1); /* a kept-alive connection's next request begins */
     if (!k) return;
     if (k->admitted) atomic_fetch_sub(&((http_server *)cls)->inflight, 1);
     req_buf_free(&k->body);
@@ -598,16 +795,26 @@ int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics 
     h->mt = mt;
     atomic_init(&h->next_id, 1);
     atomic_init(&h->inflight, 0);
+    atomic_init(&h->reaper_stop, 0);
+    pthread_mutex_init(&h->cmu, NULL);
     h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)c->timeout_s,
-                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_conns,
+                            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HTTP_POOL_BYTES,
+                            MHD_OPTION_CONNECTION_LIMIT, (unsigned)(c->max_conns + HTTP_RESERVE),
                             MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                            MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
                             MHD_OPTION_END);
     if (!h->d) {
+        pthread_mutex_destroy(&h->cmu);
         base_free(h);
         return base_fail(err, errlen, STRATA_EIO, "cannot listen on %s port %d (in use, or not an address of this machine)", c->host, c->port);
     }
+    if (pthread_create(&h->reaper, NULL, reaper_main, h)) {
+        http_stop(h);
+        return base_fail(err, errlen, STRATA_ENOMEM, "cannot start the request-deadline thread");
+    }
+    h->reaper_on = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : c->port;
     *out = h;
@@ -633,6 +840,11 @@ void http_drain(http_server *h, double max_s) {
 
 void http_stop(http_server *h) {
     if (!h) return;
-    if (h->d) MHD_stop_daemon(h->d);
+    if (h->reaper_on) {
+        atomic_store(&h->reaper_stop, 1);
+        pthread_join(h->reaper, NULL);
+    }
+    if (h->d) MHD_stop_daemon(h->d); /* every connection's CLOSED notice frees its slot */
+    pthread_mutex_destroy(&h->cmu);
     base_free(h);
 }

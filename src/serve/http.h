@@ -8,8 +8,23 @@
  * job's condition variable (non-streaming) or inside the SSE content callback
  * (streaming). While it waits it polls its socket: a client that hangs up
  * cancels its job, which leaves the engine at the next step. The MHD connection
- * timeout covers slow or partial requests (nothing is queued before the whole
- * body is in) and is switched off only while an admitted job generates.
+ * timeout covers silent connections (nothing is queued before the whole body is
+ * in) and is switched off only while an admitted job generates.
+ *
+ * Slow clients (issue 38: connections that trickle a byte every few seconds
+ * never fall silent) are bounded three ways, so they cannot lock anyone out:
+ *   - a deadline: a request's headers and body must all arrive within
+ *     request_timeout_s of its start (the connection's, or the end of the
+ *     previous response); past it the server answers 408 and closes;
+ *   - a new connection from an address that already holds max_conns_per_addr
+ *     connections still sending their requests replaces that address's oldest
+ *     such connection (answered 503 and closed), and one beyond max_conns
+ *     replaces the oldest such connection of any address: a client that sends
+ *     its request at once is never the oldest;
+ *   - a request that arrives while max_conns others are being served is
+ *     answered 503 (JSON, Retry-After), except GET /health and /metrics, which
+ *     have HTTP_RESERVE connections more; libmicrohttpd's own limit (a closed
+ *     socket) is max_conns + HTTP_RESERVE.
  */
 #ifndef STRATA_SERVE_HTTP_H
 #define STRATA_SERVE_HTTP_H
@@ -20,14 +35,18 @@
 #include "serve/sched.h"
 #include "tok.h"
 
+#define HTTP_RESERVE 64 /* connections beyond max_conns, for /health and /metrics */
+
 typedef struct http_cfg {
     const char *host;        /* numeric IPv4 or IPv6 address */
     int port;                /* 0 = any free port (http_port says which) */
     const char *api_key;     /* NULL or "": no key needed */
     const char *model_id;    /* what /v1/models lists and requests may name */
     size_t max_body;         /* bytes */
-    int timeout_s;           /* idle / slow-request timeout */
-    int max_conns;
+    int timeout_s;           /* idle / slow-request timeout (silence) */
+    int request_timeout_s;   /* a request's headers and body must all arrive within this */
+    int max_conns;           /* connections served at once (/health, /metrics: HTTP_RESERVE more) */
+    int max_conns_per_addr;  /* connections one address may hold while sending their requests */
     int64_t ctx;             /* positions per sequence */
     int64_t vocab;           /* the model's vocabulary (ids must be below) */
 } http_cfg;

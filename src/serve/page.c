@@ -5,7 +5,10 @@
  * (tokens, tokens/s, time to first token, prompt tokens taken from the prefix
  * cache), keeps the conversation client-side (reasoning included, so the next
  * turn extends the evaluated prefix), and its Stop button aborts the request
- * (the server then frees the sequence).
+ * (the server then frees the sequence). A turn that fails (or is stopped
+ * before any text) is taken out of the conversation, its text put back in the
+ * input box, and the error shown; the header names the model only from a
+ * successful GET /v1/models.
  * Generated from readable HTML: one C string literal per line.
  */
 #include "serve/page.h"
@@ -49,15 +52,19 @@ const char page_html[] =
     "const convo = [];\n"
     "let ctl = null;\n"
     "$(\"key\").value = localStorage.getItem(\"strata_key\") || \"\";\n"
-    "$(\"key\").onchange = () => localStorage.setItem(\"strata_key\", $(\"key\").value);\n"
+    "$(\"key\").onchange = () => { localStorage.setItem(\"strata_key\", $(\"key\").value); loadModel(); };\n"
     "function hdrs() {\n"
     "  const h = {\"Content-Type\": \"application/json\"};\n"
     "  if ($(\"key\").value) h.Authorization = \"Bearer \" + $(\"key\").value;\n"
     "  return h;\n"
     "}\n"
-    "fetch(\"/v1/models\", {headers: hdrs()}).then(r => r.json()).then(j => {\n"
-    "  $(\"model\").textContent = j.data ? j.data[0].id : (j.error ? j.error.message : \"\");\n"
-    "}).catch(() => {});\n"
+    "// the model's name comes only from a successful /v1/models (a 401's text is no name)\n"
+    "function loadModel() {\n"
+    "  fetch(\"/v1/models\", {headers: hdrs()}).then(r => r.ok ? r.json() : null).then(j => {\n"
+    "    $(\"model\").textContent = j && j.data && j.data[0] ? j.data[0].id : \"\";\n"
+    "  }).catch(() => { $(\"model\").textContent = \"\"; });\n"
+    "}\n"
+    "loadModel();\n"
     "function bubble(cls, text) {\n"
     "  const d = document.createElement(\"div\");\n"
     "  d.className = \"msg \" + cls;\n"
@@ -75,7 +82,7 @@ const char page_html[] =
     "  if (!text || ctl) return;\n"
     "  $(\"in\").value = \"\";\n"
     "  convo.push({role: \"user\", content: text});\n"
-    "  bubble(\"user\", text);\n"
+    "  const userBox = bubble(\"user\", text);\n"
     "  const box = bubble(\"assistant\", \"\");\n"
     "  const think = document.createElement(\"details\"), sum = document.createElement(\"summary\");\n"
     "  const thinkText = document.createElement(\"div\");\n"
@@ -90,7 +97,7 @@ const char page_html[] =
     "  box.appendChild(think);\n"
     "  box.appendChild(body);\n"
     "  box.appendChild(stats);\n"
-    "  let content = \"\", reasoning = \"\", usage = null, tFirst = 0, nChunks = 0;\n"
+    "  let content = \"\", reasoning = \"\", usage = null, tFirst = 0, nChunks = 0, failed = null;\n"
     "  const t0 = performance.now();\n"
     "  ctl = new AbortController();\n"
     "  $(\"send\").disabled = true;\n"
@@ -128,8 +135,23 @@ const char page_html[] =
     "      }\n"
     "    }\n"
     "  } catch (err) {\n"
-    "    if (err.name !== \"AbortError\") bubble(\"err\", String(err.message || err));\n"
+    "    if (err.name !== \"AbortError\") failed = String(err.message || err);\n"
     "    else stats.textContent = \"stopped\";\n"
+    "  }\n"
+    "  // a failed turn (401, 429, context too long, a stream's error), or one\n"
+    "  // stopped before any text, leaves no trace in the conversation: later\n"
+    "  // requests would resend it (an empty reply, a prompt that never fits); the\n"
+    "  // user's text goes back to the input box to retry\n"
+    "  if (failed !== null || (!content && !reasoning)) {\n"
+    "    convo.pop();\n"
+    "    userBox.remove();\n"
+    "    box.remove();\n"
+    "    if (!$(\"in\").value) $(\"in\").value = text;\n"
+    "    if (failed !== null) bubble(\"err\", failed);\n"
+    "    ctl = null;\n"
+    "    $(\"send\").disabled = false;\n"
+    "    $(\"stop\").disabled = true;\n"
+    "    return;\n"
     "  }\n"
     "  if (usage) {\n"
     "    const n = usage.completion_tokens, t = (performance.now() - (tFirst || t0)) / 1000;\n"

@@ -289,8 +289,11 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
     } else if (!strcmp(key, "min_p")) {
         return get_num(f, key, 0, 1, &r->min_p, e);
     } else if (!strcmp(key, "repetition_penalty")) {
-        if (get_num(f, key, 0, 100, &r->repeat_penalty, e)) return -1;
-        if (r->repeat_penalty <= 0) return BAD(e, key, "'repetition_penalty' must be > 0");
+        /* 0 would divide the logits by zero: the range is (0, 100], and says so */
+        double rp;
+        if (jsonx_num(f, &rp) || !isfinite(rp)) return BAD(e, key, "'%s' must be a number", key);
+        if (!(rp > 0 && rp <= 100)) return BAD(e, key, "'%s' must be in (0, 100] (got %g)", key, rp);
+        r->repeat_penalty = rp;
     } else if (!strcmp(key, "seed")) {
         if (get_int(f, key, INT64_MIN, INT64_MAX, &x, e)) return -1;
         r->seed = (uint64_t)x;
@@ -337,6 +340,10 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
     r->repeat_penalty = 1;
     r->seed = REQ_DEFAULT_SEED;
     r->effort = REQ_DEFAULT_EFFORT;
+    /* all white space: jansson would say "line -1 column -1" */
+    size_t k = 0;
+    while (k < len && (body[k] == ' ' || body[k] == '\t' || body[k] == '\r' || body[k] == '\n')) k++;
+    if (k == len) return req_fail(e, 400, "invalid_request_error", "invalid_json", NULL, "empty request body (a JSON object is expected)");
     r->root = jsonx_load(body, len, "request body", err, sizeof err);
     if (!r->root) return req_fail(e, 400, "invalid_request_error", "invalid_json", NULL, "%s", err);
     if (!json_is_object(r->root)) { request_free(r); return req_fail(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body must be a JSON object"); }

@@ -28,6 +28,7 @@ struct sched {
     pthread_cond_t cv;               /* engine wake-up: submit, cancel, shutdown */
     int state;                       /* 0 loading, 1 ready, -1 load failed */
     char load_err[1024];
+    int load_rc;                     /* the STRATA_E* code of a failed load */
     int draining, cancel_all, stopping;
     job *q_head, *q_tail;
     int n_queued, n_active;
@@ -267,9 +268,10 @@ static void step_delay(int ms) {
 
 static int load(sched *s) {
     char err[1024];
-    if (strata_model_load(s->m, &s->mopts, err, sizeof err)) goto fail;
+    int rc;
+    if ((rc = strata_model_load(s->m, &s->mopts, err, sizeof err))) goto fail;
     for (int i = 0; i < s->o.parallel; i++)
-        if (strata_seq_create(s->m, &s->seqs[i], err, sizeof err)) goto fail;
+        if ((rc = strata_seq_create(s->m, &s->seqs[i], err, sizeof err))) goto fail;
     s->n_end = strata_end_ids(s->m, s->end_ids, SCHED_MAX_END);
     strata_model_get_info(s->m, &s->info);
     strata_model_get_stats(s->m, &s->st_load);
@@ -277,6 +279,7 @@ static int load(sched *s) {
 fail:
     pthread_mutex_lock(&s->mu);
     snprintf(s->load_err, sizeof s->load_err, "%s", err);
+    s->load_rc = rc;
     s->state = -1;
     pthread_mutex_unlock(&s->mu);
     return -1;
@@ -394,6 +397,7 @@ int sched_state(sched *s) {
 }
 
 const char *sched_load_error(sched *s) { return s->load_err; }
+int sched_load_rc(sched *s) { return s->load_rc; }
 const strata_model_info *sched_info(sched *s) { return &s->info; }
 const strata_stats *sched_load_stats(sched *s) { return &s->st_load; }
 

@@ -89,6 +89,8 @@ int sched_start(sched *s, char *err, size_t errlen);
 /* 0 loading, 1 ready, -1 the load failed (message in sched_load_error). */
 int sched_state(sched *s);
 const char *sched_load_error(sched *s);
+/* The STRATA_E* code of the failed load (valid once sched_state says -1). */
+int sched_load_rc(sched *s);
 /* The model as loaded (valid once sched_state says 1). */
 const strata_model_info *sched_info(sched *s);
 /* The model's counters right after the load (prefix cache sizes), same validity. */

@@ -2,7 +2,10 @@
 // headless browser (Debian's chromium driven by puppeteer-core). Loads GET /,
 // sends a message, watches the reply grow chunk by chunk, checks the folded
 // thinking and the speed line, then starts a long reply and stops it with the
-// Stop button (the server frees the sequence: the next message is answered).
+// Stop button (the server frees the sequence: the next message is answered);
+// then a wrong key and a prompt over the context: each failed turn is taken
+// back (its text in the input box, the error shown, the header never shows an
+// error as the model's name) and the next message is answered.
 // Prints "SKIP: reason" and exits 0 when no browser can be started here (the
 // binary is missing or cannot run in this sandbox); one line per check group
 // and "ALL OK" otherwise; exits 1 on the first failure.
@@ -123,8 +126,48 @@ try {
   await page.waitForFunction(() => !document.getElementById('send').disabled && [...document.querySelectorAll('.msg.assistant')].length === 3 &&
                              [...document.querySelectorAll('.msg.assistant')].pop().querySelector('.stats').textContent.includes('tokens'),
                              { timeout: 20000 });
-  check(errors.length === 0, 'no script errors on the page', errors);
   console.log('ok the conversation goes on');
+
+  // issue 38: a failed turn leaves no trace. A wrong key: the header names no
+  // model (not the 401's text), the turn fails, its text is back in the box
+  const count = () => page.evaluate(() => ({ user: document.querySelectorAll('.msg.user').length,
+    assistant: document.querySelectorAll('.msg.assistant').length, err: document.querySelectorAll('.msg.err').length,
+    input: document.getElementById('in').value, model: document.getElementById('model').textContent,
+    lastErr: [...document.querySelectorAll('.msg.err')].map((e) => e.textContent).pop() || '' }));
+  const setKey = (k) => page.$eval('#key', (e, v) => { e.value = v; e.dispatchEvent(new Event('change')); }, k);
+  await page.click('#clear'); // a new chat: the context is the test's own
+  const before = await count();
+  await setKey('wrong-key');
+  await page.waitForFunction(() => document.getElementById('model').textContent === '', { timeout: 10000 });
+  await page.$eval('#in', (e) => { e.value = 'This will fail.'; });
+  await page.click('#send');
+  await page.waitForFunction((n) => document.querySelectorAll('.msg.err').length === n + 1 && !document.getElementById('send').disabled,
+                             { timeout: 10000 }, before.err);
+  let now = await count();
+  check(now.user === before.user && now.assistant === before.assistant && now.input === 'This will fail.' && /API key/.test(now.lastErr) &&
+        now.model === '', 'a 401 turn is taken back (text in the box, error shown, no model name)', now);
+  await setKey(key);
+  await page.waitForFunction((m) => document.getElementById('model').textContent === m, { timeout: 10000 }, model);
+  // a prompt over the context: refused, and the next message still goes through
+  await page.$eval('#in', (e) => { e.value = 'many words '.repeat(600); });
+  await page.click('#send');
+  await page.waitForFunction((n) => document.querySelectorAll('.msg.err').length === n + 2 && !document.getElementById('send').disabled,
+                             { timeout: 10000 }, before.err);
+  now = await count();
+  check(now.user === before.user && now.assistant === before.assistant && now.input.startsWith('many words') &&
+        /context/.test(now.lastErr), 'a turn over the context is taken back', now);
+  await page.$eval('#in', (e) => { e.value = ''; });
+  await page.$eval('#maxtok', (e) => { e.value = '4'; });
+  await send('Short again.');
+  await page.waitForFunction((n, e) => !document.getElementById('send').disabled &&
+                             ((document.querySelectorAll('.msg.assistant').length === n + 1 &&
+                               [...document.querySelectorAll('.msg.assistant')].pop().querySelector('.stats').textContent.includes('tokens')) ||
+                              document.querySelectorAll('.msg.err').length > e + 2),
+                             { timeout: 20000 }, before.assistant, before.err);
+  now = await count();
+  check(now.err === before.err + 2 && now.user === before.user + 1 && now.assistant === before.assistant + 1, 'the next message is answered', now);
+  check(errors.length === 0, 'no script errors on the page', errors);
+  console.log('ok failed turns are taken back; the header names the model only from /v1/models');
   failed = false;
 } finally {
   await browser.close().catch(() => {});
