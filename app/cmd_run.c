@@ -521,7 +521,7 @@ int cmd_run(int argc, char **argv) {
             if (o.print_ids || !r.m.info.has_tokenizer) print_ids_line(stdout, r.q[i].gen_ids, r.q[i].n_gen);
             else {
                 /* one line per input: newlines inside a reply are escaped */
-                for (size_t k = 0; r.q[i].text.s && k < (size_t)r.q[i].text.n; k++) {
+                for (size_t k = 0; r.q[i].text.s && k < r.q[i].text.len; k++) {
                     char ch = r.q[i].text.s[k];
                     if (ch == '\n') fputs("\\n", stdout);
                     else if (ch == '\\') fputs("\\\\", stdout);
