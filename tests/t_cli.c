@@ -58,3 +58,46 @@ TEST(cli_batch_text) {
     base_free(s1);
     base_free(s2);
 }
+
+/* gen-model OUT --force replaces only a model gen-model wrote: a directory of
+ * user files, a regular file, a FIFO, a symlink, a model with extra files or a
+ * directory whose config.json lacks the generator's record are refused, named. */
+TEST(cli_gen_force) {
+    char d[700], cmd[4096], *o = NULL;
+    snprintf(d, sizeof d, "%s/cli_force", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && mkdir -p %s", d, d);
+    CHECK(t_run(cmd, NULL) == 0);
+    struct { const char *setup, *what; } k[] = {
+        {"mkdir %s/x && echo precious > %s/x/notes.txt", "notes.txt"},
+        {"echo precious > %s/x", "regular file"},
+        {"mkfifo %s/x", "FIFO"},
+        {"mkdir %s/y && ln -s %s/y %s/x", "symbolic link"},
+        {"mkdir %s/x && echo '{}' > %s/x/config.json", "strata_generator"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        char setup[2048];
+        snprintf(cmd, sizeof cmd, "rm -rf %s/x %s/y", d, d);
+        t_run(cmd, NULL);
+        snprintf(setup, sizeof setup, k[i].setup, d, d, d);
+        CHECK(t_run(setup, NULL) == 0);
+        snprintf(cmd, sizeof cmd, "./strata gen-model %s/x --preset tiny --force --quiet 2>&1", d);
+        o = NULL;
+        int rc = t_run(cmd, &o);
+        CHECK_MSG(rc == 1 && o && strstr(o, k[i].what) && strstr(o, "not replaced"), "%s: rc %d: %s", setup, rc, o ? o : "");
+        base_free(o);
+        /* what was there is still there */
+        snprintf(cmd, sizeof cmd, "test -e %s/x -o -L %s/x", d, d);
+        CHECK(t_run(cmd, NULL) == 0);
+    }
+    /* a previous model (with its pack) is replaced; once a user file joins it, it is not */
+    snprintf(cmd, sizeof cmd, "rm -rf %s/x %s/y && ./strata gen-model %s/x --preset tiny --quiet >/dev/null 2>&1 && "
+             "./strata pack %s/x --no-measure >/dev/null 2>&1 && ./strata gen-model %s/x --preset tiny --seed 3 --force --quiet >/dev/null 2>&1",
+             d, d, d, d, d);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "echo mine > %s/x/README.md && ./strata gen-model %s/x --preset tiny --force --quiet 2>&1", d, d);
+    o = NULL;
+    CHECK(t_run(cmd, &o) == 1 && o && strstr(o, "README.md"));
+    base_free(o);
+    snprintf(cmd, sizeof cmd, "test -f %s/x/README.md", d);
+    CHECK(t_run(cmd, NULL) == 0);
+}
