@@ -13,6 +13,7 @@
  * chat M` prints just the answer. Exit: 0 ok, 1 model/IO failure, 2 usage.
  */
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "chat.h"
 #include "cli.h"
@@ -345,7 +346,12 @@ int cmd_chat(int argc, char **argv) {
                 /* a refused file leaves the conversation as it was; a read that failed
                  * after the file was checked leaves an empty sequence (strata.h) */
                 const int64_t before = strata_seq_pos(r.s);
-                if (strata_seq_load(r.s, arg, err, sizeof err)) {
+                struct stat sb;
+                if (stat(arg, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+                    /* a FIFO or device: the reader refuses it without blocking; say why */
+                    fprintf(stderr, "strata chat: %s: not a regular file (the conversation is unchanged)\n", arg);
+                    r.n_failed++;
+                } else if (strata_seq_load(r.s, arg, err, sizeof err)) {
                     r.n_failed++;
                     if (strata_seq_pos(r.s) == before) {
                         fprintf(stderr, "strata chat: %s (the conversation is unchanged)\n", err);

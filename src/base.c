@@ -353,9 +353,11 @@ int base_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, cha
     *len = 0;
     int rc = STRATA_EIO;
     uint8_t *b = NULL;
-    int fd = vfs_open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+    int fd = vfs_open(path, O_RDONLY | O_CLOEXEC, 0); /* never blocks on a FIFO (vfs.h) */
     struct stat st;
+    if (fd < 0 && errno == VFS_ENOTREG && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return base_fail(err, errlen, STRATA_EIO, "%s: not a regular file", path);
+    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     if (fstat(fd, &st)) { rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno)); goto fail; }
     if (!S_ISREG(st.st_mode)) { rc = base_fail(err, errlen, STRATA_EIO, "%s: not a regular file", path); goto fail; }
     if ((uint64_t)st.st_size > max) {

@@ -101,3 +101,52 @@ TEST(cli_gen_force) {
     snprintf(cmd, sizeof cmd, "test -f %s/x/README.md", d);
     CHECK(t_run(cmd, NULL) == 0);
 }
+
+/* A FIFO given where a file is read is refused at once, named, instead of
+ * waiting forever for a writer: --prompt-file, --batch, chat /load, the model's
+ * config.json and tokenizer_config.json, the pack pointer under XDG_CACHE_HOME. */
+TEST(cli_fifo_inputs) {
+    const char *d = cli_model();
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    char f[700], m[700], x[700], cmd[8192], *o = NULL;
+    snprintf(f, sizeof f, "%s/cli_fifo", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -f %s && mkfifo %s", f, f);
+    CHECK(t_run(cmd, NULL) == 0);
+    /* timeout: 124 would be the hang this guards against */
+    snprintf(cmd, sizeof cmd, "timeout 20 ./strata run %s --prompt-file %s 2>&1", d, f);
+    int rc = t_run(cmd, &o);
+    CHECK_MSG(rc == 2 && o && strstr(o, f) && strstr(o, "not a regular file"), "--prompt-file FIFO: %d %s", rc, o ? o : "");
+    base_free(o);
+    snprintf(cmd, sizeof cmd, "timeout 20 ./strata run %s --batch %s 2>&1", d, f);
+    o = NULL;
+    rc = t_run(cmd, &o);
+    CHECK_MSG(rc == 2 && o && strstr(o, f) && strstr(o, "not a regular file"), "--batch FIFO: %d %s", rc, o ? o : "");
+    base_free(o);
+    snprintf(cmd, sizeof cmd, "printf '/load %s\\n' | timeout 20 ./strata chat %s --gen 2 2>&1", f, d);
+    o = NULL;
+    rc = t_run(cmd, &o);
+    CHECK_MSG(rc == 1 && o && strstr(o, f) && strstr(o, "not a regular file"), "chat /load FIFO: %d %s", rc, o ? o : "");
+    base_free(o);
+    /* the model's own files as FIFOs */
+    const char *names[] = {"config.json", "tokenizer_config.json"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(m, sizeof m, "%s/cli_fifo_model", t_tmpdir);
+        snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && rm %s/%s && mkfifo %s/%s", m, d, m, m, names[i], m, names[i]);
+        CHECK(t_run(cmd, NULL) == 0);
+        /* chat reads both (run reads tokenizer_config.json only when it is a file) */
+        snprintf(cmd, sizeof cmd, "echo hi | timeout 20 ./strata chat %s --gen 1 2>&1", m);
+        o = NULL;
+        rc = t_run(cmd, &o);
+        CHECK_MSG(rc == 1 && o && strstr(o, names[i]), "%s FIFO: %d %s", names[i], rc, o ? o : "");
+        base_free(o);
+    }
+    /* the pointer to a pack kept elsewhere */
+    snprintf(m, sizeof m, "%s/cli_fifo_model", t_tmpdir);
+    snprintf(x, sizeof x, "%s/cli_xdg", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s && cp -r %s %s && XDG_CACHE_HOME=%s ./strata pack %s --out %s/pk --no-measure >/dev/null 2>&1 && "
+             "p=$(ls %s/strata/packs/* | head -1) && rm $p && mkfifo $p", m, x, d, m, x, m, x, x);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "XDG_CACHE_HOME=%s timeout 20 ./strata run %s --ids 1 --gen 1 >/dev/null 2>&1", x, m);
+    rc = t_run(cmd, NULL);
+    CHECK_MSG(rc != 124, "pack pointer FIFO: %d", rc);
+}
