@@ -383,6 +383,10 @@ fail:
 
 int base_write_file_atomic(const char *path, const void *buf, size_t len, char *err, size_t errlen) {
     char tmp[4096];
+    struct stat sb;
+    /* the rename would replace a FIFO, a device or a directory's name with a file */
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: exists and is not a regular file; not replaced", path);
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
     int fd = vfs_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

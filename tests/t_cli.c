@@ -150,3 +150,47 @@ TEST(cli_fifo_inputs) {
     rc = t_run(cmd, NULL);
     CHECK_MSG(rc != 124, "pack pointer FIFO: %d", rc);
 }
+
+/* --json and --dump-logits: a FIFO, a device and /dev/stdout are written
+ * directly, never renamed over; nothing inside the model directory (its files,
+ * its pack, new names) is written. */
+TEST(cli_out_paths) {
+    const char *d = t_model("cli_packed", "tiny", -1, 1);
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    char f[700], cmd[8192], *o = NULL;
+    snprintf(f, sizeof f, "%s/cli_json_fifo", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -f %s && mkfifo %s && (cat %s > %s.out &) && timeout 20 ./strata run %s --ids 1,2 --gen 2 --json %s "
+             ">/dev/null 2>&1 && sleep 0.2 && test -p %s && grep -q generated_ids %s.out", f, f, f, f, d, f, f, f);
+    CHECK_MSG(t_run(cmd, NULL) == 0, "--json FIFO");
+    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --json /dev/full 2>&1", d);
+    CHECK(t_run(cmd, &o) == 1 && o && strstr(o, "/dev/full") && strstr(o, "No space left"));
+    base_free(o);
+    CHECK(t_run("test -c /dev/full", NULL) == 0);
+    /* /dev/stdout into a pipe and into a file: the report follows the ids */
+    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --print-ids --json /dev/stdout 2>/dev/null | cat", d);
+    o = NULL;
+    CHECK(t_run(cmd, &o) == 0 && o && strstr(o, "\"generated_ids\"") && o[0] != '{');
+    base_free(o);
+    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --print-ids --json /dev/stdout 2>/dev/null > %s/cli_so && cat %s/cli_so",
+             d, t_tmpdir, t_tmpdir);
+    o = NULL;
+    CHECK(t_run(cmd, &o) == 0 && o && strstr(o, "\"generated_ids\"") && o[0] != '{');
+    base_free(o);
+    CHECK(t_run("test -L /dev/stdout", NULL) == 0);
+    /* the model directory: its pack's trunk, a shard, a new name */
+    const char *in[] = {"strata.pack/trunk.bin", "strata.pack/new.bin", "config.json", "new.json"};
+    for (int i = 0; i < 4; i++) {
+        for (int k = 0; k < 2; k++) {
+            snprintf(cmd, sizeof cmd, "cp %s/strata.pack/trunk.bin %s/cli_trunk && ./strata run %s --ids 1 --gen 1 %s %s/%s 2>&1", d,
+                     t_tmpdir, d, k ? "--json" : "--dump-logits", d, in[i]);
+            o = NULL;
+            int rc = t_run(cmd, &o);
+            CHECK_MSG(rc == 1 && o && (strstr(o, "inside the model directory") || strstr(o, "model's own files")),
+                      "%s %s: %d %s", k ? "--json" : "--dump-logits", in[i], rc, o ? o : "");
+            base_free(o);
+            snprintf(cmd, sizeof cmd, "cmp -s %s/strata.pack/trunk.bin %s/cli_trunk && test ! -e %s/new.json && test ! -e %s/strata.pack/new.bin",
+                     d, t_tmpdir, d, d);
+            CHECK(t_run(cmd, NULL) == 0);
+        }
+    }
+}
