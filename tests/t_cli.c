@@ -159,24 +159,36 @@ TEST(cli_out_paths) {
     if (!d) { printf("  SKIP: no model\n"); return; }
     char f[700], cmd[8192], *o = NULL;
     snprintf(f, sizeof f, "%s/cli_json_fifo", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "rm -f %s && mkfifo %s && (cat %s > %s.out &) && timeout 20 ./strata run %s --ids 1,2 --gen 2 --json %s "
+    snprintf(cmd, sizeof cmd, "rm -f %s && mkfifo %s && (timeout 30 cat %s > %s.out 2>/dev/null </dev/null &) && timeout 20 ./strata run %s --ids 1,2 --gen 2 --json %s "
              ">/dev/null 2>&1 && sleep 0.2 && test -p %s && grep -q generated_ids %s.out", f, f, f, f, d, f, f, f);
     CHECK_MSG(t_run(cmd, NULL) == 0, "--json FIFO");
-    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --json /dev/full 2>&1", d);
-    CHECK(t_run(cmd, &o) == 1 && o && strstr(o, "/dev/full") && strstr(o, "No space left"));
-    base_free(o);
-    CHECK(t_run("test -c /dev/full", NULL) == 0);
-    /* /dev/stdout into a pipe and into a file: the report follows the ids */
-    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --print-ids --json /dev/stdout 2>/dev/null | cat", d);
+    /* a device and /dev/stdout: private copies (a pre-fix binary renamed over them,
+     * which would damage the machine's own /dev as root) */
+    char full[700], so[700];
+    snprintf(full, sizeof full, "%s/cli_full", t_tmpdir);
+    snprintf(so, sizeof so, "%s/cli_stdout", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -f %s && mknod -m 666 %s c 1 7 2>/dev/null", full, full);
+    if (t_run(cmd, NULL) == 0) {
+        snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --json %s 2>&1", d, full);
+        CHECK(t_run(cmd, &o) == 1 && o && strstr(o, full) && strstr(o, "No space left"));
+        base_free(o);
+        snprintf(cmd, sizeof cmd, "test -c %s", full);
+        CHECK(t_run(cmd, NULL) == 0);
+    } else printf("  (no mknod: the device case is skipped)\n");
+    /* stdout into a pipe and into a file: the report follows the ids */
+    snprintf(cmd, sizeof cmd, "rm -f %s && ln -s /proc/self/fd/1 %s", so, so);
+    CHECK(t_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --print-ids --json %s 2>/dev/null | cat", d, so);
     o = NULL;
     CHECK(t_run(cmd, &o) == 0 && o && strstr(o, "\"generated_ids\"") && o[0] != '{');
     base_free(o);
-    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --print-ids --json /dev/stdout 2>/dev/null > %s/cli_so && cat %s/cli_so",
-             d, t_tmpdir, t_tmpdir);
+    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 2 --print-ids --json %s 2>/dev/null > %s/cli_so && cat %s/cli_so",
+             d, so, t_tmpdir, t_tmpdir);
     o = NULL;
     CHECK(t_run(cmd, &o) == 0 && o && strstr(o, "\"generated_ids\"") && o[0] != '{');
     base_free(o);
-    CHECK(t_run("test -L /dev/stdout", NULL) == 0);
+    snprintf(cmd, sizeof cmd, "test -L %s", so);
+    CHECK(t_run(cmd, NULL) == 0);
     /* the model directory: its pack's trunk, a shard, a new name */
     const char *in[] = {"strata.pack/trunk.bin", "strata.pack/new.bin", "config.json", "new.json"};
     for (int i = 0; i < 4; i++) {
