@@ -206,3 +206,30 @@ TEST(cli_out_paths) {
         }
     }
 }
+
+/* Output that does not reach stdout is a failure (exit 1, the reason on stderr),
+ * for every command. */
+TEST(cli_stdout_full) {
+    const char *d = cli_model();
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    if (t_run("test -c /dev/full", NULL) != 0) { printf("  SKIP: no /dev/full\n"); return; }
+    char cmd[4096], *o = NULL;
+    const char *k[] = {"run %s --ids 1,2 --gen 3 --print-ids", "run %s --ids 1,2 --gen 3", "inspect %s", "plan %s --ram-gb 1",
+                       "version"};
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        char a[1024];
+        snprintf(a, sizeof a, k[i], d);
+        snprintf(cmd, sizeof cmd, "./strata %s 2>&1 >/dev/full", a);
+        o = NULL;
+        int rc = t_run(cmd, &o);
+        CHECK_MSG(rc == 1 && o && strstr(o, "writing to stdout failed: No space left on device"), "%s: %d %s", a, rc, o ? o : "");
+        base_free(o);
+    }
+    snprintf(cmd, sizeof cmd, "echo hi | ./strata chat %s --gen 3 2>&1 >/dev/full", d);
+    o = NULL;
+    CHECK(t_run(cmd, &o) == 1 && o && strstr(o, "writing to stdout failed"));
+    base_free(o);
+    /* and a working stdout still gives 0 */
+    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 3 --print-ids 2>/dev/null | cat >/dev/null", d);
+    CHECK(t_run(cmd, NULL) == 0);
+}
