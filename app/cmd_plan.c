@@ -125,9 +125,14 @@ int cmd_plan(int argc, char **argv) {
     po.session_bytes = infer_session_bytes;
     po.engine_bytes = infer_engine_bytes;
     po.prefill_chunk = INFER_DEFAULT_CHUNK;
+    const char *ram_flag = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(a)) { usage(stdout); return 0; }
+        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
+            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error("plan", "%s and %s exclude each other (one budget)", ram_flag, a);
+            ram_flag = a;
+        }
         if (!strcmp(a, "--config")) { if (!(config = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE; }
         else if (!strcmp(a, "--pack")) { if (!(pack_dir = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE; }
         else if (!strcmp(a, "--ram-gb")) {

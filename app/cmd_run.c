@@ -77,8 +77,13 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->go = strata_gen_opts_default();
     o->gen = RUN_DEFAULT_GEN;
+    const char *ram_flag = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
+            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error(CMD, "%s and %s exclude each other (one budget)", ram_flag, a);
+            ram_flag = a;
+        }
         int f = mo_flag(argc, argv, &i, CMD, &o->mo);
         if (f == EXIT_USAGE) return f;
         if (f == 0) continue;
@@ -93,7 +98,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--batch-text")) o->batch_text = 1;
         else if (!strcmp(a, "--parallel")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->parallel)) BAD("an integer in [1, 4096]"); }
         else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, RUN_MAX_GEN, &o->gen)) BAD("an integer in [1, 1048576]"); }
-        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
+        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, CLI_MAX_CTX, &o->ctx)) BAD(CLI_MAX_CTX_TEXT); }
         else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->mo.chunk)) BAD("1..4096"); }
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
         else if (!strcmp(a, "--draft-ids")) { NEED(); o->draft_ids = v; }
@@ -111,6 +116,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL) + (o->batch != NULL);
     if (np != 1 && !(o->mo.plan_only && np == 0))
         return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file, --batch");
+    if (o->stop_eos && o->ignore_eos) return cli_usage_error(CMD, "--stop-eos and --ignore-eos exclude each other");
     if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
     if (o->draft_ids && !o->mo.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
@@ -496,8 +502,9 @@ int cmd_run(int argc, char **argv) {
     if (!ctx) ctx = need ? (need < max_ctx ? need : max_ctx) : (max_ctx < 4096 ? max_ctx : 4096);
     for (int64_t i = 0; i < r.n_q; i++)
         if (r.q[i].n_prompt > ctx) {
-            fprintf(stderr, "strata run: %s%lld has %lld tokens, more than the context of %lld%s\n",
-                    r.single ? "the prompt" : "line ", r.single ? 0LL : (long long)i + 1, (long long)r.q[i].n_prompt,
+            char which[64] = "the prompt";
+            if (!r.single) snprintf(which, sizeof which, "line %lld", (long long)i + 1);
+            fprintf(stderr, "strata run: %s has %lld tokens, more than the context of %lld%s\n", which, (long long)r.q[i].n_prompt,
                     (long long)ctx, o.ctx ? " (--ctx)" : " (the model's maximum)");
             ret = EXIT_USAGE;
             goto out;

@@ -233,3 +233,49 @@ TEST(cli_stdout_full) {
     snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2 --gen 3 --print-ids 2>/dev/null | cat >/dev/null", d);
     CHECK(t_run(cmd, NULL) == 0);
 }
+
+/* Conflicting or out-of-range flags are usage errors (2) naming them; a refused
+ * chat line makes a scripted chat fail; /save names the user's path. */
+TEST(cli_flags_and_messages) {
+    const char *d = cli_model();
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    char cmd[4096], *o = NULL;
+    struct { const char *cmd, *want; } k[] = {
+        {"run %s --ids 1 --ctx 4294967296", "[1, 16777216]"},
+        {"run %s --ids 1 --ctx 1099511627776", "[1, 16777216]"},
+        {"chat %s --ctx 4294967296", "[1, 16777216]"},
+        {"run %s --ids 1 --ram-gb 1 --ram 1G", "--ram-gb and --ram"},
+        {"chat %s --ram 1G --ram-gb 1", "--ram and --ram-gb"},
+        {"plan %s --ram-gb 1 --ram 1G", "--ram-gb and --ram"},
+        {"run %s --ids 1 --stop-eos --ignore-eos", "--stop-eos and --ignore-eos"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        char a[1024];
+        snprintf(a, sizeof a, k[i].cmd, d);
+        snprintf(cmd, sizeof cmd, "./strata %s </dev/null 2>&1", a);
+        o = NULL;
+        int rc = t_run(cmd, &o);
+        CHECK_MSG(rc == 2 && o && strstr(o, k[i].want), "%s: %d %s", a, rc, o ? o : "");
+        base_free(o);
+    }
+    snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2,3,4,5 --ctx 3 2>&1", d);
+    o = NULL;
+    CHECK(t_run(cmd, &o) == 2 && o && strstr(o, "the prompt has 5 tokens"));
+    base_free(o);
+    /* a line the context cannot take: said, the chat goes on, the exit is 1 */
+    char *big = base_alloc(20000, MEM_MISC);
+    for (int i = 0; i < 19998; i++) big[i] = i % 6 == 5 ? ' ' : 'a' + i % 5;
+    big[19998] = '\n';
+    const char *in = t_write("cli_chat_in.txt", big, 19999);
+    base_free(big);
+    snprintf(cmd, sizeof cmd, "(cat %s; echo hi) | ./strata chat %s --gen 2 --ctx 400 2>&1", in, d);
+    o = NULL;
+    int rc = t_run(cmd, &o);
+    CHECK_MSG(rc == 1 && o && strstr(o, "context is full") && strstr(o, "1 turns") && strstr(o, "1 input lines were refused"),
+              "%d %s", rc, o ? o : "");
+    base_free(o);
+    snprintf(cmd, sizeof cmd, "printf '/save %s/no/such/dir/s.bin\\n' | ./strata chat %s --gen 2 2>&1", t_tmpdir, d);
+    o = NULL;
+    CHECK(t_run(cmd, &o) == 1 && o && strstr(o, "/no/such/dir/s.bin: No such file") && !strstr(o, ".tmp."));
+    base_free(o);
+}
