@@ -138,6 +138,7 @@ typedef struct run_seq {
     sbuf text;                /* batch: the generated text */
     int dump_on, dump_fd;      /* --dump-logits: open, through the vfs layer (fault injection) */
     char dump_path[4096], dump_tmp[4200];
+    int dump_slot;             /* dump_tmp's entry in the signal cleanup (base_tmp_register) */
 } run_seq;
 
 /* Everything the run holds, released in one place. */
@@ -222,9 +223,11 @@ static int dump_open(run_seq *q, const char *path) {
             return 1;
         }
     }
+    q->dump_slot = q->dump_tmp[0] ? base_tmp_register(q->dump_tmp) : -1;
     q->dump_fd = vfs_open(q->dump_tmp[0] ? q->dump_tmp : path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (q->dump_fd < 0) {
         fprintf(stderr, "strata run: --dump-logits %s: %s\n", path, strerror(errno));
+        base_tmp_unregister(q->dump_slot);
         q->dump_tmp[0] = 0;
         return 1;
     }
@@ -241,6 +244,7 @@ static int dump_commit(run_seq *q) {
         fprintf(stderr, "strata run: %s: write failed (%s)\n", q->dump_path, strerror(errno));
         if (q->dump_tmp[0]) unlink(q->dump_tmp);
     }
+    if (q->dump_tmp[0]) base_tmp_unregister(q->dump_slot);
     q->dump_tmp[0] = 0;
     return bad;
 }
@@ -249,7 +253,7 @@ static void run_release(run_state *r) {
     for (int64_t i = 0; r->q && i < r->n_q; i++) {
         run_seq *q = &r->q[i];
         if (q->dump_on) close(q->dump_fd);
-        if (q->dump_tmp[0]) unlink(q->dump_tmp);
+        if (q->dump_tmp[0]) { unlink(q->dump_tmp); base_tmp_unregister(q->dump_slot); }
         strata_gen_free(q->g);
         base_free(q->prompt);
         base_free(q->gen_ids);

@@ -147,6 +147,7 @@ static int dispatch(int argc, char **argv) {
 }
 
 static int strata_main(int argc, char **argv) {
+    base_tmp_cleanup_on_signals(); /* Ctrl-C leaves no temporary files (where nothing else handles it) */
     FILE *orig = stdout;
     cookie_io_functions_t io = {.write = out_write};
     FILE *f = fopencookie(NULL, "w", io);

@@ -279,3 +279,21 @@ TEST(cli_flags_and_messages) {
     CHECK(t_run(cmd, &o) == 1 && o && strstr(o, "/no/such/dir/s.bin: No such file") && !strstr(o, ".tmp."));
     base_free(o);
 }
+
+/* SIGINT/SIGTERM mid-run leave no *.partial-PID file behind. */
+TEST(cli_signal_cleanup) {
+    const char *d = cli_model();
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    char cmd[4096];
+    for (int k = 0; k < 2; k++) {
+        /* env --default-signal: a background job of a shell without job control
+         * starts with SIGINT ignored */
+        snprintf(cmd, sizeof cmd, "rm -f %s/cli_sig*; env --default-signal=INT ./strata run %s --ids 1 --gen 4000 --ctx 4096 --threads 1 "
+                 "--dump-logits %s/cli_sig.bin >/dev/null 2>&1 & P=$!; for i in $(seq 100); do ls %s/cli_sig.bin.partial-* "
+                 ">/dev/null 2>&1 && break; sleep 0.05; done; ls %s/cli_sig.bin.partial-* >/dev/null 2>&1 || exit 3; "
+                 "kill -%s $P; wait $P; rc=$?; ls %s/cli_sig* >/dev/null 2>&1 && exit 4; test $rc -ge 128",
+                 t_tmpdir, d, t_tmpdir, t_tmpdir, t_tmpdir, k ? "TERM" : "INT", t_tmpdir);
+        int rc = t_run(cmd, NULL);
+        CHECK_MSG(rc == 0, "SIG%s: %d (3: no partial file seen, 4: left behind)", k ? "TERM" : "INT", rc);
+    }
+}
