@@ -9,6 +9,10 @@
 #include "base.h"
 
 #define EXIT_USAGE 2
+/* --ctx: the largest context a command accepts (2^24 positions; beyond it the
+ * MLA cache alone is terabytes for K3). Above the model's maximum is a note. */
+#define CLI_MAX_CTX (1 << 24)
+#define CLI_MAX_CTX_TEXT "an integer in [1, 16777216]"
 
 /* Value of option argv[*i] (advances *i); prints a usage error and returns NULL if
  * the value is missing. */

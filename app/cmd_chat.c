@@ -13,6 +13,7 @@
  * chat M` prints just the answer. Exit: 0 ok, 1 model/IO failure, 2 usage.
  */
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "chat.h"
 #include "cli.h"
@@ -63,8 +64,13 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     o->go = strata_gen_opts_default();
     o->gen = CHAT_DEFAULT_GEN;
     o->effort = CHAT_THINK_MAX;
+    const char *ram_flag = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
+            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error(CMD, "%s and %s exclude each other (one budget)", ram_flag, a);
+            ram_flag = a;
+        }
         int f = mo_flag(argc, argv, &i, CMD, &o->mo);
         if (f == EXIT_USAGE) return f;
         if (f == 0) continue;
@@ -79,7 +85,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
         }
         else if (!strcmp(a, "--show-think")) o->show_think = 1;
         else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, 1 << 20, &o->gen)) BAD("an integer in [1, 1048576]"); }
-        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
+        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, CLI_MAX_CTX, &o->ctx)) BAD(CLI_MAX_CTX_TEXT); }
         else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
         else if (!o->model_dir) o->model_dir = a;
         else return cli_usage_error(CMD, "unexpected argument '%s'", a);
@@ -107,6 +113,7 @@ typedef struct chat_state {
     /* for the report at exit */
     int64_t n_turns, n_prefill, n_decode, n_drafted, n_accepted;
     int n_failed;             /* /save and /load commands that failed: exit status 1 */
+    int n_refused;            /* user lines refused (the context is full): exit status 1 when stdin is not a terminal */
     double t_prefill, t_decode;
 } chat_state;
 
@@ -338,14 +345,26 @@ int cmd_chat(int argc, char **argv) {
                 fprintf(stderr, "strata chat: usage: %s FILE\n", r.line);
             } else if (!strcmp(r.line, "/save")) {
                 if (strata_seq_save(r.s, arg, err, sizeof err)) {
-                    fprintf(stderr, "strata chat: %s\n", err);
+                    /* the writer names its temporary file (ARG.tmp.PID) when it cannot
+                     * create it: the user gave ARG */
+                    const size_t al = strlen(arg);
+                    const char *why = err;
+                    if (!strncmp(err, arg, al) && !strncmp(err + al, ".tmp.", 5) && strstr(err + al, ": "))
+                        why = strstr(err + al, ": ") + 2;
+                    if (why != err) fprintf(stderr, "strata chat: /save %s: %s\n", arg, why);
+                    else fprintf(stderr, "strata chat: %s\n", err);
                     r.n_failed++;
                 } else fprintf(stderr, "strata chat: saved %lld positions to %s\n", (long long)strata_seq_pos(r.s), arg);
             } else if (!strcmp(r.line, "/load")) {
                 /* a refused file leaves the conversation as it was; a read that failed
                  * after the file was checked leaves an empty sequence (strata.h) */
                 const int64_t before = strata_seq_pos(r.s);
-                if (strata_seq_load(r.s, arg, err, sizeof err)) {
+                struct stat sb;
+                if (stat(arg, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+                    /* a FIFO or device: the reader refuses it without blocking; say why */
+                    fprintf(stderr, "strata chat: %s: not a regular file (the conversation is unchanged)\n", arg);
+                    r.n_failed++;
+                } else if (strata_seq_load(r.s, arg, err, sizeof err)) {
                     r.n_failed++;
                     if (strata_seq_pos(r.s) == before) {
                         fprintf(stderr, "strata chat: %s (the conversation is unchanged)\n", err);
@@ -363,7 +382,7 @@ int cmd_chat(int argc, char **argv) {
         chat_msg m = {CHAT_USER, r.line, NULL};
         rc = feed(&r, &m, 1, o.effort, CHAT_GEN | CHAT_CONTINUE, 0);
         if (rc < 0) goto out;
-        if (rc > 0) continue;
+        if (rc > 0) { r.n_refused++; continue; } /* said why; the chat goes on */
         r.n_turns++;
         if (reply(&r, &o)) goto out;
     }
@@ -380,7 +399,10 @@ int cmd_chat(int argc, char **argv) {
         fprintf(stderr, "strata chat: warning: %llu allocations inside the decode loop\n",
                 (unsigned long long)base_mem_guard_violations());
     if (r.n_failed) fprintf(stderr, "strata chat: %d /save or /load commands failed\n", r.n_failed);
-    ret = r.n_failed ? 1 : 0;
+    /* a script's input that was not all answered is a failure; at a terminal the
+     * user saw each refusal and went on */
+    if (r.n_refused && !tty) fprintf(stderr, "strata chat: %d input lines were refused\n", r.n_refused);
+    ret = r.n_failed || (r.n_refused && !tty) ? 1 : 0;
 out:
     chat_release(&r);
     return ret;

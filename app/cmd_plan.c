@@ -47,9 +47,14 @@ int cmd_plan(int argc, char **argv) {
     int json = 0, measure = 0, have_ram = 0, ranks = 0, net_given = 0, lat_given = 0;
     double disk_gbs = 0, mem_gbs = 0, net_gbs = 1.25, lat_us = 50;
     strata_plan_opts po = strata_plan_opts_default();
+    const char *ram_flag = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(a)) { usage(stdout); return 0; }
+        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
+            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error("plan", "%s and %s exclude each other (one budget)", ram_flag, a);
+            ram_flag = a;
+        }
         if (!strcmp(a, "--config")) { if (!(config = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE; }
         else if (!strcmp(a, "--pack")) { if (!(pack_dir = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE; }
         else if (!strcmp(a, "--ram-gb")) {

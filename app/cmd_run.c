@@ -14,6 +14,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -76,8 +77,13 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     o->go = strata_gen_opts_default();
     o->gen = RUN_DEFAULT_GEN;
+    const char *ram_flag = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
+        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
+            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error(CMD, "%s and %s exclude each other (one budget)", ram_flag, a);
+            ram_flag = a;
+        }
         int f = mo_flag(argc, argv, &i, CMD, &o->mo);
         if (f == EXIT_USAGE) return f;
         if (f == 0) continue;
@@ -92,7 +98,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
         else if (!strcmp(a, "--batch-text")) o->batch_text = 1;
         else if (!strcmp(a, "--parallel")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->parallel)) BAD("an integer in [1, 4096]"); }
         else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, RUN_MAX_GEN, &o->gen)) BAD("an integer in [1, 1048576]"); }
-        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 1"); }
+        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, CLI_MAX_CTX, &o->ctx)) BAD(CLI_MAX_CTX_TEXT); }
         else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->mo.chunk)) BAD("1..4096"); }
         else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
         else if (!strcmp(a, "--draft-ids")) { NEED(); o->draft_ids = v; }
@@ -110,6 +116,7 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL) + (o->batch != NULL);
     if (np != 1 && !(o->mo.plan_only && np == 0))
         return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file, --batch");
+    if (o->stop_eos && o->ignore_eos) return cli_usage_error(CMD, "--stop-eos and --ignore-eos exclude each other");
     if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
     if (o->draft_ids && !o->mo.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
@@ -131,6 +138,7 @@ typedef struct run_seq {
     sbuf text;                /* batch: the generated text */
     int dump_on, dump_fd;      /* --dump-logits: open, through the vfs layer (fault injection) */
     char dump_path[4096], dump_tmp[4200];
+    int dump_slot;             /* dump_tmp's entry in the signal cleanup (base_tmp_register) */
 } run_seq;
 
 /* Everything the run holds, released in one place. */
@@ -147,14 +155,67 @@ typedef struct run_state {
     double t0;
 } run_state;
 
+/* Where an output named by the user lands: a symlink is followed to its target
+ * (the temporary file is renamed over the target, not over the link: renaming
+ * over /dev/stdout used to replace the link with a regular file); anything else
+ * as given. */
+static void out_dest(const char *path, char *out, size_t n) {
+    struct stat sl;
+    char real[PATH_MAX];
+    if (lstat(path, &sl) == 0 && S_ISLNK(sl.st_mode) && realpath(path, real)) snprintf(out, n, "%s", real);
+    else snprintf(out, n, "%s", path);
+}
+
+/* Whether path is this process's stdout (/dev/stdout, /proc/self/fd/1, or the
+ * file stdout was redirected to): written through fd 1, at its offset. */
+static int is_stdout(const char *path) {
+    struct stat a, b;
+    return stat(path, &a) == 0 && fstat(1, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+/* Writes a whole output file: a FIFO, a device or stdout (anything that exists
+ * and is not a regular file) directly, with every write and the close checked;
+ * a regular file atomically (temporary file, fsync, rename). 0 ok, else prints
+ * why (naming path). */
+static int out_write(const char *flag, const char *path, const void *buf, size_t len) {
+    char dest[PATH_MAX + 8], err[4096];
+    struct stat sb;
+    out_dest(path, dest, sizeof dest);
+    if (is_stdout(path)) {
+        fflush(stdout);
+        int e = vfs_write_full(1, buf, len);
+        if (e) { fprintf(stderr, "strata run: %s %s: write failed: %s\n", flag, path, strerror(e)); return 1; }
+        return 0;
+    }
+    if (stat(dest, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        int fd = vfs_open(dest, O_WRONLY | O_CLOEXEC, 0), e = 0;
+        if (fd < 0) e = errno;
+        else {
+            e = vfs_write_full(fd, buf, len);
+            if (close(fd) && !e) e = errno;
+        }
+        if (e) { fprintf(stderr, "strata run: %s %s: write failed: %s\n", flag, path, strerror(e)); return 1; }
+        return 0;
+    }
+    if (base_write_file_atomic(dest, buf, len, err, sizeof err)) { fprintf(stderr, "strata run: %s %s: %s\n", flag, path, err); return 1; }
+    return 0;
+}
+
 /* --dump-logits is written beside its destination and renamed only once the run
  * has finished, so a failed or interrupted run never leaves a plausible-looking
  * partial dump. A destination that exists and is not a regular file (/dev/stdout,
  * a FIFO) is written directly. */
 static int dump_open(run_seq *q, const char *path) {
     struct stat sb;
-    snprintf(q->dump_path, sizeof q->dump_path, "%s", path);
+    out_dest(path, q->dump_path, sizeof q->dump_path);
+    path = q->dump_path;
     q->dump_tmp[0] = 0;
+    if (is_stdout(path)) {
+        fflush(stdout);
+        if ((q->dump_fd = dup(1)) < 0) { fprintf(stderr, "strata run: --dump-logits %s: %s\n", path, strerror(errno)); return 1; }
+        q->dump_on = 1;
+        return 0;
+    }
     if (!(stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))) {
         if (snprintf(q->dump_tmp, sizeof q->dump_tmp, "%s.partial-%d", path, (int)getpid()) >= (int)sizeof q->dump_tmp) {
             fprintf(stderr, "strata run: %s: path too long\n", path);
@@ -162,9 +223,11 @@ static int dump_open(run_seq *q, const char *path) {
             return 1;
         }
     }
+    q->dump_slot = q->dump_tmp[0] ? base_tmp_register(q->dump_tmp) : -1;
     q->dump_fd = vfs_open(q->dump_tmp[0] ? q->dump_tmp : path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (q->dump_fd < 0) {
         fprintf(stderr, "strata run: --dump-logits %s: %s\n", path, strerror(errno));
+        base_tmp_unregister(q->dump_slot);
         q->dump_tmp[0] = 0;
         return 1;
     }
@@ -181,6 +244,7 @@ static int dump_commit(run_seq *q) {
         fprintf(stderr, "strata run: %s: write failed (%s)\n", q->dump_path, strerror(errno));
         if (q->dump_tmp[0]) unlink(q->dump_tmp);
     }
+    if (q->dump_tmp[0]) base_tmp_unregister(q->dump_slot);
     q->dump_tmp[0] = 0;
     return bad;
 }
@@ -189,7 +253,7 @@ static void run_release(run_state *r) {
     for (int64_t i = 0; r->q && i < r->n_q; i++) {
         run_seq *q = &r->q[i];
         if (q->dump_on) close(q->dump_fd);
-        if (q->dump_tmp[0]) unlink(q->dump_tmp);
+        if (q->dump_tmp[0]) { unlink(q->dump_tmp); base_tmp_unregister(q->dump_slot); }
         strata_gen_free(q->g);
         base_free(q->prompt);
         base_free(q->gen_ids);
@@ -314,6 +378,23 @@ static int load_prompts(run_state *r, int64_t ctx_cap) {
     return rc;
 }
 
+/* Whether path is inside model_dir: one of its files (a shard, config.json,
+ * strata.pack/trunk.bin, ...) or a new name there (a stray *.safetensors would
+ * change the model). Prints why. */
+static int inside_model(const char *flag, const char *path, const char *model_dir) {
+    char dir[4096], rm[PATH_MAX], ro[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", path);
+    char *sl = strrchr(dir, '/');
+    if (!sl) snprintf(dir, sizeof dir, ".");
+    else if (sl == dir) dir[1] = 0;
+    else *sl = 0;
+    if (!realpath(model_dir, rm) || !(realpath(path, ro) || realpath(dir, ro))) return 0;
+    size_t n = strlen(rm);
+    if (strncmp(ro, rm, n) || (ro[n] != '/' && ro[n] != 0)) return 0;
+    fprintf(stderr, "strata run: %s %s: is inside the model directory %s; refusing to write there\n", flag, path, model_dir);
+    return 1;
+}
+
 /* An output path must not be one of the model's own files (a shard, the
  * config, the pack manifest) and must be writable before hours of work start:
  * its directory exists and takes new files. 0 ok, else prints why. */
@@ -333,7 +414,10 @@ static int check_out_path(const char *flag, const char *path, const char *model_
             }
         }
         if (d) closedir(d);
+        if (inside_model(flag, path, model_dir)) return 1;
         if (!S_ISREG(sp.st_mode)) return 0; /* /dev/stdout, a FIFO: written directly */
+    } else if (inside_model(flag, path, model_dir)) {
+        return 1;
     }
     snprintf(dir, sizeof dir, "%s", path);
     char *slash = strrchr(dir, '/');
@@ -422,8 +506,9 @@ int cmd_run(int argc, char **argv) {
     if (!ctx) ctx = need ? (need < max_ctx ? need : max_ctx) : (max_ctx < 4096 ? max_ctx : 4096);
     for (int64_t i = 0; i < r.n_q; i++)
         if (r.q[i].n_prompt > ctx) {
-            fprintf(stderr, "strata run: %s%lld has %lld tokens, more than the context of %lld%s\n",
-                    r.single ? "the prompt" : "line ", r.single ? 0LL : (long long)i + 1, (long long)r.q[i].n_prompt,
+            char which[64] = "the prompt";
+            if (!r.single) snprintf(which, sizeof which, "line %lld", (long long)i + 1);
+            fprintf(stderr, "strata run: %s has %lld tokens, more than the context of %lld%s\n", which, (long long)r.q[i].n_prompt,
                     (long long)ctx, o.ctx ? " (--ctx)" : " (the model's maximum)");
             ret = EXIT_USAGE;
             goto out;
@@ -438,6 +523,7 @@ int cmd_run(int argc, char **argv) {
             char p[4096];
             if (r.single) snprintf(p, sizeof p, "%s", o.dump_logits);
             else snprintf(p, sizeof p, "%s.%lld", o.dump_logits, (long long)i);
+            if (!r.single && check_out_path("--dump-logits", p, o.model_dir)) goto out;
             if (dump_open(&r.q[i], p)) goto out;
         }
 
@@ -521,7 +607,7 @@ int cmd_run(int argc, char **argv) {
             if (o.print_ids || !r.m.info.has_tokenizer) print_ids_line(stdout, r.q[i].gen_ids, r.q[i].n_gen);
             else {
                 /* one line per input: newlines inside a reply are escaped */
-                for (size_t k = 0; r.q[i].text.s && k < (size_t)r.q[i].text.n; k++) {
+                for (size_t k = 0; r.q[i].text.s && k < r.q[i].text.len; k++) {
                     char ch = r.q[i].text.s[k];
                     if (ch == '\n') fputs("\\n", stdout);
                     else if (ch == '\\') fputs("\\\\", stdout);
@@ -632,11 +718,8 @@ int cmd_run(int argc, char **argv) {
         }
         char *txt = json_dumps(j, JSON_INDENT(2));
         json_decref(j);
-        if (!txt || base_write_file_atomic(o.json_path, txt, strlen(txt), err, sizeof err)) {
-            fprintf(stderr, "strata run: %s\n", txt ? err : "cannot format the JSON report");
-            base_free(txt);
-            goto out;
-        }
+        if (!txt) { fprintf(stderr, "strata run: cannot format the JSON report\n"); goto out; }
+        if (out_write("--json", o.json_path, txt, strlen(txt))) { base_free(txt); goto out; }
         base_free(txt);
     }
     ret = 0;

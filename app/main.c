@@ -2,9 +2,11 @@
  * strata.c: the `strata` binary: a table of subcommands. Each lives in
  * app/cmd_<name>.c as int cmd_<name>(argc, argv) with argv[0] the subcommand.
  */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "cli.h"
 #include "strata.h"
 #include "vfs.h"
@@ -86,7 +88,40 @@ static int fault_setup(void) {
     return 0;
 }
 
-static int strata_main(int argc, char **argv) {
+/* stdout through a cookie stream that remembers why a write to fd 1 failed: a
+ * full disk or /dev/full used to give exit 0 with the output lost (stdio keeps
+ * only an error flag, and the errno is gone by the end). */
+static int g_out_errno;
+
+static ssize_t out_write(void *cookie, const char *buf, size_t n) {
+    (void)cookie;
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = write(1, buf + done, n - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (!g_out_errno) g_out_errno = w < 0 ? errno : ENOSPC;
+            return -1;
+        }
+        done += (size_t)w;
+    }
+    return (ssize_t)n;
+}
+
+/* The command's status, made 1 when its output did not all reach stdout. */
+static int finish_stdout(FILE *orig, int rc) {
+    int bad = fflush(stdout) != 0;
+    bad |= ferror(stdout) != 0;
+    if (stdout != orig) {
+        bad |= fclose(stdout) != 0;
+        stdout = orig;
+    }
+    if (!bad) return rc;
+    fprintf(stderr, "strata: writing to stdout failed: %s\n", strerror(g_out_errno ? g_out_errno : EIO));
+    return rc ? rc : 1;
+}
+
+static int dispatch(int argc, char **argv) {
     if (argc < 2) { help(stderr); return EXIT_USAGE; }
     if (fault_setup()) return EXIT_USAGE;
     const char *name = argv[1];
@@ -100,12 +135,28 @@ static int strata_main(int argc, char **argv) {
         help(stdout);
         return 0;
     }
-    if (!strcmp(name, "version") || !strcmp(name, "--version")) { printf("strata %s\n", STRATA_VERSION); return 0; }
+    if (!strcmp(name, "version") || !strcmp(name, "--version")) {
+        printf("strata %s\n", STRATA_VERSION);
+        return 0;
+    }
     for (const command *c = k_cmds; c->name; c++)
         if (!strcmp(c->name, name)) return c->fn(argc - 1, argv + 1);
     fprintf(stderr, "strata: unknown command '%s'\n\n", name);
     help(stderr);
     return EXIT_USAGE;
+}
+
+static int strata_main(int argc, char **argv) {
+    base_tmp_cleanup_on_signals(); /* Ctrl-C leaves no temporary files (where nothing else handles it) */
+    FILE *orig = stdout;
+    cookie_io_functions_t io = {.write = out_write};
+    FILE *f = fopencookie(NULL, "w", io);
+    if (f) {
+        fflush(orig);
+        setvbuf(f, NULL, isatty(1) ? _IOLBF : _IOFBF, BUFSIZ);
+        stdout = f;
+    }
+    return finish_stdout(orig, dispatch(argc, argv));
 }
 
 #ifndef STRATA_MPI

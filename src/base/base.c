@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -353,9 +354,11 @@ int base_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, cha
     *len = 0;
     int rc = STRATA_EIO;
     uint8_t *b = NULL;
-    int fd = vfs_open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
+    int fd = vfs_open(path, O_RDONLY | O_CLOEXEC, 0); /* never blocks on a FIFO (vfs.h) */
     struct stat st;
+    if (fd < 0 && errno == VFS_ENOTREG && stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return base_fail(err, errlen, STRATA_EIO, "%s: not a regular file", path);
+    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     if (fstat(fd, &st)) { rc = base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno)); goto fail; }
     if (!S_ISREG(st.st_mode)) { rc = base_fail(err, errlen, STRATA_EIO, "%s: not a regular file", path); goto fail; }
     if ((uint64_t)st.st_size > max) {
@@ -379,24 +382,77 @@ fail:
     return rc;
 }
 
+/* ============================================== temporary files and signals */
+
+#define TMP_SLOTS 64
+static char g_tmp_path[TMP_SLOTS][4200];
+static _Atomic int g_tmp_used[TMP_SLOTS]; /* 0 free, 1 being written, 2 live */
+
+int base_tmp_register(const char *path) {
+    if (strlen(path) >= sizeof g_tmp_path[0]) return -1;
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        int z = 0;
+        if (!atomic_compare_exchange_strong(&g_tmp_used[i], &z, 1)) continue;
+        memcpy(g_tmp_path[i], path, strlen(path) + 1);
+        atomic_store(&g_tmp_used[i], 2);
+        return i;
+    }
+    return -1;
+}
+
+void base_tmp_unregister(int slot) {
+    if (slot >= 0 && slot < TMP_SLOTS) atomic_store(&g_tmp_used[slot], 0);
+}
+
+static void tmp_on_signal(int sig) {
+    for (int i = 0; i < TMP_SLOTS; i++)
+        if (atomic_load(&g_tmp_used[i]) == 2) unlink(g_tmp_path[i]);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void base_tmp_cleanup_on_signals(void) {
+    const int sigs[] = {SIGINT, SIGTERM};
+    for (int k = 0; k < 2; k++) {
+        struct sigaction old, sa;
+        if (sigaction(sigs[k], NULL, &old) || old.sa_handler != SIG_DFL) continue;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = tmp_on_signal;
+        sigemptyset(&sa.sa_mask);
+        sa.sa_flags = SA_RESTART;
+        sigaction(sigs[k], &sa, NULL);
+    }
+}
+
 int base_write_file_atomic(const char *path, const void *buf, size_t len, char *err, size_t errlen) {
     char tmp[4096];
+    struct stat sb;
+    /* the rename would replace a FIFO, a device or a directory's name with a file */
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: exists and is not a regular file; not replaced", path);
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%d", path, (int)getpid()) >= (int)sizeof tmp)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
+    const int slot = base_tmp_register(tmp);
     int fd = vfs_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", tmp, strerror(errno));
+    if (fd < 0) {
+        int e0 = errno;
+        base_tmp_unregister(slot);
+        return base_fail(err, errlen, STRATA_EIO, "%s: %s", tmp, strerror(e0));
+    }
     int e = vfs_write_full(fd, buf, len);
     if (e) goto fail;
     if (vfs_fsync(fd)) goto fail_errno;
     if (close(fd)) { fd = -1; goto fail_errno; }
     fd = -1;
     if (vfs_rename(tmp, path)) goto fail_errno;
+    base_tmp_unregister(slot);
     return STRATA_OK;
 fail_errno:
     e = errno;
 fail:
     if (fd >= 0) close(fd);
     unlink(tmp);
+    base_tmp_unregister(slot);
     return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(e));
 }
 

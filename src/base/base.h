@@ -100,6 +100,15 @@ int base_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, cha
 /* Writes a whole file atomically: path.tmp.PID, fsync, rename. */
 int base_write_file_atomic(const char *path, const void *buf, size_t len, char *err, size_t errlen);
 int base_mkdir_p(const char *path, char *err, size_t errlen);
+/* Temporary files in progress (PATH.tmp.PID, --dump-logits' PATH.partial-PID):
+ * registered while they exist so that SIGINT/SIGTERM removes them
+ * (base_tmp_cleanup_on_signals, installed by the CLI) before the default action.
+ * At most 64 at once (more are not tracked); register returns a slot (-1: none)
+ * for unregister. Thread-safe; the handler only calls unlink. */
+int base_tmp_register(const char *path);
+void base_tmp_unregister(int slot);
+/* Installs the handler for SIGINT and SIGTERM where their action is the default. */
+void base_tmp_cleanup_on_signals(void);
 /* Exclusive advisory lock (flock) of a writer: creates path and locks it without
  * waiting. Returns the fd (>= 0; keep it open while writing), or STRATA_EBUSY with
  * "<what> is being written by another process" when another process holds it, or

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 enum { OP_OPEN, OP_OPEN_W, OP_READ, OP_WRITE, OP_FSYNC, OP_TRUNC, OP_FALLOC, OP_RENAME, OP_CQE_R, OP_CQE_W };
@@ -101,11 +102,27 @@ static size_t short_len(int fd, size_t n) {
 
 int vfs_open(const char *path, int flags, mode_t mode) {
     const int op = flags & (O_WRONLY | O_RDWR | O_CREAT | O_TRUNC) ? OP_OPEN_W : OP_OPEN;
+    const int ro = !(flags & (O_WRONLY | O_RDWR | O_CREAT)) && !(flags & O_PATH);
     for (;;) {
         int f = take(op), fd;
         if (f > 0) { errno = f; fd = -1; }
-        else fd = open(path, flags, mode);
+        else fd = open(path, ro ? flags | O_NONBLOCK : flags, mode);
         if (fd < 0 && errno == EINTR) continue;
+        if (fd >= 0 && ro) {
+            /* a reader of a FIFO would wait for a writer forever: refuse what is
+             * not a file or a directory (vfs.h) */
+            struct stat st;
+            if (fstat(fd, &st) || !(S_ISREG(st.st_mode) || S_ISDIR(st.st_mode))) {
+                int e = S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) ? errno : VFS_ENOTREG;
+                close(fd);
+                errno = e;
+                return -1;
+            }
+            if (!(flags & O_NONBLOCK)) {
+                int fl = fcntl(fd, F_GETFL);
+                if (fl >= 0) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+            }
+        }
         return fd;
     }
 }

@@ -26,6 +26,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <errno.h>
 #include <sys/types.h>
 
 enum vfs_fault { VFS_FAULT_OFF, VFS_FAULT_COUNT, VFS_FAULT_EIO, VFS_FAULT_ENOSPC, VFS_FAULT_SHORT, VFS_FAULT_EINTR };
@@ -40,6 +41,11 @@ int vfs_fault_fired(uint64_t *call, const char **op);
 const char *vfs_fault_name(int kind);
 
 /* The wrappers: the system call's contract (-1 and errno), EINTR never returned. */
+/* A read-only open (no O_WRONLY/O_RDWR/O_CREAT) never blocks: it opens with
+ * O_NONBLOCK and accepts only a regular file or a directory; anything else (a
+ * FIFO, which would wait for a writer forever, a device, a socket) fails with
+ * errno VFS_ENOTREG. O_NONBLOCK is cleared again unless the caller asked for it. */
+#define VFS_ENOTREG EINVAL
 int vfs_open(const char *path, int flags, mode_t mode);
 ssize_t vfs_read(int fd, void *buf, size_t n);
 ssize_t vfs_pread(int fd, void *buf, size_t n, uint64_t off);

@@ -1201,6 +1201,75 @@ static int fsync_dir(const char *path) {
     return rc;
 }
 
+/* Whether a directory entry is one the generator (or `strata pack` beside it)
+ * writes into a model directory. */
+static int is_model_file(const char *n) {
+    size_t l = strlen(n);
+    return !strcmp(n, "config.json") || !strcmp(n, "model.safetensors.index.json") || !strcmp(n, "tiktoken.model") ||
+           !strcmp(n, "tokenizer_config.json") || (n[0] != '.' && l > 12 && !strcmp(n + l - 12, ".safetensors"));
+}
+
+/* What --force may replace: only a model an earlier gen-model wrote. That is a
+ * directory (not a symlink) whose config.json carries the generator's
+ * "strata_generator" record (written since the generator's first version) and
+ * which holds nothing but the generator's files and a strata.pack/ of pack files.
+ * Anything else (user files, a downloaded model, a regular file, a FIFO, a
+ * device, a symlink) is refused, naming what is in the way. */
+static int check_replaceable(const char *out, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(out, &st)) return errno == ENOENT ? STRATA_OK : base_fail(err, errlen, STRATA_EIO, "gen: %s: %s", out, strerror(errno));
+    const char *refuse = "; --force replaces only a model directory written by strata gen-model";
+    if (S_ISLNK(st.st_mode)) return base_fail(err, errlen, STRATA_EINVAL, "gen: %s is a symbolic link, not replaced%s", out, refuse);
+    if (!S_ISDIR(st.st_mode))
+        return base_fail(err, errlen, STRATA_EINVAL, "gen: %s is %s, not replaced%s", out,
+                         S_ISREG(st.st_mode) ? "a regular file" : S_ISFIFO(st.st_mode) ? "a FIFO"
+                         : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device" : "not a directory", refuse);
+    char path[8400];
+    DIR *d = opendir(out);
+    if (!d) return base_fail(err, errlen, STRATA_EIO, "gen: %s: %s", out, strerror(errno));
+    struct dirent *de;
+    int rc = STRATA_OK;
+    while (!rc && (de = readdir(d))) {
+        const char *n = de->d_name;
+        if (!strcmp(n, ".") || !strcmp(n, "..")) continue;
+        snprintf(path, sizeof path, "%s/%s", out, n);
+        if (lstat(path, &st)) { rc = base_fail(err, errlen, STRATA_EIO, "gen: %s: %s", path, strerror(errno)); break; }
+        if (S_ISREG(st.st_mode) && is_model_file(n)) continue;
+        if (!strcmp(n, "strata.pack") && S_ISDIR(st.st_mode)) {
+            /* the pack writer keeps its directory to the pack's own files */
+            DIR *pd = opendir(path);
+            struct dirent *pe;
+            while (pd && (pe = readdir(pd))) {
+                const char *m = pe->d_name;
+                if (!strcmp(m, ".") || !strcmp(m, "..") || !strncmp(m, "trunk.bin", 9) || !strncmp(m, "manifest.json", 13) ||
+                    !strcmp(m, ".strata-pack.lock"))
+                    continue;
+                rc = base_fail(err, errlen, STRATA_EINVAL, "gen: %s holds %s/%s, which gen-model and pack do not write; "
+                               "not replaced%s", out, path, m, refuse);
+                break;
+            }
+            if (pd) closedir(pd);
+            else rc = base_fail(err, errlen, STRATA_EIO, "gen: %s: %s", path, strerror(errno));
+            continue;
+        }
+        rc = base_fail(err, errlen, STRATA_EINVAL, "gen: %s holds %s, which gen-model does not write; not replaced%s", out,
+                       path, refuse);
+    }
+    closedir(d);
+    if (rc) return rc;
+    snprintf(path, sizeof path, "%s/config.json", out);
+    uint8_t *cj = NULL;
+    size_t cl = 0;
+    if (lstat(path, &st) || !S_ISREG(st.st_mode) || base_read_file(path, 1u << 24, &cj, &cl, NULL, 0) ||
+        !strstr((const char *)cj, "\"strata_generator\"")) {
+        base_free(cj);
+        return base_fail(err, errlen, STRATA_EINVAL, "gen: %s is not a model written by strata gen-model (%s has no "
+                         "\"strata_generator\" record), not replaced%s", out, path, refuse);
+    }
+    base_free(cj);
+    return STRATA_OK;
+}
+
 /* Puts the finished tmp directory at out: an atomic exchange when out exists
  * (so out is never missing), a plain rename otherwise. */
 static int publish(const char *tmp, const char *out, const char *parent, char *err, size_t errlen) {
@@ -1390,6 +1459,7 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
         rc = base_fail(err, errlen, STRATA_EINVAL, "gen: %s exists (use --force to replace it)", out);
         goto done;
     }
+    if (o->force && (rc = check_replaceable(out, err, errlen))) goto done;
 
     if ((rc = plan_build(&p, &c, o, err, errlen))) goto done;
     uint64_t data_total = 0;
@@ -1576,6 +1646,7 @@ int gen_model(const char *out_dir, const cfg *c_in, const gen_opts *o, gen_stats
         rc = base_fail(err, errlen, STRATA_EINVAL, "gen: %s appeared while generating; not replaced (use --force)", out);
         goto fail;
     }
+    if (o->force && (rc = check_replaceable(out, err, errlen))) goto fail; /* again: it may have changed meanwhile */
     if ((rc = publish(tmp, out, parent, err, errlen))) goto fail;
 
     stats.data_bytes = data_total;
