@@ -922,10 +922,10 @@ int strata_bench_place_run(const strata_bench_place_opts *o, FILE *log, strata_b
     int32_t *ids = r->ids;
     for (int i = 0; i < plen; i++) ids[i] = (int32_t)(((int64_t)(i + 31 * seed) * 7919 + 11) % (c->vocab - 300) + 1);
     double t0 = base_now();
-    if (session_eval(r->s, ids, plen, r->lg)) {
+    if ((rc = session_eval(r->s, ids, plen, r->lg))) {
         snprintf(err, errlen, "%s", session_errmsg(r->s));
         rung_close(r);
-        return STRATA_EIO;
+        return rc;
     }
     double t_prefill = base_now() - t0;
     place_stats ps;
@@ -942,10 +942,10 @@ int strata_bench_place_run(const strata_bench_place_opts *o, FILE *log, strata_b
         h = base_fnv1a(&best, sizeof best, h);
         if (g == gen - 1) break;
         double t1 = base_now();
-        if (session_eval(r->s, &best, 1, r->lg)) {
+        if ((rc = session_eval(r->s, &best, 1, r->lg))) {
             snprintf(err, errlen, "%s", session_errmsg(r->s));
             rung_close(r);
-            return STRATA_EIO;
+            return rc;
         }
         t_dec += base_now() - t1;
     }
