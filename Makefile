@@ -192,6 +192,7 @@ reference-selftest:
 	/usr/bin/python3 tests/reference/selftest.py
 
 # Kernel throughput vs this machine's measured read bandwidth (bench/b_kern.c).
+$(BUILD)/b_kern: private INC = $(BENCH_INC)
 $(BUILD)/b_kern: bench/b_kern.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
@@ -210,6 +211,7 @@ bench-decode: strata $(BUILD)/b_decode
 
 # st_open on K3-shaped sparse shards (~5,200 tensors, ~790 KB headers each): bench/b_index.c.
 .PHONY: bench-index
+$(BUILD)/b_index: private INC = $(BENCH_INC)
 $(BUILD)/b_index: bench/b_index.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
@@ -237,12 +239,15 @@ bench-tokenizer: $(BUILD)/bench_tok
 # disk/memory bandwidth, runs one prompt at 1, 2, 4, 8, 16 GB and resident; table, CSV, PNG.
 # bench-io: disk read bandwidth at the engine's read sizes (in-place vs aligned experts).
 .PHONY: bench-io
+$(BUILD)/place_run: private INC = $(BENCH_INC)
 $(BUILD)/place_run: bench/ladder/place_run.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+$(BUILD)/bench_io: private INC = $(BENCH_INC)
 $(BUILD)/bench_io: bench/ladder/bench_io.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+$(BUILD)/cache_replay: private INC = $(BENCH_INC)
 $(BUILD)/cache_replay: bench/ladder/cache_replay.c $(BUILD)/libstrata.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
