@@ -445,6 +445,56 @@ def test_eps_and_dtypes(d, f):
                bool(np.all(np.isfinite(c))) and rel(c, a) < 0.05, 'rel %.2e' % rel(c, a))
 
 
+FAKE_ENGINE = """#!/usr/bin/python3
+# Stand-in for `strata` in kl_selftest: answers `run --help` (with --router unless
+# FAKE_NO_ROUTER) and `run MODEL ...` with klref itself; FAKE_PERTURB adds to every
+# 7th logit, FAKE_ROUTER overrides the routing the engine was asked for.
+import os, sys
+sys.path.insert(0, %r)
+import numpy as np
+import klref
+a = sys.argv[1:]
+if a[:2] == ['run', '--help']:
+    print('' if os.environ.get('FAKE_NO_ROUTER') else '  --router unbiased|hf')
+    sys.exit(0)
+a = a[1:]
+def opt(k, d=None):
+    return a[a.index(k) + 1] if k in a else d
+router = os.environ.get('FAKE_ROUTER') or opt('--router', 'unbiased')
+dump = opt('--dump-logits')
+rc = klref.main([a[0], '--ids', opt('--ids'), '--gen', opt('--gen'), '--print-ids',
+                 '--dump-logits', dump, '--router', router, '--quiet'])
+p = float(os.environ.get('FAKE_PERTURB', '0'))
+if p:
+    x = np.fromfile(dump, '<f4')
+    x[::7] += p
+    x.tofile(dump)
+sys.exit(rc)
+"""
+
+
+def test_kl_check(tmp, d):
+    """kl_check.sh against a stand-in engine: PASS, FAIL on a logit error or a
+    different router, SKIP (77) when the engine has no --router."""
+    import subprocess
+    here = os.path.dirname(os.path.abspath(__file__))
+    fake = os.path.join(tmp, 'fake-strata')
+    with open(fake, 'w') as f:
+        f.write(FAKE_ENGINE % here)
+    os.chmod(fake, 0o755)
+    script = os.path.join(here, 'kl_check.sh')
+    for label, env, args, want_rc, want in [
+            ('PASS when engine == reference', {}, ['--gen', '6'], 0, 'PASS'),
+            ('PASS with --router hf and a long prompt', {}, ['--router', 'hf', '--long', '--gen', '3'], 0, 'PASS'),
+            ('FAIL on a 1e-2 logit error', {'FAKE_PERTURB': '0.01'}, ['--gen', '4'], 1, 'FAIL'),
+            ('FAIL when the engine routes the other way', {'FAKE_ROUTER': 'hf'}, ['--gen', '6'], 1, 'ids=differ'),
+            ('SKIP (77) without --router in run --help', {'FAKE_NO_ROUTER': '1'}, [], 77, 'SKIP')]:
+        r = subprocess.run(['bash', script, d, fake] + args, env=dict(os.environ, **env),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+        check_true('kl_check.sh: ' + label, r.returncode == want_rc and want in r.stdout,
+                   'rc %d: %s' % (r.returncode, r.stdout.strip()[:70]))
+
+
 def main():
     ap = argparse.ArgumentParser(description='self-tests of the Kimi Linear reference')
     ap.add_argument('--model', action='append', default=[], help='also run model checks on DIR')
@@ -463,6 +513,7 @@ def main():
         zero_biases(d, os.path.join(tmp, 'z'))
         test_router_models(d, os.path.join(tmp, 'z'))
         test_eps_and_dtypes(d, f)
+        test_kl_check(tmp, d)
         for md in a.model:
             test_model(md, os.path.basename(md.rstrip('/')), prompt, 8)
     finally:
