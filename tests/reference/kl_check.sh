@@ -12,7 +12,7 @@
 #   --ids LIST        prompt ids (default 1,17,42,9,250,3,88,130 mod vocab);
 #   --long            150 prompt ids instead (several 64-token prefill chunks)
 #   --tol X           max |logit - ref| / max |ref| over all steps (default 1e-4)
-#   --kv-norm-eps X   the reference's kv_a_layernorm eps (default config rms_norm_eps)
+#   --kv-norm-eps X   the reference's kv_a_layernorm eps: a number or config (default 1e-6)
 #   --out DIR         keep the dumps there (default: a temp dir, removed)
 #   -- ARGS           extra `strata run` arguments (e.g. --ram-gb 0.002 --threads 2)
 # The engine runs `STRATA run MODEL --ids P --gen N --temp 0 --print-ids

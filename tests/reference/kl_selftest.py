@@ -100,7 +100,7 @@ def test_config(tmp):
     check_true('released config: MLA layers (0-based) 3,7,11,15,19,23,26', mla == [3, 7, 11, 15, 19, 23, 26],
                str(mla))
     check_true('released config: layer 0 dense, 1..26 MoE', c.is_dense == [True] + [False] * 26)
-    check_true('released config: kv eps defaults to rms_norm_eps 1e-5', c.kv_eps == 1e-5)
+    check_true('kv_a_layernorm eps defaults to 1e-6 (modeling_kimi.py)', c.kv_eps == 1e-6)
     if os.path.exists(released):
         with open(released) as f:
             check_true('writer template == the released config.json', json.load(f) == MK.RELEASED)
@@ -435,10 +435,12 @@ def zero_biases(src, dst):
 def test_eps_and_dtypes(d, f):
     p = [3, 1, 4, 1, 5, 9, 2, 6]
     a = R.Model(d).forward(p, R.Model(d).new_state())
+    m5 = R.Model(d, kv_eps='config')
+    b = m5.forward(p, m5.new_state())
     m6 = R.Model(d, kv_eps=1e-6)
-    b = m6.forward(p, m6.new_state())
-    check_true('--kv-norm-eps 1e-6 changes the logits (the option is live)', maxabs(a, b) > 0,
-               '%.2e' % maxabs(a, b))
+    c6 = m6.forward(p, m6.new_state())
+    check_true('--kv-norm-eps config (1e-5) changes the logits; 1e-6 is the default',
+               maxabs(a, b) > 0 and maxabs(a, c6) == 0, '%.2e' % maxabs(a, b))
     mf = R.Model(f)
     c = mf.forward(p, mf.new_state())
     check_true('f32-vector checkpoint loads and runs (same seed, close logits)',

@@ -21,7 +21,7 @@ Contents, in reading order:
 CLI:
   /usr/bin/python3 tests/reference/klref.py MODEL_DIR --ids 1,2,3 [--gen N]
       [--print-ids] [--dump-logits FILE] [--force-ids 4,5,...]
-      [--router unbiased|hf] [--full-recompute] [--kv-norm-eps X]
+      [--router unbiased|hf] [--full-recompute] [--kv-norm-eps X|config]
       [--kda chunked|recurrent] [--chunk 64] [--mla absorbed|expanded] [--stop-eos]
 """
 
@@ -46,6 +46,14 @@ from k3ref import (RefError, open_checkpoint, tokenizer_eos_ids, _ExpertCache,  
 # ============================================================================
 # 1. config.json
 # ============================================================================
+
+# kv_a_layernorm epsilon (family-math 5 and 12.4): the released modeling_kimi.py
+# builds kv_a_layernorm with KimiRMSNorm's class default 1e-6 (Moonshot's own code,
+# the Hugging Face oracle), not with rms_norm_eps (1e-5, what vLLM passes). The
+# engine made the same choice (src/format/arch_kimi_linear.c). --kv-norm-eps config
+# uses rms_norm_eps instead; --kv-norm-eps X any value.
+KV_NORM_EPS = 1e-6
+
 
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
@@ -212,7 +220,7 @@ def parse_config(obj):
     eos = obj.get('eos_token_id')
     cfg.eos_ids = ([] if eos is None else [int(x) for x in eos] if isinstance(eos, list)
                    else [int(eos)])
-    cfg.kv_eps = cfg.rms_eps          # kv_a_layernorm eps; --kv-norm-eps overrides
+    cfg.kv_eps = KV_NORM_EPS          # kv_a_layernorm eps; --kv-norm-eps overrides
     return cfg
 
 
@@ -520,7 +528,9 @@ class Model:
             raise RefError('router %r, expected one of %s' % (router, ', '.join(ROUTERS)))
         self.dir = model_dir
         self.cfg = load_config(model_dir)
-        if kv_eps is not None:
+        if kv_eps == 'config':
+            self.cfg.kv_eps = self.cfg.rms_eps
+        elif kv_eps is not None:
             self.cfg.kv_eps = float(kv_eps)
         self.router = router
         self.w = Weights(self.cfg, open_checkpoint(model_dir))
@@ -629,8 +639,9 @@ def main(argv=None):
     ap.add_argument('--router', choices=ROUTERS, default='unbiased',
                     help='routing weights: unbiased sigmoid (default; vLLM/llama.cpp) or hf '
                          '(biased, as the released modeling_kimi.py)')
-    ap.add_argument('--kv-norm-eps', type=float, default=None,
-                    help='kv_a_layernorm epsilon (default: config rms_norm_eps)')
+    ap.add_argument('--kv-norm-eps', default=None, metavar='X|config',
+                    help='kv_a_layernorm epsilon (default 1e-6 as modeling_kimi.py; '
+                         'config = rms_norm_eps, as vLLM)')
     ap.add_argument('--kda', choices=['chunked', 'recurrent'], default='chunked',
                     help='KDA prefill form (default chunked)')
     ap.add_argument('--chunk', type=int, default=64, help='KDA chunk size (default 64)')
@@ -645,8 +656,13 @@ def main(argv=None):
         ap.error('--gen must be >= 0 and --chunk >= 1')
     if not a.ids:
         ap.error('--ids is empty')
-    if a.kv_norm_eps is not None and not (a.kv_norm_eps > 0 and math.isfinite(a.kv_norm_eps)):
-        ap.error('--kv-norm-eps must be a positive number')
+    if a.kv_norm_eps is not None and a.kv_norm_eps != 'config':
+        try:
+            eps = float(a.kv_norm_eps)
+        except ValueError:
+            eps = float('nan')
+        if not (eps > 0 and math.isfinite(eps)):
+            ap.error('--kv-norm-eps must be a positive number or "config"')
     try:
         t0 = time.time()
         model = Model(a.model_dir, router=a.router, kv_eps=a.kv_norm_eps)
