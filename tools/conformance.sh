@@ -21,9 +21,10 @@
 # tests/reference/make_kimi_linear.py (never by strata's generator) and checked with
 # tests/reference/kl_check.sh against klref.py, once per router convention
 # (unbiased, and hf = the released modeling_kimi.py's biased weights): kl-tiny
-# (4 layers KKKM, 3 shards), kl-f32 (f32 bias/norm vectors), kl-variant (0-based
-# layer lists, 2 dense layers, conv 2, top-3 of 6, no shared expert, no
-# renormalisation), kl-wide (8 layers, hidden 96, 16 experts top-4), kl-tiny@long.
+# (4 layers KKKM, 3 shards), kl-f32 (f32 bias/norm vectors), kl-variant (2 dense
+# layers, conv 2, top-3 of 6, no shared expert, no renormalisation), kl-wide
+# (8 layers, hidden 96, 16 experts top-4), kl-base0 (0-based layer lists with
+# linear_attn_config.kda_layer_index_base 0, family-math 12.2), kl-tiny@long.
 # They are skipped with a message while the engine does not accept Kimi Linear
 # (its `run --help` has no --router).
 #
@@ -56,7 +57,7 @@ if [ $# -gt 0 ]; then
 else
   PRESETS="tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo"
   PRESETS="$PRESETS ref-tiny ref-flat ref-bf16experts ref-9l ref-ties tiny@long ref-tiny@long"
-  KL_MODELS="kl-tiny kl-f32 kl-variant kl-wide kl-tiny@long"
+  KL_MODELS="kl-tiny kl-f32 kl-variant kl-wide kl-base0 kl-tiny@long"
 fi
 
 die() { echo "conformance: $*" >&2; exit 1; }
@@ -163,7 +164,8 @@ kl_gen() {
   case $1 in
     kl-tiny)    echo "--seed 201" ;;
     kl-f32)     echo "--seed 202 --layers 5 --vec-dtype f32 --shards 4" ;;
-    kl-variant) echo "--seed 203 --layers 6 --schedule KMKKMM --dense-layers 2 --conv 2 --topk 3 --experts 6 --shared 0 --no-renorm --index-base 0 --shards 2" ;;
+    kl-variant) echo "--seed 203 --layers 6 --schedule KMKKMM --dense-layers 2 --conv 2 --topk 3 --experts 6 --shared 0 --no-renorm --shards 2" ;;
+    kl-base0)   echo "--seed 205 --layers 5 --schedule KKMKM --index-base 0" ;;
     kl-wide)    echo "--seed 204 --layers 8 --hidden 96 --heads 6 --kda-head-dim 32 --experts 16 --topk 4 --vocab 1024 --shards 5" ;;
     *)          return 1 ;;
   esac
