@@ -23,6 +23,7 @@ CLI:
       [--print-ids] [--dump-logits FILE] [--force-ids 4,5,...]
       [--router unbiased|hf] [--full-recompute] [--kv-norm-eps X|config]
       [--kda chunked|recurrent] [--chunk 64] [--mla absorbed|expanded] [--stop-eos]
+      [--dump-layers FILE.npz]
 """
 
 import argparse
@@ -549,10 +550,17 @@ class Model:
                            'S': np.zeros((c.kda_heads, c.kda_head_dim, c.kda_head_dim))})
         return st
 
-    def forward(self, ids, state, kda='chunked', chunk=64, mla='absorbed', all_logits=False):
+    def forward(self, ids, state, kda='chunked', chunk=64, mla='absorbed', all_logits=False,
+                trace=None):
         """Runs ids after state (updated). Returns the last position's logits [vocab],
         or [T, vocab] with all_logits. Plain pre-norm residual:
-        h += Mixer(RMSNorm(h)); h += FFN(RMSNorm(h)); logits = lm_head RMSNorm(h)."""
+        h += Mixer(RMSNorm(h)); h += FFN(RMSNorm(h)); logits = lm_head RMSNorm(h).
+        If trace is a dict it receives float64 intermediates, each [T, ...]: 'embed';
+        per layer L 'L.attn_out', 'L.mlp_in' (h after the mixer), 'L.mlp_out', 'L.out'
+        (h after the layer); 'logits' (all positions)."""
+        def note(key, val):
+            if trace is not None:
+                trace[key] = np.array(val)
         c, W = self.cfg, self.w
         ids = np.asarray(ids, dtype=np.int64)
         if ids.size == 0:
@@ -560,22 +568,32 @@ class Model:
         if ids.min() < 0 or ids.max() >= c.vocab:
             raise RefError('token id outside 0..%d' % (c.vocab - 1))
         h = W.embed(ids)
+        note('embed', h)
         for L in range(c.n_layers):
             w = W.layers[L]
             x = rmsnorm(h, w['in_norm'], c.rms_eps)
             if w['kind'] == 'kda':
-                h = h + kda_layer(c, w, x, state[L], kda, chunk)
+                a = kda_layer(c, w, x, state[L], kda, chunk)
             else:
-                h = h + mla_layer(c, w, x, state[L], mla)
+                a = mla_layer(c, w, x, state[L], mla)
+            h = h + a
+            note('%d.attn_out' % L, a)
+            note('%d.mlp_in' % L, h)
             x = rmsnorm(h, w['post_norm'], c.rms_eps)
             if w['dense']:
-                h = h + swiglu(x, w['mlp_gate'], w['mlp_up'], w['mlp_down'])
+                m = swiglu(x, w['mlp_gate'], w['mlp_up'], w['mlp_down'])
             else:
-                h = h + moe_layer(c, w, x, self.router)
-        if not all_logits:
+                m = moe_layer(c, w, x, self.router)
+            h = h + m
+            note('%d.mlp_out' % L, m)
+            note('%d.out' % L, h)
+        if not all_logits and trace is None:
             h = h[-1:]
         logits = W.logits(rmsnorm(h, W.norm, c.rms_eps))
-        return logits if all_logits else logits[0]
+        note('logits', logits)
+        if all_logits:
+            return logits
+        return logits[-1]
 
 
 def argmax_first(v):
@@ -647,6 +665,8 @@ def main(argv=None):
     ap.add_argument('--chunk', type=int, default=64, help='KDA chunk size (default 64)')
     ap.add_argument('--mla', choices=['absorbed', 'expanded'], default='absorbed',
                     help='MLA form in incremental mode (default absorbed)')
+    ap.add_argument('--dump-layers', metavar='FILE.npz',
+                    help='float64 intermediates of the prompt prefill (see Model.forward)')
     ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
     ap.add_argument('--quiet', action='store_true')
     a = ap.parse_args(argv)
@@ -671,6 +691,10 @@ def main(argv=None):
                                stop_eos=a.stop_eos, force=a.force_ids,
                                kda=a.kda, chunk=a.chunk, mla=a.mla)
         t2 = time.time()
+        if a.dump_layers:
+            tr = {}
+            model.forward(a.ids, model.new_state(), kda='recurrent', mla='expanded', trace=tr)
+            np.savez(a.dump_layers, **tr)
     except RefError as e:
         sys.stderr.write('klref: %s\n' % e)
         return 1
