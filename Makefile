@@ -186,10 +186,12 @@ clean:
 conformance: strata
 	bash tools/conformance.sh
 
-# Self-tests of the Python reference itself (no engine needed, ~3 s).
+# Self-tests of the Python references themselves (no engine needed, ~8 s):
+# K3 (selftest.py) and Kimi Linear (kl_selftest.py).
 .PHONY: reference-selftest
 reference-selftest:
 	/usr/bin/python3 tests/reference/selftest.py
+	/usr/bin/python3 tests/reference/kl_selftest.py
 
 # Kernel throughput vs this machine's measured read bandwidth (bench/b_kern.c).
 $(BUILD)/b_kern: private INC = $(BENCH_INC)

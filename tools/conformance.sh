@@ -17,6 +17,17 @@
 # ref-ties (exact ties in router top-k and in every greedy argmax: lowest index wins).
 # NAME@long runs model NAME with a 150-token prompt (several prefill chunks).
 #
+# Kimi Linear (issue 40): models named kl-* are written in the published layout by
+# tests/reference/make_kimi_linear.py (never by strata's generator) and checked with
+# tests/reference/kl_check.sh against klref.py, once per router convention
+# (unbiased, and hf = the released modeling_kimi.py's biased weights): kl-tiny
+# (4 layers KKKM, 3 shards), kl-f32 (f32 bias/norm vectors), kl-variant (2 dense
+# layers, conv 2, top-3 of 6, no shared expert, no renormalisation), kl-wide
+# (8 layers, hidden 96, 16 experts top-4), kl-base0 (0-based layer lists with
+# linear_attn_config.kda_layer_index_base 0, family-math 12.2), kl-tiny@long.
+# They are skipped with a message while the engine does not accept Kimi Linear
+# (its `run --help` has no --router).
+#
 # Usage: tools/conformance.sh [model ...]      (default: all models below)
 # The 'f32_yard' column is a yardstick, not a verdict: the error of the reference
 # itself with every matmul/norm output rounded to float32 (k3ref --sim-f32) along
@@ -40,9 +51,13 @@ OUT=${CONF_OUT:-build/conformance}
 REF=tests/reference/k3ref.py
 CMP=tests/reference/compare.py
 PROMPT_BASE="1,17,42,9,250,3,88,130"
-if [ $# -gt 0 ]; then PRESETS="$*"; else
+if [ $# -gt 0 ]; then
+  PRESETS=""; KL_MODELS=""
+  for a in "$@"; do case $a in kl-*) KL_MODELS="$KL_MODELS $a" ;; *) PRESETS="$PRESETS $a" ;; esac; done
+else
   PRESETS="tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo"
   PRESETS="$PRESETS ref-tiny ref-flat ref-bf16experts ref-9l ref-ties tiny@long ref-tiny@long"
+  KL_MODELS="kl-tiny kl-f32 kl-variant kl-wide kl-base0 kl-tiny@long"
 fi
 
 die() { echo "conformance: $*" >&2; exit 1; }
@@ -143,5 +158,43 @@ print('%d %.3e %d/%d%s' % (lg['steps'], lg['max_rel'], ids['equal'], max(ids['le
   printf '%-18s %7s %12s %10s %10s %9.2f %9.2f  %s%s\n' "$p" "$steps" "$err" "$yard" "$match" \
     "$(awk "BEGIN{print $t1 - $t0}")" "$(awk "BEGIN{print $t2 - $t1}")" "$verdict" "$note"
 done
+
+# Kimi Linear: published-layout checkpoints from make_kimi_linear.py, both routers.
+kl_gen() {
+  case $1 in
+    kl-tiny)    echo "--seed 201" ;;
+    kl-f32)     echo "--seed 202 --layers 5 --vec-dtype f32 --shards 4" ;;
+    kl-variant) echo "--seed 203 --layers 6 --schedule KMKKMM --dense-layers 2 --conv 2 --topk 3 --experts 6 --shared 0 --no-renorm --shards 2" ;;
+    kl-base0)   echo "--seed 205 --layers 5 --schedule KKMKM --index-base 0" ;;
+    kl-wide)    echo "--seed 204 --layers 8 --hidden 96 --heads 6 --kda-head-dim 32 --experts 16 --topk 4 --vocab 1024 --shards 5" ;;
+    *)          return 1 ;;
+  esac
+}
+if [ -n "${KL_MODELS// /}" ]; then
+  if ! "$STRATA" run --help 2>&1 | grep -q -- '--router'; then
+    echo "kl-*: SKIP ($KL_MODELS ): the engine does not accept Kimi Linear yet (no --router in '$STRATA run --help')"
+  else
+    for p in $KL_MODELS; do
+      name=${p%@long}
+      longarg=(); [ "$name" != "$p" ] && longarg=(--long)
+      M=build/models/$name
+      if [ ! -f "$M/config.json" ]; then
+        if ! args=$(kl_gen "$name") || ! "$PY" tests/reference/make_kimi_linear.py "$M" $args \
+             >"$OUT/$name.gen.log" 2>&1; then
+          printf '%-18s %s\n' "$p" "FAIL: make_kimi_linear.py failed or unknown model (see $OUT/$name.gen.log)"
+          fail=1; continue
+        fi
+      fi
+      for router in unbiased hf; do
+        t0=$(date +%s.%N)
+        line=$(bash tests/reference/kl_check.sh "$M" "$STRATA" --router "$router" --gen "$GEN" \
+               --tol "$TOL" "${longarg[@]}" --out "$OUT/$p-$router" 2>&1)
+        rc=$?
+        printf '%-18s %-7s %6.2fs  %s\n' "$p" "$router" "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" "$line"
+        [ $rc -eq 0 ] || [ $rc -eq 77 ] || fail=1
+      done
+    done
+  fi
+fi
 echo "tolerance: max relative logit error <= $TOL; outputs in $OUT/"
 exit $fail

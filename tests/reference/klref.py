@@ -1,0 +1,714 @@
+#!/usr/bin/python3
+"""klref.py: independent float64 reference of Kimi Linear (KimiLinearForCausalLM,
+model_type kimi_linear), e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct.
+
+Written from the published math (/work/shared/spec/family-math.md 1-7 and 12,
+family-formats.md 0 C2/C3/C7 and 3.1); it shares no code with the C engine. The
+safetensors reader and the KDA recurrence/chunk kernels come from k3ref.py (the
+K3 reference, same independence rule); everything Kimi-Linear-specific is here.
+Everything is float64 NumPy: no bf16 rounding of activations, exact widening of
+stored weights.
+
+Contents, in reading order:
+  1. config.json (flat, linear_attn_config, 1-based layer lists)
+  2. weight binding (model./lm_head. names, dtypes from the header)
+  3. KDA layer (separate q/k/v convs + SiLU, L2 norm, softplus gate, gated o_norm)
+  4. MLA layer (direct q_proj, NoPE, expanded and absorbed forms)
+  5. MoE (sigmoid router, biased selection, unbiased or HF weights) and dense MLP
+  6. decoder, session state, greedy decode
+  7. CLI
+
+CLI:
+  /usr/bin/python3 tests/reference/klref.py MODEL_DIR --ids 1,2,3 [--gen N]
+      [--print-ids] [--dump-logits FILE] [--force-ids 4,5,...]
+      [--router unbiased|hf] [--full-recompute] [--kv-norm-eps X|config]
+      [--kda chunked|recurrent] [--chunk 64] [--mla absorbed|expanded] [--stop-eos]
+      [--dump-layers FILE.npz]
+"""
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# From the K3 reference: config/shard reading, bounded expert cache, and the KDA
+# recurrence (family-math 4.4) and chunked WY/UT form (4.5), which are the same
+# maths for both architectures (only the gate and the conv/norm plumbing differ).
+from k3ref import (RefError, open_checkpoint, tokenizer_eos_ids, _ExpertCache,  # noqa: E402
+                   _Lazy, short_conv, kda_recurrent, kda_chunked, sigmoid, silu,
+                   l2norm)
+
+
+# ============================================================================
+# 1. config.json
+# ============================================================================
+
+# kv_a_layernorm epsilon (family-math 5 and 12.4): the released modeling_kimi.py
+# builds kv_a_layernorm with KimiRMSNorm's class default 1e-6 (Moonshot's own code,
+# the Hugging Face oracle), not with rms_norm_eps (1e-5, what vLLM passes). The
+# engine made the same choice (src/format/arch_kimi_linear.c). --kv-norm-eps config
+# uses rms_norm_eps instead; --kv-norm-eps X any value.
+KV_NORM_EPS = 1e-6
+
+
+def _is_int(v):
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+class Config:
+    def __repr__(self):
+        return 'Config(%s)' % ', '.join('%s=%r' % kv for kv in sorted(vars(self).items()))
+
+
+# (attribute, key, kind, default; None = required). Top-level keys of the flat config.
+_FIELDS = [
+    ('hidden', 'hidden_size', 'int', None),
+    ('n_layers', 'num_hidden_layers', 'int', None),
+    ('vocab', 'vocab_size', 'int', None),
+    ('rms_eps', 'rms_norm_eps', 'float', None),
+    ('n_heads', 'num_attention_heads', 'int', None),
+    ('kv_lora', 'kv_lora_rank', 'int', None),
+    ('qk_nope', 'qk_nope_head_dim', 'int', None),
+    ('qk_rope', 'qk_rope_head_dim', 'int', None),
+    ('v_head', 'v_head_dim', 'int', None),
+    ('n_experts', 'num_experts', 'int', None),
+    ('topk', 'num_experts_per_token', 'int', None),
+    ('n_shared', 'num_shared_experts', 'int', 0),
+    ('moe_inter', 'moe_intermediate_size', 'int', None),
+    ('routed_scale', 'routed_scaling_factor', 'float', 1.0),
+    ('moe_renorm', 'moe_renormalize', 'bool', True),
+    ('first_dense', 'first_k_dense_replace', 'int', 0),
+    ('moe_freq', 'moe_layer_freq', 'int', 1),
+    ('dense_inter', 'intermediate_size', 'int', None),
+    ('n_group', 'num_expert_group', 'int', 1),
+    ('topk_group', 'topk_group', 'int', 1),
+    ('tie_embed', 'tie_word_embeddings', 'bool', False),
+]
+# Keys of linear_attn_config.
+_LIN_FIELDS = [
+    ('kda_heads', 'num_heads', 'int', None),
+    ('kda_head_dim', 'head_dim', 'int', None),
+    ('conv_k', 'short_conv_kernel_size', 'int', None),
+]
+
+
+def _read_fields(scope, fields, where, cfg, problems):
+    for attr, key, kind, default in fields:
+        if key not in scope or scope[key] is None and default is not None:
+            if default is None:
+                problems.append('missing %s%s' % (where, key))
+            else:
+                setattr(cfg, attr, default)
+            continue
+        v = scope[key]
+        if kind == 'int' and not (_is_num(v) and float(v) == int(v)):
+            problems.append('%s%s is not an integer: %r' % (where, key, v))
+            continue
+        if kind == 'float' and not _is_num(v):
+            problems.append('%s%s is not a number: %r' % (where, key, v))
+            continue
+        if kind == 'bool' and not isinstance(v, bool):
+            problems.append('%s%s is not a boolean: %r' % (where, key, v))
+            continue
+        setattr(cfg, attr, int(v) if kind == 'int' else float(v) if kind == 'float' else v)
+
+
+def _int_list(v):
+    return (isinstance(v, list) and all(_is_num(x) and float(x) == int(x) for x in v))
+
+
+def parse_config(obj):
+    """Config of a parsed Kimi Linear config.json. Raises RefError listing every
+    missing or malformed key."""
+    if not isinstance(obj, dict):
+        raise RefError('config.json: top level is not an object')
+    cfg = Config()
+    problems = []
+    mt = obj.get('model_type')
+    if mt is not None and mt != 'kimi_linear':
+        problems.append('model_type is %r, expected "kimi_linear"' % (mt,))
+    _read_fields(obj, _FIELDS, '', cfg, problems)
+    lin = obj.get('linear_attn_config')
+    if not isinstance(lin, dict):
+        problems.append('missing linear_attn_config (object)')
+        lin = {}
+    _read_fields(lin, _LIN_FIELDS, 'linear_attn_config.', cfg, problems)
+    lists = {}
+    for key in ('kda_layers', 'full_attn_layers'):
+        v = lin.get(key)
+        if v is None:
+            continue
+        if not _int_list(v):
+            problems.append('linear_attn_config.%s is not an integer array' % key)
+        else:
+            lists[key] = [int(x) for x in v]
+    if not lists and lin:
+        problems.append('linear_attn_config has neither kda_layers nor full_attn_layers')
+    # Features this reference (and the published model) do not have: refuse them
+    # instead of computing something else.
+    if obj.get('q_lora_rank') is not None:
+        problems.append('q_lora_rank is %r: only the direct q_proj (null) is implemented'
+                        % (obj.get('q_lora_rank'),))
+    if obj.get('mla_use_nope', True) is not True:
+        problems.append('mla_use_nope is not true: MLA with RoPE is not implemented')
+    act = obj.get('hidden_act', 'silu')
+    if act != 'silu':
+        problems.append('hidden_act %r: only "silu" is implemented' % (act,))
+    ract = obj.get('moe_router_activation_func', 'sigmoid')
+    if ract != 'sigmoid':
+        problems.append('moe_router_activation_func %r: only "sigmoid" is implemented' % (ract,))
+    if problems:
+        raise RefError('config.json: ' + '; '.join(problems))
+
+    base = lin.get('kda_layer_index_base', 1)        # family-math 12.2
+    if not _is_int(base):
+        raise RefError('config.json: kda_layer_index_base is not an integer: %r' % (base,))
+    L = cfg.n_layers
+    bad = []
+    if L <= 0 or cfg.hidden <= 0 or cfg.vocab <= 0:
+        bad.append('non-positive layers/hidden/vocab')
+    sets = {}
+    for key, vals in lists.items():
+        s = set()
+        for x in vals:
+            if not (base <= x < base + L):
+                bad.append('linear_attn_config.%s entry %d outside %d..%d'
+                           % (key, x, base, base + L - 1))
+            elif x - base in s:
+                bad.append('linear_attn_config.%s repeats %d' % (key, x))
+            s.add(x - base)
+        sets[key] = s
+    kda = sets.get('kda_layers')
+    mla = sets.get('full_attn_layers')
+    if kda is None:
+        kda = set(range(L)) - mla
+    if mla is None:
+        mla = set(range(L)) - kda
+    if kda & mla:
+        bad.append('layers %s are in both kda_layers and full_attn_layers'
+                   % sorted(x + base for x in kda & mla))
+    if (kda | mla) != set(range(L)):
+        bad.append('layers %s are in neither kda_layers nor full_attn_layers'
+                   % sorted(x + base for x in set(range(L)) - (kda | mla)))
+    if not (1 <= cfg.topk <= cfg.n_experts):
+        bad.append('num_experts_per_token %d outside 1..%d' % (cfg.topk, cfg.n_experts))
+    if cfg.conv_k < 1:
+        bad.append('short_conv_kernel_size < 1')
+    if cfg.moe_freq < 1:
+        bad.append('moe_layer_freq < 1')
+    if cfg.n_group < 1 or cfg.n_experts % cfg.n_group:
+        bad.append('num_expert_group %d does not divide num_experts %d'
+                   % (cfg.n_group, cfg.n_experts))
+    elif cfg.topk_group < cfg.n_group:
+        # family-math 6: the group stage is a no-op for Kimi Linear (1 / 1).
+        bad.append('num_expert_group %d with topk_group %d: group-limited routing is '
+                   'not implemented' % (cfg.n_group, cfg.topk_group))
+    if bad:
+        raise RefError('config.json: ' + '; '.join(bad))
+    cfg.is_mla = [x in mla for x in range(L)]
+    # HF KimiDecoderLayer: MoE iff num_experts set, l >= first_k_dense_replace and
+    # l % moe_layer_freq == 0; dense SwiGLU otherwise.
+    cfg.is_dense = [not (x >= cfg.first_dense and x % cfg.moe_freq == 0) for x in range(L)]
+    eos = obj.get('eos_token_id')
+    cfg.eos_ids = ([] if eos is None else [int(x) for x in eos] if isinstance(eos, list)
+                   else [int(eos)])
+    cfg.kv_eps = KV_NORM_EPS          # kv_a_layernorm eps; --kv-norm-eps overrides
+    return cfg
+
+
+def load_config(model_dir):
+    path = os.path.join(model_dir, 'config.json')
+    try:
+        with open(path, 'rb') as f:
+            obj = json.loads(f.read().decode('utf-8'))
+    except OSError as e:
+        raise RefError('%s: %s' % (path, e))
+    except ValueError as e:
+        raise RefError('%s: invalid JSON: %s' % (path, e))
+    cfg = parse_config(obj)
+    cfg.eos_ids = sorted(set(cfg.eos_ids) | set(tokenizer_eos_ids(model_dir)))
+    return cfg
+
+
+# ============================================================================
+# 2. Weights (family-formats 3.1 names; dtype of every tensor from the header)
+# ============================================================================
+
+EXPERT_CACHE_BYTES = int(os.environ.get('KLREF_EXPERT_CACHE_MB', '1024')) << 20
+LM_HEAD_KEEP = 1 << 26       # lm_head widened once and kept up to this many elements
+LM_HEAD_CHUNK = 1 << 22      # else: elements widened at a time, per call
+
+
+class Weights:
+    """Binds and shape-checks every tensor the forward pass uses, as float64."""
+
+    def __init__(self, cfg, tensors):
+        self.cfg, self.t = cfg, tensors
+        self.used = set()
+        self.cache = _ExpertCache(EXPERT_CACHE_BYTES)
+        c, d = cfg, cfg.hidden
+        self.embed_t = self.table('model.embed_tokens.weight')
+        if c.tie_embed and 'lm_head.weight' not in tensors:
+            self.lm_head_t = self.embed_t
+        else:
+            self.lm_head_t = self.table('lm_head.weight')
+        self.lm_head = self.lm_head_t.as_f64() if c.vocab * d <= LM_HEAD_KEEP else None
+        self.norm = self.vec('model.norm.weight', d)
+        self.layers = [self.bind_layer(L) for L in range(c.n_layers)]
+        unused = sorted(set(tensors) - self.used)
+        if unused:
+            sys.stderr.write('klref: warning: %d tensors not used, e.g. %s\n'
+                             % (len(unused), unused[0]))
+
+    def get(self, name):
+        t = self.t.get(name)
+        if t is None:
+            raise RefError('missing tensor %s' % name)
+        self.used.add(name)
+        return t
+
+    def table(self, name):
+        t = self.get(name)
+        want = (self.cfg.vocab, self.cfg.hidden)
+        if tuple(t.shape) != want:
+            raise RefError('%s: shape %s, expected %s' % (name, t.shape, want))
+        t._typed()                                  # a float dtype
+        return t
+
+    def embed(self, ids):
+        return self.embed_t.rows_f64(np.asarray(ids))
+
+    def logits(self, x):
+        if self.lm_head is not None:
+            return x @ self.lm_head.T
+        V = self.cfg.vocab
+        out = np.empty((x.shape[0], V))
+        step = max(1, LM_HEAD_CHUNK // self.cfg.hidden)
+        for r0 in range(0, V, step):
+            out[:, r0:r0 + step] = x @ self.lm_head_t.rows_f64(slice(r0, r0 + step)).T
+        return out
+
+    def mat(self, name, shape):
+        a = self.get(name).as_f64()
+        if a.shape != tuple(shape):
+            raise RefError('%s: shape %s, expected %s' % (name, a.shape, tuple(shape)))
+        return a
+
+    def vec(self, name, n):
+        """A vector of n values; any shape with n elements whose other dimensions are
+        1 ([n], [1, n], A_log's [1, 1, H, 1])."""
+        t = self.get(name)
+        if int(np.prod(t.shape)) != n or sum(1 for s in t.shape if s != 1) > 1:
+            raise RefError('%s: shape %s, expected %d values' % (name, list(t.shape), n))
+        return t.as_f64().reshape(n).copy()
+
+    def conv(self, name, p, k):
+        t = self.get(name)
+        a = t.as_f64()
+        if a.shape == (p, 1, k):
+            a = a[:, 0, :]
+        if a.shape != (p, k):
+            raise RefError('%s: shape %s, expected [%d, 1, %d]' % (name, list(t.shape), p, k))
+        return a
+
+    def expert(self, name, rows, cols):
+        """One expert matrix, widened on first use through the bounded cache."""
+        t = self.get(name)
+        if tuple(t.shape) != (rows, cols):
+            raise RefError('%s: shape %s, expected %s' % (name, t.shape, (rows, cols)))
+        t._typed()
+        return _Lazy(self.cache, name, t.as_f64)
+
+    def bind_layer(self, L):
+        c, d = self.cfg, self.cfg.hidden
+        p = 'model.layers.%d.' % L
+        w = {'kind': 'mla' if c.is_mla[L] else 'kda', 'dense': c.is_dense[L]}
+        w['in_norm'] = self.vec(p + 'input_layernorm.weight', d)
+        w['post_norm'] = self.vec(p + 'post_attention_layernorm.weight', d)
+        a = p + 'self_attn.'
+        if w['kind'] == 'kda':
+            H, D = c.kda_heads, c.kda_head_dim
+            P = H * D
+            for s in 'qkv':
+                w[s] = self.mat(a + s + '_proj.weight', (P, d))
+                w[s + '_conv'] = self.conv(a + s + '_conv1d.weight', P, c.conv_k)
+            for s in 'fg':
+                lo = self.get(a + s + '_a_proj.weight').as_f64()
+                if lo.ndim != 2 or lo.shape[1] != d:
+                    raise RefError('%s%s_a_proj.weight: shape %s, expected [r, %d]'
+                                   % (a, s, list(lo.shape), d))
+                self.used.add(a + s + '_a_proj.weight')
+                w[s + '_a'] = lo
+                w[s + '_b'] = self.mat(a + s + '_b_proj.weight', (P, lo.shape[0]))
+            w['b'] = self.mat(a + 'b_proj.weight', (H, d))
+            w['A_log'] = self.vec(a + 'A_log', H)              # one per head, fp32 in the release
+            w['dt_bias'] = self.vec(a + 'dt_bias', P)          # per (head, channel)
+            w['o_norm'] = self.vec(a + 'o_norm.weight', D)     # shared by all heads
+            w['o'] = self.mat(a + 'o_proj.weight', (d, P))
+        else:
+            H, dn, dr, dv, r = c.n_heads, c.qk_nope, c.qk_rope, c.v_head, c.kv_lora
+            w['q'] = self.mat(a + 'q_proj.weight', (H * (dn + dr), d))
+            w['kv_a'] = self.mat(a + 'kv_a_proj_with_mqa.weight', (r + dr, d))
+            w['kv_a_norm'] = self.vec(a + 'kv_a_layernorm.weight', r)
+            w['kv_b'] = self.mat(a + 'kv_b_proj.weight', (H * (dn + dv), r))
+            w['o'] = self.mat(a + 'o_proj.weight', (d, H * dv))
+        if w['dense']:
+            m, I = p + 'mlp.', c.dense_inter
+            w['mlp_gate'] = self.mat(m + 'gate_proj.weight', (I, d))
+            w['mlp_up'] = self.mat(m + 'up_proj.weight', (I, d))
+            w['mlp_down'] = self.mat(m + 'down_proj.weight', (d, I))
+        else:
+            m = p + 'block_sparse_moe.'
+            E, I = c.n_experts, c.moe_inter
+            w['router'] = self.mat(m + 'gate.weight', (E, d))
+            w['router_bias'] = self.vec(m + 'gate.e_score_correction_bias', E)
+            if c.n_shared > 0:
+                S = c.n_shared * I
+                w['sh_gate'] = self.mat(m + 'shared_experts.gate_proj.weight', (S, d))
+                w['sh_up'] = self.mat(m + 'shared_experts.up_proj.weight', (S, d))
+                w['sh_down'] = self.mat(m + 'shared_experts.down_proj.weight', (d, S))
+            e = m + 'experts.%d.'
+            w['w1'] = [self.expert(e % i + 'w1.weight', I, d) for i in range(E)]   # gate
+            w['w3'] = [self.expert(e % i + 'w3.weight', I, d) for i in range(E)]   # up
+            w['w2'] = [self.expert(e % i + 'w2.weight', d, I) for i in range(E)]   # down
+        return w
+
+
+# ============================================================================
+# Building blocks (float64; x is [..., n])
+# ============================================================================
+
+def linear(x, W):
+    """y = W x per row of x; W is [out, in]."""
+    return x @ W.T
+
+
+def rmsnorm(x, w, eps):
+    """w * x / sqrt(mean(x^2) + eps) over the last axis."""
+    return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
+
+
+def softplus(x):
+    """log(1 + e^x), and x itself where x > 20 (PyTorch's threshold, family-math 1)."""
+    return np.where(x > 20.0, x, np.log1p(np.exp(np.minimum(x, 20.0))))
+
+
+def swiglu(x, gate, up, down):
+    return linear(silu(linear(x, gate)) * linear(x, up), down)
+
+
+# ============================================================================
+# 3. KDA (family-math 4)
+# ============================================================================
+
+def kda_gate(cfg, w, x):
+    """Per-channel log-decay g [T, H, D] = -exp(A_log[h]) * softplus(f_b(f_a x) + dt_bias)
+    (4.3; no lower bound) and beta [T, H] = sigmoid(b_proj x)."""
+    T, H, D = x.shape[0], cfg.kda_heads, cfg.kda_head_dim
+    u = linear(linear(x, w['f_a']), w['f_b']).reshape(T, H, D) + w['dt_bias'].reshape(H, D)
+    g = -np.exp(w['A_log'])[None, :, None] * softplus(u)
+    beta = sigmoid(linear(x, w['b']))
+    return g, beta
+
+
+def kda_layer(cfg, w, x, st, mode='chunked', chunk=64):
+    """x: [T, d] (input RMSNorm applied); st: {'conv_q','conv_k','conv_v': [W-1, P]
+    pre-conv inputs, 'S': [H, D, D]} updated in place. Returns [T, d]."""
+    T, H, D = x.shape[0], cfg.kda_heads, cfg.kda_head_dim
+    qkv = {}
+    for s in 'qkv':
+        # 4.1: each stream its own causal depthwise conv, then SiLU.
+        y, st['conv_' + s] = short_conv(linear(x, w[s]), w[s + '_conv'], st['conv_' + s])
+        qkv[s] = y.reshape(T, H, D)
+    q = l2norm(qkv['q']) * (1.0 / math.sqrt(D))     # 4.2: scale after the L2 norm
+    k = l2norm(qkv['k'])
+    v = qkv['v']
+    g, beta = kda_gate(cfg, w, x)
+    if mode == 'recurrent':
+        o = kda_recurrent(q, k, v, g, beta, st['S'])
+    else:
+        o = kda_chunked(q, k, v, g, beta, st['S'], chunk)
+    # 4.6: per-head RMSNorm (eps rms_norm_eps, weight shared by heads) * sigmoid gate.
+    o = rmsnorm(o, w['o_norm'], cfg.rms_eps).reshape(T, H * D)
+    o = o * sigmoid(linear(linear(x, w['g_a']), w['g_b']))
+    return linear(o, w['o'])
+
+
+# ============================================================================
+# 4. MLA (family-math 5: direct q_proj, NoPE, no output gate)
+# ============================================================================
+
+def mla_layer(cfg, w, x, st, mode='absorbed'):
+    """x: [T, d]; st: {'lat': [n, kv_lora], 'rope': [n, qk_rope]} latent cache of the
+    earlier positions, extended in place. mode 'absorbed' (attention over the latent
+    cache with W_UK folded into the query and W_UV applied after) or 'expanded'
+    (per-head K and V rebuilt from the cache). Returns [T, d]."""
+    T = x.shape[0]
+    H, dn, dr, dv, r = cfg.n_heads, cfg.qk_nope, cfg.qk_rope, cfg.v_head, cfg.kv_lora
+    q = linear(x, w['q']).reshape(T, H, dn + dr)
+    q_nope, q_rope = q[:, :, :dn], q[:, :, dn:]
+    kv = linear(x, w['kv_a'])
+    st['lat'] = np.concatenate([st['lat'], rmsnorm(kv[:, :r], w['kv_a_norm'], cfg.kv_eps)])
+    st['rope'] = np.concatenate([st['rope'], kv[:, r:]])   # not normed, not rotated, shared
+    n = st['lat'].shape[0]
+    kvb = w['kv_b'].reshape(H, dn + dv, r)                  # head-major, nope rows first
+    W_uk, W_uv = kvb[:, :dn, :], kvb[:, dn:, :]
+    score = np.einsum('thr,sr->ths', q_rope, st['rope'])    # the rope slice still scores
+    if mode == 'absorbed':
+        score = score + np.einsum('thr,sr->ths', np.einsum('thn,hnr->thr', q_nope, W_uk),
+                                  st['lat'])
+    else:
+        kvx = linear(st['lat'], w['kv_b']).reshape(n, H, dn + dv)
+        score = score + np.einsum('thn,shn->ths', q_nope, kvx[:, :, :dn])
+    score = score * (1.0 / math.sqrt(dn + dr))
+    causal = np.arange(n)[None, :] <= (n - T + np.arange(T))[:, None]
+    score = np.where(causal[:, None, :], score, -np.inf)
+    p = np.exp(score - score.max(axis=-1, keepdims=True))
+    p = p / p.sum(axis=-1, keepdims=True)
+    if mode == 'absorbed':
+        o = np.einsum('thr,hvr->thv', np.einsum('ths,sr->thr', p, st['lat']), W_uv)
+    else:
+        o = np.einsum('ths,shv->thv', p, kvx[:, :, dn:])
+    return linear(o.reshape(T, H * dv), w['o'])
+
+
+# ============================================================================
+# 5. MoE (family-math 6, family-formats C3) and the dense MLP
+# ============================================================================
+
+ROUTERS = ('unbiased', 'hf')
+
+
+def route(cfg, w, x, router='unbiased'):
+    """Returns (idx [T, k] in selection order, weights [T, k]).
+    Selection: top-k of sigmoid(logits) + e_score_correction_bias, ties to the lowest
+    expert id. Weights: the unbiased sigmoid ('unbiased': vLLM, llama.cpp, K3), or
+    the biased score ('hf': the released modeling_kimi.py, whose in-place bias add
+    aliases the scores). Renormalised (+1e-20) when moe_renormalize and k > 1, then
+    times routed_scaling_factor."""
+    s = sigmoid(linear(x, w['router']))
+    b = s + w['router_bias']
+    idx = np.argsort(-b, axis=1, kind='stable')[:, :cfg.topk]
+    wts = np.take_along_axis(b if router == 'hf' else s, idx, axis=1)
+    if cfg.moe_renorm and cfg.topk > 1:
+        wts = wts / (wts.sum(axis=1, keepdims=True) + 1e-20)
+    return idx, wts * cfg.routed_scale
+
+
+def moe_layer(cfg, w, x, router='unbiased'):
+    T, d = x.shape
+    idx, wts = route(cfg, w, x, router)
+    outs = np.zeros((T, cfg.topk, d))
+    for e in np.unique(idx):
+        tt, jj = np.nonzero(idx == e)
+        outs[tt, jj] = swiglu(x[tt], w['w1'][e](), w['w3'][e](), w['w2'][e]())
+    y = np.zeros((T, d))
+    for j in range(cfg.topk):                                  # top-k order
+        y += wts[:, j:j + 1] * outs[:, j]
+    if cfg.n_shared > 0:                                       # added unscaled
+        y = y + swiglu(x, w['sh_gate'], w['sh_up'], w['sh_down'])
+    return y
+
+
+# ============================================================================
+# 6. Decoder, session, greedy decode (family-math 7)
+# ============================================================================
+
+class Model:
+    def __init__(self, model_dir, router='unbiased', kv_eps=None):
+        if router not in ROUTERS:
+            raise RefError('router %r, expected one of %s' % (router, ', '.join(ROUTERS)))
+        self.dir = model_dir
+        self.cfg = load_config(model_dir)
+        if kv_eps == 'config':
+            self.cfg.kv_eps = self.cfg.rms_eps
+        elif kv_eps is not None:
+            self.cfg.kv_eps = float(kv_eps)
+        self.router = router
+        self.w = Weights(self.cfg, open_checkpoint(model_dir))
+
+    def new_state(self):
+        """Per sequence: KDA conv histories (pre-conv inputs) and S, MLA latent cache."""
+        c = self.cfg
+        st = []
+        for L in range(c.n_layers):
+            if c.is_mla[L]:
+                st.append({'lat': np.zeros((0, c.kv_lora)), 'rope': np.zeros((0, c.qk_rope))})
+            else:
+                P = c.kda_heads * c.kda_head_dim
+                z = np.zeros((c.conv_k - 1, P))
+                st.append({'conv_q': z.copy(), 'conv_k': z.copy(), 'conv_v': z.copy(),
+                           'S': np.zeros((c.kda_heads, c.kda_head_dim, c.kda_head_dim))})
+        return st
+
+    def forward(self, ids, state, kda='chunked', chunk=64, mla='absorbed', all_logits=False,
+                trace=None):
+        """Runs ids after state (updated). Returns the last position's logits [vocab],
+        or [T, vocab] with all_logits. Plain pre-norm residual:
+        h += Mixer(RMSNorm(h)); h += FFN(RMSNorm(h)); logits = lm_head RMSNorm(h).
+        If trace is a dict it receives float64 intermediates, each [T, ...]: 'embed';
+        per layer L 'L.attn_out', 'L.mlp_in' (h after the mixer), 'L.mlp_out', 'L.out'
+        (h after the layer); 'logits' (all positions)."""
+        def note(key, val):
+            if trace is not None:
+                trace[key] = np.array(val)
+        c, W = self.cfg, self.w
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            raise RefError('empty token list')
+        if ids.min() < 0 or ids.max() >= c.vocab:
+            raise RefError('token id outside 0..%d' % (c.vocab - 1))
+        h = W.embed(ids)
+        note('embed', h)
+        for L in range(c.n_layers):
+            w = W.layers[L]
+            x = rmsnorm(h, w['in_norm'], c.rms_eps)
+            if w['kind'] == 'kda':
+                a = kda_layer(c, w, x, state[L], kda, chunk)
+            else:
+                a = mla_layer(c, w, x, state[L], mla)
+            h = h + a
+            note('%d.attn_out' % L, a)
+            note('%d.mlp_in' % L, h)
+            x = rmsnorm(h, w['post_norm'], c.rms_eps)
+            if w['dense']:
+                m = swiglu(x, w['mlp_gate'], w['mlp_up'], w['mlp_down'])
+            else:
+                m = moe_layer(c, w, x, self.router)
+            h = h + m
+            note('%d.mlp_out' % L, m)
+            note('%d.out' % L, h)
+        if not all_logits and trace is None:
+            h = h[-1:]
+        logits = W.logits(rmsnorm(h, W.norm, c.rms_eps))
+        note('logits', logits)
+        if all_logits:
+            return logits
+        return logits[-1]
+
+
+def argmax_first(v):
+    """Greedy pick: the lowest id among equal maxima."""
+    return int(np.argmax(v))
+
+
+def generate(model, prompt, n_gen, full_recompute=False, stop_eos=False, force=None,
+             kda='chunked', chunk=64, mla='absorbed'):
+    """Greedy decode; returns (generated ids, logits [steps, vocab]), step 0 = the
+    logits after the prompt. force: ids fed back instead of the argmax (teacher
+    forcing); the returned ids stay the argmax picks.
+    Incremental: one prefill (chunked KDA, absorbed MLA by default), then one token
+    per step (recurrent KDA step on the carried conv history and S, MLA over the
+    latent cache). Full recompute (the oracle): every step reruns the whole
+    sequence from a fresh state with the plain recurrence and the expanded MLA."""
+    ids, rows, seq, state = [], [], list(prompt), None
+    for step in range(n_gen):
+        if full_recompute:
+            logits = model.forward(seq, model.new_state(), kda='recurrent', mla='expanded')
+        elif step == 0:
+            state = model.new_state()
+            logits = model.forward(seq, state, kda=kda, chunk=chunk, mla=mla)
+        else:
+            logits = model.forward(seq[-1:], state, kda='recurrent', mla=mla)
+        rows.append(logits)
+        nxt = argmax_first(logits)
+        ids.append(nxt)
+        seq.append(force[step] if force is not None and step < len(force) else nxt)
+        if stop_eos and nxt in model.cfg.eos_ids:
+            break
+    return ids, (np.stack(rows) if rows else np.zeros((0, model.cfg.vocab)))
+
+
+# ============================================================================
+# 7. CLI
+# ============================================================================
+
+def parse_ids(s):
+    s = s.strip()
+    if not s:
+        return []
+    try:
+        return [int(x) for x in s.replace(' ', '').split(',') if x != '']
+    except ValueError:
+        raise argparse.ArgumentTypeError('expected comma-separated integers: %r' % s)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description='float64 reference of Kimi Linear (greedy decode)')
+    ap.add_argument('model_dir')
+    ap.add_argument('--ids', type=parse_ids, required=True, help='prompt ids, e.g. 1,2,3')
+    ap.add_argument('--gen', type=int, default=1, help='tokens to generate (default 1)')
+    ap.add_argument('--print-ids', action='store_true', help='print generated ids on stdout')
+    ap.add_argument('--dump-logits', metavar='FILE', help='float32 LE logits, steps x vocab')
+    ap.add_argument('--full-recompute', action='store_true',
+                    help='oracle: rerun the whole sequence every step (recurrent KDA, expanded MLA)')
+    ap.add_argument('--stop-eos', action='store_true', help='stop after an eos id')
+    ap.add_argument('--force-ids', type=parse_ids, default=None,
+                    help='feed these ids instead of the argmax (teacher forcing)')
+    ap.add_argument('--router', choices=ROUTERS, default='unbiased',
+                    help='routing weights: unbiased sigmoid (default; vLLM/llama.cpp) or hf '
+                         '(biased, as the released modeling_kimi.py)')
+    ap.add_argument('--kv-norm-eps', default=None, metavar='X|config',
+                    help='kv_a_layernorm epsilon (default 1e-6 as modeling_kimi.py; '
+                         'config = rms_norm_eps, as vLLM)')
+    ap.add_argument('--kda', choices=['chunked', 'recurrent'], default='chunked',
+                    help='KDA prefill form (default chunked)')
+    ap.add_argument('--chunk', type=int, default=64, help='KDA chunk size (default 64)')
+    ap.add_argument('--mla', choices=['absorbed', 'expanded'], default='absorbed',
+                    help='MLA form in incremental mode (default absorbed)')
+    ap.add_argument('--dump-layers', metavar='FILE.npz',
+                    help='float64 intermediates of the prompt prefill (see Model.forward)')
+    ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
+    ap.add_argument('--quiet', action='store_true')
+    a = ap.parse_args(argv)
+    if a.temp != 0.0:
+        ap.error('only --temp 0 (greedy) is supported')
+    if a.gen < 0 or a.chunk < 1:
+        ap.error('--gen must be >= 0 and --chunk >= 1')
+    if not a.ids:
+        ap.error('--ids is empty')
+    if a.kv_norm_eps is not None and a.kv_norm_eps != 'config':
+        try:
+            eps = float(a.kv_norm_eps)
+        except ValueError:
+            eps = float('nan')
+        if not (eps > 0 and math.isfinite(eps)):
+            ap.error('--kv-norm-eps must be a positive number or "config"')
+    try:
+        t0 = time.time()
+        model = Model(a.model_dir, router=a.router, kv_eps=a.kv_norm_eps)
+        t1 = time.time()
+        ids, logits = generate(model, a.ids, a.gen, full_recompute=a.full_recompute,
+                               stop_eos=a.stop_eos, force=a.force_ids,
+                               kda=a.kda, chunk=a.chunk, mla=a.mla)
+        t2 = time.time()
+        if a.dump_layers:
+            tr = {}
+            model.forward(a.ids, model.new_state(), kda='recurrent', mla='expanded', trace=tr)
+            np.savez(a.dump_layers, **tr)
+    except RefError as e:
+        sys.stderr.write('klref: %s\n' % e)
+        return 1
+    if a.dump_logits:
+        with open(a.dump_logits, 'wb') as f:
+            f.write(np.ascontiguousarray(logits, dtype='<f4').tobytes())
+    if a.print_ids:
+        sys.stdout.write(','.join(str(i) for i in ids) + '\n')
+    if not a.quiet:
+        sys.stderr.write('klref: load %.2fs, %d steps in %.2fs (%s, router %s)\n'
+                         % (t1 - t0, len(ids), t2 - t1,
+                            'full recompute' if a.full_recompute else 'incremental', a.router))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
