@@ -151,6 +151,12 @@ static void group_flush(bctx *b) {
 static int dtype_float(int dt) { return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16; }
 
 static int shape_ok(const tspec *t, const st_tensor *s) {
+    if (t->kind == TK_VECTOR && t->ndim == 4) { /* [1, 1, n, 1] exactly (Kimi Linear's A_log) */
+        if (s->ndim != 4) return 0;
+        for (int i = 0; i < 4; i++)
+            if (s->shape[i] != t->shape[i]) return 0;
+        return 1;
+    }
     if (t->kind == TK_VECTOR) {
         /* Vectors are [n] or [1, n]: both appear in exported checkpoints. */
         if (s->ndim == 1) return s->shape[0] == t->shape[0];

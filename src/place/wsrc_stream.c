@@ -244,6 +244,7 @@ static const wsrc_ops k_stream_ops;
 int place_sliceable_role(int r) {
     switch (r) {
     case R_KDA_Q: case R_KDA_K: case R_KDA_V: case R_KDA_G: case R_KDA_O: case R_KDA_FA: case R_KDA_FB: case R_KDA_B:
+    case R_KDA_GA: case R_KDA_GB:
     case R_MLA_QA: case R_MLA_QB: case R_MLA_KVA: case R_MLA_O: case R_MLA_G:
     case R_DENSE_GATE: case R_DENSE_UP: case R_DENSE_DOWN:
     case R_MOE_ROUTER: case R_MOE_LAT_DOWN: case R_MOE_LAT_UP: case R_MOE_SH_GATE: case R_MOE_SH_UP: case R_MOE_SH_DOWN:
