@@ -68,6 +68,8 @@ const arch_desc *arch_of(const cfg *c);
  * first entry of architectures. Unknown names or none: K3 (as before this layer).
  * *conflict is set when the two name different architectures. */
 const arch_desc *arch_detect(const char *model_type, const char *const *archs, size_t n_archs, int *conflict);
+/* The real Kimi-Linear-48B-A3B-Instruct configuration (family-configs). */
+void cfg_kimi_linear(cfg *c);
 /* The JSON writers (cfg.c: K3; arch_kimi_linear.c). */
 char *arch_k3_to_json(const cfg *c);
 char *arch_kimi_linear_to_json(const cfg *c);

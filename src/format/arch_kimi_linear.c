@@ -87,6 +87,43 @@ const arch_desc arch_kimi_linear = {
     .to_json = arch_kimi_linear_to_json,
 };
 
+void cfg_kimi_linear(cfg *c) {
+    memset(c, 0, sizeof *c);
+    kl_defaults(c);
+    c->arch = ARCH_KIMI_LINEAR;
+    c->hidden = 2304;
+    c->n_layers = 27;
+    c->vocab = 163840;
+    c->rms_eps = 1e-5;
+    c->kda_heads = 32;
+    c->kda_head_dim = 128;
+    c->conv_k = 4;
+    c->n_heads = 32;
+    c->q_lora = 0;
+    c->kv_lora = 512;
+    c->qk_nope = 128;
+    c->qk_rope = 64;
+    c->v_head = 128;
+    c->n_experts = 256;
+    c->topk = 8;
+    c->n_shared = 1;
+    c->moe_inter = 1024;
+    c->routed_scale = 2.446;
+    c->moe_renorm = 1;
+    c->first_dense = 1;
+    c->dense_inter = 9216;
+    /* one-based full_attn_layers 4, 8, ..., 24 and 27 */
+    for (int64_t L1 = 4; L1 <= 24; L1 += 4) c->is_mla[L1 - 1] = 1;
+    c->is_mla[26] = 1;
+    c->n_mla = 7;
+    c->bos_id = 163584;
+    c->pad_id = 163839;
+    c->n_eos = 1;
+    c->eos_ids[0] = 163586;
+    c->max_ctx = 1048576;
+    kl_finish(c);
+}
+
 /* ------------------------------------------------------------- writer */
 
 static void put_num(sbuf *b, double x) {

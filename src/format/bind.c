@@ -11,6 +11,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include "arch.h"
 #include "model.h"
 
 /* Listing caps: a wrong config can produce 500k identical lines. */
@@ -289,10 +290,10 @@ static void detect_experts(bctx *b) {
     b->expert_dtype = -1;
     if (c->first_dense >= c->n_layers) return; /* no MoE layer: nothing to decide */
     char name[256];
-    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight_packed",
+    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight_packed", arch_of(c)->pfx,
              (long long)c->first_dense);
     if (st_find(b->ix, name)) return;
-    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight",
+    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx,
              (long long)c->first_dense);
     const st_tensor *s = st_find(b->ix, name);
     if (!s) return; /* reported as missing MXFP4 tensors by the walk */
@@ -366,7 +367,7 @@ int model_scan_scales(const cfg *c, const st_index *ix, model_scan *out, sbuf *p
             int64_t bad_here = 0;
             for (int w = 0; w < 3; w++) {
                 char name[256];
-                snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight_scale",
+                snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.%lld.%s.weight_scale", arch_of(c)->pfx,
                          (long long)L, (long long)E, k_w[w]);
                 const st_tensor *t = st_find(ix, name);
                 if (!t || t->dtype != DT_U8 || t->nbytes > cap) continue; /* bind reports these */

@@ -18,6 +18,7 @@
  * its bandwidth: such a copy runs at 1 / (1/read + 1/write), not at write speed.
  */
 #define XXH_STATIC_LINKING_ONLY
+#include "arch.h"
 #include "pack.h"
 
 #include <dirent.h>
@@ -981,7 +982,7 @@ static int xrec_cmp(const void *a, const void *b) {
 
 static int experts_bf16(const cfg *c, const st_index *ix) {
     char name[200];
-    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight",
+    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx,
              (long long)c->first_dense);
     return st_find(ix, name) != NULL;
 }
