@@ -1452,7 +1452,7 @@ static int parse_region(json_t *o, pack_region *r, uint64_t trunk_bytes, const s
         const st_tensor *s = name ? st_find(ix, name) : NULL;
         if (!s || jsonx_int(json_object_get(t, "role"), &role) || jsonx_int(json_object_get(t, "off"), &toff) ||
             jsonx_int(json_object_get(t, "nbytes"), &tnb) || role < 0 || role >= R_COUNT || toff < 0 ||
-            (uint64_t)tnb != s->nbytes || (uint64_t)(toff + tnb) > r->nbytes || s->ndim > 3)
+            (uint64_t)tnb != s->nbytes || (uint64_t)(toff + tnb) > r->nbytes || s->ndim > 4)
             return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: tensor %d (%s) does not match the model", mpath, what, i,
                              name ? name : "?");
         pack_tensor *pt = &r->t[i];
