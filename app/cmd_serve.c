@@ -237,6 +237,7 @@ int cmd_serve(int argc, char **argv) {
     so.prefix_dir_bytes = o.mo.prefix_dir_bytes;
     so.prefix_every = o.mo.prefix_every;
     so.no_prefetch = o.mo.no_prefetch;
+    so.router = o.mo.router;
     so.cluster = mo_cluster.cl;
     so.no_preload = o.mo.no_preload;
     sched_opts sopt = {(int)o.parallel, (int)o.queue, 0, (int)o.spec};

@@ -17,8 +17,15 @@ int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o) {
     if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 0; }
     if (!strcmp(a, "--no-prefetch")) { o->no_prefetch = 1; return 0; }
     if (!strcmp(a, "--no-preload")) { o->no_preload = 1; return 0; }
-    if (strcmp(a, "--ram-gb") && strcmp(a, "--ram") && strcmp(a, "--pack") && strcmp(a, "--threads")) return -1;
+    if (strcmp(a, "--ram-gb") && strcmp(a, "--ram") && strcmp(a, "--pack") && strcmp(a, "--threads") && strcmp(a, "--router"))
+        return -1;
     if (!(v = cli_need_arg(argc, argv, i, cmd))) return EXIT_USAGE;
+    if (!strcmp(a, "--router")) {
+        if (!strcmp(v, "unbiased")) o->router = STRATA_ROUTER_UNBIASED;
+        else if (!strcmp(v, "hf")) o->router = STRATA_ROUTER_HF;
+        else return cli_usage_error(cmd, "bad value for --router: '%s' (unbiased or hf)", v);
+        return 0;
+    }
     if (!strcmp(a, "--pack")) { o->pack_dir = v; return 0; }
     if (!strcmp(a, "--threads")) {
         if (base_parse_i64(v, 1, 256, &o->threads)) return cli_usage_error(cmd, "bad value for %s: '%s' (1..256)", a, v);
@@ -113,6 +120,7 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.plan_only = o->plan_only;
     so.no_verify = o->no_verify;
     so.no_prefetch = o->no_prefetch;
+    so.router = o->router;
     so.no_preload = o->no_preload;
     preload_ui ui = {base_now(), isatty(2), 0};
     so.progress = preload_progress;

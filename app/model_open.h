@@ -25,6 +25,8 @@
     "  --pack DIR           read the trunk from this pack (default: the model's own)\n"      \
     "  --no-verify          do not check pack reads against the manifest's checksums\n"      \
     "  --no-prefetch        no expert reads a layer ahead of the router (same output)\n"    \
+    "  --router unbiased|hf routed expert weights: unbiased sigmoid (default, as vLLM and\n"   \
+    "                       llama.cpp) or hf (plus the score bias, as Kimi Linear's HF code)\n" \
     "  --no-preload         no warm start: the cache fills as experts are first used\n"     \
     "  --plan               print the memory plan and exit\n"
 
@@ -32,6 +34,7 @@ typedef struct mo_opts {
     const char *pack_dir;
     uint64_t ram_bytes;
     int have_ram, plan_only, no_verify, no_prefetch, no_preload;
+    int router;             /* strata_model_opts.router (--router unbiased|hf) */
     int spec;               /* drafted tokens per verification (strata_model_opts.spec) */
     int draft_given;        /* --draft was given (it needs --spec) */
     uint64_t prefix_ram, prefix_dir_bytes; /* strata_model_opts.prefix_* (0: none) */

@@ -100,7 +100,17 @@ typedef struct strata_model_opts {
      * hashed so far, with progress_ud. Called only when the model has no usable
      * pack and no cached hash: the first load reads every weight byte once. */
     void (*hash_progress)(void *ud, uint64_t done, uint64_t total);
+    /* Routed expert weights (STRATA_ROUTER_*): the unbiased sigmoid scores, as vLLM,
+     * llama.cpp and K3's own code use (default), or STRATA_ROUTER_HF: the scores
+     * plus e_score_correction_bias, as the Kimi Linear release's modeling_kimi.py
+     * computes them. Part of the model's identity: states and prefix files of one
+     * convention never load under the other. */
+    int router;
 } strata_model_opts;
+
+#define STRATA_ROUTER_DEFAULT 0  /* unbiased */
+#define STRATA_ROUTER_UNBIASED 1
+#define STRATA_ROUTER_HF 2
 
 #define STRATA_PREFIX_AUTO UINT64_MAX
 

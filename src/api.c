@@ -239,6 +239,9 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     if (!o) o = &d;
     if (m->loaded) return base_fail(err, errlen, STRATA_EINVAL, "%s: already loaded", m->dir);
     m->o = *o;
+    if (o->router < STRATA_ROUTER_DEFAULT || o->router > STRATA_ROUTER_HF)
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: unknown router convention %d", m->dir, o->router);
+    m->c.router_hf = o->router == STRATA_ROUTER_HF; /* before the identity and the engine */
     m->ctx = o->ctx > 0 ? o->ctx : (m->c.max_ctx < API_DEFAULT_CTX ? m->c.max_ctx : API_DEFAULT_CTX);
     m->rows = o->rows > 0 ? o->rows : INFER_DEFAULT_CHUNK;
     m->threads = o->n_threads > 0 ? o->n_threads : pool_default_threads();

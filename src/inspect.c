@@ -132,8 +132,16 @@ static void print_human(const report *r, FILE *out) {
     fprintf(out, "config: %s\n", r->cfg_path);
     fprintf(out, "  hidden %lld, %lld layers, vocab %s, rms_eps %g\n", (long long)c->hidden, (long long)c->n_layers,
            commas((uint64_t)c->vocab, a, sizeof a), c->rms_eps);
-    fprintf(out, "  KDA: %lld heads x %lld, short conv %lld, gate lower bound %g\n", (long long)c->kda_heads,
-           (long long)c->kda_head_dim, (long long)c->conv_k, c->gate_lb);
+    if (c->arch == ARCH_KIMI_LINEAR) /* K3's lines stay as they were */
+        fprintf(out, "  architecture kimi_linear: plain pre-norm residual, KDA softplus gate and low-rank output gate, "
+                     "MLA without q-LoRA, SiLU experts on the hidden dim (BF16), kv_a_layernorm eps %g, router %s\n",
+               c->kv_norm_eps, c->router_hf ? "hf (biased weights)" : "unbiased");
+    if (c->kda_softplus)
+        fprintf(out, "  KDA: %lld heads x %lld, short conv %lld, gate -exp(A_log) softplus (no lower bound)\n",
+               (long long)c->kda_heads, (long long)c->kda_head_dim, (long long)c->conv_k);
+    else
+        fprintf(out, "  KDA: %lld heads x %lld, short conv %lld, gate lower bound %g\n", (long long)c->kda_heads,
+               (long long)c->kda_head_dim, (long long)c->conv_k, c->gate_lb);
     fprintf(out, "  MLA: %lld heads, q_lora %lld, kv_lora %lld, qk_nope %lld, qk_rope %lld, v_head %lld, output gate %s\n",
            (long long)c->n_heads, (long long)c->q_lora, (long long)c->kv_lora, (long long)c->qk_nope,
            (long long)c->qk_rope, (long long)c->v_head, c->mla_out_gate ? "on" : "off");
@@ -166,9 +174,9 @@ static void print_human(const report *r, FILE *out) {
     fprintf(out, "bytes:\n");
     if (s->n_expert_total) {
         char f[64];
-        fprintf(out, "  experts: %s experts x %s bytes = %s (%s bytes, MXFP4)\n", commas(s->n_expert_total, a, sizeof a),
+        fprintf(out, "  experts: %s experts x %s bytes = %s (%s bytes, %s)\n", commas(s->n_expert_total, a, sizeof a),
                commas(s->expert_bytes, b, sizeof b), bytes3(s->experts_bytes, d, sizeof d),
-               commas(s->experts_bytes, f, sizeof f));
+               commas(s->experts_bytes, f, sizeof f), c->moe_plain ? "BF16" : "MXFP4");
         /* Release notes multiply the per-expert size rounded to 0.01 MB (K3: 17.55 MB x
          * 82,432 = 1.447 TB against the exact 1.446 TB); show that figure too when the
          * rounding moves the third decimal, so both quotes can be found here. */

@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include "arch.h"
 #include "cfg.h"
 #include "gen.h"
 #include "jsonx.h"
@@ -117,7 +118,7 @@ static int chk_tensor(void *ud, const tspec *t) {
     if (!s) { if (k->missing++ < 3) fprintf(stderr, "  missing %s\n", t->name); return 0; }
     int ok = s->ndim == t->ndim;
     for (int d = 0; ok && d < t->ndim; d++) ok = s->shape[d] == t->shape[d];
-    int want = t->kind == TK_PACKED || t->kind == TK_SCALE ? DT_U8 : DT_BF16;
+    int want = t->kind == TK_PACKED || t->kind == TK_SCALE ? DT_U8 : t->pub_dtype ? t->pub_dtype - 1 : DT_BF16;
     if (k->trunk_mixed && t->cls != TC_EXPERT) ok = ok && (s->dtype == DT_F32 || s->dtype == DT_BF16 || s->dtype == DT_F16);
     else ok = ok && s->dtype == want;
     if (s->dtype >= 0 && s->dtype < DT_COUNT) k->seen_dt[s->dtype]++;
@@ -140,7 +141,7 @@ static int experts_shuffled(const cfg *c, const st_index *ix, int bf16) {
         int out_of_order = 0;
         for (int64_t E = 0; E < c->n_experts; E++) {
             char nm[200];
-            snprintf(nm, sizeof nm, "language_model.model.layers.%lld.block_sparse_moe.experts.%lld.%s",
+            snprintf(nm, sizeof nm, "%slayers.%lld.block_sparse_moe.experts.%lld.%s", arch_of(c)->pfx,
                      (long long)L, (long long)E, bf16 ? "w1.weight" : "w1.weight_packed");
             const st_tensor *t = st_find(ix, nm);
             if (!t) return -1;
@@ -167,7 +168,10 @@ static void check_dir(const char *preset, const char *dir) {
     CHECK(c.n_experts == pc.n_experts && c.latent == pc.latent && c.n_mla == pc.n_mla);
     CHECK(!memcmp(c.is_mla, pc.is_mla, sizeof c.is_mla));
     int64_t ranks = c.vocab - gen_n_reserved(&pc, &o);
-    CHECK(c.bos_id == ranks && c.n_eos == 2 && c.eos_ids[0] == ranks + 1 && c.eos_ids[1] == ranks + 2);
+    if (c.arch == ARCH_KIMI_LINEAR) /* one eos, <|im_end|>, as published */
+        CHECK(c.bos_id == ranks && c.n_eos == 1 && c.eos_ids[0] == ranks + 2);
+    else
+        CHECK(c.bos_id == ranks && c.n_eos == 2 && c.eos_ids[0] == ranks + 1 && c.eos_ids[1] == ranks + 2);
     CHECK(c.pad_id == c.vocab - 1);
     CHECK(c.max_ctx == pc.max_ctx);
     /* the released layer map: last layer MLA, layer 0 KDA with the dense MLP */

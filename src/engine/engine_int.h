@@ -83,6 +83,7 @@ struct engine {
         float *prj[3];         /* (T, P) q/k/v projections before the conv */
         float *qkv[3];         /* (T, P) after conv + SiLU (q, k normalised in place) */
         float *g, *fa, *z, *b, *o; /* (T,P) (T,fa_rows) (T,P) (T,heads) (T,P) */
+        float *ga;             /* (T, D) the low-rank output gate's g_a (kda_g_lowrank), else NULL */
     } k;
     struct {                   /* MLA */
         float *qa, *q, *kva, *g, *o; /* (T,q_lora) (T,NH*qh) (T,C) (T,NH*v) (T,NH*v) */
@@ -178,6 +179,7 @@ typedef struct {
     int n_ck;                /* each costing ck_cost units */
     int64_t ck_cost;
     float b1, b2;            /* SiTU betas for GLU segments */
+    int silu;                /* GLU segments apply SiLU(gate) * up instead (cfg act_silu) */
     int bad;
     char what[96];
 } mm_job;

@@ -79,11 +79,13 @@ void guess_predict(engine *e, int64_t L1, int64_t ranks, int early, int task) {
     int cand = late && can_cand;
     mm_job j;
     mm_init(&j, T);
-    if (!vec_f32(norm, &W1[R_POST_NORM], Hd) && !vec_f32(fold, &W1[R_MLP_RES_NORM], Hd) &&
-        !vec_f32(e->f.px, &W1[R_MLP_RES_PROJ], Hd) && !vec_f32(bias, &W1[R_MOE_BIAS], E)) {
-        for (int64_t i = 0; i < Hd; i++) fold[i] *= e->f.px[i];
+    const int plain = c->plain_res; /* the FFN's input is RMSNorm(P) itself: no AttnRes vectors */
+    if (!vec_f32(norm, &W1[R_POST_NORM], Hd) && (plain || (!vec_f32(fold, &W1[R_MLP_RES_NORM], Hd) &&
+        !vec_f32(e->f.px, &W1[R_MLP_RES_PROJ], Hd))) && !vec_f32(bias, &W1[R_MOE_BIAS], E)) {
+        for (int64_t i = 0; i < Hd && !plain; i++) fold[i] *= e->f.px[i];
         for (int64_t t = 0; t < T; t++) {
-            attnres_row(e->f.px, e->psrc, e->pnsrc, t, Hd, fold, c->rms_eps);
+            if (plain) memcpy(e->f.px + t * Hd, e->psrc[e->pnsrc - 1] + t * Hd, (size_t)Hd * sizeof(float));
+            else attnres_row(e->f.px, e->psrc, e->pnsrc, t, Hd, fold, c->rms_eps);
             rmsnorm(e->f.px + t * Hd, e->f.px + t * Hd, norm, Hd, c->rms_eps);
         }
         if (!cand && task) {

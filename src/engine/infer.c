@@ -56,7 +56,8 @@ static void *cv(carve *c, size_t bytes) {
 #define CVF(c, n) ((float *)cv((c), (size_t)(n) * sizeof(float)))
 #define CVI(c, n) ((int32_t *)cv((c), (size_t)(n) * sizeof(int32_t)))
 
-static int64_t n_blocks_of(const cfg *c) { return (c->n_layers - 1) / c->attn_res_block + 1; }
+/* Block AttnRes snapshots; none with a plain residual (the stream is res[0]). */
+static int64_t n_blocks_of(const cfg *c) { return c->plain_res ? 0 : (c->n_layers - 1) / c->attn_res_block + 1; }
 
 /* Converted vectors of one layer: two AttnRes folds, norms, KDA conv/dt/A/o_norm. */
 static int64_t vec_need(const cfg *c) {
@@ -112,6 +113,7 @@ static void engine_carve(engine *e, carve *cv_) {
     for (int i = 0; i < 3; i++) e->k.qkv[i] = CVF(cv_, T * P);
     e->k.g = CVF(cv_, T * P);
     e->k.fa = CVF(cv_, T * c->kda_head_dim);
+    if (c->kda_g_lowrank) e->k.ga = CVF(cv_, T * c->kda_head_dim);
     e->k.z = CVF(cv_, T * P);
     e->k.b = CVF(cv_, T * c->kda_heads);
     e->k.o = CVF(cv_, T * P);
@@ -210,7 +212,7 @@ uint64_t infer_session_bytes_range(const cfg *c, int64_t max_ctx, int64_t lo, in
            (uint64_t)max_ctx * n_mla * (uint64_t)(c->kv_lora + c->qk_rope) * sizeof(float);
 }
 
-int64_t infer_blocks_before(const cfg *c, int64_t L) { return L <= 0 ? 0 : (L - 1) / c->attn_res_block + 1; }
+int64_t infer_blocks_before(const cfg *c, int64_t L) { return L <= 0 || c->plain_res ? 0 : (L - 1) / c->attn_res_block + 1; }
 
 /* ======================================================================= */
 /* Engine                                                                   */
@@ -400,8 +402,62 @@ static int unit_check(engine *e, const wt *W, int64_t L) {
 
 /* Trunk units of a draft pass are borrowed without a hold: nothing to put back. */
 #define LPUT(L) do { if (!e->draft) w->ops->layer_put(w, (L)); } while (0)
+/* Layers [L0, L1) with a plain pre-norm residual (cfg plain_res: Kimi Linear):
+ * the stream h is res[0] and each layer adds h += attn(RMSNorm(h; in)), then
+ * h += FFN(RMSNorm(h; post)). The same fetch, check and failure rules as
+ * layers_run. A draft pass skips a layer not in RAM (it adds nothing). */
+static int layers_run_plain(engine *e, int64_t L0, int64_t L1) {
+    const cfg *c = e->c;
+    wsrc *w = e->w;
+    const int64_t Hd = c->hidden, T = e->T;
+    float *P = e->res[0];
+    float *nin = e->vec + 2 * Hd, *npost = e->vec + 3 * Hd;
+    float *src[1] = {P};
+    int rc;
+    e->wrc = 0;
+    e->guess_L1 = -1;
+    for (int64_t L = L0; L < L1; L++) {
+        const wt *W;
+        if (e->draft) {
+            e->dst.layers++;
+            if (w->ops->layer_peek(w, L, &W)) { e->dst.layers_skipped++; continue; }
+        } else {
+            if (w->ops->hint_layer) w->ops->hint_layer(w, L + 1);
+            rc = w->ops->layer_get(w, L, &W);
+            if (rc) return wfail(e, rc, "layer_get");
+        }
+        if (vec_f32(nin, &W[R_IN_NORM], Hd) || vec_f32(npost, &W[R_POST_NORM], Hd)) {
+            LPUT(L);
+            return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad norm vector", (long long)L);
+        }
+        for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, P + t * Hd, nin, Hd, c->rms_eps);
+        rc = c->is_mla[L] ? mla_layer(e, L, W) : kda_layer(e, L, W);
+        if (!rc) rc = e->wrc;
+        if (rc) { if (unit_check(e, W, L)) rc = STRATA_ECORRUPT; LPUT(L); return rc; }
+        for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
+        for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, P + t * Hd, npost, Hd, c->rms_eps);
+        e->psrc = src;
+        e->pnsrc = 1;
+        rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
+        if (!rc) rc = e->wrc;
+        if (unit_check(e, W, L)) rc = STRATA_ECORRUPT;
+        if (rc) { LPUT(L); return rc; }
+        for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
+        guess_owe(e, L + 1, L1);
+        LPUT(L);
+        int64_t bad = e->draft ? -1 : first_nonfinite_row(P, T, Hd);
+        if (bad >= 0) {
+            char where[48];
+            snprintf(where, sizeof where, "layer %lld", (long long)L);
+            return nonfinite_fail(e, bad, where);
+        }
+    }
+    return 0;
+}
+
 static int layers_run(engine *e, int64_t L0, int64_t L1) {
     const cfg *c = e->c;
+    if (c->plain_res) return layers_run_plain(e, L0, L1);
     wsrc *w = e->w;
     const int64_t Hd = c->hidden, T = e->T;
     float *const *res = e->res;
@@ -521,15 +577,18 @@ static int forward_pass(engine *e, float *logits) {
         if (rc) return wfail(e, rc, "layer_get(head)");
     }
     float *fo = e->vec, *nf = e->vec + Hd;
-    if (vec_f32(fo, &W[R_OUT_RES_NORM], Hd) || vec_f32(e->xn, &W[R_OUT_RES_PROJ], Hd) || vec_f32(nf, &W[R_FINAL_NORM], Hd)) {
+    if (c->plain_res) { /* final norm of the stream itself */
+        if (vec_f32(nf, &W[R_FINAL_NORM], Hd)) { LPUT(c->n_layers); return efail(e, STRATA_EFORMAT, "infer: bad final norm"); }
+        for (int64_t i = 0; i < e->n_out; i++) rmsnorm(e->xn + i * Hd, P + (int64_t)e->outr[i] * Hd, nf, Hd, c->rms_eps);
+    } else if (vec_f32(fo, &W[R_OUT_RES_NORM], Hd) || vec_f32(e->xn, &W[R_OUT_RES_PROJ], Hd) || vec_f32(nf, &W[R_FINAL_NORM], Hd)) {
         LPUT(c->n_layers);
         return efail(e, STRATA_EFORMAT, "infer: bad final vectors");
     }
-    for (int64_t i = 0; i < Hd; i++) fo[i] *= e->xn[i];
+    for (int64_t i = 0; i < Hd && !c->plain_res; i++) fo[i] *= e->xn[i];
     for (int64_t i = 0; i < nb; i++) src[i] = res[i];
     src[nb] = P;
     /* row i of h / xn: the i-th wanted row (outr ascending, so it never overtakes) */
-    for (int64_t i = 0; i < e->n_out; i++) {
+    for (int64_t i = 0; i < e->n_out && !c->plain_res; i++) {
         attnres_row(e->h, src, nb + 1, e->outr[i], Hd, fo, c->rms_eps);
         if (e->outr[i] != i) memcpy(e->h + i * Hd, e->h + (int64_t)e->outr[i] * Hd, (size_t)Hd * sizeof(float));
         rmsnorm(e->xn + i * Hd, e->h + i * Hd, nf, Hd, c->rms_eps);
@@ -806,7 +865,16 @@ uint64_t infer_cfg_fingerprint(const cfg *c) {
                    c->n_experts, c->topk, c->n_shared, c->latent, c->moe_inter, c->first_dense,
                    c->dense_inter, c->attn_res_block};
     uint64_t h = base_fnv1a(f, sizeof f, BASE_FNV_INIT);
-    return base_fnv1a(c->is_mla, (size_t)c->n_layers, h);
+    h = base_fnv1a(c->is_mla, (size_t)c->n_layers, h);
+    /* the architecture and the router convention (K3 with unbiased weights, all
+     * zero, keeps the fingerprint it always had): states and prefix files of one
+     * convention never load into the other */
+    if (c->arch || c->router_hf) {
+        int64_t a[] = {c->arch, c->plain_res, c->kda_softplus, c->kda_g_lowrank, c->act_silu, c->moe_plain, c->router_hf,
+                       (int64_t)(c->kv_norm_eps * 1e12)};
+        h = base_fnv1a(a, sizeof a, h);
+    }
+    return h;
 }
 
 /* State files are read and written through vfs.h (fault injection reaches them). */

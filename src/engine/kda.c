@@ -4,8 +4,9 @@
  *   q, k, v = SiLU(causal depthwise conv_k(W_q x, W_k x, W_v x)) (history carried)
  *   q = q / ||q|| / sqrt(D), k = k / ||k||, beta = sigmoid(W_b x)
  *   alpha = exp(gate_lb sigmoid(exp(A_log) (f_b(f_a(x)) + dt_bias))), per channel
+ *     (Kimi Linear, cfg kda_softplus: exp(-exp(A_log) softplus(f_b(f_a(x)) + dt_bias)))
  *   S = diag(alpha) S;  S += k (beta (v - S^T k))^T;  o = S^T q
- *   y = W_o (RMSNorm(o) sigmoid(W_g x))
+ *   y = W_o (RMSNorm(o) sigmoid(W_g x))  (cfg kda_g_lowrank: W_g x = g_b(g_a(x)))
  * A sequence carries the last conv_k - 1 raw conv inputs and S (kda_floats).
  *
  * Prefill is the sequential delta rule, not the chunked WY/UT form: the
@@ -31,6 +32,9 @@ typedef struct {
 /* A sequence's KDA block for KDA layer ki: conv history [3][conv_k-1][P], then
  * the recurrent state S [heads][D][D]. */
 static float *kda_block(const session *s, int64_t ki) { return s->kda + ki * kda_floats(s->e->c); }
+
+/* The second D doubles of the gate scratch (e^u beside u for the softplus). */
+static double *alpha_d(double *ex, int64_t D) { return ex + D; }
 
 /* Jobs j = (group, head): one head of one sequence over that sequence's rows of
  * the pass: conv + SiLU, L2 norms, gates, delta rule, o_norm then sigmoid gate.
@@ -86,12 +90,23 @@ static void kda_heads_fn(void *ctx, int64_t j0, int64_t j1, int tid) {
             float nq = (float)(1.0 / sqrt(sq + 1e-6)), nk = (float)(1.0 / sqrt(sk + 1e-6));
             for (int64_t i = 0; i < D; i++) { vq[i] = (vq[i] * nq) * qscale; vk[i] *= nk; }
             const float beta = sigmoidf_(e->k.b[r * NHk + h]);
-            /* decay alpha = exp(lb sigmoid(aexp (z + dt_bias))), per channel */
             const float *zt = e->k.z + r * P + h * D;
             const float *dtb = x->dtb + h * D;
-            for (int64_t i = 0; i < D; i++) ex[i] = -aexp * ((double)zt[i] + dtb[i]);
-            K.exp_f64(ex, ex, D);
-            for (int64_t i = 0; i < D; i++) ex[i] = lb / (1.0 + ex[i]);
+            if (c->kda_softplus) {
+                /* decay alpha = exp(-aexp softplus(z + dt_bias)), softplus(u) = u
+                 * above 20 (the FLA / torch threshold), else log1p(e^u) */
+                for (int64_t i = 0; i < D; i++) ex[i] = (double)zt[i] + dtb[i];
+                K.exp_f64(alpha_d(ex, D), ex, D);
+                for (int64_t i = 0; i < D; i++) {
+                    const double u = ex[i];
+                    ex[i] = -aexp * (u > 20.0 ? u : log1p(ex[D + i]));
+                }
+            } else {
+                /* decay alpha = exp(lb sigmoid(aexp (z + dt_bias))), per channel */
+                for (int64_t i = 0; i < D; i++) ex[i] = -aexp * ((double)zt[i] + dtb[i]);
+                K.exp_f64(ex, ex, D);
+                for (int64_t i = 0; i < D; i++) ex[i] = lb / (1.0 + ex[i]);
+            }
             K.exp_f64(ex, ex, D);
             for (int64_t i = 0; i < D; i++) alpha[i] = (float)ex[i];
             /* S = diag(alpha) S; S += k (beta (v - S^T k))^T; o = S^T q */
@@ -134,7 +149,8 @@ int kda_layer(engine *e, int64_t L, const wt *W) {
     mm_add(&j, &W[R_KDA_Q], P, Hd, e->xn, Hd, e->k.prj[0], P, "q_proj");
     mm_add(&j, &W[R_KDA_K], P, Hd, e->xn, Hd, e->k.prj[1], P, "k_proj");
     mm_add(&j, &W[R_KDA_V], P, Hd, e->xn, Hd, e->k.prj[2], P, "v_proj");
-    mm_add(&j, &W[R_KDA_G], P, Hd, e->xn, Hd, e->k.g, P, "g_proj");
+    if (c->kda_g_lowrank) mm_add(&j, &W[R_KDA_GA], D, Hd, e->xn, Hd, e->k.ga, D, "g_a_proj");
+    else mm_add(&j, &W[R_KDA_G], P, Hd, e->xn, Hd, e->k.g, P, "g_proj");
     mm_add(&j, &W[R_KDA_FA], D, Hd, e->xn, Hd, e->k.fa, D, "f_a_proj");
     mm_add(&j, &W[R_KDA_B], NHk, Hd, e->xn, Hd, e->k.b, NHk, "b_proj");
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
@@ -142,6 +158,7 @@ int kda_layer(engine *e, int64_t L, const wt *W) {
     mm_run(e, &j);
     mm_init(&j, T);
     mm_add(&j, &W[R_KDA_FB], P, D, e->k.fa, D, e->k.z, P, "f_b_proj");
+    if (c->kda_g_lowrank) mm_add(&j, &W[R_KDA_GB], P, D, e->k.ga, D, e->k.g, P, "g_b_proj");
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);
     kda_ctx x = {e, ki, {cw[0], cw[1], cw[2]}, dtb, alog, onorm};

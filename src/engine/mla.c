@@ -3,7 +3,7 @@
  * cache holds per position only the normed latent c = RMSNorm(W_kva x)[:kv_lora]
  * and the rope slot (never rotated: K3's MLA is NoPE), C = kv_lora + qk_rope
  * floats. W_kvb is absorbed on both sides, so attention runs in the latent space:
- *   q = W_qb RMSNorm(W_qa x);  q_lat[h] = W_k[h]^T q_nope[h]
+ *   q = W_qb RMSNorm(W_qa x) (q_lora 0, Kimi Linear: q = W_q x);  q_lat[h] = W_k[h]^T q_nope[h]
  *   s_i = (q_lat[h] . c_i + q_rope[h] . rope_i) / sqrt(nope + rope), causal softmax
  *   o[h] = W_v[h] sum_i p_i c_i, times sigmoid(W_g x) when the output gate is on
  *   y = W_o o
@@ -105,13 +105,17 @@ int mla_layer(engine *e, int64_t L, const wt *W) {
     const cfg *c = e->c;
     const int64_t Hd = c->hidden, NH = c->n_heads, R = c->kv_lora, C = e->C, vh = c->v_head, T = e->T;
     const int64_t mi = e->mla_i[L];
+    /* q-LoRA (q_lora > 0), or a direct q_proj in the q_b role (Kimi Linear) */
+    const int qlora = c->q_lora > 0;
+    const double kv_eps = c->kv_norm_eps > 0 ? c->kv_norm_eps : c->rms_eps;
     float *qan = e->vec + 4 * Hd, *kvn = qan + c->q_lora;
-    if (vec_f32(qan, &W[R_MLA_QA_NORM], c->q_lora) || vec_f32(kvn, &W[R_MLA_KVA_NORM], R))
+    if ((qlora && vec_f32(qan, &W[R_MLA_QA_NORM], c->q_lora)) || vec_f32(kvn, &W[R_MLA_KVA_NORM], R))
         return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad MLA norm", (long long)L);
     const int gate = c->mla_out_gate != 0;
     mm_job j;
     mm_init(&j, T);
-    mm_add(&j, &W[R_MLA_QA], c->q_lora, Hd, e->xn, Hd, e->m.qa, c->q_lora, "q_a_proj");
+    if (qlora) mm_add(&j, &W[R_MLA_QA], c->q_lora, Hd, e->xn, Hd, e->m.qa, c->q_lora, "q_a_proj");
+    else mm_add(&j, &W[R_MLA_QB], NH * e->qh, Hd, e->xn, Hd, e->m.q, NH * e->qh, "q_proj");
     mm_add(&j, &W[R_MLA_KVA], C, Hd, e->xn, Hd, e->m.kva, C, "kv_a_proj_with_mqa");
     if (gate) mm_add(&j, &W[R_MLA_G], NH * vh, Hd, e->xn, Hd, e->m.g, NH * vh, "g_proj");
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
@@ -121,21 +125,21 @@ int mla_layer(engine *e, int64_t L, const wt *W) {
         const session *sq = e->g_s[g];
         float *cache = mla_cache(sq, mi);
         for (int64_t t = e->g_r0[g]; t < e->g_r0[g + 1]; t++) {
-            rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, c->rms_eps);
+            if (qlora) rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, c->rms_eps);
             /* the cache row: normed latent, then the rope slot as is (never rotated) */
             float *row = cache + (sq->pos + t - e->g_r0[g]) * C;
-            rmsnorm(row, e->m.kva + t * C, kvn, R, c->rms_eps);
+            rmsnorm(row, e->m.kva + t * C, kvn, R, kv_eps);
             memcpy(row + R, e->m.kva + t * C + R, (size_t)c->qk_rope * sizeof(float));
         }
     }
     mm_init(&j, T);
-    mm_add(&j, &W[R_MLA_QB], NH * e->qh, c->q_lora, e->m.qa, c->q_lora, e->m.q, NH * e->qh, "q_b_proj");
+    if (qlora) mm_add(&j, &W[R_MLA_QB], NH * e->qh, c->q_lora, e->m.qa, c->q_lora, e->m.q, NH * e->qh, "q_b_proj");
     const wt *kvb = &W[R_MLA_KVB];
     if (!kvb->p || kvb->rows != NH * (c->qk_nope + vh) || kvb->cols != R ||
         (kvb->dtype != DT_F32 && kvb->dtype != DT_BF16 && kvb->dtype != DT_F16))
         return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad kv_b_proj", (long long)L);
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
-    mm_run(e, &j);
+    if (j.n) mm_run(e, &j);
     mla_ctx x = {e, mi, kvb, gate};
     pool_for(e->pool, e->n_grp * NH, 1, mla_heads_fn, &x);
     mm_init(&j, T);

@@ -11,6 +11,7 @@
  * no split ever changes a bit. SiTU(g, u) is K.situ in double.
  */
 #include <string.h>
+#include <math.h>
 #include "engine_int.h"
 #include "kern.h"
 #include "pool.h"
@@ -102,6 +103,14 @@ static void mm_rows(const mm_job *j, const mm_seg *s, int64_t a, int64_t b) {
     mm_kern(s, s->w, s->scales, s->dtype, s->Y, a, b);
     if (!s->U) return;
     mm_kern(s, s->wu, s->su, s->udtype, s->U, a, b);
+    if (j->silu) { /* SiLU(g) u in double, one f32 rounding (cfg act_silu) */
+        for (int64_t t = 0; t < s->T; t++) {
+            float *g = s->Y + t * s->ldy + a;
+            const float *u = s->U + t * s->ldy + a;
+            for (int64_t i = 0; i < b - a; i++) g[i] = (float)((double)g[i] / (1.0 + exp(-(double)g[i])) * (double)u[i]);
+        }
+        return;
+    }
     for (int64_t t = 0; t < s->T; t++) K.situ(s->Y + t * s->ldy + a, s->U + t * s->ldy + a, b - a, j->b1, j->b2);
 }
 
@@ -150,6 +159,7 @@ static void mm_dispatch(engine *e, mm_job *j) {
     if (total == 0) return;
     j->b1 = (float)e->c->situ_b1;
     j->b2 = (float)e->c->situ_b2;
+    j->silu = e->c->act_silu;
     pool_for(e->pool, total, MM_MIN_MACS, mm_fn, j);
 }
 

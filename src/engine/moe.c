@@ -6,6 +6,8 @@
  *   u = sum_j w_j W2_j SiTU(W1_j z, W3_j z) in the row's top-k order,
  *       then RMSNorm(u) when latent_norm is set
  *   y = W_latup u + shared(x), shared(x) = W_sh_down SiTU(W_sh_gate x, W_sh_up x)
+ * Kimi Linear (cfg moe_plain): no latent, z = x and y = u + shared(x), SiLU
+ * experts; router_hf takes the weights from s + bias (moe_route).
  * The experts chosen by any row of the pass run once (their union), streamed
  * through the source in a sliding window; the guesses (guess.c) read the next
  * layer's experts meanwhile.
@@ -34,10 +36,13 @@ static void route_token(engine *e, int64_t t, const float *bias) {
         idx[j] = (int32_t)best;
         taken[best] = stamp;
     }
+    /* the weights: the unbiased scores, or (router_hf) the biased ones the Kimi
+     * Linear release's modeling_kimi.py returns (its bias add aliases the scores) */
+    const int hf = c->router_hf;
     double sum = 0;
-    for (int64_t j = 0; j < k; j++) sum += s[idx[j]];
+    for (int64_t j = 0; j < k; j++) sum += hf ? (double)(s[idx[j]] + bias[idx[j]]) : (double)s[idx[j]];
     for (int64_t j = 0; j < k; j++) {
-        double v = s[idx[j]];
+        double v = hf ? (double)(s[idx[j]] + bias[idx[j]]) : (double)s[idx[j]];
         if (c->moe_renorm && k > 1) v /= sum + 1e-20;
         w[j] = (float)(v * c->routed_scale);
     }
@@ -112,7 +117,8 @@ static int moe_head(engine *e, int64_t L, const wt *W) {
     const int64_t S = c->n_shared * c->moe_inter;
     mm_job j;
     mm_init(&j, T);
-    mm_add(&j, &W[R_MOE_LAT_DOWN], Z, Hd, e->xn, Hd, e->f.z, Z, "routed_expert_down_proj");
+    if (c->moe_plain) memcpy(e->f.z, e->xn, (size_t)(T * Hd) * sizeof(float)); /* experts read x itself (Z == hidden) */
+    else mm_add(&j, &W[R_MOE_LAT_DOWN], Z, Hd, e->xn, Hd, e->f.z, Z, "routed_expert_down_proj");
     if (S > 0) {
         mm_seg *g = mm_add(&j, &W[R_MOE_SH_GATE], S, Hd, e->xn, Hd, e->f.sg, S, "shared.gate_proj");
         mm_glu(&j, g, &W[R_MOE_SH_UP], NULL, e->f.su, "shared.up_proj");
@@ -280,7 +286,8 @@ static int moe_combine(engine *e, int64_t L, const wt *W, const float *lnorm, in
     }
     mm_job j;
     mm_init(&j, T);
-    mm_add(&j, &W[R_MOE_LAT_UP], Hd, Z, e->f.u, Z, e->y, Hd, "routed_expert_up_proj");
+    if (c->moe_plain) memcpy(e->y, e->f.u, (size_t)(T * Hd) * sizeof(float)); /* no latent: u is the routed output */
+    else mm_add(&j, &W[R_MOE_LAT_UP], Hd, Z, e->f.u, Z, e->y, Hd, "routed_expert_up_proj");
     if (S > 0 && !sh_done) shared_down_add(&j, e, W);
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     mm_run(e, &j);

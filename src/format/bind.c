@@ -11,6 +11,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include "arch.h"
 #include "model.h"
 
 /* Listing caps: a wrong config can produce 500k identical lines. */
@@ -151,6 +152,12 @@ static void group_flush(bctx *b) {
 static int dtype_float(int dt) { return dt == DT_F32 || dt == DT_BF16 || dt == DT_F16; }
 
 static int shape_ok(const tspec *t, const st_tensor *s) {
+    if (t->kind == TK_VECTOR && t->ndim == 4) { /* [1, 1, n, 1] exactly (Kimi Linear's A_log) */
+        if (s->ndim != 4) return 0;
+        for (int i = 0; i < 4; i++)
+            if (s->shape[i] != t->shape[i]) return 0;
+        return 1;
+    }
     if (t->kind == TK_VECTOR) {
         /* Vectors are [n] or [1, n]: both appear in exported checkpoints. */
         if (s->ndim == 1) return s->shape[0] == t->shape[0];
@@ -283,10 +290,10 @@ static void detect_experts(bctx *b) {
     b->expert_dtype = -1;
     if (c->first_dense >= c->n_layers) return; /* no MoE layer: nothing to decide */
     char name[256];
-    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight_packed",
+    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight_packed", arch_of(c)->pfx,
              (long long)c->first_dense);
     if (st_find(b->ix, name)) return;
-    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight",
+    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx,
              (long long)c->first_dense);
     const st_tensor *s = st_find(b->ix, name);
     if (!s) return; /* reported as missing MXFP4 tensors by the walk */
@@ -360,7 +367,7 @@ int model_scan_scales(const cfg *c, const st_index *ix, model_scan *out, sbuf *p
             int64_t bad_here = 0;
             for (int w = 0; w < 3; w++) {
                 char name[256];
-                snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.%lld.%s.weight_scale",
+                snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.%lld.%s.weight_scale", arch_of(c)->pfx,
                          (long long)L, (long long)E, k_w[w]);
                 const st_tensor *t = st_find(ix, name);
                 if (!t || t->dtype != DT_U8 || t->nbytes > cap) continue; /* bind reports these */

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "arch.h"
 #include "base.h"
 #include "jsonx.h"
 
@@ -28,13 +29,7 @@
 
 /* ============================================================== key table */
 
-/* Field ids, so validation can skip checks on fields that failed to parse. */
-enum fid {
-    F_HIDDEN, F_LAYERS, F_VOCAB, F_EPS, F_KDA_HEADS, F_KDA_D, F_CONV, F_GLB,
-    F_NHEADS, F_QLORA, F_KVLORA, F_NOPE, F_ROPE, F_VHEAD, F_MLA_GATE,
-    F_NEXP, F_TOPK, F_NSHARED, F_LATENT, F_MOE_I, F_RSCALE, F_RENORM, F_LNORM,
-    F_FDENSE, F_DENSE_I, F_ARB, F_B1, F_B2, F_FULL, F_IDS, F_CTX, F_COUNT
-};
+/* Field ids (enum cfg_fid, arch.h), so validation can skip checks on fields that failed to parse. */
 #define HAVE(m, f) (((m) >> (f)) & 1u)
 #define ALL_FIELDS ((UINT64_C(1) << F_COUNT) - 1)
 
@@ -314,37 +309,13 @@ static void read_quant(rd *r, cfg *c) {
 
 /* ================================================= keys fixed by the engine */
 
-/* Keys whose value selects math the engine does not implement. Each lists the
- * values it does implement, as JSON texts (K3's own values; an absent or null key
- * reads as the engine's behaviour, as HF writes null for "not set"). Any other
- * value is refused, naming the file, the key and the value, rather than run with
- * the K3 math anyway and give wrong output. Keys that do not change the math
- * (torch_dtype, use_cache, bos_token_id, ...) are not listed and are never
- * refused. Architecture work that implements a variant adds its value here.
- * A key under "quantization_config." is looked up in that object (root, else
- * text_config); any other key in text_config and at the root, both checked. */
-#define FIXED_MAX_ACCEPT 4
-typedef struct fixed_key {
-    const char *name;
-    const char *accept[FIXED_MAX_ACCEPT]; /* JSON texts, NULL-terminated */
-    const char *why;                      /* what the engine implements */
-} fixed_key;
-
-static const fixed_key k_fixed[] = {
-    {"moe_router_activation_func", {"\"sigmoid\""},
-     "the router scores experts with a sigmoid"},
-    {"num_expert_group", {"1"}, "routing is not grouped: top-k over all experts"},
-    {"topk_group", {"1"}, "routing is not grouped: top-k over all experts"},
-    {"moe_layer_freq", {"1"}, "every layer from first_k_dense_replace on is MoE"},
-    {"tie_word_embeddings", {"false"}, "lm_head is its own tensor, not the embedding"},
-    {"mla_use_nope", {"true"}, "MLA applies no rotary embedding"},
-    {"quantization_config.format", {"\"mxfp4\""},
-     "routed experts are MXFP4 (e8m0 scales, groups of 32) or plain BF16 tensors"},
-    {"quantization_config.quant_method", {"\"mxfp4\""},
-     "routed experts are MXFP4 (e8m0 scales, groups of 32) or plain BF16 tensors"},
-    {"quantization_config.scale_format", {"\"e8m0\""}, "MXFP4 scales are e8m0 powers of two"},
-};
-#define N_FIXED (sizeof k_fixed / sizeof k_fixed[0])
+/* Keys whose value selects math the engine does not implement: each
+ * architecture's table (arch_k3.c, arch_kimi_linear.c) lists the values it does
+ * implement, as JSON texts. Any other value is refused, naming the file, the key
+ * and the value, rather than run with the wrong math. Keys that do not change the
+ * math are not listed and never refused. A key under "quantization_config." is
+ * looked up in that object (root, else text_config); any other key in
+ * text_config and at the root, both checked. */
 
 /* Does v equal the JSON text (a string, true, false or an integer)? Strings
  * compare without case ("MXFP4" has always been read as mxfp4); 1.0 is not the
@@ -376,15 +347,15 @@ static void check_fixed_one(rd *r, const fixed_key *k, const json_t *v, const ch
     problem(r, "'%s' is %s: not supported, this engine implements only %s (%s)", path, val, acc, k->why);
 }
 
-static void check_fixed(rd *r) {
+static void check_fixed(rd *r, const arch_desc *ad) {
     static const char qpfx[] = "quantization_config.";
     char path[160];
     const json_t *q = json_object_get(r->root, "quantization_config");
     const char *qp = "";
     if (!q && r->text) { q = json_object_get(r->text, "quantization_config"); qp = TEXT_PFX; }
     if (q && !json_is_object(q)) q = NULL; /* reported by read_quant */
-    for (size_t i = 0; i < N_FIXED; i++) {
-        const fixed_key *k = &k_fixed[i];
+    for (size_t i = 0; i < ad->n_fixed; i++) {
+        const fixed_key *k = &ad->fixed[i];
         if (!strncmp(k->name, qpfx, sizeof qpfx - 1)) {
             if (!q) continue;
             const char *sub = k->name + sizeof qpfx - 1;
@@ -401,6 +372,24 @@ static void check_fixed(rd *r) {
         }
         check_fixed_one(r, k, json_object_get(r->root, k->name), k->name);
     }
+}
+
+/* The architecture the config names (arch.h): model_type at the root, else in
+ * text_config, and architectures[]. Names that disagree are a problem; names
+ * this engine does not know read as K3, as before architectures were told apart. */
+static const arch_desc *parse_arch(rd *r) {
+    const json_t *mt = json_object_get(r->root, "model_type");
+    if (!json_is_string(mt) && r->text) mt = json_object_get(r->text, "model_type");
+    const char *archs[4] = {0};
+    size_t na = 0;
+    const json_t *a = json_object_get(r->root, "architectures");
+    for (size_t i = 0; json_is_array(a) && i < json_array_size(a) && na < 4; i++)
+        if (json_is_string(json_array_get(a, i))) archs[na++] = json_string_value(json_array_get(a, i));
+    int conflict;
+    const arch_desc *ad = arch_detect(json_is_string(mt) ? json_string_value(mt) : NULL, archs, na, &conflict);
+    if (conflict)
+        problem(r, "'model_type' \"%.40s\" and 'architectures' name different architectures", json_string_value(mt));
+    return ad;
 }
 
 static void cfg_defaults(cfg *c) {
@@ -463,7 +452,20 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
         }
         r.lin = l;
     }
-    for (size_t i = 0; i < N_KEYS; i++) read_key(&r, c, &k_keys[i]);
+    const arch_desc *ad = parse_arch(&r);
+    c->arch = ad->id;
+    ad->defaults(c);
+    for (size_t i = 0; i < N_KEYS; i++) {
+        const key *k = &k_keys[i];
+        const uint64_t bit = ARCH_BIT(k->id);
+        if (ad->keys_skip & bit) { r.have |= bit; continue; } /* the description sets it */
+        if ((ad->keys_nullable & bit) && k->type == T_INT) {
+            char kp[160];
+            const json_t *v = find_key(&r, k, kp, sizeof kp);
+            if (v && json_is_null(v)) { *(int64_t *)((char *)c + k->off) = 0; r.have |= bit; continue; }
+        }
+        read_key(&r, c, k);
+    }
 
     /* The layer map needs a usable n_layers; otherwise its range check is moot
      * and the n_layers problem is reported by validation. */
@@ -496,6 +498,7 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
     read_id(&r, "eos_token_id", c->eos_ids, &c->n_eos, CFG_MAX_EOS);
     char path[160];
     const json_t *m = find_opt(&r, "max_position_embeddings", path, sizeof path);
+    if (!m && c->arch == ARCH_KIMI_LINEAR) m = find_opt(&r, "model_max_length", path, sizeof path);
     if (m) {
         if (!json_is_integer(m) || json_integer_value(m) < 1)
             problem(&r, "'%s' must be a positive integer, got %s", path, jtype(m, tb, sizeof tb));
@@ -503,7 +506,8 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
     }
     r.have |= (UINT64_C(1) << F_IDS) | (UINT64_C(1) << F_CTX);
     read_quant(&r, c);
-    check_fixed(&r);
+    check_fixed(&r, ad);
+    ad->finish(c);
     check_all(c, r.have, what, &pb);
 done:
     json_decref(root);
@@ -572,7 +576,7 @@ static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
     ok &= vdim(&v, F_KDA_HEADS, c->kda_heads, 0);
     ok &= vdim(&v, F_KDA_D, c->kda_head_dim, 0);
     ok &= vdim(&v, F_NHEADS, c->n_heads, 0);
-    ok &= vdim(&v, F_QLORA, c->q_lora, 0);
+    ok &= vdim(&v, F_QLORA, c->q_lora, c->arch == ARCH_KIMI_LINEAR); /* 0: a direct q_proj */
     ok &= vdim(&v, F_KVLORA, c->kv_lora, 0);
     ok &= vdim(&v, F_NOPE, c->qk_nope, 0);
     ok &= vdim(&v, F_ROPE, c->qk_rope, 1); /* the shared rope slot may be absent */
@@ -586,10 +590,10 @@ static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
     ok &= vdim(&v, F_NSHARED, c->n_shared, 1);
     /* The expert matrices are quantised along their input width in groups of 32:
      * w1/w3 read the latent, w2 reads the expert's intermediate. */
-    if (HAVE(have, F_LATENT) && c->latent > 0 && c->latent % MXFP4_GROUP)
+    if (!c->moe_plain && HAVE(have, F_LATENT) && c->latent > 0 && c->latent % MXFP4_GROUP)
         vproblem(&v, "'routed_expert_hidden_size' = %lld must be a multiple of %d (the MXFP4 group)",
                  (long long)c->latent, MXFP4_GROUP);
-    if (HAVE(have, F_MOE_I) && c->moe_inter > 0 && c->moe_inter % MXFP4_GROUP)
+    if (!c->moe_plain && HAVE(have, F_MOE_I) && c->moe_inter > 0 && c->moe_inter % MXFP4_GROUP)
         vproblem(&v, "'moe_intermediate_size' = %lld must be a multiple of %d (the MXFP4 group)",
                  (long long)c->moe_inter, MXFP4_GROUP);
     if (has(&v, F_TOPK, F_NEXP)) {
@@ -604,13 +608,19 @@ static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
         vproblem(&v, "'first_k_dense_replace' = %lld must be in 0..%lld (num_hidden_layers)",
                  (long long)c->first_dense, (long long)c->n_layers);
     vpos(&v, F_EPS, c->rms_eps);
-    vpos(&v, F_B1, c->situ_b1);
-    vpos(&v, F_B2, c->situ_b2);
+    if (!c->act_silu) {
+        vpos(&v, F_B1, c->situ_b1);
+        vpos(&v, F_B2, c->situ_b2);
+    }
+    if (c->kv_norm_eps < 0 || !isfinite(c->kv_norm_eps))
+        vproblem(&v, "kv_a_layernorm epsilon %g must be a non-negative number", c->kv_norm_eps);
+    if (c->moe_plain && HAVE(have, F_LATENT) && c->latent != c->hidden)
+        vproblem(&v, "experts on the hidden dim need latent = hidden_size, got %lld", (long long)c->latent);
     vpos(&v, F_RSCALE, c->routed_scale);
     /* finite is not enough: 1e308 scales every routed output to inf */
     if (HAVE(have, F_RSCALE) && isfinite(c->routed_scale) && c->routed_scale > CFG_MAX_ROUTED_SCALE)
         vproblem(&v, "'%s' = %g is absurd (at most %g)", fname(F_RSCALE), c->routed_scale, CFG_MAX_ROUTED_SCALE);
-    if (HAVE(have, F_GLB) && !(isfinite(c->gate_lb) && c->gate_lb < 0))
+    if (HAVE(have, F_GLB) && !c->kda_softplus && !(isfinite(c->gate_lb) && c->gate_lb < 0))
         vproblem(&v, "'gate_lower_bound' = %g must be negative", c->gate_lb);
 
     /* Layer map: the parser fills is_mla from the list; presets fill it directly,
@@ -755,7 +765,10 @@ static void put_list(sbuf *b, const char *ind, const cfg *c, int want_mla) {
     sbuf_printf(b, "%s]", first ? "" : "\n      ");
 }
 
-char *cfg_to_json(const cfg *c) {
+char *cfg_to_json(const cfg *c) { return arch_of(c)->to_json(c); }
+
+/* The released K3 shape (nested). */
+char *arch_k3_to_json(const cfg *c) {
     sbuf b = {0};
 #define I(k, v) sbuf_printf(&b, "    \"%s\": %lld,\n", k, (long long)(v))
 #define BO(k, v) sbuf_printf(&b, "    \"%s\": %s,\n", k, (v) ? "true" : "false")

@@ -42,7 +42,22 @@ typedef struct cfg {
     int64_t n_eos, eos_ids[CFG_MAX_EOS];
     int64_t max_ctx; /* max_position_embeddings if present, else CFG_DEFAULT_CTX */
     int mxfp4_experts; /* quantization_config.format == "mxfp4" (informational) */
+    /* Architecture and its variants (arch.h). All zero is K3, so a cfg filled by
+     * hand (presets, tests) keeps K3's math. */
+    int arch;          /* enum cfg_arch */
+    int plain_res;     /* pre-norm residual h += block(RMSNorm(h)); no Block AttnRes */
+    int kda_softplus;  /* KDA decay g = -exp(A_log[h]) softplus(f + dt_bias) (threshold 20), no lower bound */
+    int kda_g_lowrank; /* KDA output gate sigmoid(g_b(g_a x)), rank kda_head_dim, no bias */
+    int act_silu;      /* GLU activation SiLU(gate) * up instead of SiTU */
+    int moe_plain;     /* experts on the hidden dim (latent == hidden): no latent projections or norm */
+    double kv_norm_eps;/* kv_a_layernorm epsilon; 0: rms_eps (K3) */
+    /* Routed weights from the biased scores s + e_score_correction_bias, as the
+     * Kimi Linear release's modeling_kimi.py computes them (a run-time choice,
+     * strata_model_opts.router; part of the config fingerprint). 0: the unbiased
+     * sigmoid (vLLM, llama.cpp, K3). */
+    int router_hf;
 } cfg;
+enum cfg_arch { ARCH_K3 = 0, ARCH_KIMI_LINEAR = 1 };
 #define CFG_DEFAULT_CTX 131072
 
 /* Parses and validates config.json bytes. On failure returns STRATA_EFORMAT and
@@ -53,7 +68,8 @@ int cfg_load(cfg *c, const char *path, char *err, size_t errlen);
 void cfg_k3(cfg *c);
 /* Structural validation only (used by cfg_parse and by presets). */
 int cfg_validate(const cfg *c, const char *what, char *err, size_t errlen);
-/* Writes the released nested config.json shape for c (MEM_MISC string, caller frees). */
+/* Writes config.json for c in its architecture's published shape (K3: the
+ * released nested one; Kimi Linear: flat). MEM_MISC string, caller frees. */
 char *cfg_to_json(const cfg *c);
 
 static inline int cfg_is_moe(const cfg *c, int64_t L) { return L >= c->first_dense; }

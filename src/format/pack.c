@@ -18,6 +18,7 @@
  * its bandwidth: such a copy runs at 1 / (1/read + 1/write), not at write speed.
  */
 #define XXH_STATIC_LINKING_ONLY
+#include "arch.h"
 #include "pack.h"
 
 #include <dirent.h>
@@ -981,7 +982,7 @@ static int xrec_cmp(const void *a, const void *b) {
 
 static int experts_bf16(const cfg *c, const st_index *ix) {
     char name[200];
-    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight",
+    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx,
              (long long)c->first_dense);
     return st_find(ix, name) != NULL;
 }
@@ -1451,7 +1452,7 @@ static int parse_region(json_t *o, pack_region *r, uint64_t trunk_bytes, const s
         const st_tensor *s = name ? st_find(ix, name) : NULL;
         if (!s || jsonx_int(json_object_get(t, "role"), &role) || jsonx_int(json_object_get(t, "off"), &toff) ||
             jsonx_int(json_object_get(t, "nbytes"), &tnb) || role < 0 || role >= R_COUNT || toff < 0 ||
-            (uint64_t)tnb != s->nbytes || (uint64_t)(toff + tnb) > r->nbytes || s->ndim > 3)
+            (uint64_t)tnb != s->nbytes || (uint64_t)(toff + tnb) > r->nbytes || s->ndim > 4)
             return base_fail(err, errlen, STRATA_EFORMAT, "%s: %s: tensor %d (%s) does not match the model", mpath, what, i,
                              name ? name : "?");
         pack_tensor *pt = &r->t[i];

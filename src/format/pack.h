@@ -77,7 +77,7 @@ static inline int64_t pack_block_rows(int ndim, int64_t rows, uint64_t nbytes, u
 typedef struct pack_tensor {
     const char *name;    /* owned by the pack */
     int32_t role, dtype, ndim;
-    int64_t shape[3];
+    int64_t shape[4];
     uint64_t off, nbytes; /* off relative to the region start */
     uint64_t xxh3;        /* XXH3-64 of its nbytes (has_xxh3: the manifest has it) */
     int has_xxh3;

@@ -1,5 +1,6 @@
 /*
- * schema.c: the tensor list of a K3 model from its config (see schema.h).
+ * schema.c: the tensor list of a model from its config (see schema.h): names
+ * under the architecture's prefixes (arch.h), tensors as its variant flags say.
  * Shapes are (rows, cols) with y = W x; a vector is [n]. A_log is stored with
  * max(heads, head_dim) entries as in the released checkpoint (128 for 96 heads);
  * only the first `heads` are meaningful.
@@ -10,7 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define PFX "language_model.model."
+#include "arch.h"
+#include "st.h"
 
 static const char *k_role_names[R_COUNT] = {
     "embed", "lm_head", "norm", "output_attn_res_norm", "output_attn_res_proj",
@@ -27,7 +29,7 @@ static const char *k_role_names[R_COUNT] = {
     "moe.shared.up_proj", "moe.shared.down_proj",
     "expert.w1.weight_packed", "expert.w1.weight_scale", "expert.w2.weight_packed",
     "expert.w2.weight_scale", "expert.w3.weight_packed", "expert.w3.weight_scale",
-    "expert.w1.weight", "expert.w2.weight", "expert.w3.weight"};
+    "expert.w1.weight", "expert.w2.weight", "expert.w3.weight", "kda.g_a_proj", "kda.g_b_proj"};
 
 const char *schema_role_name(int role) {
     return (role >= 0 && role < R_COUNT) ? k_role_names[role] : "?";
@@ -37,13 +39,25 @@ typedef struct {
     schema_fn fn;
     void *ud;
     int rc;
+    int pub;              /* the next tensor's published dtype + 1 (0: none) */
+    const char *pfx;      /* the architecture's body prefix (arch.h) */
+    char lp[48];          /* pfx "layers" */
 } walker;
+
+static void walker_init(walker *w, const cfg *c, schema_fn fn, void *ud) {
+    memset(w, 0, sizeof *w);
+    w->fn = fn;
+    w->ud = ud;
+    w->pfx = arch_of(c)->pfx;
+    snprintf(w->lp, sizeof w->lp, "%slayers", w->pfx);
+}
 
 static int emit(walker *w, int cls, int kind, int role, int64_t L, int64_t E, int ndim,
                 int64_t d0, int64_t d1, int64_t d2, const char *fmt, ...) {
     if (w->rc) return w->rc;
     tspec t;
     memset(&t, 0, sizeof t);
+    t.pub_dtype = w->pub;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(t.name, sizeof t.name, fmt, ap);
@@ -51,6 +65,10 @@ static int emit(walker *w, int cls, int kind, int role, int64_t L, int64_t E, in
     t.cls = cls; t.kind = kind; t.role = role; t.layer = L; t.expert = E; t.ndim = ndim;
     t.shape[0] = d0; t.shape[1] = d1; t.shape[2] = d2;
     t.numel = d0 * (ndim > 1 ? d1 : 1) * (ndim > 2 ? d2 : 1);
+    if (ndim == 4) { /* [1, 1, n, 1]: Kimi Linear's A_log */
+        t.shape[3] = 1;
+        t.numel = d2;
+    }
     w->rc = w->fn(w->ud, &t);
     return w->rc;
 }
@@ -58,45 +76,72 @@ static int emit(walker *w, int cls, int kind, int role, int64_t L, int64_t E, in
 #define MAT(role, r, c, ...) emit(w, TC_LAYER, TK_MATRIX, role, L, -1, 2, r, c, 0, __VA_ARGS__)
 #define VEC(role, n, ...) emit(w, TC_LAYER, TK_VECTOR, role, L, -1, 1, n, 0, 0, __VA_ARGS__)
 
-static void walk_layer(const cfg *c, int64_t L, walker *w) {
-    const int64_t H = c->hidden;
-    const char *lp = PFX "layers";
-    VEC(R_IN_NORM, H, "%s.%lld.input_layernorm.weight", lp, (long long)L);
-    VEC(R_POST_NORM, H, "%s.%lld.post_attention_layernorm.weight", lp, (long long)L);
-    VEC(R_ATTN_RES_NORM, H, "%s.%lld.self_attention_res_norm.weight", lp, (long long)L);
-    VEC(R_ATTN_RES_PROJ, H, "%s.%lld.self_attention_res_proj.weight", lp, (long long)L);
-    VEC(R_MLP_RES_NORM, H, "%s.%lld.mlp_res_norm.weight", lp, (long long)L);
-    VEC(R_MLP_RES_PROJ, H, "%s.%lld.mlp_res_proj.weight", lp, (long long)L);
-    if (!c->is_mla[L]) {
-        const int64_t D = c->kda_head_dim, P = c->kda_heads * D;
-        const char *a = "self_attn";
-        MAT(R_KDA_Q, P, H, "%s.%lld.%s.q_proj.weight", lp, (long long)L, a);
-        MAT(R_KDA_K, P, H, "%s.%lld.%s.k_proj.weight", lp, (long long)L, a);
-        MAT(R_KDA_V, P, H, "%s.%lld.%s.v_proj.weight", lp, (long long)L, a);
-        MAT(R_KDA_G, P, H, "%s.%lld.%s.g_proj.weight", lp, (long long)L, a);
-        MAT(R_KDA_O, H, P, "%s.%lld.%s.o_proj.weight", lp, (long long)L, a);
-        emit(w, TC_LAYER, TK_CONV, R_KDA_QCONV, L, -1, 3, P, 1, c->conv_k, "%s.%lld.%s.q_conv1d.weight", lp, (long long)L, a);
-        emit(w, TC_LAYER, TK_CONV, R_KDA_KCONV, L, -1, 3, P, 1, c->conv_k, "%s.%lld.%s.k_conv1d.weight", lp, (long long)L, a);
-        emit(w, TC_LAYER, TK_CONV, R_KDA_VCONV, L, -1, 3, P, 1, c->conv_k, "%s.%lld.%s.v_conv1d.weight", lp, (long long)L, a);
-        MAT(R_KDA_FA, D, H, "%s.%lld.%s.f_a_proj.weight", lp, (long long)L, a);
-        MAT(R_KDA_FB, P, D, "%s.%lld.%s.f_b_proj.weight", lp, (long long)L, a);
-        MAT(R_KDA_B, c->kda_heads, H, "%s.%lld.%s.b_proj.weight", lp, (long long)L, a);
+/* The KDA block's tensors: q/k/v with their convs, the decay's f_a/f_b, beta,
+ * A_log and dt_bias, the output gate (full-rank g_proj, or g_a/g_b), o_norm, o_proj. */
+static void walk_kda(const cfg *c, int64_t L, walker *w) {
+    const int64_t H = c->hidden, D = c->kda_head_dim, P = c->kda_heads * D;
+    const char *lp = w->lp, *a = "self_attn";
+    MAT(R_KDA_Q, P, H, "%s.%lld.%s.q_proj.weight", lp, (long long)L, a);
+    MAT(R_KDA_K, P, H, "%s.%lld.%s.k_proj.weight", lp, (long long)L, a);
+    MAT(R_KDA_V, P, H, "%s.%lld.%s.v_proj.weight", lp, (long long)L, a);
+    if (!c->kda_g_lowrank) MAT(R_KDA_G, P, H, "%s.%lld.%s.g_proj.weight", lp, (long long)L, a);
+    MAT(R_KDA_O, H, P, "%s.%lld.%s.o_proj.weight", lp, (long long)L, a);
+    emit(w, TC_LAYER, TK_CONV, R_KDA_QCONV, L, -1, 3, P, 1, c->conv_k, "%s.%lld.%s.q_conv1d.weight", lp, (long long)L, a);
+    emit(w, TC_LAYER, TK_CONV, R_KDA_KCONV, L, -1, 3, P, 1, c->conv_k, "%s.%lld.%s.k_conv1d.weight", lp, (long long)L, a);
+    emit(w, TC_LAYER, TK_CONV, R_KDA_VCONV, L, -1, 3, P, 1, c->conv_k, "%s.%lld.%s.v_conv1d.weight", lp, (long long)L, a);
+    MAT(R_KDA_FA, D, H, "%s.%lld.%s.f_a_proj.weight", lp, (long long)L, a);
+    MAT(R_KDA_FB, P, D, "%s.%lld.%s.f_b_proj.weight", lp, (long long)L, a);
+    MAT(R_KDA_B, c->kda_heads, H, "%s.%lld.%s.b_proj.weight", lp, (long long)L, a);
+    if (c->kda_softplus) {
+        /* Kimi Linear: A_log [1, 1, heads, 1] and dt_bias published F32 */
+        w->pub = DT_F32 + 1;
+        emit(w, TC_LAYER, TK_VECTOR, R_KDA_ALOG, L, -1, 4, 1, 1, c->kda_heads, "%s.%lld.%s.A_log", lp, (long long)L, a);
+        VEC(R_KDA_DTBIAS, P, "%s.%lld.%s.dt_bias", lp, (long long)L, a);
+        w->pub = 0;
+    } else {
         VEC(R_KDA_ALOG, c->kda_heads > D ? c->kda_heads : D, "%s.%lld.%s.A_log", lp, (long long)L, a);
         VEC(R_KDA_DTBIAS, P, "%s.%lld.%s.dt_bias", lp, (long long)L, a);
-        VEC(R_KDA_ONORM, D, "%s.%lld.%s.o_norm.weight", lp, (long long)L, a);
-    } else {
-        const int64_t NH = c->n_heads;
-        const char *a = "self_attn";
+    }
+    if (c->kda_g_lowrank) {
+        MAT(R_KDA_GA, D, H, "%s.%lld.%s.g_a_proj.weight", lp, (long long)L, a);
+        MAT(R_KDA_GB, P, D, "%s.%lld.%s.g_b_proj.weight", lp, (long long)L, a);
+    }
+    VEC(R_KDA_ONORM, D, "%s.%lld.%s.o_norm.weight", lp, (long long)L, a);
+}
+
+/* MLA: q through q-LoRA (q_a, its norm, q_b), or a direct q_proj (q_lora == 0,
+ * in the q_b role); kv_a with its norm, kv_b, o_proj, the optional output gate. */
+static void walk_mla(const cfg *c, int64_t L, walker *w) {
+    const int64_t H = c->hidden, NH = c->n_heads;
+    const char *lp = w->lp, *a = "self_attn";
+    if (c->q_lora > 0) {
         MAT(R_MLA_QA, c->q_lora, H, "%s.%lld.%s.q_a_proj.weight", lp, (long long)L, a);
         VEC(R_MLA_QA_NORM, c->q_lora, "%s.%lld.%s.q_a_layernorm.weight", lp, (long long)L, a);
         MAT(R_MLA_QB, NH * (c->qk_nope + c->qk_rope), c->q_lora, "%s.%lld.%s.q_b_proj.weight", lp, (long long)L, a);
-        MAT(R_MLA_KVA, c->kv_lora + c->qk_rope, H, "%s.%lld.%s.kv_a_proj_with_mqa.weight", lp, (long long)L, a);
-        VEC(R_MLA_KVA_NORM, c->kv_lora, "%s.%lld.%s.kv_a_layernorm.weight", lp, (long long)L, a);
-        MAT(R_MLA_KVB, NH * (c->qk_nope + c->v_head), c->kv_lora, "%s.%lld.%s.kv_b_proj.weight", lp, (long long)L, a);
-        MAT(R_MLA_O, H, NH * c->v_head, "%s.%lld.%s.o_proj.weight", lp, (long long)L, a);
-        if (c->mla_out_gate) /* no output gate, no g_proj (mla_use_output_gate false) */
-            MAT(R_MLA_G, NH * c->v_head, H, "%s.%lld.%s.g_proj.weight", lp, (long long)L, a);
+    } else {
+        MAT(R_MLA_QB, NH * (c->qk_nope + c->qk_rope), H, "%s.%lld.%s.q_proj.weight", lp, (long long)L, a);
     }
+    MAT(R_MLA_KVA, c->kv_lora + c->qk_rope, H, "%s.%lld.%s.kv_a_proj_with_mqa.weight", lp, (long long)L, a);
+    VEC(R_MLA_KVA_NORM, c->kv_lora, "%s.%lld.%s.kv_a_layernorm.weight", lp, (long long)L, a);
+    MAT(R_MLA_KVB, NH * (c->qk_nope + c->v_head), c->kv_lora, "%s.%lld.%s.kv_b_proj.weight", lp, (long long)L, a);
+    MAT(R_MLA_O, H, NH * c->v_head, "%s.%lld.%s.o_proj.weight", lp, (long long)L, a);
+    if (c->mla_out_gate) /* no output gate, no g_proj (mla_use_output_gate false) */
+        MAT(R_MLA_G, NH * c->v_head, H, "%s.%lld.%s.g_proj.weight", lp, (long long)L, a);
+}
+
+static void walk_layer(const cfg *c, int64_t L, walker *w) {
+    const int64_t H = c->hidden;
+    const char *lp = w->lp;
+    VEC(R_IN_NORM, H, "%s.%lld.input_layernorm.weight", lp, (long long)L);
+    VEC(R_POST_NORM, H, "%s.%lld.post_attention_layernorm.weight", lp, (long long)L);
+    if (!c->plain_res) {
+        VEC(R_ATTN_RES_NORM, H, "%s.%lld.self_attention_res_norm.weight", lp, (long long)L);
+        VEC(R_ATTN_RES_PROJ, H, "%s.%lld.self_attention_res_proj.weight", lp, (long long)L);
+        VEC(R_MLP_RES_NORM, H, "%s.%lld.mlp_res_norm.weight", lp, (long long)L);
+        VEC(R_MLP_RES_PROJ, H, "%s.%lld.mlp_res_proj.weight", lp, (long long)L);
+    }
+    if (!c->is_mla[L]) walk_kda(c, L, w);
+    else walk_mla(c, L, w);
     if (!cfg_is_moe(c, L)) {
         MAT(R_DENSE_GATE, c->dense_inter, H, "%s.%lld.mlp.gate_proj.weight", lp, (long long)L);
         MAT(R_DENSE_UP, c->dense_inter, H, "%s.%lld.mlp.up_proj.weight", lp, (long long)L);
@@ -106,10 +151,12 @@ static void walk_layer(const cfg *c, int64_t L, walker *w) {
         const int64_t S = c->n_shared * c->moe_inter;
         MAT(R_MOE_ROUTER, c->n_experts, H, "%s.%lld.%s.gate.weight", lp, (long long)L, m);
         VEC(R_MOE_BIAS, c->n_experts, "%s.%lld.%s.gate.e_score_correction_bias", lp, (long long)L, m);
-        MAT(R_MOE_LAT_DOWN, c->latent, H, "%s.%lld.%s.routed_expert_down_proj.weight", lp, (long long)L, m);
-        MAT(R_MOE_LAT_UP, H, c->latent, "%s.%lld.%s.routed_expert_up_proj.weight", lp, (long long)L, m);
-        if (c->latent_norm) /* latent_moe_use_norm false: the checkpoint has no norm */
-            VEC(R_MOE_LAT_NORM, c->latent, "%s.%lld.%s.routed_expert_norm.weight", lp, (long long)L, m);
+        if (!c->moe_plain) {
+            MAT(R_MOE_LAT_DOWN, c->latent, H, "%s.%lld.%s.routed_expert_down_proj.weight", lp, (long long)L, m);
+            MAT(R_MOE_LAT_UP, H, c->latent, "%s.%lld.%s.routed_expert_up_proj.weight", lp, (long long)L, m);
+            if (c->latent_norm) /* latent_moe_use_norm false: the checkpoint has no norm */
+                VEC(R_MOE_LAT_NORM, c->latent, "%s.%lld.%s.routed_expert_norm.weight", lp, (long long)L, m);
+        }
         if (S > 0) {
             MAT(R_MOE_SH_GATE, S, H, "%s.%lld.%s.shared_experts.gate_proj.weight", lp, (long long)L, m);
             MAT(R_MOE_SH_UP, S, H, "%s.%lld.%s.shared_experts.up_proj.weight", lp, (long long)L, m);
@@ -120,7 +167,6 @@ static void walk_layer(const cfg *c, int64_t L, walker *w) {
 
 static void walk_expert(const cfg *c, int64_t L, int64_t E, int bf16, walker *w) {
     const int64_t I = c->moe_inter, Z = c->latent;
-    const char *fmt = PFX "layers.%lld.block_sparse_moe.experts.%lld.%s";
     char tail[32];
     static const struct { const char *w; int rp, rs, rb; } k[3] = {
         {"w1", R_EXP_W1P, R_EXP_W1S, R_EXP_W1},
@@ -128,40 +174,46 @@ static void walk_expert(const cfg *c, int64_t L, int64_t E, int bf16, walker *w)
         {"w3", R_EXP_W3P, R_EXP_W3S, R_EXP_W3}};
     for (int i = 0; i < 3; i++) {
         int64_t rows = i == 1 ? Z : I, cols = i == 1 ? I : Z;
+        const char *fmt = "%s.%lld.block_sparse_moe.experts.%lld.%s";
         if (bf16) {
             snprintf(tail, sizeof tail, "%s.weight", k[i].w);
-            emit(w, TC_EXPERT, TK_MATRIX, k[i].rb, L, E, 2, rows, cols, 0, fmt, (long long)L, (long long)E, tail);
+            emit(w, TC_EXPERT, TK_MATRIX, k[i].rb, L, E, 2, rows, cols, 0, fmt, w->lp, (long long)L, (long long)E, tail);
         } else {
             snprintf(tail, sizeof tail, "%s.weight_packed", k[i].w);
-            emit(w, TC_EXPERT, TK_PACKED, k[i].rp, L, E, 2, rows, cols / 2, 0, fmt, (long long)L, (long long)E, tail);
+            emit(w, TC_EXPERT, TK_PACKED, k[i].rp, L, E, 2, rows, cols / 2, 0, fmt, w->lp, (long long)L, (long long)E, tail);
             snprintf(tail, sizeof tail, "%s.weight_scale", k[i].w);
-            emit(w, TC_EXPERT, TK_SCALE, k[i].rs, L, E, 2, rows, cols / MXFP4_GROUP, 0, fmt, (long long)L, (long long)E, tail);
+            emit(w, TC_EXPERT, TK_SCALE, k[i].rs, L, E, 2, rows, cols / MXFP4_GROUP, 0, fmt, w->lp, (long long)L, (long long)E, tail);
         }
     }
 }
 
 static void walk_head(const cfg *c, walker *w) {
-    emit(w, TC_FINAL, TK_VECTOR, R_FINAL_NORM, -1, -1, 1, c->hidden, 0, 0, PFX "norm.weight");
-    emit(w, TC_FINAL, TK_VECTOR, R_OUT_RES_NORM, -1, -1, 1, c->hidden, 0, 0, PFX "output_attn_res_norm.weight");
-    emit(w, TC_FINAL, TK_VECTOR, R_OUT_RES_PROJ, -1, -1, 1, c->hidden, 0, 0, PFX "output_attn_res_proj.weight");
-    emit(w, TC_LM_HEAD, TK_MATRIX, R_LM_HEAD, -1, -1, 2, c->vocab, c->hidden, 0, "language_model.lm_head.weight");
+    emit(w, TC_FINAL, TK_VECTOR, R_FINAL_NORM, -1, -1, 1, c->hidden, 0, 0, "%snorm.weight", w->pfx);
+    if (!c->plain_res) {
+        emit(w, TC_FINAL, TK_VECTOR, R_OUT_RES_NORM, -1, -1, 1, c->hidden, 0, 0, "%soutput_attn_res_norm.weight", w->pfx);
+        emit(w, TC_FINAL, TK_VECTOR, R_OUT_RES_PROJ, -1, -1, 1, c->hidden, 0, 0, "%soutput_attn_res_proj.weight", w->pfx);
+    }
+    emit(w, TC_LM_HEAD, TK_MATRIX, R_LM_HEAD, -1, -1, 2, c->vocab, c->hidden, 0, "%s", arch_of(c)->lm_head);
 }
 
 int schema_walk_layer(const cfg *c, int64_t L, schema_fn fn, void *ud) {
-    walker w = {fn, ud, 0};
+    walker w;
+    walker_init(&w, c, fn, ud);
     walk_layer(c, L, &w);
     return w.rc;
 }
 
 int schema_walk_expert(const cfg *c, int64_t L, int64_t E, int experts_bf16, schema_fn fn, void *ud) {
-    walker w = {fn, ud, 0};
+    walker w;
+    walker_init(&w, c, fn, ud);
     walk_expert(c, L, E, experts_bf16, &w);
     return w.rc;
 }
 
 int schema_walk(const cfg *c, int experts_bf16, schema_fn fn, void *ud) {
-    walker w = {fn, ud, 0};
-    emit(&w, TC_EMBED, TK_MATRIX, R_EMBED, -1, -1, 2, c->vocab, c->hidden, 0, PFX "embed_tokens.weight");
+    walker w;
+    walker_init(&w, c, fn, ud);
+    emit(&w, TC_EMBED, TK_MATRIX, R_EMBED, -1, -1, 2, c->vocab, c->hidden, 0, "%sembed_tokens.weight", w.pfx);
     for (int64_t L = 0; L < c->n_layers && !w.rc; L++) {
         walk_layer(c, L, &w);
         if (cfg_is_moe(c, L))
@@ -172,7 +224,8 @@ int schema_walk(const cfg *c, int experts_bf16, schema_fn fn, void *ud) {
 }
 
 int schema_walk_head(const cfg *c, schema_fn fn, void *ud) {
-    walker w = {fn, ud, 0};
+    walker w;
+    walker_init(&w, c, fn, ud);
     walk_head(c, &w);
     return w.rc;
 }
@@ -226,7 +279,7 @@ void schema_census(const cfg *c, cfg_census *o) {
         if (!cfg_is_moe(c, L)) { o->n_dense++; continue; }
         o->n_moe++;
         k.params = k.bytes = 0;
-        schema_walk_expert(c, L, 0, 0, cen_add, &k);
+        schema_walk_expert(c, L, 0, c->moe_plain, cen_add, &k); /* Kimi Linear: bf16 experts */
         o->expert_bytes = k.bytes;
         o->params_experts += k.params * (uint64_t)c->n_experts;
         o->experts_bytes += k.bytes * (uint64_t)c->n_experts;

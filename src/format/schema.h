@@ -1,5 +1,6 @@
 /*
- * schema.h: every tensor a K3 model has, derived from its config alone.
+ * schema.h: every tensor a model has, derived from its config alone (the
+ * architecture's prefixes from arch.h, its variant flags from cfg.h).
  *
  * One walk drives the generator (what to write), the binder (what must exist, with
  * which shape), the census and the packer, so the four can never disagree about a
@@ -37,6 +38,9 @@ enum trole {
     /* one routed expert (MXFP4 packed/scale, or bf16 weight) */
     R_EXP_W1P, R_EXP_W1S, R_EXP_W2P, R_EXP_W2S, R_EXP_W3P, R_EXP_W3S,
     R_EXP_W1, R_EXP_W2, R_EXP_W3,
+    /* KDA low-rank output gate (cfg kda_g_lowrank): g_a (D, hidden), g_b (P, D).
+     * A direct MLA q_proj (q_lora == 0) fills R_MLA_QB with (NH * qh, hidden). */
+    R_KDA_GA, R_KDA_GB,
     R_COUNT
 };
 
@@ -46,8 +50,9 @@ typedef struct tspec {
     int64_t layer;  /* -1 for model-level tensors */
     int64_t expert; /* -1 unless TC_EXPERT */
     int ndim;
-    int64_t shape[3];
+    int64_t shape[4];
     int64_t numel;
+    int pub_dtype;  /* the dtype the architecture publishes it in, plus 1 (0: the writer's choice) */
 } tspec;
 
 /* Calls fn for every tensor in canonical order: embed; per layer L the trunk

@@ -10,6 +10,7 @@
  * not cover rows x cols.
  */
 #include <string.h>
+#include "arch.h"
 #include "model.h"
 #include "num.h"
 #include "st.h"
@@ -168,7 +169,7 @@ int wsrc_resident_open(wsrc **out, const cfg *c, const st_index *ix, char *err, 
     for (int64_t L = 0; L < c->n_layers; L++)
         if (cfg_is_moe(c, L)) {
             char name[160];
-            snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight",
+            snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx,
                      (long long)L);
             bf16 = st_find(ix, name) != NULL;
             break;

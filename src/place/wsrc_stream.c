@@ -43,6 +43,7 @@
  * compute threads on a small machine. Same hash values. */
 #include <xxh_x86dispatch.h>
 #endif
+#include "arch.h"
 #include "cache.h"
 #include "io.h"
 #include "num.h"
@@ -244,6 +245,7 @@ static const wsrc_ops k_stream_ops;
 int place_sliceable_role(int r) {
     switch (r) {
     case R_KDA_Q: case R_KDA_K: case R_KDA_V: case R_KDA_G: case R_KDA_O: case R_KDA_FA: case R_KDA_FB: case R_KDA_B:
+    case R_KDA_GA: case R_KDA_GB:
     case R_MLA_QA: case R_MLA_QB: case R_MLA_KVA: case R_MLA_O: case R_MLA_G:
     case R_DENSE_GATE: case R_DENSE_UP: case R_DENSE_DOWN:
     case R_MOE_ROUTER: case R_MOE_LAT_DOWN: case R_MOE_LAT_UP: case R_MOE_SH_GATE: case R_MOE_SH_UP: case R_MOE_SH_DOWN:
@@ -1836,7 +1838,7 @@ static void preload(stream *s) {
 
 static int experts_are_bf16(const cfg *c, const st_index *ix) {
     char name[200];
-    snprintf(name, sizeof name, "language_model.model.layers.%lld.block_sparse_moe.experts.0.w1.weight", (long long)c->first_dense);
+    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx, (long long)c->first_dense);
     return st_find(ix, name) != NULL;
 }
 
@@ -1961,7 +1963,8 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
     }
     /* embeddings: a row is embed_row bytes at a known offset (pack region or the shard) */
     if (!p->no_head) {
-        const char *en = "language_model.model.embed_tokens.weight";
+        char en[96];
+        snprintf(en, sizeof en, "%sembed_tokens.weight", arch_of(c)->pfx);
         const st_tensor *t = st_find(ix, en);
         if (!t || t->ndim != 2 || t->shape[0] != c->vocab || t->shape[1] != c->hidden) {
             rc = base_fail(err, errlen, STRATA_EFORMAT, "stream: %s missing or misshapen", en);

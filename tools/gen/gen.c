@@ -520,6 +520,23 @@ fail:
     return rc;
 }
 
+/* Kimi Linear's specials (the K2 tokenizer: family-formats.md 2.1), ids from the
+ * first special: [BOS] +0, [EOS] +1, <|im_end|> +2, <|im_user|> +3,
+ * <|im_assistant|> +4, <|im_system|> +10, <|im_middle|> +17. */
+static const char *kl_special_name(int64_t i, char *buf, size_t n) {
+    static const char *k_named[18] = {"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", NULL,
+                                      "<|start_header_id|>", "<|end_header_id|>", NULL, "[EOT]", "<|im_system|>",
+                                      "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+                                      "<|tool_call_argument_begin|>", "<|tool_call_end|>", NULL, "<|im_middle|>"};
+    if (i >= 0 && i < 18 && k_named[i]) snprintf(buf, n, "%s", k_named[i]);
+    else snprintf(buf, n, "<|reserved_token_%lld|>", (long long)i);
+    return buf;
+}
+
+static const char *special_name(const cfg *c, int64_t i, char *buf, size_t n) {
+    return c->arch == ARCH_KIMI_LINEAR ? kl_special_name(i, buf, n) : gen_special_name(i, buf, n);
+}
+
 const char *gen_special_name(int64_t i, char *buf, size_t n) {
     static const char *k_named[] = {"[BOS]", "[EOS]", "<|end_of_msg|>", "<|open|>", "<|close|>", "<|sep|>"};
     if (i >= 0 && i < 6) snprintf(buf, n, "%s", k_named[i]);
@@ -576,10 +593,14 @@ static int write_tokenizer(const char *dir, const cfg *c, int64_t n_ranks, char 
     for (int64_t id = n_ranks; id < c->vocab; id++)
         sbuf_printf(&b, "%s\n    \"%lld\": {\"content\": \"%s\", \"lstrip\": false, \"normalized\": false, "
                         "\"rstrip\": false, \"single_word\": false, \"special\": true}",
-                    id == n_ranks ? "" : ",", (long long)id, gen_special_name(id - n_ranks, name, sizeof name));
-    sbuf_printf(&b, "\n  },\n  \"additional_special_tokens\": [\"<|end_of_msg|>\", \"<|open|>\", \"<|close|>\", \"<|sep|>\"],\n");
+                    id == n_ranks ? "" : ",", (long long)id, special_name(c, id - n_ranks, name, sizeof name));
+    if (c->arch == ARCH_KIMI_LINEAR)
+        sbuf_printf(&b, "\n  },\n  \"additional_special_tokens\": [\"<|im_end|>\", \"<|im_user|>\", \"<|im_assistant|>\", "
+                        "\"<|im_system|>\", \"<|im_middle|>\"],\n");
+    else
+        sbuf_printf(&b, "\n  },\n  \"additional_special_tokens\": [\"<|end_of_msg|>\", \"<|open|>\", \"<|close|>\", \"<|sep|>\"],\n");
     sbuf_printf(&b, "  \"bos_token\": \"[BOS]\",\n  \"eos_token\": \"[EOS]\",\n");
-    sbuf_printf(&b, "  \"pad_token\": \"%s\",\n", gen_special_name(c->vocab - 1 - n_ranks, name, sizeof name));
+    sbuf_printf(&b, "  \"pad_token\": \"%s\",\n", special_name(c, c->vocab - 1 - n_ranks, name, sizeof name));
     sbuf_printf(&b, "  \"unk_token\": null,\n  \"clean_up_tokenization_spaces\": false,\n");
     sbuf_printf(&b, "  \"model_max_length\": %lld,\n  \"tokenizer_class\": \"TikTokenTokenizer\"\n}\n", (long long)c->max_ctx);
     if (snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= (int)sizeof path)
@@ -598,6 +619,20 @@ static int write_config(const char *dir, const cfg *c, const gen_opts *o, char *
     sbuf b = {0};
     const char *tc = strstr(js, "\"text_config\": {\n");
     const char *root = strchr(js, '{');
+    if (root && !tc) { /* a flat config (Kimi Linear): the record after the root brace, keys as published */
+        sbuf_printf(&b, "{\n  \"strata_generator\": {\"tool\": \"strata gen-model\", \"version\": \"%s\", "
+                        "\"preset\": \"%s\", \"seed\": %llu, \"sparse\": %s, \"experts\": \"bf16\", \"trunk_dtype\": \"%s\"},%s",
+                    STRATA_VERSION, o->preset ? o->preset : "", (unsigned long long)o->seed, o->sparse ? "true" : "false",
+                    o->trunk_dtype == GEN_TRUNK_MIXED ? "mixed" : o->trunk_dtype == GEN_TRUNK_F32 ? "f32" : "bf16", root + 1);
+        base_free(js);
+        char fp[4200];
+        int frc = snprintf(fp, sizeof fp, "%s/config.json", dir) >= (int)sizeof fp
+                      ? base_fail(err, errlen, STRATA_EINVAL, "gen: path too long")
+                      : b.s ? base_write_file_atomic(fp, b.s, b.len, err, errlen)
+                            : base_fail(err, errlen, STRATA_ENOMEM, "gen: out of memory");
+        sbuf_free(&b);
+        return frc;
+    }
     if (!tc || !root) { base_free(js); return base_fail(err, errlen, STRATA_EFORMAT, "gen: unexpected cfg_to_json output"); }
     sbuf_printf(&b, "%.*s\n  \"strata_generator\": {\"tool\": \"strata gen-model\", \"version\": \"%s\", "
                     "\"preset\": \"%s\", \"seed\": %llu, \"sparse\": %s, \"experts\": \"%s\", \"trunk_dtype\": \"%s\"},",
@@ -627,7 +662,7 @@ typedef struct gitem {
     uint64_t nbytes;
     uint64_t off;       /* data offset inside its shard */
     uint64_t seed;      /* value stream of this tensor */
-    int64_t shape[3];
+    int64_t shape[4];
     int32_t layer, expert, shard;
     int16_t role;
     int8_t cls, kind, ndim, dtype;
@@ -686,8 +721,9 @@ static int plan_add(void *ud, const tspec *ts) {
     t->ndim = (int8_t)ts->ndim;
     t->layer = (int32_t)ts->layer;
     t->expert = (int32_t)ts->expert;
-    for (int d = 0; d < 3; d++) t->shape[d] = ts->shape[d];
+    for (int d = 0; d < 4; d++) t->shape[d] = ts->shape[d];
     if (ts->kind == TK_PACKED || ts->kind == TK_SCALE) t->dtype = DT_U8;
+    else if (ts->pub_dtype) t->dtype = (int8_t)(ts->pub_dtype - 1); /* as the architecture publishes it */
     else if (ts->cls == TC_EXPERT) t->dtype = DT_BF16;
     else if (p->o->trunk_dtype == GEN_TRUNK_MIXED) {
         static const int8_t k_rot[3] = {DT_BF16, DT_F32, DT_F16};
@@ -1327,6 +1363,10 @@ static void final_cfg(cfg *w, const cfg *c, const gen_opts *o) {
     w->eos_ids[0] = ranks + 1;
     w->eos_ids[1] = ranks + 2;
     w->pad_id = c->vocab - 1;
+    if (c->arch == ARCH_KIMI_LINEAR) { /* eos_token_id <|im_end|> (ranks + 2), one id as published */
+        w->n_eos = 1;
+        w->eos_ids[0] = ranks + 2;
+    }
     w->mxfp4_experts = !o->experts_bf16;
     if (w->max_ctx <= 0) w->max_ctx = CFG_DEFAULT_CTX;
 }
@@ -1346,8 +1386,7 @@ static uint8_t *shard_header(const plan *p, int s, size_t *hlen, char *err, size
         x->name = item_name(p, t);
         x->dtype = t->dtype;
         x->ndim = t->ndim;
-        for (int d = 0; d < 3; d++) x->shape[d] = t->shape[d];
-        x->shape[3] = 0;
+        for (int d = 0; d < 4; d++) x->shape[d] = t->shape[d];
         x->nbytes = t->nbytes;
     }
     char seed[32];

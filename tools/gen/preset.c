@@ -8,6 +8,7 @@
 #include "preset.h"
 
 #include <string.h>
+#include "arch.h"
 #include "strata.h"
 
 /* Everything not set by a preset: K3's scalar choices. */
@@ -163,6 +164,81 @@ static void k3(cfg *c, gen_opts *o) {
     o->shard_bytes = 16300000000ull; /* ~96 shards like the release */
 }
 
+/* ------------------------------------------------------- Kimi Linear */
+
+/* Kimi Linear's variant flags (arch_kimi_linear.c) and the real scalars. */
+static void kl_base(cfg *c, gen_opts *o) {
+    arch_kimi_linear.defaults(c);
+    c->arch = ARCH_KIMI_LINEAR;
+    c->routed_scale = 2.446;
+    c->q_lora = 0;
+    o->experts_bf16 = 1;
+}
+
+/* MLA at one-based multiples of 4 and the last layer (Kimi Linear: 4, 8, ..., 24, 27). */
+static void kl_map(cfg *c) {
+    c->n_mla = 0;
+    for (int64_t L = 0; L < c->n_layers; L++) {
+        c->is_mla[L] = (L + 1) % 4 == 0 || L == c->n_layers - 1;
+        c->n_mla += c->is_mla[L];
+    }
+    arch_kimi_linear.finish(c);
+}
+
+/* A few MB, the published layout: 6 layers (KDA 1-3, 5; MLA 4, 6), a dense first layer. */
+static void kl_tiny(cfg *c, gen_opts *o) {
+    kl_base(c, o);
+    c->hidden = 64;
+    c->n_layers = 6;
+    c->vocab = 512;
+    c->kda_heads = 4;
+    c->kda_head_dim = 16;
+    c->n_heads = 4;
+    c->kv_lora = 32;
+    c->qk_nope = 16;
+    c->qk_rope = 8;
+    c->v_head = 16;
+    c->n_experts = 16;
+    c->topk = 4;
+    c->n_shared = 1;
+    c->moe_inter = 32;
+    c->dense_inter = 128;
+    o->n_reserved = 32;
+    kl_map(c);
+}
+
+/* ~16 GB with the real proportions: 27 layers (20 KDA + 7 MLA), 256 experts top-8
+ * + 1 shared, experts ~95% of the bytes (one expert 2,359,296 B). */
+static void kl_ladder(cfg *c, gen_opts *o) {
+    kl_base(c, o);
+    c->hidden = 1024;
+    c->n_layers = 27;
+    c->vocab = 32768;
+    c->kda_heads = 8;
+    c->kda_head_dim = 128;
+    c->n_heads = 8;
+    c->kv_lora = 512;
+    c->qk_nope = 128;
+    c->qk_rope = 64;
+    c->v_head = 128;
+    c->n_experts = 256;
+    c->topk = 8;
+    c->n_shared = 1;
+    c->moe_inter = 384;
+    c->dense_inter = 4096;
+    c->max_ctx = 32768;
+    o->n_reserved = 256;
+    o->shard_bytes = 4ull << 30;
+    kl_map(c);
+}
+
+static void kl_48b(cfg *c, gen_opts *o) {
+    cfg_kimi_linear(c);
+    o->experts_bf16 = 1;
+    o->n_reserved = 256;
+    o->shard_bytes = 5000000000ull; /* ~20 shards like the release */
+}
+
 typedef struct {
     preset_info info;
     void (*fill)(cfg *c, gen_opts *o);
@@ -179,6 +255,9 @@ static const preset_def k_presets[] = {
     {{"demo", "quick start: hidden 1024, 13 layers, 144 experts top-8, vocab 4352", 0, 0}, demo, 0},
     {{"ladder", "larger than RAM: hidden 2048, 37 layers, 448 experts top-8", 0, 0}, ladder, 0},
     {{"k3", "the real Kimi K3 configuration (1.56 TB)", 1, 0}, k3, 1},
+    {{"kimi-linear-tiny", "Kimi Linear layout: hidden 64, 6 layers, 16 BF16 experts top-4", 0, 1}, kl_tiny, 1},
+    {{"kimi-linear-ladder", "Kimi Linear proportions, ~16 GB: hidden 1024, 27 layers, 256 experts top-8", 0, 0}, kl_ladder, 1},
+    {{"kimi-linear-48b", "the real Kimi-Linear-48B-A3B configuration (98 GB)", 1, 0}, kl_48b, 1},
 };
 #define N_PRESETS (sizeof k_presets / sizeof *k_presets)
 

@@ -1,0 +1,228 @@
+/*
+ * t_kimi_linear.c: the Kimi Linear architecture (src/format/arch_kimi_linear.c):
+ * the real config read and refused where its math is not implemented, the
+ * published layout of the kimi-linear-* presets, the forward pass's invariants
+ * (threads, budgets, packs, batching, speculation) and the router switch.
+ * Agreement with the float64 reference: tests/reference/kl_check.sh.
+ */
+#include <stdlib.h>
+#include <string.h>
+#include "arch.h"
+#include "cfg.h"
+#include "infer.h"
+#include "schema.h"
+#include "test.h"
+
+#define KL_REAL "tests/data/configs/kimi-linear-48b-a3b-instruct.config.json"
+
+static char *slurp(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = base_alloc((size_t)n + 1, MEM_MISC);
+    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { base_free(s); s = NULL; }
+    if (s) s[n] = 0;
+    fclose(f);
+    return s;
+}
+
+/* s with the first `from` replaced by `to` (MEM_MISC). */
+static char *subst1(const char *s, const char *from, const char *to) {
+    const char *p = strstr(s, from);
+    if (!p) return NULL;
+    size_t a = (size_t)(p - s), n = strlen(s) - strlen(from) + strlen(to);
+    char *r = base_alloc(n + 1, MEM_MISC);
+    memcpy(r, s, a);
+    strcpy(r + a, to);
+    strcat(r, p + strlen(from));
+    return r;
+}
+
+TEST(kl_real_config) {
+    cfg c, k;
+    char err[2048];
+    int rc = cfg_load(&c, KL_REAL, err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    if (rc) return;
+    cfg_kimi_linear(&k);
+    CHECK(c.arch == ARCH_KIMI_LINEAR && c.plain_res && c.kda_softplus && c.kda_g_lowrank && c.act_silu && c.moe_plain);
+    CHECK(c.hidden == 2304 && c.n_layers == 27 && c.q_lora == 0 && c.latent == 2304 && !c.mla_out_gate);
+    CHECK(c.n_mla == 7 && c.is_mla[3] && c.is_mla[26] && !c.is_mla[0] && !c.is_mla[25]);
+    CHECK(c.kv_norm_eps == 1e-6 && c.routed_scale == 2.446 && c.eos_ids[0] == 163586 && c.max_ctx == 1048576);
+    CHECK(memcmp(c.is_mla, k.is_mla, sizeof c.is_mla) == 0 && c.dense_inter == k.dense_inter);
+    cfg_census s;
+    schema_census(&c, &s);
+    CHECK(s.params_total == 49122681728ull); /* the release's count */
+    CHECK(s.expert_bytes == 14155776ull);
+    CHECK(s.n_kda == 20 && s.n_mla == 7);
+    /* the writer round-trips */
+    char *js = cfg_to_json(&c);
+    cfg r;
+    rc = cfg_parse(&r, (const uint8_t *)js, strlen(js), "written", err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(r.arch == ARCH_KIMI_LINEAR && r.hidden == c.hidden && memcmp(r.is_mla, c.is_mla, sizeof r.is_mla) == 0);
+    base_free(js);
+    /* K3's fingerprint is unchanged by the layer; the router convention changes Kimi Linear's */
+    cfg c2 = c;
+    c2.router_hf = 1;
+    CHECK(infer_cfg_fingerprint(&c) != infer_cfg_fingerprint(&c2));
+}
+
+/* Values whose math is not implemented are refused, naming the file and key. */
+TEST(kl_config_refusals) {
+    char *js = slurp(KL_REAL);
+    CHECK(js != NULL);
+    if (!js) return;
+    static const struct { const char *from, *to, *msg; } k[] = {
+        {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "'hidden_act' is \"gelu\": not supported"},
+        {"\"num_expert_group\": 1", "\"num_expert_group\": 8", "'num_expert_group' is 8: not supported"},
+        {"\"mla_use_nope\": true", "\"mla_use_nope\": false", "'mla_use_nope' is false: not supported"},
+        {"\"tie_word_embeddings\": false", "\"tie_word_embeddings\": true", "'tie_word_embeddings' is true"},
+        {"\"num_nextn_predict_layers\": 0", "\"num_nextn_predict_layers\": 1", "'num_nextn_predict_layers' is 1"},
+        {"\"KimiLinearForCausalLM\"", "\"KimiK3ForConditionalGeneration\"", "name different architectures"},
+        {"\"kv_lora_rank\": 512", "\"kv_lora_rank\": null", "'kv_lora_rank' must be an integer, got null"},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+        char *m = subst1(js, k[i].from, k[i].to);
+        CHECK_MSG(m != NULL, "%s", k[i].from);
+        if (!m) continue;
+        const char *path = t_write("kl-refused.json", m, strlen(m));
+        base_free(m);
+        char cmd[2048], *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s inspect --config %s", t_strata(), path);
+        CHECK(t_run(cmd, &out) == 1);
+        CHECK_MSG(out && strstr(out, path) && strstr(out, k[i].msg), "%s: %s", k[i].to, out ? out : "");
+        base_free(out);
+    }
+    /* q_lora_rank given as an integer: q-LoRA, read as such */
+    char *m = subst1(js, "\"q_lora_rank\": null", "\"q_lora_rank\": 64");
+    cfg c;
+    char err[1024];
+    CHECK(m && cfg_parse(&c, (const uint8_t *)m, strlen(m), "q", err, sizeof err) == 0 && c.q_lora == 64);
+    base_free(m);
+    base_free(js);
+}
+
+TEST(kl_inspect_plan_real_and_sparse) {
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s inspect --config %s", t_strata(), KL_REAL);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "27 layers = 20 KDA + 7 MLA") && strstr(out, "49,122,681,728") &&
+              strstr(out, "architecture kimi_linear"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8", t_strata(), KL_REAL);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "minimum budget"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/kl48 && %s gen-model %s/kl48 --preset kimi-linear-48b --sparse --quiet", t_tmpdir,
+             t_strata(), t_tmpdir);
+    CHECK(t_run(cmd, &out) == 0);
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s inspect %s/kl48", t_strata(), t_tmpdir);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "20 shards, 20,493 tensors") && strstr(out, "problems: none") &&
+              strstr(out, "one expert 14,155,776 bytes"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s plan %s/kl48 --ram-gb 4", t_strata(), t_tmpdir);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "minimum budget"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "rm -rf %s/kl48", t_tmpdir);
+    t_run(cmd, NULL);
+}
+
+/* The published layout: names, dtypes and shapes the release uses. */
+TEST(kl_tiny_layout) {
+    const char *m = t_model("kl", "kimi-linear-tiny", 7, 0);
+    CHECK(m != NULL);
+    if (!m) return;
+    char path[512];
+    snprintf(path, sizeof path, "%s/config.json", m);
+    char *js = slurp(path);
+    CHECK(js && strstr(js, "\"model_type\": \"kimi_linear\"") && strstr(js, "\"q_lora_rank\": null") &&
+          !strstr(js, "text_config"));
+    base_free(js);
+    snprintf(path, sizeof path, "%s/model-00001-of-00001.safetensors", m);
+    char *raw = slurp(path), *st = raw ? raw + 8 : NULL; /* the header after its 8-byte length */
+    CHECK(st != NULL);
+    if (!st) return;
+    CHECK(strstr(st, "\"model.layers.0.self_attn.A_log\":{\"dtype\":\"F32\",\"shape\":[1,1,4,1]") != NULL);
+    CHECK(strstr(st, "\"model.layers.0.self_attn.dt_bias\":{\"dtype\":\"F32\"") != NULL);
+    CHECK(strstr(st, "\"model.layers.1.block_sparse_moe.gate.e_score_correction_bias\":{\"dtype\":\"BF16\"") != NULL);
+    CHECK(strstr(st, "\"model.layers.3.self_attn.q_proj.weight\"") && strstr(st, "\"lm_head.weight\"") &&
+          strstr(st, "\"model.layers.0.self_attn.g_b_proj.weight\"") && strstr(st, "experts.0.w2.weight"));
+    CHECK(!strstr(st, "attn_res") && !strstr(st, "language_model"));
+    base_free(raw);
+}
+
+static int run_logits(const char *m, const char *extra, const char *tag, char *ids, size_t n) {
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,5,9,2,7,3,11,40 --gen 8 --print-ids --dump-logits %s/kl.%s %s 2>/dev/null",
+             t_strata(), m, t_tmpdir, tag, extra);
+    int rc = t_run(cmd, &out);
+    snprintf(ids, n, "%s", out ? out : "");
+    base_free(out);
+    return rc;
+}
+
+static int same_file(const char *a, const char *b) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/kl.%s %s/kl.%s", t_tmpdir, a, t_tmpdir, b);
+    return t_run(cmd, NULL) == 0;
+}
+
+/* Resident, budgets below the model, one or two threads, a pack, batched and
+ * speculative runs: the same bits. The router switch changes them. */
+TEST(kl_forward_invariants) {
+    const char *m = t_model("kl", "kimi-linear-tiny", 7, 0);
+    const char *mp = t_model("klp", "kimi-linear-tiny", 7, 1);
+    CHECK(m && mp);
+    if (!m || !mp) return;
+    char a[256], b[256];
+    CHECK(run_logits(m, "--threads 2", "res", a, sizeof a) == 0);
+    CHECK(run_logits(m, "--threads 1", "t1", b, sizeof b) == 0);
+    CHECK(!strcmp(a, b) && same_file("res", "t1"));
+    /* the minimum budget, then the smallest budgets above it */
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 1 --ram-gb 0.001", t_strata(), m);
+    t_run(cmd, &out);
+    const char *p = out ? strstr(out, "needs at least ") : NULL;
+    double mb = p ? atof(p + 15) : 0;
+    base_free(out);
+    CHECK(mb > 0);
+    const double bud[2] = {mb * 1.02e-3, mb * 1.2e-3};
+    for (int i = 0; i < 2 && mb > 0; i++) {
+        char ex[128];
+        snprintf(ex, sizeof ex, "--threads 2 --ram-gb %.6f", bud[i]);
+        CHECK(run_logits(m, ex, "bud", b, sizeof b) == 0);
+        CHECK_MSG(!strcmp(a, b) && same_file("res", "bud"), "budget %g", bud[i]);
+        CHECK(run_logits(mp, ex, "pack", b, sizeof b) == 0);
+        CHECK_MSG(!strcmp(a, b) && same_file("res", "pack"), "pack, budget %g", bud[i]);
+    }
+    CHECK(run_logits(m, "--threads 2 --chunk 3", "chunk", b, sizeof b) == 0);
+    CHECK(!strcmp(a, b) && same_file("res", "chunk"));
+    CHECK(run_logits(m, "--threads 2 --spec 3", "spec", b, sizeof b) == 0);
+    CHECK_MSG(!strcmp(a, b), "spec: %s vs %s", b, a);
+    /* batched: the same prompt in three sequences gives the solo ids each */
+    const char batch[] = "1,5,9,2,7,3,11,40\n1,5,9,2,7,3,11,40\n1,5,9,2,7,3,11,40\n";
+    const char *bf = t_write("kl-batch.txt", batch, strlen(batch));
+    snprintf(cmd, sizeof cmd, "%s run %s --batch %s --gen 8 --print-ids --threads 2 2>/dev/null", t_strata(), m, bf);
+    CHECK(t_run(cmd, &out) == 0);
+    char line[256];
+    snprintf(line, sizeof line, "%.*s", (int)strcspn(a, "\n"), a);
+    int hits = 0;
+    for (const char *q = out; q && line[0] && (q = strstr(q, line)); q++) hits++;
+    CHECK_MSG(hits >= 3, "batched: %s", out ? out : "");
+    base_free(out);
+    /* the HF router convention is another model: other logits */
+    CHECK(run_logits(m, "--threads 2 --router hf", "hf", b, sizeof b) == 0);
+    CHECK(!same_file("res", "hf"));
+    CHECK(run_logits(m, "--threads 1 --router hf", "hf1", b, sizeof b) == 0);
+    CHECK(same_file("hf", "hf1"));
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1 --router biased", t_strata(), m);
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK_MSG(out && strstr(out, "--router"), "%s", out ? out : "");
+    base_free(out);
+}
