@@ -7,6 +7,7 @@
  * g_proj, gated MLA with q-LoRA, Stable LatentMoE with SiTU-GLU experts.
  */
 #include "arch.h"
+#include "cfg.h"
 
 #include <string.h>
 

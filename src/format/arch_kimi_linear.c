@@ -24,6 +24,7 @@
  * 6th significant digit of the normed latent. tests/reference uses the same.
  */
 #include "arch.h"
+#include "cfg.h"
 
 #include <math.h>
 #include <stdio.h>

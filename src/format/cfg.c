@@ -97,6 +97,8 @@ typedef struct rd {
     const json_t *root;
     const json_t *text;  /* text_config or NULL (flat shape) */
     const json_t *lin;   /* linear_attn_config or NULL */
+    const char *lin_pfx; /* its dotted name in messages ("text_config.linear_attn_config." when nested) */
+    int64_t layer_base;  /* the layer lists' first index: kda_layer_index_base (default 1) */
     uint64_t have;       /* fields read successfully */
 } rd;
 
@@ -148,7 +150,6 @@ static const json_t *get_in(const json_t *obj, const char *prefix, const char *n
 }
 
 #define TEXT_PFX "text_config."
-#define LIN_PFX "text_config.linear_attn_config."
 
 /* Finds key k by the shape rules: general keys in text_config then the root;
  * KDA keys only in linear_attn_config when it exists (so a generic head_dim in
@@ -157,9 +158,9 @@ static const json_t *get_in(const json_t *obj, const char *prefix, const char *n
 static const json_t *find_key(const rd *r, const key *k, char *path, size_t n) {
     const json_t *v = NULL;
     if (k->scope == S_KDA && r->lin) {
-        if (!(v = get_in(r->lin, LIN_PFX, k->name, path, n)) && k->alias)
-            v = get_in(r->lin, LIN_PFX, k->alias, path, n);
-        if (!v) snprintf(path, n, LIN_PFX "%s", k->name);
+        if (!(v = get_in(r->lin, r->lin_pfx, k->name, path, n)) && k->alias)
+            v = get_in(r->lin, r->lin_pfx, k->alias, path, n);
+        if (!v) snprintf(path, n, "%s%s", r->lin_pfx, k->name);
         return v;
     }
     const char *first = k->name, *second = k->alias;
@@ -249,8 +250,8 @@ static int64_t read_layer_list(rd *r, const char *name, int required, int64_t n_
     char path[160], tb[64];
     const json_t *v;
     if (r->lin) {
-        v = get_in(r->lin, LIN_PFX, name, path, sizeof path);
-        if (!v) snprintf(path, sizeof path, LIN_PFX "%s", name);
+        v = get_in(r->lin, r->lin_pfx, name, path, sizeof path);
+        if (!v) snprintf(path, sizeof path, "%s%s", r->lin_pfx, name);
     } else {
         v = find_opt(r, name, path, sizeof path);
         if (!v) snprintf(path, sizeof path, "%s%s", r->text ? TEXT_PFX : "", name);
@@ -259,7 +260,8 @@ static int64_t read_layer_list(rd *r, const char *name, int required, int64_t n_
         if (required) problem(r, "missing required key '%s'", path);
         return -1;
     }
-    if (!json_is_array(v)) { problem(r, "'%s' must be a list of one-based layer numbers, got %s", path, jtype(v, tb, sizeof tb)); return -1; }
+    const char *based = r->layer_base ? "one-based" : "zero-based";
+    if (!json_is_array(v)) { problem(r, "'%s' must be a list of %s layer numbers, got %s", path, based, jtype(v, tb, sizeof tb)); return -1; }
     if (required && json_array_size(v) == 0) { problem(r, "'%s' is empty: at least one full-attention layer is needed", path); return -1; }
     int bad = 0, shown = 0;
     int64_t count = 0;
@@ -273,13 +275,14 @@ static int64_t read_layer_list(rd *r, const char *name, int required, int64_t n_
         }
         int64_t x = json_integer_value(e);
         if (n_layers < 1) continue;
-        if (x < 1 || x > n_layers) {
+        if (x < r->layer_base || x > n_layers - 1 + r->layer_base) {
             if (shown++ < 8)
-                problem(r, "'%s' entry %lld is out of range 1..%lld (the list is one-based)", path,
-                        (long long)x, (long long)n_layers);
+                problem(r, "'%s' entry %lld is out of range %lld..%lld (the list is %s)", path, (long long)x,
+                        (long long)r->layer_base, (long long)(n_layers - 1 + r->layer_base), based);
             bad = 1;
             continue;
         }
+        x += 1 - r->layer_base; /* one-based from here */
         if (mark[x - 1]) {
             if (shown++ < 8) problem(r, "'%s' lists layer %lld twice", path, (long long)x);
             bad = 1;
@@ -432,7 +435,7 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
     int jrc = jsonx_parse(&root, buf, len, what, err, errlen);
     if (jrc) return jrc;
     sbuf pb = {0};
-    rd r = {what, &pb, root, NULL, NULL, 0};
+    rd r = {.what = what, .pb = &pb, .root = root, .lin_pfx = "linear_attn_config.", .layer_base = 1};
     char tb[64];
     if (!json_is_object(root)) {
         problem(&r, "the top level must be an object, got %s", jtype(root, tb, sizeof tb));
@@ -451,6 +454,16 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
             goto done;
         }
         r.lin = l;
+        r.lin_pfx = r.text ? "text_config.linear_attn_config." : "linear_attn_config.";
+        /* kda_layer_index_base (family-math 12.2): some configs number the lists
+         * from 0; Kimi Linear and K3 from 1 (the default). */
+        const json_t *b = json_object_get(l, "kda_layer_index_base");
+        if (b && !json_is_null(b)) {
+            if (!json_is_integer(b) || (json_integer_value(b) != 0 && json_integer_value(b) != 1))
+                problem(&r, "'%skda_layer_index_base' must be 0 or 1", r.lin_pfx);
+            else
+                r.layer_base = json_integer_value(b);
+        }
     }
     const arch_desc *ad = parse_arch(&r);
     c->arch = ad->id;
