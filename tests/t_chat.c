@@ -440,3 +440,75 @@ TEST(chat_load_trailing_bytes) {
               "%s", a ? a : "");
     base_free(a);
 }
+
+/* The Kimi K2 / Kimi Linear chat format, chosen by the tokenizer's own special
+ * tokens (kimi-linear-tiny ships K2's <|im_*|> tokens, no XTML ones): the default
+ * system message, the role markers and names, no separators, the generation
+ * prompt, as the released chat_template renders them; a reply ends at <|im_end|>;
+ * `strata chat` runs on it and a /save + /load continues identically. */
+TEST(chat_k2_format) {
+    const chat_msg m[] = {{CHAT_USER, "Hi there", NULL}, {CHAT_ASSISTANT, "Hello!", "hidden"}, {CHAT_USER, "2+2?", NULL}};
+    const char *want = "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+                       "<|im_user|>user<|im_middle|>Hi there<|im_end|>"
+                       "<|im_assistant|>assistant<|im_middle|>Hello!<|im_end|>"
+                       "<|im_user|>user<|im_middle|>2+2?<|im_end|>"
+                       "<|im_assistant|>assistant<|im_middle|>";
+    char *got = NULL, err[512];
+    size_t len;
+    CHECK(chat_render_text_fmt(CHAT_FMT_K2, m, 3, CHAT_THINK_HIGH, CHAT_GEN, &got, &len, err, sizeof err) == 0);
+    CHECK_MSG(got && !strcmp(got, want), "\n got: %s\nwant: %s", got ? got : "", want);
+    base_free(got);
+    /* a first system message replaces the default one */
+    const chat_msg s[] = {{CHAT_SYSTEM, "Be brief.", NULL}, {CHAT_USER, "Hi", NULL}};
+    CHECK(chat_render_text_fmt(CHAT_FMT_K2, s, 2, CHAT_THINK_OFF, 0, &got, &len, err, sizeof err) == 0);
+    CHECK_MSG(got && !strcmp(got, "<|im_system|>system<|im_middle|>Be brief.<|im_end|><|im_user|>user<|im_middle|>Hi<|im_end|>"),
+              "%s", got ? got : "");
+    base_free(got);
+
+    const char *dir = t_model("chat_k2", "kimi-linear-tiny", 3, 0);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char vocab[1024], tcfg[1024];
+    snprintf(vocab, sizeof vocab, "%s/tiktoken.model", dir);
+    snprintf(tcfg, sizeof tcfg, "%s/tokenizer_config.json", dir);
+    tok *t = NULL;
+    CHECK_MSG(tok_open(&t, vocab, tcfg, TOK_PAT_KIMI, err, sizeof err) == 0, "%s", err);
+    if (!t) return;
+    chat_ids c;
+    CHECK_MSG(chat_ids_init(&c, t, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K2 && c.open < 0 &&
+                  c.eom == tok_special_id(t, "<|im_end|>"), "%s", err);
+    /* ids decode to the same text, markers as special ids */
+    int32_t *ids = NULL;
+    size_t k = 0, cap = 0;
+    CHECK_MSG(chat_render(t, m, 3, CHAT_THINK_HIGH, CHAT_GEN, &ids, &k, &cap, err, sizeof err) == 0, "%s", err);
+    uint8_t *back = NULL;
+    size_t bl = 0;
+    CHECK(tok_decode(t, ids, k, &back, &bl) == 0 && bl == strlen(want) && !memcmp(back, want, bl));
+    int n_special = 0;
+    for (size_t i = 0; i < k; i++) n_special += tok_is_special(t, ids[i]);
+    CHECK_MSG(n_special == 14, "%d special ids", n_special);
+    base_free(back);
+    /* a reply: text, then <|im_end|> ends and closes it */
+    size_t n0 = k;
+    CHECK(tok_encode_append(t, (const uint8_t *)"Four.", 5, 0, &ids, &k, &cap) == 0);
+    const int32_t end = c.eom;
+    CHECK(tok_encode_append(t, (const uint8_t *)"<|im_end|>", 10, 1, &ids, &k, &cap) == 0 && ids[k - 1] == end);
+    chat_reply r;
+    CHECK_MSG(chat_parse_reply(t, ids + n0, k - n0, 1, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(r.ended && r.closed && r.content && !strcmp(r.content, "Four.") && !r.reasoning);
+    chat_reply_free(&r);
+    base_free(ids);
+    tok_close(t);
+
+    char cmd[4096], *a = NULL, *b = NULL;
+    snprintf(cmd, sizeof cmd, "printf 'Hi\\n/save %s/k2s\\nAnd then?\\n' | %s chat %s --gen 6 --threads 1 2>/dev/null",
+             t_tmpdir, t_strata(), dir);
+    CHECK(t_run(cmd, &a) == 0);
+    snprintf(cmd, sizeof cmd, "printf '/load %s/k2s\\nAnd then?\\n' | %s chat %s --gen 6 --threads 1 2>/dev/null",
+             t_tmpdir, t_strata(), dir);
+    CHECK(t_run(cmd, &b) == 0);
+    char *second = a ? strchr(a, '\n') : NULL;
+    CHECK_MSG(second && b && !strcmp(second + 1, b), "after /load: '%s' vs '%s'", b ? b : "", second ? second + 1 : "");
+    base_free(a);
+    base_free(b);
+}

@@ -1,5 +1,6 @@
 /*
- * chat.c: render K3 conversations to ids and parse generated replies (chat.h).
+ * chat.c: render Kimi conversations to ids and parse generated replies (chat.h),
+ * in K3's XTML or the Kimi K2 / Kimi Linear format.
  *
  * Rendering is a list of segments, each either a control marker (encoded with
  * special tokens allowed) or text (specials disabled). Segment boundaries are
@@ -35,14 +36,28 @@ int chat_role_parse(const char *s) {
     return -1;
 }
 
+static const char k_k2_system[] = "You are Kimi, an AI assistant created by Moonshot AI.";
+
 int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen) {
-    static const char *names[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
-    int32_t *dst[] = {&c->open, &c->close, &c->sep, &c->eom};
-    for (int i = 0; i < 4; i++) {
-        *dst[i] = tok_special_id(t, names[i]);
-        if (*dst[i] < 0)
+    static const char *xtml[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
+    static const char *k2[] = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"};
+    memset(c, 0xff, sizeof *c); /* every id -1 */
+    int32_t *dx[] = {&c->open, &c->close, &c->sep, &c->eom};
+    int32_t *dk[] = {&c->im_system, &c->im_user, &c->im_assistant, &c->im_middle, &c->eom};
+    const char *missing = NULL;
+    for (int i = 0; i < 4; i++)
+        if ((*dx[i] = tok_special_id(t, xtml[i])) < 0 && !missing) missing = xtml[i];
+    c->fmt = CHAT_FMT_XTML;
+    if (missing) {
+        const char *missing_k2 = NULL;
+        c->open = c->close = c->sep = -1;
+        for (int i = 0; i < 5; i++)
+            if ((*dk[i] = tok_special_id(t, k2[i])) < 0 && !missing_k2) missing_k2 = k2[i];
+        if (missing_k2)
             return base_fail(err, errlen, STRATA_EFORMAT,
-                             "chat: the tokenizer has no special token %s (is tokenizer_config.json loaded?)", names[i]);
+                             "chat: the tokenizer has neither K3's chat tokens (no %s) nor Kimi K2's (no %s); "
+                             "is tokenizer_config.json loaded?", missing, missing_k2);
+        c->fmt = CHAT_FMT_K2;
     }
     c->eos = tok_special_id(t, "[EOS]");
     c->bos = tok_special_id(t, "[BOS]");
@@ -52,6 +67,7 @@ int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen) {
 /* ===== rendering ===== */
 
 typedef struct {
+    int fmt;          /* CHAT_FMT_* */
     tok *t;           /* NULL: render text */
     int32_t **ids;
     size_t *n, *cap;
@@ -95,6 +111,31 @@ static void close_tag(emitter *e, const char *tag) {
     ctl(e, "<|sep|>");
 }
 
+/* Kimi K2 / Kimi Linear: <|im_ROLE|>ROLE<|im_middle|>CONTENT<|im_end|> per message,
+ * the default system message first when the conversation has none. */
+static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, int flags) {
+    static const char *const k_markers[] = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>"};
+    if (!(flags & CHAT_CONTINUE) && (n_msgs == 0 || msgs[0].role != CHAT_SYSTEM)) {
+        ctl(e, "<|im_system|>");
+        txt(e, "system");
+        ctl(e, "<|im_middle|>");
+        txt(e, k_k2_system);
+        ctl(e, "<|im_end|>");
+    }
+    for (size_t i = 0; i < n_msgs; i++) {
+        ctl(e, k_markers[msgs[i].role]);
+        txt(e, chat_role_name(msgs[i].role));
+        ctl(e, "<|im_middle|>");
+        txt(e, msgs[i].content);
+        ctl(e, "<|im_end|>");
+    }
+    if (flags & CHAT_GEN) {
+        ctl(e, "<|im_assistant|>");
+        txt(e, "assistant");
+        ctl(e, "<|im_middle|>");
+    }
+}
+
 static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, int flags, char *err, size_t errlen) {
     if (effort < CHAT_THINK_OFF || effort > CHAT_THINK_MAX)
         return base_fail(err, errlen, STRATA_EINVAL, "chat: thinking effort must be off, low, high or max");
@@ -104,6 +145,11 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
         if (msgs[i].reasoning && msgs[i].role != CHAT_ASSISTANT)
             return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu (%s) has reasoning; only assistant turns may",
                              i + 1, chat_role_name(msgs[i].role));
+    }
+    if (e->fmt == CHAT_FMT_K2) {
+        render_k2(e, msgs, n_msgs, flags);
+        if (e->rc) return base_fail(err, errlen, e->rc, "chat: rendering failed: %s", strata_errstr(e->rc));
+        return STRATA_OK;
     }
     if (effort != CHAT_THINK_OFF && !(flags & CHAT_CONTINUE)) {
         char body[sizeof k_effort_body + 8];
@@ -146,13 +192,18 @@ int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int fla
     chat_ids c;
     int rc = chat_ids_init(&c, t, err, errlen);
     if (rc) return rc;
-    emitter e = {.t = t, .ids = ids, .n = n, .cap = cap};
+    emitter e = {.fmt = c.fmt, .t = t, .ids = ids, .n = n, .cap = cap};
     return render(&e, msgs, n_msgs, effort, flags, err, errlen);
 }
 
 int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int flags, char **out, size_t *len, char *err,
                      size_t errlen) {
-    emitter e = {0};
+    return chat_render_text_fmt(CHAT_FMT_XTML, msgs, n_msgs, effort, flags, out, len, err, errlen);
+}
+
+int chat_render_text_fmt(int fmt, const chat_msg *msgs, size_t n_msgs, int effort, int flags, char **out, size_t *len,
+                         char *err, size_t errlen) {
+    emitter e = {.fmt = fmt};
     int rc = render(&e, msgs, n_msgs, effort, flags, err, errlen);
     if (!rc && !e.txt) {
         e.txt = base_alloc(1, MEM_TOK);
@@ -211,6 +262,7 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
     int rc = chat_ids_init(&c, t, err, errlen);
     if (rc) return rc;
     bytes think = {0}, resp = {0}, tag = {0};
+    if (c.fmt == CHAT_FMT_K2) thinking = 0; /* no think channel: the whole reply is the response */
     int st = thinking ? P_THINK : P_RESPONSE;
     size_t i = 0;
     while (i < n) {
@@ -270,7 +322,7 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
     if (!thinking) base_free(think.s);
     out->content = resp.s;
     out->content_len = resp.n;
-    out->closed = st == P_CLOSED;
+    out->closed = st == P_CLOSED || (c.fmt == CHAT_FMT_K2 && out->ended); /* K2: <|im_end|> closes */
     out->n_used = i;
     return STRATA_OK;
 fail:
@@ -303,7 +355,7 @@ int chat_follow_open(chat_follow **out, const tok *t, int thinking, char *err, s
     if (!rc && tok_stream_open(&f->ts, t)) rc = base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
     if (rc) { chat_follow_close(f); return rc; }
     f->t = t;
-    f->st = thinking ? P_THINK : P_RESPONSE;
+    f->st = thinking && f->c.fmt != CHAT_FMT_K2 ? P_THINK : P_RESPONSE;
     *out = f;
     return STRATA_OK;
 }
@@ -373,7 +425,11 @@ int chat_follow_push(chat_follow *f, int32_t id, int *channel, const uint8_t **p
         *channel = follow_channel(f);
         return 0;
     }
-    if (id == f->c.eos || id == f->c.eom) { f->ended = 1; return 1; }
+    if (id == f->c.eos || id == f->c.eom) {
+        f->ended = 1;
+        f->closed |= f->c.fmt == CHAT_FMT_K2; /* K2: <|im_end|> closes the turn */
+        return 1;
+    }
     if (id == f->c.open || id == f->c.close) {
         f->tag[0] = id;
         f->n_tag = 1;

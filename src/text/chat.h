@@ -1,5 +1,10 @@
 /*
- * chat.h: the Kimi K3 chat format ("XTML", from the checkpoint's encoding_k3.py).
+ * chat.h: the chat formats of the Kimi models, chosen by the checkpoint's own
+ * tokenizer (its special tokens say which format the model was trained on):
+ * Kimi K3's XTML (below) and the Kimi K2 / Kimi Linear format (CHAT_FMT_K2, at
+ * the end of this comment).
+ *
+ * XTML (from the K3 checkpoint's encoding_k3.py):
  *
  * A message renders as
  *   <|open|>message role="ROLE"<|sep|>CONTENT<|close|>message<|sep|><|end_of_msg|>
@@ -11,6 +16,16 @@
  * official encoder refuses "medium"). The generation prompt is
  *   <|open|>message role="assistant"<|sep|><|open|>think<|sep|>
  * or ...<|open|>response<|sep|> with thinking off.
+ *
+ * Kimi K2 / Kimi Linear (the released chat_template): each message is
+ *   <|im_ROLE|>ROLE<|im_middle|>CONTENT<|im_end|>
+ * with ROLE system, user or assistant (<|im_system|>, <|im_user|>, <|im_assistant|>),
+ * no separator between messages and no [BOS]. A conversation that does not
+ * start with a system message gets the default one first: "You are Kimi, an AI
+ * assistant created by Moonshot AI." The generation prompt is
+ *   <|im_assistant|>assistant<|im_middle|>
+ * and the reply ends at <|im_end|> (or [EOS]). These models have no thinking
+ * channel: the effort is ignored and earlier turns' reasoning is dropped.
  *
  * Control markers are encoded with special tokens allowed; every text piece
  * (tag names, attributes, user content) with special tokens disabled, so text
@@ -40,12 +55,18 @@ const char *chat_effort_name(int effort);
 const char *chat_role_name(int role);
 int chat_role_parse(const char *s); /* "system" | "user" | "assistant" -> CHAT_*, or -1 */
 
-/* The control ids of a K3 tokenizer. */
+enum chat_fmt { CHAT_FMT_XTML = 0, CHAT_FMT_K2 = 1 };
+
+/* The control ids of a Kimi tokenizer and the format they define. eom ends a
+ * message (<|end_of_msg|> or <|im_end|>); the markers of the other format are -1. */
 typedef struct chat_ids {
+    int fmt;                                 /* CHAT_FMT_* */
     int32_t open, close, sep, eom, eos, bos; /* bos/eos -1 when absent */
+    int32_t im_system, im_user, im_assistant, im_middle; /* CHAT_FMT_K2 */
 } chat_ids;
-/* Fails (STRATA_EFORMAT, message names the missing token) unless <|open|>,
- * <|close|>, <|sep|> and <|end_of_msg|> are special tokens of t. */
+/* XTML when <|open|>, <|close|>, <|sep|> and <|end_of_msg|> are special tokens
+ * of t; else K2 when <|im_system|>, <|im_user|>, <|im_assistant|>, <|im_middle|>
+ * and <|im_end|> are; else STRATA_EFORMAT naming what is missing. */
 int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen);
 
 /* Render flags. CHAT_GEN appends the generation prompt. CHAT_CONTINUE renders a
@@ -59,8 +80,11 @@ enum { CHAT_GEN = 1, CHAT_CONTINUE = 2 };
  * message, STRATA_EFORMAT if t lacks the control tokens, ENOMEM/EBUDGET. */
 int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int flags,
                 int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen);
-/* The same conversation as text (control markers spelled out). *out is MEM_TOK,
- * NUL-terminated, caller base_free()s it. */
+/* The same conversation as text (control markers spelled out) in the XTML
+ * format (chat_render_text_fmt: in fmt). *out is MEM_TOK, NUL-terminated, caller
+ * base_free()s it. */
+int chat_render_text_fmt(int fmt, const chat_msg *msgs, size_t n_msgs, int effort, int flags,
+                         char **out, size_t *len, char *err, size_t errlen);
 int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int flags,
                      char **out, size_t *len, char *err, size_t errlen);
 
