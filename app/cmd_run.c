@@ -49,79 +49,62 @@ static void usage(FILE *f) {
         "                       --dump-logits F writes F.0, F.1, ... (one per line)\n"
         "  --batch-text         --batch lines are text, not ids\n"
         "  --parallel N         sequences held at once with --batch (default min(lines, %d))\n"
-        "  --gen N              tokens to generate (default %d, >= 1)\n"
-        MO_GEN_USAGE
+        "  --gen N              tokens to generate (default %d, >= 1)\n",
+        RUN_DEFAULT_PARALLEL, RUN_DEFAULT_GEN);
+    opts_help(f, OPT_RUN, OPT_HELP_GEN);
+    fprintf(f,
         "  --draft-ids LIST     with --spec: propose this continuation as the drafts (benchmarks, tests)\n"
         "  --ctx N              context positions (default prompt + gen, at most the model's maximum)\n"
         "  --chunk N            rows per pass (prefill chunk / batch; default %d)\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
-        "  --json FILE          write a JSON run report\n"
-        MO_USAGE
+        "  --json FILE          write a JSON run report\n",
+        64);
+    opts_help(f, OPT_RUN, OPT_HELP_PLACE);
+    fprintf(f,
         "  --stop-eos           with --ids: also stop at an end id (text prompts always do)\n"
         "  --ignore-eos         never stop at an end id\n"
         "\n"
-        "End ids: config eos ids plus tokenizer_config.json's. Env: STRATA_KERNEL=scalar|avx2|...\n",
-        RUN_DEFAULT_PARALLEL, RUN_DEFAULT_GEN, 64);
+        "End ids: config eos ids plus tokenizer_config.json's. Env: STRATA_KERNEL=scalar|avx2|...\n");
 }
 
 typedef struct run_opts {
     const char *model_dir, *ids, *prompt, *prompt_file, *batch, *dump_logits, *json_path, *draft_ids;
-    mo_opts mo;
-    int64_t gen, ctx, parallel;
-    strata_gen_opts go;
+    app_opts ao;              /* the shared flags (opts.h) */
+    int64_t parallel;
     int print_ids, stop_eos, ignore_eos, batch_text;
 } run_opts;
 
+#define R(field) offsetof(run_opts, field)
+static const opt_row k_run_flags[] = {
+    {.flag = "--ids", .kind = OPT_STR, .off = R(ids)},
+    {.flag = "--prompt", .kind = OPT_STR, .off = R(prompt)},
+    {.flag = "--prompt-file", .kind = OPT_STR, .off = R(prompt_file)},
+    {.flag = "--batch", .kind = OPT_STR, .off = R(batch)},
+    {.flag = "--batch-text", .kind = OPT_FLAG, .off = R(batch_text)},
+    {.flag = "--parallel", .kind = OPT_I64, .off = R(parallel), .ilo = 1, .ihi = 4096, .what = "an integer in [1, 4096]"},
+    {.flag = "--dump-logits", .kind = OPT_STR, .off = R(dump_logits)},
+    {.flag = "--draft-ids", .kind = OPT_STR, .off = R(draft_ids)},
+    {.flag = "--json", .kind = OPT_STR, .off = R(json_path)},
+    {.flag = "--print-ids", .kind = OPT_FLAG, .off = R(print_ids)},
+    {.flag = "--stop-eos", .kind = OPT_FLAG, .off = R(stop_eos)},
+    {.flag = "--ignore-eos", .kind = OPT_FLAG, .off = R(ignore_eos)},
+};
+#undef R
+
 static int parse_args(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
-    o->go = strata_gen_opts_default();
-    o->gen = RUN_DEFAULT_GEN;
-    const char *ram_flag = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
-            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error(CMD, "%s and %s exclude each other (one budget)", ram_flag, a);
-            ram_flag = a;
-        }
-        int f = mo_flag(argc, argv, &i, CMD, &o->mo);
-        if (f == EXIT_USAGE) return f;
-        if (f == 0) continue;
-        if ((f = mo_gen_flag(argc, argv, &i, CMD, &o->go, &o->mo)) == EXIT_USAGE) return f;
-        if (f == 0) continue;
-#define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
-#define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
-        if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
-        else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
-        else if (!strcmp(a, "--prompt-file")) { NEED(); o->prompt_file = v; }
-        else if (!strcmp(a, "--batch")) { NEED(); o->batch = v; }
-        else if (!strcmp(a, "--batch-text")) o->batch_text = 1;
-        else if (!strcmp(a, "--parallel")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->parallel)) BAD("an integer in [1, 4096]"); }
-        else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, RUN_MAX_GEN, &o->gen)) BAD("an integer in [1, 1048576]"); }
-        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, CLI_MAX_CTX, &o->ctx)) BAD(CLI_MAX_CTX_TEXT); }
-        else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->mo.chunk)) BAD("1..4096"); }
-        else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
-        else if (!strcmp(a, "--draft-ids")) { NEED(); o->draft_ids = v; }
-        else if (!strcmp(a, "--json")) { NEED(); o->json_path = v; }
-        else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
-        else if (!strcmp(a, "--stop-eos")) o->stop_eos = 1;
-        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
-        else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
-        else if (!o->model_dir) o->model_dir = a;
-        else return cli_usage_error(CMD, "unexpected argument '%s'", a);
-#undef NEED
-#undef BAD
-    }
-    if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
+    opts_init(&o->ao, OPT_RUN, RUN_DEFAULT_GEN);
+    int rc = opts_parse(argc, argv, &o->ao, k_run_flags, sizeof k_run_flags / sizeof *k_run_flags, o, &o->model_dir);
+    if (rc) return rc;
     int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL) + (o->batch != NULL);
-    if (np != 1 && !(o->mo.plan_only && np == 0))
+    if (np != 1 && !(o->ao.plan_only && np == 0))
         return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file, --batch");
     if (o->stop_eos && o->ignore_eos) return cli_usage_error(CMD, "--stop-eos and --ignore-eos exclude each other");
     if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
-    if (o->draft_ids && !o->mo.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
-    if (o->mo.draft_given && !o->mo.spec) return cli_usage_error(CMD, "--draft needs --spec K");
-    if (o->draft_ids && o->go.self_draft) return cli_usage_error(CMD, "--draft-ids and --draft self exclude each other");
+    if (o->draft_ids && !o->ao.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
+    if (o->draft_ids && o->ao.go.self_draft) return cli_usage_error(CMD, "--draft-ids and --draft self exclude each other");
     return 0;
 }
 
@@ -493,32 +476,32 @@ int cmd_run(int argc, char **argv) {
     int ret = 1;
     if (mo_open(&r.m, CMD, o.model_dir)) goto out;
     const int64_t max_ctx = r.m.info.model_max_ctx;
-    if (o.ctx > max_ctx)
-        fprintf(stderr, "strata run: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ctx,
+    if (o.ao.ctx > max_ctx)
+        fprintf(stderr, "strata run: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ao.ctx,
                 (long long)max_ctx);
-    const int64_t ctx_cap = o.ctx ? o.ctx : max_ctx;
+    const int64_t ctx_cap = o.ao.ctx ? o.ao.ctx : max_ctx;
     if ((o.ids || o.prompt || o.prompt_file || o.batch) && (rc = load_prompts(&r, ctx_cap))) { ret = rc; goto out; }
     r.single = !o.batch;
 
     /* context: exactly what the run needs (the MLA cache and the plan are sized by it) */
-    int64_t ctx = o.ctx, need = 0;
-    for (int64_t i = 0; i < r.n_q; i++) if (r.q[i].n_prompt + o.gen > need) need = r.q[i].n_prompt + o.gen;
+    int64_t ctx = o.ao.ctx, need = 0;
+    for (int64_t i = 0; i < r.n_q; i++) if (r.q[i].n_prompt + o.ao.gen > need) need = r.q[i].n_prompt + o.ao.gen;
     if (!ctx) ctx = need ? (need < max_ctx ? need : max_ctx) : (max_ctx < 4096 ? max_ctx : 4096);
     for (int64_t i = 0; i < r.n_q; i++)
         if (r.q[i].n_prompt > ctx) {
             char which[64] = "the prompt";
             if (!r.single) snprintf(which, sizeof which, "line %lld", (long long)i + 1);
             fprintf(stderr, "strata run: %s has %lld tokens, more than the context of %lld%s\n", which, (long long)r.q[i].n_prompt,
-                    (long long)ctx, o.ctx ? " (--ctx)" : " (the model's maximum)");
+                    (long long)ctx, o.ao.ctx ? " (--ctx)" : " (the model's maximum)");
             ret = EXIT_USAGE;
             goto out;
         }
     if (need > ctx) fprintf(stderr, "strata run: note: generation stops at the context limit (%lld positions)\n", (long long)ctx);
 
     /* output paths before the weights load, so a bad path fails at once */
-    if (o.json_path && !o.mo.plan_only && check_out_path("--json", o.json_path, o.model_dir)) goto out;
-    if (o.dump_logits && !o.mo.plan_only && r.single && check_out_path("--dump-logits", o.dump_logits, o.model_dir)) goto out;
-    if (o.dump_logits && !o.mo.plan_only)
+    if (o.json_path && !o.ao.plan_only && check_out_path("--json", o.json_path, o.model_dir)) goto out;
+    if (o.dump_logits && !o.ao.plan_only && r.single && check_out_path("--dump-logits", o.dump_logits, o.model_dir)) goto out;
+    if (o.dump_logits && !o.ao.plan_only)
         for (int64_t i = 0; i < r.n_q; i++) {
             char p[4096];
             if (r.single) snprintf(p, sizeof p, "%s", o.dump_logits);
@@ -530,7 +513,7 @@ int cmd_run(int argc, char **argv) {
     /* placement, weights, engine: one sequence slot per parallel line */
     if (!o.parallel) o.parallel = r.n_q < RUN_DEFAULT_PARALLEL ? (r.n_q ? r.n_q : 1) : RUN_DEFAULT_PARALLEL;
     if (o.parallel > r.n_q && r.n_q) o.parallel = r.n_q;
-    if ((rc = mo_place(&r.m, &o.mo, ctx, (int)o.parallel))) {
+    if ((rc = mo_place(&r.m, &o.ao, ctx, (int)o.parallel))) {
         ret = rc == MO_PLANNED ? 0 : rc;
         goto out;
     }
@@ -539,12 +522,10 @@ int cmd_run(int argc, char **argv) {
     if (!r.seqs || !r.active) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
     for (int64_t i = 0; i < o.parallel; i++)
         if (strata_seq_create(r.m.m, &r.seqs[i], err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    strata_gen_opts go = o.go;
-    go.max_tokens = o.gen;
+    strata_gen_opts go = opts_gen(&o.ao);
     go.stop_at_end = !o.ignore_eos && (!(o.ids || (o.batch && !o.batch_text)) || o.stop_eos);
     go.want_text = r.m.info.has_tokenizer && !o.print_ids;
     go.want_logits = o.dump_logits != NULL;
-    go.spec = o.mo.spec;
     if (o.draft_ids) {
         if ((rc = parse_ids(&r, o.draft_ids, &r.draft, &go.n_draft_ids, "--draft-ids"))) { ret = rc; goto out; }
         go.draft_ids = r.draft;
@@ -641,11 +622,11 @@ int cmd_run(int argc, char **argv) {
                 (long long)r.n_q, (long long)o.parallel, (long long)n_prompt_all, (long long)n_tokens, t_all,
                 t_all > 0 ? (double)n_tokens / t_all : 0, base_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
     }
-    if (o.mo.spec)
+    if (o.ao.spec)
         fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%) in %lld verifying passes; %.2f tokens per decode pass\n",
                 (long long)sp_d, (long long)sp_a, sp_d ? 100.0 * (double)sp_a / (double)sp_d : 0, (long long)sp_v,
                 n_decode > 0 ? (double)n_decode / (double)(n_decode - sp_a) : 0);
-    if (o.mo.spec && o.go.self_draft) {
+    if (o.ao.spec && o.ao.go.self_draft) {
         strata_stats ss;
         strata_model_get_stats(r.m.m, &ss);
         if (ss.draft_passes)
@@ -700,7 +681,7 @@ int cmd_run(int argc, char **argv) {
         json_object_set_new(j, "logits_hash", json_string(hx));
         json_object_set_new(j, "placement", mo_placement_json(&r.m));
         json_object_set_new(j, "speculation",
-                            json_pack("{s:i, s:I, s:I, s:I, s:f}", "max_drafts", o.mo.spec, "drafted", (json_int_t)sp_d,
+                            json_pack("{s:i, s:I, s:I, s:I, s:f}", "max_drafts", (int)o.ao.spec, "drafted", (json_int_t)sp_d,
                                       "accepted", (json_int_t)sp_a, "verifying_passes", (json_int_t)sp_v,
                                       "acceptance", sp_d ? (double)sp_a / (double)sp_d : 0.0));
         {
@@ -708,7 +689,7 @@ int cmd_run(int argc, char **argv) {
             strata_model_get_stats(r.m.m, &ss);
             json_t *sp = json_object_get(j, "speculation");
             if (sp) {
-                json_object_set_new(sp, "draft_source", json_string(o.go.self_draft ? "self" : o.draft_ids ? "ids" : "ngram"));
+                json_object_set_new(sp, "draft_source", json_string(o.ao.go.self_draft ? "self" : o.draft_ids ? "ids" : "ngram"));
                 json_object_set_new(sp, "self_draft_passes", json_integer((json_int_t)ss.draft_passes));
                 json_object_set_new(sp, "self_draft_layers_run",
                                     json_real(ss.draft_layers ? (double)ss.draft_layers_run / (double)ss.draft_layers : 0.0));
