@@ -69,7 +69,7 @@ static int parse_args(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
     opts_init(&o->ao, OPT_CHAT, CHAT_DEFAULT_GEN);
     o->effort = CHAT_THINK_MAX;
-    return opts_parse(argc, argv, &o->ao, k_chat_flags, sizeof k_chat_flags / sizeof *k_chat_flags, o, &o->model_dir);
+    return opts_parse(argc, argv, &o->ao, usage, k_chat_flags, sizeof k_chat_flags / sizeof *k_chat_flags, o, &o->model_dir);
 }
 
 typedef struct chat_state {
@@ -267,11 +267,9 @@ static int reply(chat_state *r, const chat_opts *o) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) { usage(stdout); return 0; }
     chat_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc == OPTS_HELP ? 0 : rc;
     chat_state r;
     memset(&r, 0, sizeof r);
     char err[4096], path[4096], tc[4096];

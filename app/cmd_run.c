@@ -95,7 +95,7 @@ static const opt_row k_run_flags[] = {
 static int parse_args(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
     opts_init(&o->ao, OPT_RUN, RUN_DEFAULT_GEN);
-    int rc = opts_parse(argc, argv, &o->ao, k_run_flags, sizeof k_run_flags / sizeof *k_run_flags, o, &o->model_dir);
+    int rc = opts_parse(argc, argv, &o->ao, usage, k_run_flags, sizeof k_run_flags / sizeof *k_run_flags, o, &o->model_dir);
     if (rc) return rc;
     int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL) + (o->batch != NULL);
     if (np != 1 && !(o->ao.plan_only && np == 0))
@@ -136,6 +136,8 @@ typedef struct run_state {
     double t_first;           /* seconds until the first generated token (single run) */
     int32_t *draft;           /* --draft-ids */
     double t0;
+    int64_t ctx, n_tokens, total_prompt, sp_d, sp_a, sp_v; /* the context; totals at the end */
+    double t_all;
 } run_state;
 
 /* Where an output named by the user lands: a symlink is followed to its target
@@ -462,12 +464,195 @@ static void progress(run_state *r, int64_t total, double *last) {
             rate > 0 ? (double)(total - done) / rate : 0);
 }
 
+/* Every sequence stepped together; a finished one hands its slot to the next
+ * line. 0, or 1 after printing why. */
+static int run_steps(run_state *r, const strata_gen_opts *go) {
+    char err[4096];
+    int rc;
+    int64_t next = 0;
+    for (int64_t i = 0; i < r->n_q; i++) r->total_prompt += r->q[i].n_prompt;
+    double last_progress = base_now();
+    r->t0 = base_now();
+    for (;;) {
+        int n_act = 0;
+        for (int64_t k = 0; k < r->o->parallel; k++) {
+            strata_gen *g = r->active[k];
+            if (g && strata_gen_done(g)) {
+                run_seq *q = strata_gen_user(g);
+                const int32_t *ids = strata_gen_ids(g, &q->n_gen);
+                q->gen_ids = base_alloc((size_t)q->n_gen * sizeof(int32_t) + 1, MEM_MISC);
+                if (!q->gen_ids) { fprintf(stderr, "strata run: out of memory\n"); return 1; }
+                memcpy(q->gen_ids, ids, (size_t)q->n_gen * sizeof(int32_t));
+                q->stopped = strata_gen_stopped(g);
+                q->lhash = strata_gen_logits_hash(g);
+                strata_gen_spec_stats(g, &q->drafted, &q->accepted, &q->verifies);
+                r->n_tokens += q->n_gen;
+                strata_gen_free(g);
+                q->g = NULL;
+                r->active[k] = g = NULL;
+            }
+            if (!g && next < r->n_q) {
+                run_seq *q = &r->q[next++];
+                if (strata_gen_create(&q->g, r->seqs[k], q->prompt, q->n_prompt, go, 0, err, sizeof err)) {
+                    fprintf(stderr, "strata run: %s\n", err);
+                    return 1;
+                }
+                strata_gen_set_user(q->g, q);
+                r->active[k] = g = q->g;
+            }
+            if (g) r->active[n_act++] = g;
+        }
+        /* compact: active[0 .. n_act) in slot order is fine, slots are interchangeable */
+        for (int64_t k = n_act; k < r->o->parallel; k++) r->active[k] = NULL;
+        if (n_act == 0) break;
+        rc = strata_gen_step(r->m.m, r->active, n_act, on_token, r, err, sizeof err);
+        if (rc < 0) { fprintf(stderr, "strata run: %s\n", err); return 1; }
+        if (r->failed) return 1;
+        progress(r, r->total_prompt, &last_progress);
+    }
+    r->t_all = base_now() - r->t0;
+    for (int64_t i = 0; i < r->n_q; i++) { r->sp_d += r->q[i].drafted; r->sp_a += r->q[i].accepted; r->sp_v += r->q[i].verifies; }
+    return 0;
+}
+
+/* The outputs on stdout: the single run's ids or newline, or one line per --batch line. */
+static void run_outputs(const run_state *r) {
+    const run_seq *q0 = &r->q[0];
+    if (r->single) {
+        if (r->o->print_ids) print_ids_line(stdout, q0->gen_ids, q0->n_gen);
+        else fputc('\n', stdout);
+    } else {
+        for (int64_t i = 0; i < r->n_q; i++) {
+            if (r->o->print_ids || !r->m.info.has_tokenizer) print_ids_line(stdout, r->q[i].gen_ids, r->q[i].n_gen);
+            else {
+                /* one line per input: newlines inside a reply are escaped */
+                for (size_t k = 0; r->q[i].text.s && k < r->q[i].text.len; k++) {
+                    char ch = r->q[i].text.s[k];
+                    if (ch == '\n') fputs("\\n", stdout);
+                    else if (ch == '\\') fputs("\\\\", stdout);
+                    else fputc(ch, stdout);
+                }
+                fputc('\n', stdout);
+            }
+        }
+    }
+}
+
+/* --json: the run report as a JSON file. 0, or 1 after printing why. */
+static int run_json(run_state *r, uint64_t lhash, uint64_t rss, int64_t n_prompt_all, int64_t n_decode, double t_prefill, double t_decode) {
+    const run_seq *q0 = &r->q[0];
+    json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
+    json_t *j = json_object();
+    char hx[32];
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)lhash);
+    const double pf = n_prompt_all ? t_prefill / (double)n_prompt_all : 0, dc = n_decode > 0 ? t_decode / (double)n_decode : 0;
+    json_object_set_new(j, "model_dir", json_string(r->o->model_dir));
+    if (r->single) {
+        json_object_set_new(j, "prompt_ids", ids_json(q0->prompt, q0->n_prompt));
+        json_object_set_new(j, "generated_ids", ids_json(q0->gen_ids, q0->n_gen));
+        json_object_set_new(j, "stopped_at_end_id", json_boolean(q0->stopped));
+    } else {
+        json_t *a = json_array();
+        for (int64_t i = 0; i < r->n_q; i++)
+            json_array_append_new(a, json_pack("{s:o, s:o, s:b}", "prompt_ids", ids_json(r->q[i].prompt, r->q[i].n_prompt),
+                                               "generated_ids", ids_json(r->q[i].gen_ids, r->q[i].n_gen),
+                                               "stopped_at_end_id", r->q[i].stopped));
+        json_object_set_new(j, "sequences", a);
+        json_object_set_new(j, "parallel", json_integer(r->o->parallel));
+    }
+    json_t *tm = json_object();
+    json_object_set_new(tm, "load_s", json_real(r->m.info.load_s));
+    json_object_set_new(tm, "total_s", json_real(r->t_all));
+    json_object_set_new(tm, "prefill_s", json_real(t_prefill));
+    json_object_set_new(tm, "prefill_s_per_token", json_real(pf));
+    json_object_set_new(tm, "decode_s", json_real(t_decode));
+    json_object_set_new(tm, "decode_s_per_token", json_real(dc));
+    json_object_set_new(tm, "tokens_per_s", json_real(dc > 0 ? 1 / dc : 0));
+    json_object_set_new(tm, "aggregate_tokens_per_s", json_real(r->t_all > 0 ? (double)r->n_tokens / r->t_all : 0));
+    json_object_set_new(j, "timings", tm);
+    json_object_set_new(j, "mla_cache_bytes_per_pos", json_integer((json_int_t)r->m.info.mla_cache_bytes_per_pos));
+    json_object_set_new(j, "session_bytes", json_integer((json_int_t)r->m.info.seq_bytes));
+    json_object_set_new(j, "engine_bytes", json_integer((json_int_t)r->m.info.engine_bytes));
+    json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
+    json_object_set_new(j, "threads", json_integer(r->m.info.n_threads));
+    json_object_set_new(j, "kernel", json_string(r->m.info.kernel));
+    json_object_set_new(j, "ctx", json_integer(r->ctx));
+    json_object_set_new(j, "logits_hash", json_string(hx));
+    json_object_set_new(j, "placement", mo_placement_json(&r->m));
+    json_object_set_new(j, "speculation",
+                        json_pack("{s:i, s:I, s:I, s:I, s:f}", "max_drafts", (int)r->o->ao.spec, "drafted", (json_int_t)r->sp_d,
+                                  "accepted", (json_int_t)r->sp_a, "verifying_passes", (json_int_t)r->sp_v,
+                                  "acceptance", r->sp_d ? (double)r->sp_a / (double)r->sp_d : 0.0));
+    {
+        strata_stats ss;
+        strata_model_get_stats(r->m.m, &ss);
+        json_t *sp = json_object_get(j, "speculation");
+        if (sp) {
+            json_object_set_new(sp, "draft_source", json_string(r->o->ao.go.self_draft ? "self" : r->o->draft_ids ? "ids" : "ngram"));
+            json_object_set_new(sp, "self_draft_passes", json_integer((json_int_t)ss.draft_passes));
+            json_object_set_new(sp, "self_draft_layers_run",
+                                json_real(ss.draft_layers ? (double)ss.draft_layers_run / (double)ss.draft_layers : 0.0));
+            json_object_set_new(sp, "self_draft_experts_in_ram",
+                                json_real(ss.draft_experts ? (double)ss.draft_experts_used / (double)ss.draft_experts : 0.0));
+        }
+    }
+    char *txt = json_dumps(j, JSON_INDENT(2));
+    json_decref(j);
+    if (!txt) { fprintf(stderr, "strata run: cannot format the JSON report\n"); return 1; }
+    if (out_write("--json", r->o->json_path, txt, strlen(txt))) { base_free(txt); return 1; }
+    base_free(txt);
+    return 0;
+}
+
+/* The run report on stderr (prefill = until the first token; decode = the
+ * rest), then --json; 0, or 1 when the JSON report could not be written. */
+static int run_report(run_state *r) {
+    const run_seq *q0 = &r->q[0];
+    uint64_t rss = base_peak_rss();
+    char speed[512];
+    int64_t n_decode = r->n_tokens - r->n_q, n_prompt_all = r->total_prompt;
+    double t_prefill = r->single ? r->t_first : 0, t_decode = r->single ? r->t_all - r->t_first : r->t_all;
+    uint64_t lhash = q0->lhash;
+    if (r->single) {
+        mo_fmt_speed(&r->m, n_prompt_all, t_prefill, n_decode, t_decode, rss, speed, sizeof speed);
+        fprintf(stderr, "strata run: prompt %lld tokens, generated %lld%s; %s; logits hash %016llx\n", (long long)n_prompt_all,
+                (long long)q0->n_gen, q0->stopped ? " (end id)" : "", speed, (unsigned long long)lhash);
+    } else {
+        lhash = BASE_FNV_INIT;
+        for (int64_t i = 0; i < r->n_q; i++) lhash = base_fnv1a(&r->q[i].lhash, sizeof r->q[i].lhash, lhash);
+        char b1[32];
+        fprintf(stderr,
+                "strata run: %lld sequences (%lld at once), prompts %lld tokens, generated %lld tokens in %.3f s: "
+                "%.2f tokens/s aggregate; peak RSS %s; logits hash %016llx\n",
+                (long long)r->n_q, (long long)r->o->parallel, (long long)n_prompt_all, (long long)r->n_tokens, r->t_all,
+                r->t_all > 0 ? (double)r->n_tokens / r->t_all : 0, base_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
+    }
+    if (r->o->ao.spec)
+        fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%) in %lld verifying passes; %.2f tokens per decode pass\n",
+                (long long)r->sp_d, (long long)r->sp_a, r->sp_d ? 100.0 * (double)r->sp_a / (double)r->sp_d : 0, (long long)r->sp_v,
+                n_decode > 0 ? (double)n_decode / (double)(n_decode - r->sp_a) : 0);
+    if (r->o->ao.spec && r->o->ao.go.self_draft) {
+        strata_stats ss;
+        strata_model_get_stats(r->m.m, &ss);
+        if (ss.draft_passes)
+            fprintf(stderr, "self-draft: %lld passes from RAM, %.1f%% of layers run (the rest streamed: skipped), %.1f%% of chosen "
+                    "experts in the cache\n", (long long)ss.draft_passes,
+                    ss.draft_layers ? 100.0 * (double)ss.draft_layers_run / (double)ss.draft_layers : 0,
+                    ss.draft_experts ? 100.0 * (double)ss.draft_experts_used / (double)ss.draft_experts : 0);
+        else
+            fprintf(stderr, "self-draft: not possible with this placement (resident model or streamed head): n-gram drafts\n");
+    }
+    mo_report(&r->m, stderr);
+    if (base_mem_guard_violations())
+        fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
+                (unsigned long long)base_mem_guard_violations());
+    return r->o->json_path ? run_json(r, lhash, rss, n_prompt_all, n_decode, t_prefill, t_decode) : 0;
+}
+
 int cmd_run(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) { usage(stdout); return 0; }
     run_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc == OPTS_HELP ? 0 : rc;
 
     run_state r;
     memset(&r, 0, sizeof r);
@@ -496,6 +681,7 @@ int cmd_run(int argc, char **argv) {
             ret = EXIT_USAGE;
             goto out;
         }
+    r.ctx = ctx;
     if (need > ctx) fprintf(stderr, "strata run: note: generation stops at the context limit (%lld positions)\n", (long long)ctx);
 
     /* output paths before the weights load, so a bad path fails at once */
@@ -532,177 +718,13 @@ int cmd_run(int argc, char **argv) {
     }
     r.stream_text = r.single && go.want_text;
 
-    /* every sequence stepped together; a finished one hands its slot to the next line */
-    int64_t next = 0, total_prompt = 0, n_tokens = 0;
-    for (int64_t i = 0; i < r.n_q; i++) total_prompt += r.q[i].n_prompt;
-    double last_progress = base_now();
-    r.t0 = base_now();
-    for (;;) {
-        int n_act = 0;
-        for (int64_t k = 0; k < o.parallel; k++) {
-            strata_gen *g = r.active[k];
-            if (g && strata_gen_done(g)) {
-                run_seq *q = strata_gen_user(g);
-                const int32_t *ids = strata_gen_ids(g, &q->n_gen);
-                q->gen_ids = base_alloc((size_t)q->n_gen * sizeof(int32_t) + 1, MEM_MISC);
-                if (!q->gen_ids) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
-                memcpy(q->gen_ids, ids, (size_t)q->n_gen * sizeof(int32_t));
-                q->stopped = strata_gen_stopped(g);
-                q->lhash = strata_gen_logits_hash(g);
-                strata_gen_spec_stats(g, &q->drafted, &q->accepted, &q->verifies);
-                n_tokens += q->n_gen;
-                strata_gen_free(g);
-                q->g = NULL;
-                r.active[k] = g = NULL;
-            }
-            if (!g && next < r.n_q) {
-                run_seq *q = &r.q[next++];
-                if (strata_gen_create(&q->g, r.seqs[k], q->prompt, q->n_prompt, &go, 0, err, sizeof err)) {
-                    fprintf(stderr, "strata run: %s\n", err);
-                    goto out;
-                }
-                strata_gen_set_user(q->g, q);
-                r.active[k] = g = q->g;
-            }
-            if (g) r.active[n_act++] = g;
-        }
-        /* compact: active[0 .. n_act) in slot order is fine, slots are interchangeable */
-        for (int64_t k = n_act; k < o.parallel; k++) r.active[k] = NULL;
-        if (n_act == 0) break;
-        rc = strata_gen_step(r.m.m, r.active, n_act, on_token, &r, err, sizeof err);
-        if (rc < 0) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-        if (r.failed) goto out;
-        progress(&r, total_prompt, &last_progress);
-    }
-    const double t_all = base_now() - r.t0;
-    int64_t sp_d = 0, sp_a = 0, sp_v = 0;
-    for (int64_t i = 0; i < r.n_q; i++) { sp_d += r.q[i].drafted; sp_a += r.q[i].accepted; sp_v += r.q[i].verifies; }
-
-    /* outputs */
-    run_seq *q0 = &r.q[0];
-    if (r.single) {
-        if (o.print_ids) print_ids_line(stdout, q0->gen_ids, q0->n_gen);
-        else fputc('\n', stdout);
-    } else {
-        for (int64_t i = 0; i < r.n_q; i++) {
-            if (o.print_ids || !r.m.info.has_tokenizer) print_ids_line(stdout, r.q[i].gen_ids, r.q[i].n_gen);
-            else {
-                /* one line per input: newlines inside a reply are escaped */
-                for (size_t k = 0; r.q[i].text.s && k < r.q[i].text.len; k++) {
-                    char ch = r.q[i].text.s[k];
-                    if (ch == '\n') fputs("\\n", stdout);
-                    else if (ch == '\\') fputs("\\\\", stdout);
-                    else fputc(ch, stdout);
-                }
-                fputc('\n', stdout);
-            }
-        }
-    }
+    if (run_steps(&r, &go)) goto out;
+    run_outputs(&r);
     fflush(stdout);
     for (int64_t i = 0; i < r.n_q; i++)
         if (r.q[i].dump_on && dump_commit(&r.q[i])) goto out;
 
-    /* report: prefill = until the first token; decode = the rest */
-    uint64_t rss = base_peak_rss();
-    char speed[512];
-    int64_t n_decode = n_tokens - r.n_q, n_prompt_all = total_prompt;
-    double t_prefill = r.single ? r.t_first : 0, t_decode = r.single ? t_all - r.t_first : t_all;
-    uint64_t lhash = q0->lhash;
-    if (r.single) {
-        mo_fmt_speed(&r.m, n_prompt_all, t_prefill, n_decode, t_decode, rss, speed, sizeof speed);
-        fprintf(stderr, "strata run: prompt %lld tokens, generated %lld%s; %s; logits hash %016llx\n", (long long)n_prompt_all,
-                (long long)q0->n_gen, q0->stopped ? " (end id)" : "", speed, (unsigned long long)lhash);
-    } else {
-        lhash = BASE_FNV_INIT;
-        for (int64_t i = 0; i < r.n_q; i++) lhash = base_fnv1a(&r.q[i].lhash, sizeof r.q[i].lhash, lhash);
-        char b1[32];
-        fprintf(stderr,
-                "strata run: %lld sequences (%lld at once), prompts %lld tokens, generated %lld tokens in %.3f s: "
-                "%.2f tokens/s aggregate; peak RSS %s; logits hash %016llx\n",
-                (long long)r.n_q, (long long)o.parallel, (long long)n_prompt_all, (long long)n_tokens, t_all,
-                t_all > 0 ? (double)n_tokens / t_all : 0, base_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
-    }
-    if (o.ao.spec)
-        fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%) in %lld verifying passes; %.2f tokens per decode pass\n",
-                (long long)sp_d, (long long)sp_a, sp_d ? 100.0 * (double)sp_a / (double)sp_d : 0, (long long)sp_v,
-                n_decode > 0 ? (double)n_decode / (double)(n_decode - sp_a) : 0);
-    if (o.ao.spec && o.ao.go.self_draft) {
-        strata_stats ss;
-        strata_model_get_stats(r.m.m, &ss);
-        if (ss.draft_passes)
-            fprintf(stderr, "self-draft: %lld passes from RAM, %.1f%% of layers run (the rest streamed: skipped), %.1f%% of chosen "
-                    "experts in the cache\n", (long long)ss.draft_passes,
-                    ss.draft_layers ? 100.0 * (double)ss.draft_layers_run / (double)ss.draft_layers : 0,
-                    ss.draft_experts ? 100.0 * (double)ss.draft_experts_used / (double)ss.draft_experts : 0);
-        else
-            fprintf(stderr, "self-draft: not possible with this placement (resident model or streamed head): n-gram drafts\n");
-    }
-    mo_report(&r.m, stderr);
-    if (base_mem_guard_violations())
-        fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
-                (unsigned long long)base_mem_guard_violations());
-    if (o.json_path) {
-        json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
-        json_t *j = json_object();
-        char hx[32];
-        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)lhash);
-        const double pf = n_prompt_all ? t_prefill / (double)n_prompt_all : 0, dc = n_decode > 0 ? t_decode / (double)n_decode : 0;
-        json_object_set_new(j, "model_dir", json_string(o.model_dir));
-        if (r.single) {
-            json_object_set_new(j, "prompt_ids", ids_json(q0->prompt, q0->n_prompt));
-            json_object_set_new(j, "generated_ids", ids_json(q0->gen_ids, q0->n_gen));
-            json_object_set_new(j, "stopped_at_end_id", json_boolean(q0->stopped));
-        } else {
-            json_t *a = json_array();
-            for (int64_t i = 0; i < r.n_q; i++)
-                json_array_append_new(a, json_pack("{s:o, s:o, s:b}", "prompt_ids", ids_json(r.q[i].prompt, r.q[i].n_prompt),
-                                                   "generated_ids", ids_json(r.q[i].gen_ids, r.q[i].n_gen),
-                                                   "stopped_at_end_id", r.q[i].stopped));
-            json_object_set_new(j, "sequences", a);
-            json_object_set_new(j, "parallel", json_integer(o.parallel));
-        }
-        json_t *tm = json_object();
-        json_object_set_new(tm, "load_s", json_real(r.m.info.load_s));
-        json_object_set_new(tm, "total_s", json_real(t_all));
-        json_object_set_new(tm, "prefill_s", json_real(t_prefill));
-        json_object_set_new(tm, "prefill_s_per_token", json_real(pf));
-        json_object_set_new(tm, "decode_s", json_real(t_decode));
-        json_object_set_new(tm, "decode_s_per_token", json_real(dc));
-        json_object_set_new(tm, "tokens_per_s", json_real(dc > 0 ? 1 / dc : 0));
-        json_object_set_new(tm, "aggregate_tokens_per_s", json_real(t_all > 0 ? (double)n_tokens / t_all : 0));
-        json_object_set_new(j, "timings", tm);
-        json_object_set_new(j, "mla_cache_bytes_per_pos", json_integer((json_int_t)r.m.info.mla_cache_bytes_per_pos));
-        json_object_set_new(j, "session_bytes", json_integer((json_int_t)r.m.info.seq_bytes));
-        json_object_set_new(j, "engine_bytes", json_integer((json_int_t)r.m.info.engine_bytes));
-        json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
-        json_object_set_new(j, "threads", json_integer(r.m.info.n_threads));
-        json_object_set_new(j, "kernel", json_string(r.m.info.kernel));
-        json_object_set_new(j, "ctx", json_integer(ctx));
-        json_object_set_new(j, "logits_hash", json_string(hx));
-        json_object_set_new(j, "placement", mo_placement_json(&r.m));
-        json_object_set_new(j, "speculation",
-                            json_pack("{s:i, s:I, s:I, s:I, s:f}", "max_drafts", (int)o.ao.spec, "drafted", (json_int_t)sp_d,
-                                      "accepted", (json_int_t)sp_a, "verifying_passes", (json_int_t)sp_v,
-                                      "acceptance", sp_d ? (double)sp_a / (double)sp_d : 0.0));
-        {
-            strata_stats ss;
-            strata_model_get_stats(r.m.m, &ss);
-            json_t *sp = json_object_get(j, "speculation");
-            if (sp) {
-                json_object_set_new(sp, "draft_source", json_string(o.ao.go.self_draft ? "self" : o.draft_ids ? "ids" : "ngram"));
-                json_object_set_new(sp, "self_draft_passes", json_integer((json_int_t)ss.draft_passes));
-                json_object_set_new(sp, "self_draft_layers_run",
-                                    json_real(ss.draft_layers ? (double)ss.draft_layers_run / (double)ss.draft_layers : 0.0));
-                json_object_set_new(sp, "self_draft_experts_in_ram",
-                                    json_real(ss.draft_experts ? (double)ss.draft_experts_used / (double)ss.draft_experts : 0.0));
-            }
-        }
-        char *txt = json_dumps(j, JSON_INDENT(2));
-        json_decref(j);
-        if (!txt) { fprintf(stderr, "strata run: cannot format the JSON report\n"); goto out; }
-        if (out_write("--json", o.json_path, txt, strlen(txt))) { base_free(txt); goto out; }
-        base_free(txt);
-    }
+    if (run_report(&r)) goto out;
     ret = 0;
 out:
     run_release(&r);

@@ -128,7 +128,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
     o->max_body = 1 << 20;
     o->prefix_gb = -1;
     o->cache_dir_gb = 8;
-    int rc = opts_parse(argc, argv, &o->ao, k_serve_flags, sizeof k_serve_flags / sizeof *k_serve_flags, o, &o->model_dir);
+    int rc = opts_parse(argc, argv, &o->ao, usage, k_serve_flags, sizeof k_serve_flags / sizeof *k_serve_flags, o, &o->model_dir);
     if (rc) return rc;
     if (o->api_key && o->api_key_file) return cli_usage_error(CMD, "--api-key and --api-key-file are exclusive");
     if (o->no_prefix && o->cache_dir) return cli_usage_error(CMD, "--no-prefix and --cache-dir are exclusive");
@@ -171,11 +171,9 @@ static void model_name(const char *dir_in, char *out, size_t cap) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) { usage(stdout); return 0; }
     serve_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc == OPTS_HELP ? 0 : rc;
     char key[1024], name[256], err[4096], path[4096], tc[4096];
     const char *api_key = o.api_key;
     if (o.api_key_file) {

@@ -133,8 +133,11 @@ int opts_take(int argc, char **argv, int *i, app_opts *o, const opt_row *rows, s
     return take_value(o, r, field, v);
 }
 
-int opts_parse(int argc, char **argv, app_opts *o, const opt_row *own, size_t n_own, void *own_base, const char **model_dir) {
+int opts_parse(int argc, char **argv, app_opts *o, void (*usage)(FILE *), const opt_row *own, size_t n_own, void *own_base,
+               const char **model_dir) {
     *model_dir = NULL;
+    for (int i = 1; i < argc; i++)
+        if (cli_is_help(argv[i])) { usage(stdout); return OPTS_HELP; }
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int f = opts_take(argc, argv, &i, o, opts_shared, opts_n_shared, o);

@@ -65,9 +65,12 @@ typedef struct opt_row {
 
 /* Zeroes o for command cmd with the default sampling options and gen. */
 void opts_init(app_opts *o, unsigned cmd, int64_t gen);
-/* Parses argv[1..]: the shared table, then own (rows into own_base), else the
- * one positional MODEL_DIR (*model_dir). 0, or EXIT_USAGE after a usage error. */
-int opts_parse(int argc, char **argv, app_opts *o, const opt_row *own, size_t n_own, void *own_base, const char **model_dir);
+#define OPTS_HELP (-1) /* opts_parse: --help or -h was given, usage printed to stdout */
+/* Parses argv[1..]: --help / -h anywhere prints usage(stdout) (OPTS_HELP);
+ * else the shared table, then own (rows into own_base), else the one positional
+ * MODEL_DIR (*model_dir). 0, or EXIT_USAGE after a usage error. */
+int opts_parse(int argc, char **argv, app_opts *o, void (*usage)(FILE *), const opt_row *own, size_t n_own, void *own_base,
+               const char **model_dir);
 /* If argv[*i] is a flag of rows (for o->cmd where rows are shared), consumes it
  * and its value into base: 0; EXIT_USAGE after a usage error; -1: not one of them. */
 int opts_take(int argc, char **argv, int *i, app_opts *o, const opt_row *rows, size_t n, void *base);
