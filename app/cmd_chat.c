@@ -39,62 +39,37 @@ static void usage(FILE *f) {
         "  --show-think         print the think channel to stdout between <think> lines\n"
         "                       (default: to stderr)\n"
         "  --gen N              max tokens per reply (default %d)\n"
-        "  --ctx N              context positions for the whole chat (default min(model, %d))\n"
-        MO_GEN_USAGE
-        MO_USAGE
-        "\n"
+        "  --ctx N              context positions for the whole chat (default min(model, %d))\n",
+        CHAT_DEFAULT_GEN, CHAT_DEFAULT_CTX);
+    opts_help(f, OPT_CHAT, OPT_HELP_GEN);
+    opts_help(f, OPT_CHAT, OPT_HELP_PLACE);
+    fputs("\n"
         "With --ram-gb/--ram (or --pack) the weights go through the memory planner, as in\n"
         "`strata run` (a budget below the minimum is refused with the minimum, exit 2):\n"
         "--ctx sizes the MLA cache in the plan. At the end (end of input or /exit) the run\n"
         "report goes to stderr: prefill/decode speed, peak RSS and, when planned, reads,\n"
-        "expert hit rate and peak RSS vs the budget.\n",
-        CHAT_DEFAULT_GEN, CHAT_DEFAULT_CTX);
+        "expert hit rate and peak RSS vs the budget.\n", f);
 }
 
 typedef struct chat_opts {
     const char *model_dir, *system;
     int effort, show_think;
-    int64_t gen, ctx;
-    mo_opts mo;
-    strata_gen_opts go;
+    app_opts ao;              /* the shared flags (opts.h) */
 } chat_opts;
+
+static int effort_flag(void *field, const char *v) { return (*(int *)field = chat_effort_parse(v)) < 0; }
+
+static const opt_row k_chat_flags[] = {
+    {.flag = "--system", .kind = OPT_STR, .off = offsetof(chat_opts, system)},
+    {.flag = "--think", .kind = OPT_FN, .off = offsetof(chat_opts, effort), .fn = effort_flag, .what = "low, high, max or off; the K3 encoder refuses medium"},
+    {.flag = "--show-think", .kind = OPT_FLAG, .off = offsetof(chat_opts, show_think)},
+};
 
 static int parse_args(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
-    o->go = strata_gen_opts_default();
-    o->gen = CHAT_DEFAULT_GEN;
+    opts_init(&o->ao, OPT_CHAT, CHAT_DEFAULT_GEN);
     o->effort = CHAT_THINK_MAX;
-    const char *ram_flag = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
-            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error(CMD, "%s and %s exclude each other (one budget)", ram_flag, a);
-            ram_flag = a;
-        }
-        int f = mo_flag(argc, argv, &i, CMD, &o->mo);
-        if (f == EXIT_USAGE) return f;
-        if (f == 0) continue;
-        if ((f = mo_gen_flag(argc, argv, &i, CMD, &o->go, &o->mo)) == EXIT_USAGE) return f;
-        if (f == 0) continue;
-#define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
-#define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
-        if (!strcmp(a, "--system")) { NEED(); o->system = v; }
-        else if (!strcmp(a, "--think")) {
-            NEED();
-            if ((o->effort = chat_effort_parse(v)) < 0) BAD("low, high, max or off; the K3 encoder refuses medium");
-        }
-        else if (!strcmp(a, "--show-think")) o->show_think = 1;
-        else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, 1 << 20, &o->gen)) BAD("an integer in [1, 1048576]"); }
-        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, CLI_MAX_CTX, &o->ctx)) BAD(CLI_MAX_CTX_TEXT); }
-        else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
-        else if (!o->model_dir) o->model_dir = a;
-        else return cli_usage_error(CMD, "unexpected argument '%s'", a);
-#undef NEED
-#undef BAD
-    }
-    if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
-    if (o->mo.draft_given && !o->mo.spec) return cli_usage_error(CMD, "--draft needs --spec K");
-    return 0;
+    return opts_parse(argc, argv, &o->ao, usage, k_chat_flags, sizeof k_chat_flags / sizeof *k_chat_flags, o, &o->model_dir);
 }
 
 typedef struct chat_state {
@@ -238,8 +213,7 @@ static int reply(chat_state *r, const chat_opts *o) {
         fprintf(stderr, "strata chat: %s\n", err);
         return -1;
     }
-    strata_gen_opts go = o->go;
-    go.max_tokens = o->gen;
+    strata_gen_opts go = opts_gen(&o->ao);
     go.stop_at_end = 0;
     const int32_t stop[2] = {r->ci.eos, r->ci.eom};
     go.stop_ids = stop[0] >= 0 ? stop : stop + 1;
@@ -293,11 +267,9 @@ static int reply(chat_state *r, const chat_opts *o) {
 }
 
 int cmd_chat(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) { usage(stdout); return 0; }
     chat_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc == OPTS_HELP ? 0 : rc;
     chat_state r;
     memset(&r, 0, sizeof r);
     char err[4096], path[4096], tc[4096];
@@ -309,11 +281,11 @@ int cmd_chat(int argc, char **argv) {
     if (tok_open(&r.tk, path, tc, TOK_PAT_KIMI, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     if (chat_ids_init(&r.ci, r.tk, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     const int64_t mctx = r.m.info.model_max_ctx;
-    if (o.ctx > mctx)
-        fprintf(stderr, "strata chat: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ctx,
+    if (o.ao.ctx > mctx)
+        fprintf(stderr, "strata chat: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ao.ctx,
                 (long long)mctx);
-    int64_t ctx = o.ctx ? o.ctx : (mctx < CHAT_DEFAULT_CTX ? mctx : CHAT_DEFAULT_CTX);
-    if ((rc = mo_place(&r.m, &o.mo, ctx, 1))) {
+    int64_t ctx = o.ao.ctx ? o.ao.ctx : (mctx < CHAT_DEFAULT_CTX ? mctx : CHAT_DEFAULT_CTX);
+    if ((rc = mo_place(&r.m, &o.ao, ctx, 1))) {
         ret = rc == MO_PLANNED ? 0 : rc;
         goto out;
     }
@@ -391,7 +363,7 @@ int cmd_chat(int argc, char **argv) {
     mo_fmt_speed(&r.m, r.n_prefill, r.t_prefill, r.n_decode, r.t_decode, base_peak_rss(), speed, sizeof speed);
     fprintf(stderr, "strata chat: %lld turns, prefilled %lld tokens, decoded %lld; %s\n", (long long)r.n_turns,
             (long long)r.n_prefill, (long long)r.n_decode, speed);
-    if (o.mo.spec)
+    if (o.ao.spec)
         fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%)\n", (long long)r.n_drafted, (long long)r.n_accepted,
                 r.n_drafted ? 100.0 * (double)r.n_accepted / (double)r.n_drafted : 0);
     mo_report(&r.m, stderr);

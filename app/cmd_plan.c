@@ -6,6 +6,7 @@
 #include <string.h>
 #include "cli.h"
 #include "model_open.h"
+#include "opts.h"
 #include "strata.h"
 
 static void usage(FILE *f) {
@@ -43,42 +44,24 @@ static int measure_net(void *ud, double *bw, double *lat, char *err, size_t errl
 }
 
 int cmd_plan(int argc, char **argv) {
-    const char *model = NULL, *config = NULL, *pack_dir = NULL;
-    int json = 0, measure = 0, have_ram = 0, ranks = 0, net_given = 0, lat_given = 0;
+    const char *model = NULL, *config = NULL;
+    int json = 0, measure = 0, ranks = 0, net_given = 0, lat_given = 0;
     double disk_gbs = 0, mem_gbs = 0, net_gbs = 1.25, lat_us = 50;
     strata_plan_opts po = strata_plan_opts_default();
-    const char *ram_flag = NULL;
+    app_opts ao;
+    opts_init(&ao, OPT_PLAN, 0);
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (cli_is_help(a)) { usage(stdout); return 0; }
-        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
-            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error("plan", "%s and %s exclude each other (one budget)", ram_flag, a);
-            ram_flag = a;
-        }
+        int f = opts_take(argc, argv, &i, &ao, opts_shared, opts_n_shared, &ao);
+        if (f > 0) return f;
+        if (f == 0) continue;
         if (!strcmp(a, "--config")) { if (!(config = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE; }
-        else if (!strcmp(a, "--pack")) { if (!(pack_dir = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE; }
-        else if (!strcmp(a, "--ram-gb")) {
-            double gbv;
-            if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
-            if (strata_parse_f64(v, 0.001, 1e6, &gbv)) return cli_usage_error("plan", "bad --ram-gb %s", v);
-            po.ram_bytes = (uint64_t)(gbv * 1e9);
-            have_ram = 1;
-        } else if (!strcmp(a, "--ram")) {
-            if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
-            if (!strcmp(v, "auto")) po.ram_bytes = strata_mem_available();
-            else if (strata_parse_size(v, &po.ram_bytes)) return cli_usage_error("plan", "bad --ram %s", v);
-            have_ram = 1;
-        } else if (!strcmp(a, "--ctx") || !strcmp(a, "--chunk") || !strcmp(a, "--threads") || !strcmp(a, "--seqs")) {
+        else if (!strcmp(a, "--seqs")) {
             int64_t n;
             if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
-            if (strata_parse_i64(v, 1, 1ll << 30, &n)) return cli_usage_error("plan", "bad %s %s", a, v);
-            if (!strcmp(a, "--ctx")) po.ctx = n;
-            else if (!strcmp(a, "--chunk")) po.chunk = n;
-            else if (!strcmp(a, "--seqs")) {
-                if (n > 4096) return cli_usage_error("plan", "bad --seqs %s (1..4096)", v);
-                po.seqs = (int)n;
-            }
-            else po.threads = (int)n;
+            if (strata_parse_i64(v, 1, 4096, &n)) return cli_usage_error("plan", "bad --seqs %s (1..4096)", v);
+            po.seqs = (int)n;
         } else if (!strcmp(a, "--policy")) {
             if (!(v = cli_need_arg(argc, argv, &i, "plan"))) return EXIT_USAGE;
             if ((po.policy = strata_plan_policy(v)) < 0) return cli_usage_error("plan", "bad --policy %s (layer, lfu, s3fifo, lru)", v);
@@ -102,9 +85,12 @@ int cmd_plan(int argc, char **argv) {
         else return cli_usage_error("plan", "unexpected argument %s", a);
     }
     if (!model == !config) return cli_usage_error("plan", "give MODEL_DIR or --config FILE");
-    if (!have_ram) return cli_usage_error("plan", "--ram-gb X or --ram SIZE|auto is required");
-    if (!po.ram_bytes) return cli_usage_error("plan", "the budget must be positive");
-    po.pack_dir = pack_dir;
+    if (!ao.have_ram) return cli_usage_error("plan", "--ram-gb X or --ram SIZE|auto is required");
+    po.ram_bytes = ao.ram_bytes;
+    po.pack_dir = ao.pack_dir;
+    if (ao.ctx) po.ctx = ao.ctx;
+    if (ao.chunk) po.chunk = ao.chunk;
+    if (ao.threads) po.threads = (int)ao.threads;
     po.model_dir = model;
     po.config = config;
     po.json = json;

@@ -49,79 +49,62 @@ static void usage(FILE *f) {
         "                       --dump-logits F writes F.0, F.1, ... (one per line)\n"
         "  --batch-text         --batch lines are text, not ids\n"
         "  --parallel N         sequences held at once with --batch (default min(lines, %d))\n"
-        "  --gen N              tokens to generate (default %d, >= 1)\n"
-        MO_GEN_USAGE
+        "  --gen N              tokens to generate (default %d, >= 1)\n",
+        RUN_DEFAULT_PARALLEL, RUN_DEFAULT_GEN);
+    opts_help(f, OPT_RUN, OPT_HELP_GEN);
+    fprintf(f,
         "  --draft-ids LIST     with --spec: propose this continuation as the drafts (benchmarks, tests)\n"
         "  --ctx N              context positions (default prompt + gen, at most the model's maximum)\n"
         "  --chunk N            rows per pass (prefill chunk / batch; default %d)\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
-        "  --json FILE          write a JSON run report\n"
-        MO_USAGE
+        "  --json FILE          write a JSON run report\n",
+        64);
+    opts_help(f, OPT_RUN, OPT_HELP_PLACE);
+    fprintf(f,
         "  --stop-eos           with --ids: also stop at an end id (text prompts always do)\n"
         "  --ignore-eos         never stop at an end id\n"
         "\n"
-        "End ids: config eos ids plus tokenizer_config.json's. Env: STRATA_KERNEL=scalar|avx2|...\n",
-        RUN_DEFAULT_PARALLEL, RUN_DEFAULT_GEN, 64);
+        "End ids: config eos ids plus tokenizer_config.json's. Env: STRATA_KERNEL=scalar|avx2|...\n");
 }
 
 typedef struct run_opts {
     const char *model_dir, *ids, *prompt, *prompt_file, *batch, *dump_logits, *json_path, *draft_ids;
-    mo_opts mo;
-    int64_t gen, ctx, parallel;
-    strata_gen_opts go;
+    app_opts ao;              /* the shared flags (opts.h) */
+    int64_t parallel;
     int print_ids, stop_eos, ignore_eos, batch_text;
 } run_opts;
 
+#define R(field) offsetof(run_opts, field)
+static const opt_row k_run_flags[] = {
+    {.flag = "--ids", .kind = OPT_STR, .off = R(ids)},
+    {.flag = "--prompt", .kind = OPT_STR, .off = R(prompt)},
+    {.flag = "--prompt-file", .kind = OPT_STR, .off = R(prompt_file)},
+    {.flag = "--batch", .kind = OPT_STR, .off = R(batch)},
+    {.flag = "--batch-text", .kind = OPT_FLAG, .off = R(batch_text)},
+    {.flag = "--parallel", .kind = OPT_I64, .off = R(parallel), .ilo = 1, .ihi = 4096, .what = "an integer in [1, 4096]"},
+    {.flag = "--dump-logits", .kind = OPT_STR, .off = R(dump_logits)},
+    {.flag = "--draft-ids", .kind = OPT_STR, .off = R(draft_ids)},
+    {.flag = "--json", .kind = OPT_STR, .off = R(json_path)},
+    {.flag = "--print-ids", .kind = OPT_FLAG, .off = R(print_ids)},
+    {.flag = "--stop-eos", .kind = OPT_FLAG, .off = R(stop_eos)},
+    {.flag = "--ignore-eos", .kind = OPT_FLAG, .off = R(ignore_eos)},
+};
+#undef R
+
 static int parse_args(int argc, char **argv, run_opts *o) {
     memset(o, 0, sizeof *o);
-    o->go = strata_gen_opts_default();
-    o->gen = RUN_DEFAULT_GEN;
-    const char *ram_flag = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--ram-gb") || !strcmp(a, "--ram")) {
-            if (ram_flag && strcmp(ram_flag, a)) return cli_usage_error(CMD, "%s and %s exclude each other (one budget)", ram_flag, a);
-            ram_flag = a;
-        }
-        int f = mo_flag(argc, argv, &i, CMD, &o->mo);
-        if (f == EXIT_USAGE) return f;
-        if (f == 0) continue;
-        if ((f = mo_gen_flag(argc, argv, &i, CMD, &o->go, &o->mo)) == EXIT_USAGE) return f;
-        if (f == 0) continue;
-#define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
-#define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
-        if (!strcmp(a, "--ids")) { NEED(); o->ids = v; }
-        else if (!strcmp(a, "--prompt")) { NEED(); o->prompt = v; }
-        else if (!strcmp(a, "--prompt-file")) { NEED(); o->prompt_file = v; }
-        else if (!strcmp(a, "--batch")) { NEED(); o->batch = v; }
-        else if (!strcmp(a, "--batch-text")) o->batch_text = 1;
-        else if (!strcmp(a, "--parallel")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->parallel)) BAD("an integer in [1, 4096]"); }
-        else if (!strcmp(a, "--gen")) { NEED(); if (base_parse_i64(v, 1, RUN_MAX_GEN, &o->gen)) BAD("an integer in [1, 1048576]"); }
-        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 1, CLI_MAX_CTX, &o->ctx)) BAD(CLI_MAX_CTX_TEXT); }
-        else if (!strcmp(a, "--chunk")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->mo.chunk)) BAD("1..4096"); }
-        else if (!strcmp(a, "--dump-logits")) { NEED(); o->dump_logits = v; }
-        else if (!strcmp(a, "--draft-ids")) { NEED(); o->draft_ids = v; }
-        else if (!strcmp(a, "--json")) { NEED(); o->json_path = v; }
-        else if (!strcmp(a, "--print-ids")) o->print_ids = 1;
-        else if (!strcmp(a, "--stop-eos")) o->stop_eos = 1;
-        else if (!strcmp(a, "--ignore-eos")) o->ignore_eos = 1;
-        else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
-        else if (!o->model_dir) o->model_dir = a;
-        else return cli_usage_error(CMD, "unexpected argument '%s'", a);
-#undef NEED
-#undef BAD
-    }
-    if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
+    opts_init(&o->ao, OPT_RUN, RUN_DEFAULT_GEN);
+    int rc = opts_parse(argc, argv, &o->ao, usage, k_run_flags, sizeof k_run_flags / sizeof *k_run_flags, o, &o->model_dir);
+    if (rc) return rc;
     int np = (o->ids != NULL) + (o->prompt != NULL) + (o->prompt_file != NULL) + (o->batch != NULL);
-    if (np != 1 && !(o->mo.plan_only && np == 0))
+    if (np != 1 && !(o->ao.plan_only && np == 0))
         return cli_usage_error(CMD, "give exactly one of --ids, --prompt, --prompt-file, --batch");
     if (o->stop_eos && o->ignore_eos) return cli_usage_error(CMD, "--stop-eos and --ignore-eos exclude each other");
     if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
-    if (o->draft_ids && !o->mo.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
-    if (o->mo.draft_given && !o->mo.spec) return cli_usage_error(CMD, "--draft needs --spec K");
-    if (o->draft_ids && o->go.self_draft) return cli_usage_error(CMD, "--draft-ids and --draft self exclude each other");
+    if (o->draft_ids && !o->ao.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
+    if (o->draft_ids && o->ao.go.self_draft) return cli_usage_error(CMD, "--draft-ids and --draft self exclude each other");
     return 0;
 }
 
@@ -153,6 +136,8 @@ typedef struct run_state {
     double t_first;           /* seconds until the first generated token (single run) */
     int32_t *draft;           /* --draft-ids */
     double t0;
+    int64_t ctx, n_tokens, total_prompt, sp_d, sp_a, sp_v; /* the context; totals at the end */
+    double t_all;
 } run_state;
 
 /* Where an output named by the user lands: a symlink is followed to its target
@@ -479,12 +464,195 @@ static void progress(run_state *r, int64_t total, double *last) {
             rate > 0 ? (double)(total - done) / rate : 0);
 }
 
+/* Every sequence stepped together; a finished one hands its slot to the next
+ * line. 0, or 1 after printing why. */
+static int run_steps(run_state *r, const strata_gen_opts *go) {
+    char err[4096];
+    int rc;
+    int64_t next = 0;
+    for (int64_t i = 0; i < r->n_q; i++) r->total_prompt += r->q[i].n_prompt;
+    double last_progress = base_now();
+    r->t0 = base_now();
+    for (;;) {
+        int n_act = 0;
+        for (int64_t k = 0; k < r->o->parallel; k++) {
+            strata_gen *g = r->active[k];
+            if (g && strata_gen_done(g)) {
+                run_seq *q = strata_gen_user(g);
+                const int32_t *ids = strata_gen_ids(g, &q->n_gen);
+                q->gen_ids = base_alloc((size_t)q->n_gen * sizeof(int32_t) + 1, MEM_MISC);
+                if (!q->gen_ids) { fprintf(stderr, "strata run: out of memory\n"); return 1; }
+                memcpy(q->gen_ids, ids, (size_t)q->n_gen * sizeof(int32_t));
+                q->stopped = strata_gen_stopped(g);
+                q->lhash = strata_gen_logits_hash(g);
+                strata_gen_spec_stats(g, &q->drafted, &q->accepted, &q->verifies);
+                r->n_tokens += q->n_gen;
+                strata_gen_free(g);
+                q->g = NULL;
+                r->active[k] = g = NULL;
+            }
+            if (!g && next < r->n_q) {
+                run_seq *q = &r->q[next++];
+                if (strata_gen_create(&q->g, r->seqs[k], q->prompt, q->n_prompt, go, 0, err, sizeof err)) {
+                    fprintf(stderr, "strata run: %s\n", err);
+                    return 1;
+                }
+                strata_gen_set_user(q->g, q);
+                r->active[k] = g = q->g;
+            }
+            if (g) r->active[n_act++] = g;
+        }
+        /* compact: active[0 .. n_act) in slot order is fine, slots are interchangeable */
+        for (int64_t k = n_act; k < r->o->parallel; k++) r->active[k] = NULL;
+        if (n_act == 0) break;
+        rc = strata_gen_step(r->m.m, r->active, n_act, on_token, r, err, sizeof err);
+        if (rc < 0) { fprintf(stderr, "strata run: %s\n", err); return 1; }
+        if (r->failed) return 1;
+        progress(r, r->total_prompt, &last_progress);
+    }
+    r->t_all = base_now() - r->t0;
+    for (int64_t i = 0; i < r->n_q; i++) { r->sp_d += r->q[i].drafted; r->sp_a += r->q[i].accepted; r->sp_v += r->q[i].verifies; }
+    return 0;
+}
+
+/* The outputs on stdout: the single run's ids or newline, or one line per --batch line. */
+static void run_outputs(const run_state *r) {
+    const run_seq *q0 = &r->q[0];
+    if (r->single) {
+        if (r->o->print_ids) print_ids_line(stdout, q0->gen_ids, q0->n_gen);
+        else fputc('\n', stdout);
+    } else {
+        for (int64_t i = 0; i < r->n_q; i++) {
+            if (r->o->print_ids || !r->m.info.has_tokenizer) print_ids_line(stdout, r->q[i].gen_ids, r->q[i].n_gen);
+            else {
+                /* one line per input: newlines inside a reply are escaped */
+                for (size_t k = 0; r->q[i].text.s && k < r->q[i].text.len; k++) {
+                    char ch = r->q[i].text.s[k];
+                    if (ch == '\n') fputs("\\n", stdout);
+                    else if (ch == '\\') fputs("\\\\", stdout);
+                    else fputc(ch, stdout);
+                }
+                fputc('\n', stdout);
+            }
+        }
+    }
+}
+
+/* --json: the run report as a JSON file. 0, or 1 after printing why. */
+static int run_json(run_state *r, uint64_t lhash, uint64_t rss, int64_t n_prompt_all, int64_t n_decode, double t_prefill, double t_decode) {
+    const run_seq *q0 = &r->q[0];
+    json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
+    json_t *j = json_object();
+    char hx[32];
+    snprintf(hx, sizeof hx, "%016llx", (unsigned long long)lhash);
+    const double pf = n_prompt_all ? t_prefill / (double)n_prompt_all : 0, dc = n_decode > 0 ? t_decode / (double)n_decode : 0;
+    json_object_set_new(j, "model_dir", json_string(r->o->model_dir));
+    if (r->single) {
+        json_object_set_new(j, "prompt_ids", ids_json(q0->prompt, q0->n_prompt));
+        json_object_set_new(j, "generated_ids", ids_json(q0->gen_ids, q0->n_gen));
+        json_object_set_new(j, "stopped_at_end_id", json_boolean(q0->stopped));
+    } else {
+        json_t *a = json_array();
+        for (int64_t i = 0; i < r->n_q; i++)
+            json_array_append_new(a, json_pack("{s:o, s:o, s:b}", "prompt_ids", ids_json(r->q[i].prompt, r->q[i].n_prompt),
+                                               "generated_ids", ids_json(r->q[i].gen_ids, r->q[i].n_gen),
+                                               "stopped_at_end_id", r->q[i].stopped));
+        json_object_set_new(j, "sequences", a);
+        json_object_set_new(j, "parallel", json_integer(r->o->parallel));
+    }
+    json_t *tm = json_object();
+    json_object_set_new(tm, "load_s", json_real(r->m.info.load_s));
+    json_object_set_new(tm, "total_s", json_real(r->t_all));
+    json_object_set_new(tm, "prefill_s", json_real(t_prefill));
+    json_object_set_new(tm, "prefill_s_per_token", json_real(pf));
+    json_object_set_new(tm, "decode_s", json_real(t_decode));
+    json_object_set_new(tm, "decode_s_per_token", json_real(dc));
+    json_object_set_new(tm, "tokens_per_s", json_real(dc > 0 ? 1 / dc : 0));
+    json_object_set_new(tm, "aggregate_tokens_per_s", json_real(r->t_all > 0 ? (double)r->n_tokens / r->t_all : 0));
+    json_object_set_new(j, "timings", tm);
+    json_object_set_new(j, "mla_cache_bytes_per_pos", json_integer((json_int_t)r->m.info.mla_cache_bytes_per_pos));
+    json_object_set_new(j, "session_bytes", json_integer((json_int_t)r->m.info.seq_bytes));
+    json_object_set_new(j, "engine_bytes", json_integer((json_int_t)r->m.info.engine_bytes));
+    json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
+    json_object_set_new(j, "threads", json_integer(r->m.info.n_threads));
+    json_object_set_new(j, "kernel", json_string(r->m.info.kernel));
+    json_object_set_new(j, "ctx", json_integer(r->ctx));
+    json_object_set_new(j, "logits_hash", json_string(hx));
+    json_object_set_new(j, "placement", mo_placement_json(&r->m));
+    json_object_set_new(j, "speculation",
+                        json_pack("{s:i, s:I, s:I, s:I, s:f}", "max_drafts", (int)r->o->ao.spec, "drafted", (json_int_t)r->sp_d,
+                                  "accepted", (json_int_t)r->sp_a, "verifying_passes", (json_int_t)r->sp_v,
+                                  "acceptance", r->sp_d ? (double)r->sp_a / (double)r->sp_d : 0.0));
+    {
+        strata_stats ss;
+        strata_model_get_stats(r->m.m, &ss);
+        json_t *sp = json_object_get(j, "speculation");
+        if (sp) {
+            json_object_set_new(sp, "draft_source", json_string(r->o->ao.go.self_draft ? "self" : r->o->draft_ids ? "ids" : "ngram"));
+            json_object_set_new(sp, "self_draft_passes", json_integer((json_int_t)ss.draft_passes));
+            json_object_set_new(sp, "self_draft_layers_run",
+                                json_real(ss.draft_layers ? (double)ss.draft_layers_run / (double)ss.draft_layers : 0.0));
+            json_object_set_new(sp, "self_draft_experts_in_ram",
+                                json_real(ss.draft_experts ? (double)ss.draft_experts_used / (double)ss.draft_experts : 0.0));
+        }
+    }
+    char *txt = json_dumps(j, JSON_INDENT(2));
+    json_decref(j);
+    if (!txt) { fprintf(stderr, "strata run: cannot format the JSON report\n"); return 1; }
+    if (out_write("--json", r->o->json_path, txt, strlen(txt))) { base_free(txt); return 1; }
+    base_free(txt);
+    return 0;
+}
+
+/* The run report on stderr (prefill = until the first token; decode = the
+ * rest), then --json; 0, or 1 when the JSON report could not be written. */
+static int run_report(run_state *r) {
+    const run_seq *q0 = &r->q[0];
+    uint64_t rss = base_peak_rss();
+    char speed[512];
+    int64_t n_decode = r->n_tokens - r->n_q, n_prompt_all = r->total_prompt;
+    double t_prefill = r->single ? r->t_first : 0, t_decode = r->single ? r->t_all - r->t_first : r->t_all;
+    uint64_t lhash = q0->lhash;
+    if (r->single) {
+        mo_fmt_speed(&r->m, n_prompt_all, t_prefill, n_decode, t_decode, rss, speed, sizeof speed);
+        fprintf(stderr, "strata run: prompt %lld tokens, generated %lld%s; %s; logits hash %016llx\n", (long long)n_prompt_all,
+                (long long)q0->n_gen, q0->stopped ? " (end id)" : "", speed, (unsigned long long)lhash);
+    } else {
+        lhash = BASE_FNV_INIT;
+        for (int64_t i = 0; i < r->n_q; i++) lhash = base_fnv1a(&r->q[i].lhash, sizeof r->q[i].lhash, lhash);
+        char b1[32];
+        fprintf(stderr,
+                "strata run: %lld sequences (%lld at once), prompts %lld tokens, generated %lld tokens in %.3f s: "
+                "%.2f tokens/s aggregate; peak RSS %s; logits hash %016llx\n",
+                (long long)r->n_q, (long long)r->o->parallel, (long long)n_prompt_all, (long long)r->n_tokens, r->t_all,
+                r->t_all > 0 ? (double)r->n_tokens / r->t_all : 0, base_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
+    }
+    if (r->o->ao.spec)
+        fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%) in %lld verifying passes; %.2f tokens per decode pass\n",
+                (long long)r->sp_d, (long long)r->sp_a, r->sp_d ? 100.0 * (double)r->sp_a / (double)r->sp_d : 0, (long long)r->sp_v,
+                n_decode > 0 ? (double)n_decode / (double)(n_decode - r->sp_a) : 0);
+    if (r->o->ao.spec && r->o->ao.go.self_draft) {
+        strata_stats ss;
+        strata_model_get_stats(r->m.m, &ss);
+        if (ss.draft_passes)
+            fprintf(stderr, "self-draft: %lld passes from RAM, %.1f%% of layers run (the rest streamed: skipped), %.1f%% of chosen "
+                    "experts in the cache\n", (long long)ss.draft_passes,
+                    ss.draft_layers ? 100.0 * (double)ss.draft_layers_run / (double)ss.draft_layers : 0,
+                    ss.draft_experts ? 100.0 * (double)ss.draft_experts_used / (double)ss.draft_experts : 0);
+        else
+            fprintf(stderr, "self-draft: not possible with this placement (resident model or streamed head): n-gram drafts\n");
+    }
+    mo_report(&r->m, stderr);
+    if (base_mem_guard_violations())
+        fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
+                (unsigned long long)base_mem_guard_violations());
+    return r->o->json_path ? run_json(r, lhash, rss, n_prompt_all, n_decode, t_prefill, t_decode) : 0;
+}
+
 int cmd_run(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) { usage(stdout); return 0; }
     run_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc == OPTS_HELP ? 0 : rc;
 
     run_state r;
     memset(&r, 0, sizeof r);
@@ -493,32 +661,33 @@ int cmd_run(int argc, char **argv) {
     int ret = 1;
     if (mo_open(&r.m, CMD, o.model_dir)) goto out;
     const int64_t max_ctx = r.m.info.model_max_ctx;
-    if (o.ctx > max_ctx)
-        fprintf(stderr, "strata run: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ctx,
+    if (o.ao.ctx > max_ctx)
+        fprintf(stderr, "strata run: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ao.ctx,
                 (long long)max_ctx);
-    const int64_t ctx_cap = o.ctx ? o.ctx : max_ctx;
+    const int64_t ctx_cap = o.ao.ctx ? o.ao.ctx : max_ctx;
     if ((o.ids || o.prompt || o.prompt_file || o.batch) && (rc = load_prompts(&r, ctx_cap))) { ret = rc; goto out; }
     r.single = !o.batch;
 
     /* context: exactly what the run needs (the MLA cache and the plan are sized by it) */
-    int64_t ctx = o.ctx, need = 0;
-    for (int64_t i = 0; i < r.n_q; i++) if (r.q[i].n_prompt + o.gen > need) need = r.q[i].n_prompt + o.gen;
+    int64_t ctx = o.ao.ctx, need = 0;
+    for (int64_t i = 0; i < r.n_q; i++) if (r.q[i].n_prompt + o.ao.gen > need) need = r.q[i].n_prompt + o.ao.gen;
     if (!ctx) ctx = need ? (need < max_ctx ? need : max_ctx) : (max_ctx < 4096 ? max_ctx : 4096);
     for (int64_t i = 0; i < r.n_q; i++)
         if (r.q[i].n_prompt > ctx) {
             char which[64] = "the prompt";
             if (!r.single) snprintf(which, sizeof which, "line %lld", (long long)i + 1);
             fprintf(stderr, "strata run: %s has %lld tokens, more than the context of %lld%s\n", which, (long long)r.q[i].n_prompt,
-                    (long long)ctx, o.ctx ? " (--ctx)" : " (the model's maximum)");
+                    (long long)ctx, o.ao.ctx ? " (--ctx)" : " (the model's maximum)");
             ret = EXIT_USAGE;
             goto out;
         }
+    r.ctx = ctx;
     if (need > ctx) fprintf(stderr, "strata run: note: generation stops at the context limit (%lld positions)\n", (long long)ctx);
 
     /* output paths before the weights load, so a bad path fails at once */
-    if (o.json_path && !o.mo.plan_only && check_out_path("--json", o.json_path, o.model_dir)) goto out;
-    if (o.dump_logits && !o.mo.plan_only && r.single && check_out_path("--dump-logits", o.dump_logits, o.model_dir)) goto out;
-    if (o.dump_logits && !o.mo.plan_only)
+    if (o.json_path && !o.ao.plan_only && check_out_path("--json", o.json_path, o.model_dir)) goto out;
+    if (o.dump_logits && !o.ao.plan_only && r.single && check_out_path("--dump-logits", o.dump_logits, o.model_dir)) goto out;
+    if (o.dump_logits && !o.ao.plan_only)
         for (int64_t i = 0; i < r.n_q; i++) {
             char p[4096];
             if (r.single) snprintf(p, sizeof p, "%s", o.dump_logits);
@@ -530,7 +699,7 @@ int cmd_run(int argc, char **argv) {
     /* placement, weights, engine: one sequence slot per parallel line */
     if (!o.parallel) o.parallel = r.n_q < RUN_DEFAULT_PARALLEL ? (r.n_q ? r.n_q : 1) : RUN_DEFAULT_PARALLEL;
     if (o.parallel > r.n_q && r.n_q) o.parallel = r.n_q;
-    if ((rc = mo_place(&r.m, &o.mo, ctx, (int)o.parallel))) {
+    if ((rc = mo_place(&r.m, &o.ao, ctx, (int)o.parallel))) {
         ret = rc == MO_PLANNED ? 0 : rc;
         goto out;
     }
@@ -539,189 +708,23 @@ int cmd_run(int argc, char **argv) {
     if (!r.seqs || !r.active) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
     for (int64_t i = 0; i < o.parallel; i++)
         if (strata_seq_create(r.m.m, &r.seqs[i], err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-    strata_gen_opts go = o.go;
-    go.max_tokens = o.gen;
+    strata_gen_opts go = opts_gen(&o.ao);
     go.stop_at_end = !o.ignore_eos && (!(o.ids || (o.batch && !o.batch_text)) || o.stop_eos);
     go.want_text = r.m.info.has_tokenizer && !o.print_ids;
     go.want_logits = o.dump_logits != NULL;
-    go.spec = o.mo.spec;
     if (o.draft_ids) {
         if ((rc = parse_ids(&r, o.draft_ids, &r.draft, &go.n_draft_ids, "--draft-ids"))) { ret = rc; goto out; }
         go.draft_ids = r.draft;
     }
     r.stream_text = r.single && go.want_text;
 
-    /* every sequence stepped together; a finished one hands its slot to the next line */
-    int64_t next = 0, total_prompt = 0, n_tokens = 0;
-    for (int64_t i = 0; i < r.n_q; i++) total_prompt += r.q[i].n_prompt;
-    double last_progress = base_now();
-    r.t0 = base_now();
-    for (;;) {
-        int n_act = 0;
-        for (int64_t k = 0; k < o.parallel; k++) {
-            strata_gen *g = r.active[k];
-            if (g && strata_gen_done(g)) {
-                run_seq *q = strata_gen_user(g);
-                const int32_t *ids = strata_gen_ids(g, &q->n_gen);
-                q->gen_ids = base_alloc((size_t)q->n_gen * sizeof(int32_t) + 1, MEM_MISC);
-                if (!q->gen_ids) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
-                memcpy(q->gen_ids, ids, (size_t)q->n_gen * sizeof(int32_t));
-                q->stopped = strata_gen_stopped(g);
-                q->lhash = strata_gen_logits_hash(g);
-                strata_gen_spec_stats(g, &q->drafted, &q->accepted, &q->verifies);
-                n_tokens += q->n_gen;
-                strata_gen_free(g);
-                q->g = NULL;
-                r.active[k] = g = NULL;
-            }
-            if (!g && next < r.n_q) {
-                run_seq *q = &r.q[next++];
-                if (strata_gen_create(&q->g, r.seqs[k], q->prompt, q->n_prompt, &go, 0, err, sizeof err)) {
-                    fprintf(stderr, "strata run: %s\n", err);
-                    goto out;
-                }
-                strata_gen_set_user(q->g, q);
-                r.active[k] = g = q->g;
-            }
-            if (g) r.active[n_act++] = g;
-        }
-        /* compact: active[0 .. n_act) in slot order is fine, slots are interchangeable */
-        for (int64_t k = n_act; k < o.parallel; k++) r.active[k] = NULL;
-        if (n_act == 0) break;
-        rc = strata_gen_step(r.m.m, r.active, n_act, on_token, &r, err, sizeof err);
-        if (rc < 0) { fprintf(stderr, "strata run: %s\n", err); goto out; }
-        if (r.failed) goto out;
-        progress(&r, total_prompt, &last_progress);
-    }
-    const double t_all = base_now() - r.t0;
-    int64_t sp_d = 0, sp_a = 0, sp_v = 0;
-    for (int64_t i = 0; i < r.n_q; i++) { sp_d += r.q[i].drafted; sp_a += r.q[i].accepted; sp_v += r.q[i].verifies; }
-
-    /* outputs */
-    run_seq *q0 = &r.q[0];
-    if (r.single) {
-        if (o.print_ids) print_ids_line(stdout, q0->gen_ids, q0->n_gen);
-        else fputc('\n', stdout);
-    } else {
-        for (int64_t i = 0; i < r.n_q; i++) {
-            if (o.print_ids || !r.m.info.has_tokenizer) print_ids_line(stdout, r.q[i].gen_ids, r.q[i].n_gen);
-            else {
-                /* one line per input: newlines inside a reply are escaped */
-                for (size_t k = 0; r.q[i].text.s && k < r.q[i].text.len; k++) {
-                    char ch = r.q[i].text.s[k];
-                    if (ch == '\n') fputs("\\n", stdout);
-                    else if (ch == '\\') fputs("\\\\", stdout);
-                    else fputc(ch, stdout);
-                }
-                fputc('\n', stdout);
-            }
-        }
-    }
+    if (run_steps(&r, &go)) goto out;
+    run_outputs(&r);
     fflush(stdout);
     for (int64_t i = 0; i < r.n_q; i++)
         if (r.q[i].dump_on && dump_commit(&r.q[i])) goto out;
 
-    /* report: prefill = until the first token; decode = the rest */
-    uint64_t rss = base_peak_rss();
-    char speed[512];
-    int64_t n_decode = n_tokens - r.n_q, n_prompt_all = total_prompt;
-    double t_prefill = r.single ? r.t_first : 0, t_decode = r.single ? t_all - r.t_first : t_all;
-    uint64_t lhash = q0->lhash;
-    if (r.single) {
-        mo_fmt_speed(&r.m, n_prompt_all, t_prefill, n_decode, t_decode, rss, speed, sizeof speed);
-        fprintf(stderr, "strata run: prompt %lld tokens, generated %lld%s; %s; logits hash %016llx\n", (long long)n_prompt_all,
-                (long long)q0->n_gen, q0->stopped ? " (end id)" : "", speed, (unsigned long long)lhash);
-    } else {
-        lhash = BASE_FNV_INIT;
-        for (int64_t i = 0; i < r.n_q; i++) lhash = base_fnv1a(&r.q[i].lhash, sizeof r.q[i].lhash, lhash);
-        char b1[32];
-        fprintf(stderr,
-                "strata run: %lld sequences (%lld at once), prompts %lld tokens, generated %lld tokens in %.3f s: "
-                "%.2f tokens/s aggregate; peak RSS %s; logits hash %016llx\n",
-                (long long)r.n_q, (long long)o.parallel, (long long)n_prompt_all, (long long)n_tokens, t_all,
-                t_all > 0 ? (double)n_tokens / t_all : 0, base_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
-    }
-    if (o.mo.spec)
-        fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%) in %lld verifying passes; %.2f tokens per decode pass\n",
-                (long long)sp_d, (long long)sp_a, sp_d ? 100.0 * (double)sp_a / (double)sp_d : 0, (long long)sp_v,
-                n_decode > 0 ? (double)n_decode / (double)(n_decode - sp_a) : 0);
-    if (o.mo.spec && o.go.self_draft) {
-        strata_stats ss;
-        strata_model_get_stats(r.m.m, &ss);
-        if (ss.draft_passes)
-            fprintf(stderr, "self-draft: %lld passes from RAM, %.1f%% of layers run (the rest streamed: skipped), %.1f%% of chosen "
-                    "experts in the cache\n", (long long)ss.draft_passes,
-                    ss.draft_layers ? 100.0 * (double)ss.draft_layers_run / (double)ss.draft_layers : 0,
-                    ss.draft_experts ? 100.0 * (double)ss.draft_experts_used / (double)ss.draft_experts : 0);
-        else
-            fprintf(stderr, "self-draft: not possible with this placement (resident model or streamed head): n-gram drafts\n");
-    }
-    mo_report(&r.m, stderr);
-    if (base_mem_guard_violations())
-        fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
-                (unsigned long long)base_mem_guard_violations());
-    if (o.json_path) {
-        json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
-        json_t *j = json_object();
-        char hx[32];
-        snprintf(hx, sizeof hx, "%016llx", (unsigned long long)lhash);
-        const double pf = n_prompt_all ? t_prefill / (double)n_prompt_all : 0, dc = n_decode > 0 ? t_decode / (double)n_decode : 0;
-        json_object_set_new(j, "model_dir", json_string(o.model_dir));
-        if (r.single) {
-            json_object_set_new(j, "prompt_ids", ids_json(q0->prompt, q0->n_prompt));
-            json_object_set_new(j, "generated_ids", ids_json(q0->gen_ids, q0->n_gen));
-            json_object_set_new(j, "stopped_at_end_id", json_boolean(q0->stopped));
-        } else {
-            json_t *a = json_array();
-            for (int64_t i = 0; i < r.n_q; i++)
-                json_array_append_new(a, json_pack("{s:o, s:o, s:b}", "prompt_ids", ids_json(r.q[i].prompt, r.q[i].n_prompt),
-                                                   "generated_ids", ids_json(r.q[i].gen_ids, r.q[i].n_gen),
-                                                   "stopped_at_end_id", r.q[i].stopped));
-            json_object_set_new(j, "sequences", a);
-            json_object_set_new(j, "parallel", json_integer(o.parallel));
-        }
-        json_t *tm = json_object();
-        json_object_set_new(tm, "load_s", json_real(r.m.info.load_s));
-        json_object_set_new(tm, "total_s", json_real(t_all));
-        json_object_set_new(tm, "prefill_s", json_real(t_prefill));
-        json_object_set_new(tm, "prefill_s_per_token", json_real(pf));
-        json_object_set_new(tm, "decode_s", json_real(t_decode));
-        json_object_set_new(tm, "decode_s_per_token", json_real(dc));
-        json_object_set_new(tm, "tokens_per_s", json_real(dc > 0 ? 1 / dc : 0));
-        json_object_set_new(tm, "aggregate_tokens_per_s", json_real(t_all > 0 ? (double)n_tokens / t_all : 0));
-        json_object_set_new(j, "timings", tm);
-        json_object_set_new(j, "mla_cache_bytes_per_pos", json_integer((json_int_t)r.m.info.mla_cache_bytes_per_pos));
-        json_object_set_new(j, "session_bytes", json_integer((json_int_t)r.m.info.seq_bytes));
-        json_object_set_new(j, "engine_bytes", json_integer((json_int_t)r.m.info.engine_bytes));
-        json_object_set_new(j, "peak_rss_bytes", json_integer((json_int_t)rss));
-        json_object_set_new(j, "threads", json_integer(r.m.info.n_threads));
-        json_object_set_new(j, "kernel", json_string(r.m.info.kernel));
-        json_object_set_new(j, "ctx", json_integer(ctx));
-        json_object_set_new(j, "logits_hash", json_string(hx));
-        json_object_set_new(j, "placement", mo_placement_json(&r.m));
-        json_object_set_new(j, "speculation",
-                            json_pack("{s:i, s:I, s:I, s:I, s:f}", "max_drafts", o.mo.spec, "drafted", (json_int_t)sp_d,
-                                      "accepted", (json_int_t)sp_a, "verifying_passes", (json_int_t)sp_v,
-                                      "acceptance", sp_d ? (double)sp_a / (double)sp_d : 0.0));
-        {
-            strata_stats ss;
-            strata_model_get_stats(r.m.m, &ss);
-            json_t *sp = json_object_get(j, "speculation");
-            if (sp) {
-                json_object_set_new(sp, "draft_source", json_string(o.go.self_draft ? "self" : o.draft_ids ? "ids" : "ngram"));
-                json_object_set_new(sp, "self_draft_passes", json_integer((json_int_t)ss.draft_passes));
-                json_object_set_new(sp, "self_draft_layers_run",
-                                    json_real(ss.draft_layers ? (double)ss.draft_layers_run / (double)ss.draft_layers : 0.0));
-                json_object_set_new(sp, "self_draft_experts_in_ram",
-                                    json_real(ss.draft_experts ? (double)ss.draft_experts_used / (double)ss.draft_experts : 0.0));
-            }
-        }
-        char *txt = json_dumps(j, JSON_INDENT(2));
-        json_decref(j);
-        if (!txt) { fprintf(stderr, "strata run: cannot format the JSON report\n"); goto out; }
-        if (out_write("--json", o.json_path, txt, strlen(txt))) { base_free(txt); goto out; }
-        base_free(txt);
-    }
+    if (run_report(&r)) goto out;
     ret = 0;
 out:
     run_release(&r);

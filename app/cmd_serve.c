@@ -64,26 +64,59 @@ static void usage(FILE *f) {
         "  --no-prefix          no prefix reuse\n"
         "  --spec K             speculative decoding for every request: up to K tokens drafted\n"
         "                       from the text's own n-grams, verified in the same step as the\n"
-        "                       other sequences' rows; output identical (default 0: off)\n"
-        MO_USAGE
-        "\n"
-        "Environment (tests only): STRATA_SERVE_STEP_MS=N sleeps N ms before each step.\n",
+        "                       other sequences' rows; output identical (default 0: off)\n",
         SERVE_DEFAULT_CTX);
+    opts_help(f, OPT_SERVE, OPT_HELP_PLACE);
+    fputs("\n"
+          "Environment (tests only): STRATA_SERVE_STEP_MS=N sleeps N ms before each step.\n", f);
 }
 
 typedef struct serve_opts {
     const char *model_dir, *host, *api_key, *api_key_file;
-    int64_t port, parallel, queue, ctx, timeout, grace, spec, prefix_every;
+    int64_t port, parallel, queue, timeout, grace, prefix_every;
     int64_t request_timeout, max_conns, max_conns_per_addr; /* max_conns 0: parallel + queue + 128 */
     uint64_t max_body;
     double prefix_gb, cache_dir_gb; /* prefix_gb < 0: auto */
     const char *cache_dir;
     int no_prefix;
-    mo_opts mo;
+    app_opts ao;              /* the shared flags (opts.h) */
 } serve_opts;
+
+static int nonempty_flag(void *field, const char *v) { return *v ? (*(const char **)field = v, 0) : 1; }
+static int max_body_flag(void *field, const char *v) {
+    uint64_t *b = field;
+    return strata_parse_size(v, b) || *b < 64 || *b > ((uint64_t)1 << 30);
+}
+static int prefix_gb_flag(void *field, const char *v) {
+    if (!strcmp(v, "auto")) { *(double *)field = -1; return 0; }
+    return strata_parse_f64(v, 0, 1e6, field);
+}
+
+#define S(field) offsetof(serve_opts, field)
+static const opt_row k_serve_flags[] = {
+    {.flag = "--host", .kind = OPT_STR, .off = S(host)},
+    {.flag = "--port", .kind = OPT_I64, .off = S(port), .ilo = 0, .ihi = 65535, .what = "0..65535"},
+    {.flag = "--parallel", .kind = OPT_I64, .off = S(parallel), .ilo = 1, .ihi = 256, .what = "1..256"},
+    {.flag = "--queue", .kind = OPT_I64, .off = S(queue), .ilo = 0, .ihi = 1 << 16, .what = "0..65536"},
+    {.flag = "--api-key", .kind = OPT_FN, .off = S(api_key), .fn = nonempty_flag, .what = "not empty"},
+    {.flag = "--api-key-file", .kind = OPT_STR, .off = S(api_key_file)},
+    {.flag = "--max-body", .kind = OPT_FN, .off = S(max_body), .fn = max_body_flag, .what = "64 B .. 1G"},
+    {.flag = "--timeout", .kind = OPT_I64, .off = S(timeout), .ilo = 1, .ihi = 86400, .what = "1..86400 seconds"},
+    {.flag = "--request-timeout", .kind = OPT_I64, .off = S(request_timeout), .ilo = 1, .ihi = 86400, .what = "1..86400 seconds"},
+    {.flag = "--max-conns", .kind = OPT_I64, .off = S(max_conns), .ilo = 1, .ihi = 4096, .what = "1..4096"},
+    {.flag = "--max-conns-per-addr", .kind = OPT_I64, .off = S(max_conns_per_addr), .ilo = 1, .ihi = 4096, .what = "1..4096"},
+    {.flag = "--grace", .kind = OPT_I64, .off = S(grace), .ilo = 0, .ihi = 86400, .what = "0..86400 seconds"},
+    {.flag = "--prefix-gb", .kind = OPT_FN, .off = S(prefix_gb), .fn = prefix_gb_flag, .what = "GB >= 0, or auto"},
+    {.flag = "--cache-dir", .kind = OPT_FN, .off = S(cache_dir), .fn = nonempty_flag, .what = "a directory"},
+    {.flag = "--cache-dir-gb", .kind = OPT_F64, .off = S(cache_dir_gb), .flo = 0.001, .fhi = 1e6, .what = "GB > 0"},
+    {.flag = "--prefix-every", .kind = OPT_I64, .off = S(prefix_every), .ilo = 1, .ihi = (int64_t)1 << 32, .what = "an integer >= 1"},
+    {.flag = "--no-prefix", .kind = OPT_FLAG, .off = S(no_prefix)},
+};
+#undef S
 
 static int parse_args(int argc, char **argv, serve_opts *o) {
     memset(o, 0, sizeof *o);
+    opts_init(&o->ao, OPT_SERVE, 0);
     o->host = "127.0.0.1";
     o->port = 8080;
     o->parallel = 4;
@@ -95,43 +128,8 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
     o->max_body = 1 << 20;
     o->prefix_gb = -1;
     o->cache_dir_gb = 8;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        int f = mo_flag(argc, argv, &i, CMD, &o->mo);
-        if (f == EXIT_USAGE) return f;
-        if (f == 0) continue;
-#define NEED() do { if (!(v = cli_need_arg(argc, argv, &i, CMD))) return EXIT_USAGE; } while (0)
-#define BAD(what) return cli_usage_error(CMD, "bad value for %s: '%s' (%s)", a, v, what)
-        if (!strcmp(a, "--host")) { NEED(); o->host = v; }
-        else if (!strcmp(a, "--port")) { NEED(); if (base_parse_i64(v, 0, 65535, &o->port)) BAD("0..65535"); }
-        else if (!strcmp(a, "--parallel")) { NEED(); if (base_parse_i64(v, 1, 256, &o->parallel)) BAD("1..256"); }
-        else if (!strcmp(a, "--queue")) { NEED(); if (base_parse_i64(v, 0, 1 << 16, &o->queue)) BAD("0..65536"); }
-        else if (!strcmp(a, "--ctx")) { NEED(); if (base_parse_i64(v, 2, (int64_t)1 << 32, &o->ctx)) BAD("an integer >= 2"); }
-        else if (!strcmp(a, "--api-key")) { NEED(); if (!*v) BAD("not empty"); o->api_key = v; }
-        else if (!strcmp(a, "--api-key-file")) { NEED(); o->api_key_file = v; }
-        else if (!strcmp(a, "--max-body")) { NEED(); if (base_parse_size(v, &o->max_body) || o->max_body < 64 || o->max_body > ((uint64_t)1 << 30)) BAD("64 B .. 1G"); }
-        else if (!strcmp(a, "--timeout")) { NEED(); if (base_parse_i64(v, 1, 86400, &o->timeout)) BAD("1..86400 seconds"); }
-        else if (!strcmp(a, "--request-timeout")) { NEED(); if (base_parse_i64(v, 1, 86400, &o->request_timeout)) BAD("1..86400 seconds"); }
-        else if (!strcmp(a, "--max-conns")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->max_conns)) BAD("1..4096"); }
-        else if (!strcmp(a, "--max-conns-per-addr")) { NEED(); if (base_parse_i64(v, 1, 4096, &o->max_conns_per_addr)) BAD("1..4096"); }
-        else if (!strcmp(a, "--grace")) { NEED(); if (base_parse_i64(v, 0, 86400, &o->grace)) BAD("0..86400 seconds"); }
-        else if (!strcmp(a, "--prefix-gb")) {
-            NEED();
-            if (!strcmp(v, "auto")) o->prefix_gb = -1;
-            else if (base_parse_f64(v, 0, 1e6, &o->prefix_gb)) BAD("GB >= 0, or auto");
-        }
-        else if (!strcmp(a, "--cache-dir")) { NEED(); if (!*v) BAD("a directory"); o->cache_dir = v; }
-        else if (!strcmp(a, "--cache-dir-gb")) { NEED(); if (base_parse_f64(v, 0.001, 1e6, &o->cache_dir_gb)) BAD("GB > 0"); }
-        else if (!strcmp(a, "--prefix-every")) { NEED(); if (base_parse_i64(v, 1, (int64_t)1 << 32, &o->prefix_every)) BAD("an integer >= 1"); }
-        else if (!strcmp(a, "--no-prefix")) o->no_prefix = 1;
-        else if (!strcmp(a, "--spec")) { NEED(); if (base_parse_i64(v, 0, 16, &o->spec)) BAD("an integer in [0, 16]"); }
-        else if (a[0] == '-' && a[1]) return cli_usage_error(CMD, "unknown option '%s'", a);
-        else if (!o->model_dir) o->model_dir = a;
-        else return cli_usage_error(CMD, "unexpected argument '%s'", a);
-#undef NEED
-#undef BAD
-    }
-    if (!o->model_dir) return cli_usage_error(CMD, "missing MODEL_DIR");
+    int rc = opts_parse(argc, argv, &o->ao, usage, k_serve_flags, sizeof k_serve_flags / sizeof *k_serve_flags, o, &o->model_dir);
+    if (rc) return rc;
     if (o->api_key && o->api_key_file) return cli_usage_error(CMD, "--api-key and --api-key-file are exclusive");
     if (o->no_prefix && o->cache_dir) return cli_usage_error(CMD, "--no-prefix and --cache-dir are exclusive");
     return 0;
@@ -173,11 +171,9 @@ static void model_name(const char *dir_in, char *out, size_t cap) {
 }
 
 int cmd_serve(int argc, char **argv) {
-    for (int i = 1; i < argc; i++)
-        if (cli_is_help(argv[i])) { usage(stdout); return 0; }
     serve_opts o;
     int rc = parse_args(argc, argv, &o);
-    if (rc) return rc;
+    if (rc) return rc == OPTS_HELP ? 0 : rc;
     char key[1024], name[256], err[4096], path[4096], tc[4096];
     const char *api_key = o.api_key;
     if (o.api_key_file) {
@@ -202,45 +198,30 @@ int cmd_serve(int argc, char **argv) {
     chat_ids ci;
     if (chat_ids_init(&ci, tk, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
     const int64_t mctx = m.info.model_max_ctx;
-    if (o.ctx > mctx)
-        fprintf(stderr, "strata serve: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ctx, (long long)mctx);
-    const int64_t ctx = o.ctx ? o.ctx : (mctx < SERVE_DEFAULT_CTX ? mctx : SERVE_DEFAULT_CTX);
-    o.mo.spec = (int)o.spec;
+    if (o.ao.ctx > mctx)
+        fprintf(stderr, "strata serve: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ao.ctx, (long long)mctx);
+    const int64_t ctx = o.ao.ctx ? o.ao.ctx : (mctx < SERVE_DEFAULT_CTX ? mctx : SERVE_DEFAULT_CTX);
     if (!o.no_prefix) {
-        o.mo.prefix_ram = o.prefix_gb < 0 ? STRATA_PREFIX_AUTO : (uint64_t)(o.prefix_gb * 1e9);
-        o.mo.prefix_dir = o.cache_dir;
-        o.mo.prefix_dir_bytes = (uint64_t)(o.cache_dir_gb * 1e9);
-        o.mo.prefix_every = o.prefix_every;
+        o.ao.prefix_ram = o.prefix_gb < 0 ? STRATA_PREFIX_AUTO : (uint64_t)(o.prefix_gb * 1e9);
+        o.ao.prefix_dir = o.cache_dir;
+        o.ao.prefix_dir_bytes = (uint64_t)(o.cache_dir_gb * 1e9);
+        o.ao.prefix_every = o.prefix_every;
     }
     /* another server on this --cache-dir: refused before listening (the load
      * takes the directory's lock; this check only makes the refusal early) */
-    if (o.cache_dir && !o.mo.plan_only && prefix_dir_check(o.cache_dir, err, sizeof err)) {
+    if (o.cache_dir && !o.ao.plan_only && prefix_dir_check(o.cache_dir, err, sizeof err)) {
         fprintf(stderr, "strata serve: --cache-dir: %s\n", err);
         ret = EXIT_USAGE;
         goto out;
     }
-    if (o.mo.plan_only) {
-        rc = mo_place(&m, &o.mo, ctx, (int)o.parallel);
+    if (o.ao.plan_only) {
+        rc = mo_place(&m, &o.ao, ctx, (int)o.parallel);
         ret = rc == MO_PLANNED ? 0 : rc;
         goto out;
     }
-    strata_model_opts so = strata_model_opts_default();
-    so.ram_bytes = o.mo.have_ram ? o.mo.ram_bytes : 0;
-    so.pack_dir = o.mo.pack_dir;
-    so.ctx = ctx;
-    so.max_seqs = (int)o.parallel;
-    so.n_threads = (int)o.mo.threads;
-    so.no_verify = o.mo.no_verify;
-    so.spec = o.mo.spec;
-    so.prefix_ram = o.mo.prefix_ram;
-    so.prefix_dir = o.mo.prefix_dir;
-    so.prefix_dir_bytes = o.mo.prefix_dir_bytes;
-    so.prefix_every = o.mo.prefix_every;
-    so.no_prefetch = o.mo.no_prefetch;
-    so.router = o.mo.router;
-    so.cluster = mo_cluster.cl;
-    so.no_preload = o.mo.no_preload;
-    sched_opts sopt = {(int)o.parallel, (int)o.queue, 0, (int)o.spec};
+    strata_model_opts so;
+    opts_model(&o.ao, ctx, (int)o.parallel, &so);
+    sched_opts sopt = {(int)o.parallel, (int)o.queue, 0, (int)o.ao.spec};
     const char *delay = getenv("STRATA_SERVE_STEP_MS");
     int64_t d;
     if (delay && !base_parse_i64(delay, 0, 10000, &d)) sopt.step_delay_ms = (int)d;
@@ -307,6 +288,6 @@ out:
     metrics_free(mt);
     tok_close(tk);
     mo_close(&m);
-    if (ret == 0 && !o.mo.plan_only) fprintf(stderr, "strata serve: stopped\n");
+    if (ret == 0 && !o.ao.plan_only) fprintf(stderr, "strata serve: stopped\n");
     return ret;
 }

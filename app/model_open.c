@@ -10,68 +10,6 @@
 
 mo_cluster_hooks mo_cluster;
 
-int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o) {
-    const char *a = argv[*i], *v;
-    double d;
-    if (!strcmp(a, "--plan")) { o->plan_only = 1; return 0; }
-    if (!strcmp(a, "--no-verify")) { o->no_verify = 1; return 0; }
-    if (!strcmp(a, "--no-prefetch")) { o->no_prefetch = 1; return 0; }
-    if (!strcmp(a, "--no-preload")) { o->no_preload = 1; return 0; }
-    if (strcmp(a, "--ram-gb") && strcmp(a, "--ram") && strcmp(a, "--pack") && strcmp(a, "--threads") && strcmp(a, "--router"))
-        return -1;
-    if (!(v = cli_need_arg(argc, argv, i, cmd))) return EXIT_USAGE;
-    if (!strcmp(a, "--router")) {
-        if (!strcmp(v, "unbiased")) o->router = STRATA_ROUTER_UNBIASED;
-        else if (!strcmp(v, "hf")) o->router = STRATA_ROUTER_HF;
-        else return cli_usage_error(cmd, "bad value for --router: '%s' (unbiased or hf)", v);
-        return 0;
-    }
-    if (!strcmp(a, "--pack")) { o->pack_dir = v; return 0; }
-    if (!strcmp(a, "--threads")) {
-        if (base_parse_i64(v, 1, 256, &o->threads)) return cli_usage_error(cmd, "bad value for %s: '%s' (1..256)", a, v);
-        return 0;
-    }
-    if (!strcmp(a, "--ram-gb")) {
-        if (base_parse_f64(v, 0.001, 1e6, &d))
-            return cli_usage_error(cmd, "bad value for %s: '%s' (a positive number of GB)", a, v);
-        o->ram_bytes = (uint64_t)(d * 1e9);
-        o->have_ram = 1;
-        return 0;
-    }
-    if (!strcmp(v, "auto")) {
-        o->ram_bytes = base_mem_available();
-        if (!o->ram_bytes) return cli_usage_error(cmd, "--ram auto: MemAvailable is unknown here; give a size");
-    } else if (base_parse_size(v, &o->ram_bytes) || !o->ram_bytes) {
-        return cli_usage_error(cmd, "bad value for %s: '%s' (a size like 24G, or auto)", a, v);
-    }
-    o->have_ram = 1;
-    return 0;
-}
-
-int mo_gen_flag(int argc, char **argv, int *i, const char *cmd, strata_gen_opts *go, mo_opts *o) {
-    static const char *const k_flags[] = {"--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed", "--spec", "--draft"};
-    const char *a = argv[*i], *v;
-    int ours = 0;
-    for (size_t k = 0; k < sizeof k_flags / sizeof *k_flags; k++) ours |= !strcmp(a, k_flags[k]);
-    if (!ours) return -1;
-    if (!(v = cli_need_arg(argc, argv, i, cmd))) return EXIT_USAGE;
-    double d;
-    int64_t n;
-#define BAD(what) return cli_usage_error(cmd, "bad value for %s: '%s' (%s)", a, v, what)
-    if (!strcmp(a, "--temp")) { if (base_parse_f64(v, 0, 1e6, &go->temp)) BAD("a number in [0, 1e6]"); }
-    else if (!strcmp(a, "--top-k")) { if (base_parse_i64(v, 0, INT32_MAX, &go->top_k)) BAD("an integer >= 0"); }
-    else if (!strcmp(a, "--top-p")) { if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); go->top_p = d; }
-    else if (!strcmp(a, "--min-p")) { if (base_parse_f64(v, 0, 1, &go->min_p)) BAD("in [0, 1]"); }
-    else if (!strcmp(a, "--repeat-penalty")) { if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("in (0, 1e6]"); go->repeat_penalty = d; }
-    else if (!strcmp(a, "--seed")) { if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); go->seed = (uint64_t)n; }
-    else if (!strcmp(a, "--spec")) { if (base_parse_i64(v, 0, 16, &n)) BAD("an integer in [0, 16]"); o->spec = (int)n; go->spec = (int)n; }
-    else if (!strcmp(v, "self")) { go->self_draft = 1; o->draft_given = 1; }
-    else if (!strcmp(v, "ngram")) { go->self_draft = 0; o->draft_given = 1; }
-    else BAD("ngram or self");
-#undef BAD
-    return 0;
-}
-
 int mo_open(mo_model *m, const char *cmd, const char *model_dir) {
     char err[8192];
     memset(m, 0, sizeof *m);
@@ -108,30 +46,14 @@ static void preload_progress(void *ud, uint64_t done, uint64_t total) {
             dt > 0 ? (double)done / 1e9 / dt : 0, done >= total ? "\n" : "");
 }
 
-int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
+int mo_place(mo_model *m, const app_opts *o, int64_t ctx, int max_seqs) {
     char err[4096];
-    strata_model_opts so = strata_model_opts_default();
-    so.ram_bytes = o->have_ram ? o->ram_bytes : 0;
-    so.pack_dir = o->pack_dir;
-    so.ctx = ctx;
-    so.max_seqs = max_seqs;
-    so.rows = o->chunk;
-    so.n_threads = (int)o->threads;
-    so.plan_only = o->plan_only;
-    so.no_verify = o->no_verify;
-    so.no_prefetch = o->no_prefetch;
-    so.router = o->router;
-    so.no_preload = o->no_preload;
+    strata_model_opts so;
+    opts_model(o, ctx, max_seqs, &so);
     preload_ui ui = {base_now(), isatty(2), 0};
     so.progress = preload_progress;
     so.progress_ud = &ui;
     so.hash_progress = hash_progress;
-    so.spec = o->spec;
-    so.prefix_ram = o->prefix_ram;
-    so.prefix_dir = o->prefix_dir;
-    so.prefix_dir_bytes = o->prefix_dir_bytes;
-    so.prefix_every = o->prefix_every;
-    so.cluster = mo_cluster.cl;
     int rc = strata_model_load(m->m, &so, err, sizeof err);
     if (rc) {
         fprintf(stderr, "strata %s: %s\n", m->cmd, err);

@@ -17,7 +17,7 @@ FUZZ_ENTRY(req) {
     if (request_parse(&r, kind, data + 1, size - 1, &e)) {
         ST_ASSERT(e.message[0] != 0 && e.status >= 400 && e.status < 600);
     } else {
-        ST_ASSERT(r.n_stop <= REQ_MAX_STOP && r.top_p > 0 && r.top_p <= 1 && r.temp >= 0 && r.top_k >= 0);
+        ST_ASSERT(r.n_stop <= REQ_MAX_STOP && r.go.top_p > 0 && r.go.top_p <= 1 && r.go.temp >= 0 && r.go.top_k >= 0);
         for (int i = 0; i < r.n_stop; i++) ST_ASSERT(r.stop_len[i] >= 1 && r.stop_len[i] <= REQ_MAX_STOP_BYTES);
         if (kind == REQ_CHAT) {
             ST_ASSERT(r.n_msgs >= 1);

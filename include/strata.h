@@ -497,6 +497,37 @@ int strata_parse_i64(const char *s, int64_t lo, int64_t hi, int64_t *out);
 int strata_parse_f64(const char *s, double lo, double hi, double *out);
 /* "4096", "512K", "1.5G", "24GB", "2GiB" -> bytes (K/M/G/T are powers of 1024). */
 int strata_parse_size(const char *s, uint64_t *out);
+/* The values two or more front ends take (the CLI's flags, the server's JSON
+ * fields): one range and one message each, so `strata run --temp` and a request's
+ * "temperature" cannot drift. lo_open: the range is (lo, hi]. */
+enum strata_param {
+    STRATA_PARAM_TEMP,           /* --temp, "temperature": [0, 2] (OpenAI's range) */
+    STRATA_PARAM_TOP_K,          /* --top-k, "top_k": [0, 2^31-1] (HTTP also takes -1 = off) */
+    STRATA_PARAM_TOP_P,          /* --top-p, "top_p": (0, 1] */
+    STRATA_PARAM_MIN_P,          /* --min-p, "min_p": [0, 1] */
+    STRATA_PARAM_REPEAT_PENALTY, /* --repeat-penalty, "repetition_penalty": (0, 100] */
+    STRATA_PARAM_SPEC,           /* --spec: [0, 16] drafted tokens */
+    STRATA_PARAM_CTX,            /* --ctx: [1, 2^24] positions */
+    STRATA_PARAM_THREADS,        /* --threads: [1, 256] */
+    STRATA_PARAM_CHUNK,          /* --chunk: [1, 4096] rows */
+    STRATA_PARAM_GEN,            /* --gen: [1, 2^20] tokens */
+    STRATA_PARAM_COUNT
+};
+typedef struct strata_param_info {
+    const char *flag;    /* the CLI flag ("--temp") */
+    const char *json;    /* the request field ("temperature"), NULL: none */
+    int integer;         /* 1: an integer */
+    double lo, hi;
+    int lo_open;         /* 1: lo itself is outside */
+    const char *range;   /* how the CLI says it: "a number in [0, 2]" */
+} strata_param_info;
+/* The row of p (NULL outside the enum). */
+const strata_param_info *strata_param(enum strata_param p);
+/* STRATA_OK when v lies in p's range; else STRATA_EINVAL with "'<json or flag>'
+ * must be in [lo, hi] (got v)" in err. */
+int strata_param_check(enum strata_param p, double v, char *err, size_t errlen);
+/* strata_parse_i64 / _f64 with p's range (and kind). */
+int strata_param_parse(enum strata_param p, const char *s, double *out);
 /* Human-readable bytes, decimal units ("17.55 MB"); returns buf (n >= 32). */
 const char *strata_fmt_bytes(uint64_t bytes, char *buf, size_t n);
 double strata_now(void);              /* monotonic seconds */

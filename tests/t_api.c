@@ -380,7 +380,7 @@ TEST(api_run_paths_and_limits) {
     base_free(out);
     snprintf(cmd, sizeof cmd, "%s run %s --ids 1 --temp 1e30", t_strata(), d);
     CHECK(t_run(cmd, &out) == 2);
-    CHECK_MSG(out && strstr(out, "1e6"), "%s", out ? out : "");
+    CHECK_MSG(out && strstr(out, "[0, 2]"), "%s", out ? out : "");
     base_free(out);
 }
 

@@ -297,3 +297,51 @@ TEST(cli_signal_cleanup) {
         CHECK_MSG(rc == 0, "SIG%s: %d (3: no partial file seen, 4: left behind)", k ? "TERM" : "INT", rc);
     }
 }
+
+/* issue 39: one option table. The values the CLI and the server share have one
+ * range (strata_param): --temp and "temperature" are [0, 2], --repeat-penalty and
+ * "repetition_penalty" (0, 100]; every command that takes a shared flag parses it
+ * the same way (serve --ctx like run's, plan --threads like run's, serve's budget
+ * flags exclusive like run's). */
+TEST(cli_option_table) {
+    char err[256];
+    CHECK(strata_param_check(STRATA_PARAM_TEMP, 2, err, sizeof err) == STRATA_OK);
+    CHECK(strata_param_check(STRATA_PARAM_TEMP, 2.5, err, sizeof err) == STRATA_EINVAL && strstr(err, "'temperature' must be in [0, 2]"));
+    CHECK(strata_param_check(STRATA_PARAM_TOP_P, 0, err, sizeof err) == STRATA_EINVAL && strstr(err, "(0, 1]"));
+    CHECK(strata_param_check(STRATA_PARAM_CTX, 1, err, sizeof err) == STRATA_OK);
+    CHECK(strata_param_check(STRATA_PARAM_CTX, (1 << 24) + 1, err, sizeof err) == STRATA_EINVAL);
+    CHECK(strata_param_check(STRATA_PARAM_SPEC, 1.5, err, sizeof err) == STRATA_EINVAL);
+    CHECK(strata_param(STRATA_PARAM_COUNT) == NULL);
+    double v = 0;
+    CHECK(strata_param_parse(STRATA_PARAM_REPEAT_PENALTY, "100", &v) == 0 && v == 100);
+    CHECK(strata_param_parse(STRATA_PARAM_REPEAT_PENALTY, "0", &v) != 0);
+    const char *d = cli_model();
+    if (!d) { printf("  SKIP: no model\n"); return; }
+    char cmd[4096], *o = NULL;
+    struct { const char *cmd, *want; int rc; } k[] = {
+        {"run %s --ids 1 --temp 3", "(a number in [0, 2])", 2},
+        {"chat %s --temp 2.01", "(a number in [0, 2])", 2},
+        {"run %s --ids 1 --repeat-penalty 200", "(in (0, 100])", 2},
+        {"serve %s --ctx 0", "(an integer in [1, 16777216])", 2},
+        {"serve %s --ctx 16777217", "(an integer in [1, 16777216])", 2},
+        {"serve %s --ram-gb 1 --ram 1G --plan", "--ram-gb and --ram exclude each other", 2},
+        {"serve %s --spec 17", "(an integer in [0, 16])", 2},
+        {"serve %s --temp 1", "unknown option '--temp'", 2},
+        {"plan %s --ram-gb 1 --threads 300", "bad value for --threads: '300' (1..256)", 2},
+        {"plan %s --ram 0", "bad value for --ram: '0'", 2},
+        {"serve %s --ctx 1 --plan", "plan:", 0},
+        {"run %s --ids 1 --temp 2 --gen 2 --print-ids", "", 0},
+        {"run --help", "--temp T             temperature in [0, 2]", 0},
+        {"chat --help", "--no-preload", 0},
+        {"serve --help", "--plan               print the memory plan", 0},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        char a[1024];
+        snprintf(a, sizeof a, k[i].cmd, d);
+        snprintf(cmd, sizeof cmd, "./strata %s </dev/null 2>&1", a);
+        o = NULL;
+        int rc = t_run(cmd, &o);
+        CHECK_MSG(rc == k[i].rc && o && strstr(o, k[i].want), "%s: %d %s", a, rc, o ? o : "");
+        base_free(o);
+    }
+}

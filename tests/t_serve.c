@@ -73,7 +73,7 @@ TEST(serve_request) {
         const char *b = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":7,\"max_completion_tokens\":5,"
                         "\"stop\":\"END\",\"seed\":3,\"reasoning_effort\":\"low\"}";
         CHECK(request_parse(&r, C, (const uint8_t *)b, strlen(b), &e) == 0);
-        CHECK(r.max_tokens == 5 && r.n_stop == 1 && r.stop_len[0] == 3 && r.seed == 3 && r.effort == 1 && r.n_msgs == 1);
+        CHECK(r.max_tokens == 5 && r.n_stop == 1 && r.stop_len[0] == 3 && r.go.seed == 3 && r.effort == 1 && r.n_msgs == 1);
         request_free(&r);
         b = "{\"prompt\":[[1,2,3]]}";
         CHECK(request_parse(&r, P, (const uint8_t *)b, strlen(b), &e) == 0);
@@ -81,7 +81,7 @@ TEST(serve_request) {
         request_free(&r);
         b = "{\"prompt\":\"a\\u0000b\"}";
         CHECK(request_parse(&r, P, (const uint8_t *)b, strlen(b), &e) == 0);
-        CHECK(r.text_len == 3 && r.effort == REQ_DEFAULT_EFFORT && r.seed == REQ_DEFAULT_SEED);
+        CHECK(r.text_len == 3 && r.effort == REQ_DEFAULT_EFFORT && r.go.seed == REQ_DEFAULT_SEED);
         request_free(&r);
     }
     /* refusals, each naming its field */
@@ -147,7 +147,7 @@ TEST(serve_request) {
               strstr(e.message, "(0, 100]"));
         request_free(&r);
         b0 = "{\"prompt\":\"x\",\"repetition_penalty\":100}";
-        CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) == 0 && r.repeat_penalty == 100);
+        CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) == 0 && r.go.repeat_penalty == 100);
         request_free(&r);
         b0 = "{\"prompt\":\"x\",\"repetition_penalty\":100.5}";
         CHECK(request_parse(&r, P, (const uint8_t *)b0, strlen(b0), &e) != 0 && strstr(e.message, "(0, 100]"));

@@ -337,13 +337,7 @@ static job *make_job(http_server *h, const request *r, req_error *e) {
     if (!j) { req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory"); return NULL; }
     j->kind = r->kind;
     if (build_prompt(h, r, j, e)) { job_release(NULL, j); return NULL; }
-    strata_gen_opts go = strata_gen_opts_default();
-    go.temp = r->temp;
-    go.top_k = r->top_k;
-    go.top_p = r->top_p;
-    go.min_p = r->min_p;
-    go.repeat_penalty = r->repeat_penalty;
-    go.seed = r->seed;
+    strata_gen_opts go = r->go;
     go.max_tokens = r->max_tokens ? r->max_tokens : h->c.ctx - j->n_prompt;
     go.stop_at_end = 1;
     j->go = go;

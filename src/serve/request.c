@@ -139,6 +139,20 @@ static int get_num(const json_t *v, const char *name, double lo, double hi, doub
     return 0;
 }
 
+/* A value of strata.h's parameter table: its range, its message. */
+static int get_param(const json_t *v, const char *name, enum strata_param p, double *out, req_error *e) {
+    const int integer = strata_param(p)->integer;
+    double x;
+    int64_t n;
+    char msg[256];
+    if (integer && (jsonx_int(v, &n) || json_is_boolean(v))) return BAD(e, name, "'%s' must be an integer", name);
+    if (!integer && (jsonx_num(v, &x) || !isfinite(x))) return BAD(e, name, "'%s' must be a number", name);
+    if (integer) x = (double)n;
+    if (strata_param_check(p, x, msg, sizeof msg)) return BAD(e, name, "%s", msg);
+    *out = x;
+    return 0;
+}
+
 static int get_bool(const json_t *v, const char *name, int *out, req_error *e) {
     if (!json_is_boolean(v)) return BAD(e, name, "'%s' must be true or false", name);
     *out = json_is_true(v);
@@ -279,24 +293,23 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
         if (get_int(f, key, 1, (int64_t)1 << 32, &x, e)) return -1;
         if (!strcmp(key, "max_completion_tokens") || !r->max_tokens) r->max_tokens = x;
     } else if (!strcmp(key, "temperature")) {
-        return get_num(f, key, 0, 2, &r->temp, e);
+        return get_param(f, key, STRATA_PARAM_TEMP, &r->go.temp, e);
     } else if (!strcmp(key, "top_p")) {
-        if (get_num(f, key, 0, 1, &r->top_p, e)) return -1;
-        if (r->top_p <= 0) return BAD(e, key, "'top_p' must be in (0, 1]");
+        return get_param(f, key, STRATA_PARAM_TOP_P, &r->go.top_p, e);
     } else if (!strcmp(key, "top_k")) {
-        if (get_int(f, key, -1, INT32_MAX, &r->top_k, e)) return -1;
-        if (r->top_k < 0) r->top_k = 0;
+        /* -1: off, as 0 (the clients' convention) */
+        double k;
+        if (jsonx_int(f, &x) == 0 && !json_is_boolean(f) && x == -1) { r->go.top_k = 0; return 0; }
+        if (get_param(f, key, STRATA_PARAM_TOP_K, &k, e)) return -1;
+        r->go.top_k = (int64_t)k;
     } else if (!strcmp(key, "min_p")) {
-        return get_num(f, key, 0, 1, &r->min_p, e);
+        return get_param(f, key, STRATA_PARAM_MIN_P, &r->go.min_p, e);
     } else if (!strcmp(key, "repetition_penalty")) {
         /* 0 would divide the logits by zero: the range is (0, 100], and says so */
-        double rp;
-        if (jsonx_num(f, &rp) || !isfinite(rp)) return BAD(e, key, "'%s' must be a number", key);
-        if (!(rp > 0 && rp <= 100)) return BAD(e, key, "'%s' must be in (0, 100] (got %g)", key, rp);
-        r->repeat_penalty = rp;
+        return get_param(f, key, STRATA_PARAM_REPEAT_PENALTY, &r->go.repeat_penalty, e);
     } else if (!strcmp(key, "seed")) {
         if (get_int(f, key, INT64_MIN, INT64_MAX, &x, e)) return -1;
-        r->seed = (uint64_t)x;
+        r->go.seed = (uint64_t)x;
     } else if (!strcmp(key, "stop")) {
         return parse_stop(r, f, e);
     } else if (!strcmp(key, "n") || !strcmp(key, "best_of")) {
@@ -313,7 +326,7 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
             if (get_bool(f2, "stream_options.include_usage", &r->include_usage, e)) return -1;
         }
     } else if (!strcmp(key, "frequency_penalty") || !strcmp(key, "presence_penalty")) {
-        double d;
+        double d = 0;
         if (get_num(f, key, -2, 2, &d, e)) return -1;
         if (d != 0) return UNSUPPORTED(e, key, "'%s' is not supported (only 0)", key);
     } else if (!strcmp(key, "logprobs") || !strcmp(key, "top_logprobs") || !strcmp(key, "echo")) {
@@ -336,9 +349,8 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
     memset(r, 0, sizeof *r);
     memset(e, 0, sizeof *e);
     r->kind = kind;
-    r->top_p = 1;
-    r->repeat_penalty = 1;
-    r->seed = REQ_DEFAULT_SEED;
+    r->go = strata_gen_opts_default();
+    r->go.seed = REQ_DEFAULT_SEED;
     r->effort = REQ_DEFAULT_EFFORT;
     /* all white space: jansson would say "line -1 column -1" */
     size_t k = 0;

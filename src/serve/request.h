@@ -17,6 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "base.h"
+#include "strata.h"
 
 enum { REQ_CHAT = 1, REQ_COMPLETION = 2, REQ_TOKENIZE = 3, REQ_DETOKENIZE = 4 };
 
@@ -57,9 +58,8 @@ typedef struct request {
     size_t n_ids;
     int has_ids;
     int64_t max_tokens;       /* 0 = not given */
-    double temp, top_p, min_p, repeat_penalty;
-    int64_t top_k;
-    uint64_t seed;
+    strata_gen_opts go;       /* the sampling fields (temp, top_k, top_p, min_p,
+                               * repeat_penalty, seed) as given, else the defaults */
     const char *stop[REQ_MAX_STOP];
     size_t stop_len[REQ_MAX_STOP];
     int n_stop;
