@@ -67,7 +67,7 @@ TEST(stats_report_json_keys) {
     strata_model *m = NULL;
     if (!dir || strata_model_open(&m, dir, err, sizeof err)) { CHECK_MSG(0, "open: %s", err); return; }
     strata_model_opts o = strata_model_opts_default();
-    o.ram_bytes = 64u << 20;
+    o.ram_bytes = (uint64_t)1 << 30; /* placed (not resident) with room beside whatever the process holds */
     o.ctx = 64;
     o.rows = 16;
     o.n_threads = 1;
