@@ -159,28 +159,151 @@ void strata_model_get_info(const strata_model *m, strata_model_info *out);
 /* The memory plan, as `strata plan` prints it (nothing when not placed). */
 void strata_model_print_plan(const strata_model *m, FILE *f);
 
-/* Reads and cache behaviour since open (or the last reset). */
+/* Reads and cache behaviour since open (or the last reset), defined once: each
+ * counter is one line of these lists, which make the members of strata_stats
+ * (and of the library's own place_stats / prefix_stats), the copies between
+ * them, the "stats" and "prefix" objects of the --json report, the series of
+ * `strata serve`'s /metrics and the columns of strata-mpi's per-rank table (all
+ * through strata_stats_fields()). A new counter is a new line here.
+ *
+ * X(type, name, json, metric, col):
+ *   type    u64, i64 or f64 (uint64_t, int64_t, double)
+ *   name    the member (in STRATA_STATS_PREFIX: strata_stats has it as prefix_NAME)
+ *   json    its key in the report's object (NULL: not in the report)
+ *   metric  STRATA_METRIC(name, labels, gauge, help) or STRATA_NOMETRIC; series of one
+ *           name take the HELP of their first line, in the order of the lists
+ *   col     STRATA_COL(position, width, title, scale) in strata-mpi's per-rank table,
+ *           or STRATA_NOCOL */
+#define STRATA_METRIC(name, labels, gauge, help) name, labels, gauge, help
+#define STRATA_NOMETRIC NULL, NULL, 0, NULL
+#define STRATA_COL(pos, width, title, scale) pos, width, title, scale
+#define STRATA_NOCOL 0, 0, NULL, 0.0
+
+/* the weight sources: reads, the expert cache, checksums, prefetch (report object "stats") */
+#define STRATA_STATS_IO(X) \
+    X(u64, bytes_trunk, "bytes_trunk", STRATA_METRIC("strata_read_bytes_total", "what=\"trunk\"", 0, \
+      "Bytes read from disk, by what."), STRATA_NOCOL) \
+    X(u64, bytes_head, "bytes_head", STRATA_METRIC("strata_read_bytes_total", "what=\"head\"", 0, NULL), STRATA_NOCOL) \
+    X(u64, bytes_embed, "bytes_embed", STRATA_METRIC("strata_read_bytes_total", "what=\"embed\"", 0, NULL), STRATA_NOCOL) \
+    X(u64, bytes_experts, "bytes_experts", STRATA_METRIC("strata_read_bytes_total", "what=\"experts\"", 0, NULL), \
+      STRATA_COL(4, 12, "experts GB", 1e9)) \
+    X(u64, bytes_read, NULL, STRATA_NOMETRIC, STRATA_COL(3, 12, "read GB", 1e9)) /* the four above together */ \
+    X(u64, n_reads, "n_reads", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(f64, read_s, "read_s", STRATA_NOMETRIC, STRATA_NOCOL)     /* wall seconds with at least one read in flight */ \
+    X(f64, wait_s, "wait_s", STRATA_NOMETRIC, STRATA_NOCOL)     /* seconds the caller blocked on I/O */ \
+    X(f64, read_bw, "bw", STRATA_NOMETRIC, STRATA_NOCOL)        /* bytes read / read_s */ \
+    X(u64, layer_gets, "layer_gets", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, layer_gets_pinned, "layer_gets_pinned", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, expert_requests, "expert_requests", STRATA_METRIC("strata_expert_requests_total", "", 0, \
+      "Expert lookups in the expert cache."), STRATA_NOCOL) \
+    X(u64, expert_hits, "expert_hits", STRATA_METRIC("strata_expert_hits_total", "", 0, \
+      "Expert lookups served from the cache."), STRATA_NOCOL) \
+    X(u64, expert_misses, "expert_misses", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, expert_evictions, "expert_evictions", STRATA_NOMETRIC, STRATA_NOCOL) \
+    /* TRUE resident: hits on experts resident before the request */ \
+    X(f64, hit_rate, "hit_rate", STRATA_METRIC("strata_expert_hit_rate", "", 1, "Expert cache hit rate since start."), \
+      STRATA_NOCOL) \
+    X(u64, peak_rss, "peak_rss", STRATA_METRIC("strata_peak_rss_bytes", "", 1, "Peak resident set size."), \
+      STRATA_COL(7, 10, "peak RSS GB", 1e9)) /* getrusage */ \
+    X(u64, verify_bytes, "verify_bytes", STRATA_NOMETRIC, STRATA_NOCOL) /* bytes checked against the pack's XXH3 */ \
+    X(f64, verify_s, "verify_s", STRATA_NOMETRIC, STRATA_NOCOL)  /* thread-seconds spent hashing them (any thread) */ \
+    /* of them: matrix blocks hashed by the compute threads as used (wblk.h), and their time */ \
+    X(u64, verify_blk_bytes, NULL, STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(f64, verify_blk_s, NULL, STRATA_NOMETRIC, STRATA_NOCOL) \
+    /* reads a layer ahead: layers whose experts were predicted before their request, experts \
+     * requested in those layers, of them predicted, experts predicted (distinct per layer), \
+     * guesses skipped (their layer all held, or its last ones read nothing) */ \
+    X(u64, pred_layers, "pred_layers", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, pred_requests, "pred_requests", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, pred_hits, "pred_hits", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, pred_ids, "pred_ids", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, pred_skipped, "pred_skipped", STRATA_NOMETRIC, STRATA_NOCOL) \
+    /* MXFP4 router copies made (counted since open), guesses lent one */ \
+    X(i64, guess_copies, "guess_copies", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, guess_lends, "guess_lends", STRATA_NOMETRIC, STRATA_NOCOL) \
+    /* read by the warm start at open (kept by a reset) */ \
+    X(u64, preload_bytes, "preload_bytes", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(f64, preload_s, "preload_s", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(i64, preload_experts, "preload_experts", STRATA_NOMETRIC, STRATA_NOCOL) \
+    /* experts read ahead (the rest of the predictions were resident), of them requested afterwards */ \
+    X(u64, prefetch_reads, "prefetch_reads", STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(u64, prefetch_used, "prefetch_used", STRATA_NOMETRIC, STRATA_NOCOL)
+
+/* self-draft passes (strata_gen_opts.self_draft) and what they could use: layers run
+ * of those visited, experts in RAM of those chosen (not in the report) */
+#define STRATA_STATS_DRAFT(X) \
+    X(i64, draft_passes, NULL, STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(i64, draft_layers, NULL, STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(i64, draft_layers_run, NULL, STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(i64, draft_experts, NULL, STRATA_NOMETRIC, STRATA_NOCOL) \
+    X(i64, draft_experts_used, NULL, STRATA_NOMETRIC, STRATA_NOCOL)
+
+/* the prefix cache (report object "prefix"; strata_stats members prefix_NAME) */
+#define STRATA_STATS_PREFIX(X) \
+    X(u64, lookups, "lookups", STRATA_METRIC("strata_prefix_lookups_total", "", 0, \
+      "Requests that looked for a cached prefix of their prompt."), STRATA_NOCOL) /* restores attempted */ \
+    X(u64, hits, "hits", STRATA_NOMETRIC, STRATA_NOCOL) /* restores that found a prefix */ \
+    X(u64, ram_hits, NULL, STRATA_METRIC("strata_prefix_hits_total", "tier=\"ram\"", 0, \
+      "Requests that started from a cached prefix, by where it was."), STRATA_NOCOL) /* of them, from RAM */ \
+    X(u64, disk_hits, "disk_hits", STRATA_METRIC("strata_prefix_hits_total", "tier=\"disk\"", 0, NULL), \
+      STRATA_NOCOL) /* of them, read from the disk tier */ \
+    X(u64, tokens, "tokens_reused", STRATA_METRIC("strata_prefix_tokens_reused_total", "", 0, \
+      "Prompt tokens restored from the prefix cache instead of evaluated."), STRATA_NOCOL) /* positions restored */ \
+    X(u64, stores, "stores", STRATA_METRIC("strata_prefix_snapshots_stored_total", "", 0, \
+      "Snapshots of sequences kept by the prefix cache."), STRATA_NOCOL) /* snapshots kept (RAM or disk) */ \
+    X(u64, spills, "spills", STRATA_NOMETRIC, STRATA_NOCOL) /* files written */ \
+    X(u64, rejected, "rejected", STRATA_METRIC("strata_prefix_files_refused_total", "", 0, \
+      "Snapshot files refused on reading (damaged, another model's)."), STRATA_NOCOL) /* files refused */ \
+    X(u64, failed, NULL, STRATA_NOMETRIC, STRATA_NOCOL) /* stores or spills that could not be written */ \
+    X(u64, disk_read, "disk_read_bytes", STRATA_METRIC("strata_prefix_disk_bytes_total", "op=\"read\"", 0, \
+      "Bytes of snapshot files, by direction."), STRATA_NOCOL) \
+    X(u64, disk_written, "disk_written_bytes", STRATA_METRIC("strata_prefix_disk_bytes_total", "op=\"written\"", 0, \
+      NULL), STRATA_NOCOL) \
+    /* held now and the bounds */ \
+    X(u64, ram_used, "ram_used_bytes", STRATA_METRIC("strata_prefix_bytes", "tier=\"ram\"", 1, \
+      "Bytes the prefix cache holds now, by tier."), STRATA_NOCOL) \
+    X(u64, ram_bytes, "ram_bytes", STRATA_METRIC("strata_prefix_capacity_bytes", "tier=\"ram\"", 1, \
+      "Bounds of the prefix cache, by tier."), STRATA_NOCOL) \
+    X(u64, disk_used, "disk_used_bytes", STRATA_METRIC("strata_prefix_bytes", "tier=\"disk\"", 1, NULL), STRATA_NOCOL) \
+    X(u64, dir_bytes, "dir_bytes", STRATA_METRIC("strata_prefix_capacity_bytes", "tier=\"disk\"", 1, NULL), \
+      STRATA_NOCOL) \
+    X(i64, n_ram, NULL, STRATA_NOMETRIC, STRATA_NOCOL) /* snapshots held in RAM */ \
+    X(i64, n_disk, NULL, STRATA_NOMETRIC, STRATA_NOCOL) /* and on disk */
+
+#define STRATA_STAT_CTYPE_u64 uint64_t
+#define STRATA_STAT_CTYPE_i64 int64_t
+#define STRATA_STAT_CTYPE_f64 double
+#define STRATA_STAT_MEMBER(t, n, json, metric, col) STRATA_STAT_CTYPE_##t n;
+#define STRATA_STAT_PREFIX_MEMBER(t, n, json, metric, col) STRATA_STAT_CTYPE_##t prefix_##n;
+
 typedef struct strata_stats {
-    uint64_t bytes_trunk, bytes_head, bytes_embed, bytes_experts; /* read from disk */
-    uint64_t n_reads, expert_requests, expert_hits, expert_misses;
-    double read_s, wait_s, read_bw, hit_rate;
-    uint64_t peak_rss;
-    /* self-draft passes (strata_gen_opts.self_draft) and what they could use:
-     * layers run of those visited, experts in RAM of those chosen */
-    int64_t draft_passes, draft_layers, draft_layers_run, draft_experts, draft_experts_used;
-    uint64_t verify_bytes;     /* bytes checked against the pack's checksums */
-    double verify_s;           /* thread-seconds spent on those checks */
-    /* prefix cache: generators (or strata_seq_prefix_restore calls) that looked for
-     * a cached prefix, found one, found it on disk; positions not evaluated again;
-     * snapshots kept, files written, files refused; bytes read and written by it;
-     * RAM and disk held now and their bounds */
-    uint64_t prefix_lookups, prefix_hits, prefix_disk_hits, prefix_tokens;
-    uint64_t prefix_stores, prefix_spills, prefix_rejected;
-    uint64_t prefix_disk_read, prefix_disk_written;
-    uint64_t prefix_ram_used, prefix_ram_bytes, prefix_disk_used, prefix_dir_bytes;
+    STRATA_STATS_IO(STRATA_STAT_MEMBER)
+    STRATA_STATS_DRAFT(STRATA_STAT_MEMBER)
+    STRATA_STATS_PREFIX(STRATA_STAT_PREFIX_MEMBER)
 } strata_stats;
 void strata_model_get_stats(strata_model *m, strata_stats *out);
 void strata_model_reset_stats(strata_model *m);
+
+/* One counter of strata_stats, for front-ends that walk them all. */
+enum { STRATA_STAT_u64 = 0, STRATA_STAT_i64 = 1, STRATA_STAT_f64 = 2 };
+typedef struct strata_stat_field {
+    const char *name;     /* the strata_stats member ("prefix_lookups") */
+    size_t offset;        /* offsetof(strata_stats, member) */
+    int type;             /* STRATA_STAT_u64, _i64, _f64 */
+    const char *section;  /* the --json report's object: "stats", "prefix" (NULL: none) */
+    const char *json;     /* key there (NULL: not in the report) */
+    const char *metric;   /* /metrics series name (NULL: not exported) */
+    const char *labels;   /* its label set ("tier=\"ram\""; "" none) */
+    int gauge;            /* 1: gauge, 0: counter */
+    const char *help;     /* HELP text (NULL on a name's later series) */
+    int col, col_width;   /* strata-mpi per-rank table: column (0: none), width */
+    const char *col_title;
+    double col_scale;     /* printed as value / col_scale, 3 decimals */
+} strata_stat_field;
+/* Every counter in the order of the lists; *n gets their number. */
+const strata_stat_field *strata_stats_fields(int *n);
+/* A counter's value as a double (f64 as is; integers converted). */
+double strata_stat_value(const strata_stats *s, const strata_stat_field *f);
 /* The placement report lines (reads, hit rate, I/O wait, peak RSS vs budget). */
 void strata_model_print_report(strata_model *m, FILE *f);
 /* {"plan": {...}, "stats": {...}} or {"plan": "resident"}: JSON text, release

@@ -421,13 +421,14 @@ void strata_model_print_plan(const strata_model *m, FILE *f) {
 }
 
 void strata_model_get_stats(strata_model *m, strata_stats *o) {
+    memset(o, 0, sizeof *o);
     place_stats s;
     memset(&s, 0, sizeof s);
     if (m->placed && m->w) place_stats_get(m->w, &s);
-    *o = (strata_stats){.bytes_trunk = s.bytes_trunk, .bytes_head = s.bytes_head, .bytes_embed = s.bytes_embed,
-                        .bytes_experts = s.bytes_experts, .n_reads = s.n_reads, .expert_requests = s.expert_requests,
-                        .expert_hits = s.expert_hits, .expert_misses = s.expert_misses, .read_s = s.read_s,
-                        .wait_s = s.wait_s, .read_bw = s.bw, .hit_rate = s.hit_rate, .peak_rss = base_peak_rss()};
+#define CP(t, n, json, metric, col) o->n = s.n;
+    STRATA_STATS_IO(CP)
+#undef CP
+    o->peak_rss = base_peak_rss();
     if (m->e) {
         engine_draft_stats d;
         engine_draft_stats_get(m->e, &d);
@@ -437,24 +438,12 @@ void strata_model_get_stats(strata_model *m, strata_stats *o) {
         o->draft_experts = d.experts;
         o->draft_experts_used = d.experts - d.experts_dropped;
     }
-    o->verify_bytes = s.verify_bytes;
-    o->verify_s = s.verify_s;
     if (m->px) {
         prefix_stats p;
         prefix_get_stats(m->px, &p);
-        o->prefix_lookups = p.lookups;
-        o->prefix_hits = p.hits;
-        o->prefix_disk_hits = p.disk_hits;
-        o->prefix_tokens = p.tokens;
-        o->prefix_stores = p.stores;
-        o->prefix_spills = p.spills;
-        o->prefix_rejected = p.rejected;
-        o->prefix_disk_read = p.disk_read;
-        o->prefix_disk_written = p.disk_written;
-        o->prefix_ram_used = p.ram_used;
-        o->prefix_ram_bytes = p.ram_bytes;
-        o->prefix_disk_used = p.disk_used;
-        o->prefix_dir_bytes = p.dir_bytes;
+#define CP(t, n, json, metric, col) o->prefix_##n = p.n;
+        STRATA_STATS_PREFIX(CP)
+#undef CP
     }
 }
 
@@ -489,32 +478,39 @@ void strata_model_print_report(strata_model *m, FILE *f) {
     place_stats_print(&s, &m->plan, f);
 }
 
+/* The counters of one object of the --json report ("stats", "prefix"), in the
+ * order of strata.h's lists. */
+static json_t *stats_json(const strata_stats *s, const char *section) {
+    json_t *j = json_object();
+    int n;
+    const strata_stat_field *f = strata_stats_fields(&n);
+    for (int i = 0; j && i < n; i++) {
+        if (!f[i].json || !f[i].section || strcmp(f[i].section, section)) continue;
+        const char *p = (const char *)s + f[i].offset;
+        json_t *v;
+        if (f[i].type == STRATA_STAT_f64) { double d; memcpy(&d, p, sizeof d); v = json_real(d); }
+        else if (f[i].type == STRATA_STAT_i64) { int64_t d; memcpy(&d, p, sizeof d); v = json_integer((json_int_t)d); }
+        else { uint64_t d; memcpy(&d, p, sizeof d); v = json_integer((json_int_t)d); }
+        json_object_set_new(j, f[i].json, v);
+    }
+    return j;
+}
+
 char *strata_model_report_json(strata_model *m) {
     /* jsonx routes jansson through base_alloc once it has loaded anything: make
      * sure of that, so the text is released with base_free */
     json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
+    strata_stats st;
+    strata_model_get_stats(m, &st);
     json_t *j;
     if (!m->placed || !m->w) {
         j = json_pack("{s:s}", "plan", "resident");
     } else {
-        place_stats s;
-        memset(&s, 0, sizeof s);
-        place_stats_get(m->w, &s);
         j = json_object();
         json_object_set_new(j, "plan", place_plan_json(&m->plan));
-        json_object_set_new(j, "stats", place_stats_json(&s));
+        json_object_set_new(j, "stats", stats_json(&st, "stats"));
     }
-    if (j && m->px) {
-        prefix_stats p;
-        prefix_get_stats(m->px, &p);
-        json_object_set_new(j, "prefix", json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I,s:I}",
-            "lookups", (json_int_t)p.lookups, "hits", (json_int_t)p.hits, "disk_hits", (json_int_t)p.disk_hits,
-            "tokens_reused", (json_int_t)p.tokens, "stores", (json_int_t)p.stores, "spills", (json_int_t)p.spills,
-            "rejected", (json_int_t)p.rejected, "disk_read_bytes", (json_int_t)p.disk_read,
-            "disk_written_bytes", (json_int_t)p.disk_written, "ram_used_bytes", (json_int_t)p.ram_used,
-            "ram_bytes", (json_int_t)p.ram_bytes, "disk_used_bytes", (json_int_t)p.disk_used,
-            "dir_bytes", (json_int_t)p.dir_bytes));
-    }
+    if (j && m->px) json_object_set_new(j, "prefix", stats_json(&st, "prefix"));
     char *txt = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
     json_decref(j);
     return txt;

@@ -915,17 +915,37 @@ void strata_mpi_print_report(strata_cluster *cl, FILE *f) {
     char err[512];
     int n = strata_mpi_stats(cl, s, CLU_MAX_RANKS, err, sizeof err);
     if (n < 0) { fprintf(f, "mpi: no stats: %s\n", err); return; }
+    /* the columns: the counters strata_stats_fields places in this table (read,
+     * experts, peak RSS) at their positions, the cluster's own in the others */
+    static const struct { const char *title; int width; } own[] = {{"rank", 5}, {"layers", 9}, {"sent MB", 12}, {"recv MB", 12}};
+    enum { N_OWN = 4, MAX_COL = 16 };
+    int nf, ncol = N_OWN;
+    const strata_stat_field *sf = strata_stats_fields(&nf), *col[MAX_COL] = {0};
+    for (int i = 0; i < nf; i++)
+        if (sf[i].col > 0 && sf[i].col <= MAX_COL && ncol < MAX_COL) col[sf[i].col - 1] = &sf[i], ncol++;
+    int which[MAX_COL]; /* own column of a slot without a counter */
+    for (int c = 0, k = 0; c < ncol; c++) which[c] = col[c] ? -1 : k < N_OWN ? k++ : -2;
+    fputs("mpi:", f);
+    for (int c = 0; c < ncol; c++)
+        if (col[c]) fprintf(f, " %*s", col[c]->col_width, col[c]->col_title);
+        else if (which[c] >= 0) fprintf(f, " %*s", own[which[c]].width, own[which[c]].title);
+    fputc('\n', f);
     uint64_t rd = 0, sent = 0;
-    fprintf(f, "mpi: %5s %9s %12s %12s %12s %12s %10s\n", "rank", "layers", "read GB", "experts GB", "sent MB", "recv MB", "peak RSS GB");
     for (int r = 0; r < n; r++) {
         const strata_stats *t = &s[r].st;
-        const uint64_t b = t->bytes_trunk + t->bytes_head + t->bytes_embed + t->bytes_experts;
-        rd += b;
+        rd += t->bytes_read;
         sent += s[r].net_sent;
         char lay[32];
         snprintf(lay, sizeof lay, "%lld-%lld", (long long)s[r].layer_lo, (long long)s[r].layer_hi - 1);
-        fprintf(f, "mpi: %5d %9s %12.3f %12.3f %12.3f %12.3f %10.3f\n", r, lay, (double)b / 1e9, (double)t->bytes_experts / 1e9,
-                (double)s[r].net_sent / 1e6, (double)s[r].net_recv / 1e6, (double)t->peak_rss / 1e9);
+        fputs("mpi:", f);
+        for (int c = 0; c < ncol; c++) {
+            if (col[c]) fprintf(f, " %*.3f", col[c]->col_width, strata_stat_value(t, col[c]) / col[c]->col_scale);
+            else if (which[c] == 0) fprintf(f, " %*d", own[0].width, r);
+            else if (which[c] == 1) fprintf(f, " %*s", own[1].width, lay);
+            else if (which[c] >= 2)
+                fprintf(f, " %*.3f", own[which[c]].width, (double)(which[c] == 2 ? s[r].net_sent : s[r].net_recv) / 1e6);
+        }
+        fputc('\n', f);
     }
     fprintf(f, "mpi: all ranks read %.3f GB and sent %.3f MB in %llu passes\n", (double)rd / 1e9, (double)sent / 1e6,
             (unsigned long long)s[0].passes);

@@ -241,38 +241,13 @@ const struct pack *place_pack(const wsrc *w);
  * 38 MB, which had put the peak 8 MB over the budget). */
 uint64_t place_cache_meta_bytes(int64_t n_keys, int64_t n_layers, int64_t n_experts, int64_t n_slots);
 
+/* The weight source's counters: the STRATA_STATS_IO list of strata.h (meanings there). */
 typedef struct place_stats {
-    uint64_t bytes_trunk, bytes_head, bytes_embed, bytes_experts; /* read from disk */
-    uint64_t n_reads;
-    double read_s;            /* wall seconds with at least one read in flight */
-    double wait_s;            /* seconds the caller blocked on I/O */
-    double bw;                /* bytes read / read_s */
-    uint64_t layer_gets, layer_gets_pinned;
-    uint64_t expert_requests, expert_hits, expert_misses, expert_evictions;
-    double hit_rate;          /* TRUE resident: hits on experts resident before the request */
-    uint64_t peak_rss;        /* getrusage */
-    uint64_t verify_bytes;    /* bytes checked against the pack's XXH3 */
-    double verify_s;          /* thread-seconds spent hashing them (any thread) */
-    uint64_t verify_blk_bytes; /* of them: matrix blocks hashed by the compute threads as used (wblk.h) */
-    double verify_blk_s;
-    /* reads a layer ahead (wsrc experts_prefetch) */
-    uint64_t pred_layers;     /* layers whose experts were predicted before their request */
-    uint64_t pred_requests;   /* experts requested in those layers */
-    uint64_t pred_hits;       /* of them, predicted */
-    uint64_t pred_ids;        /* experts predicted (distinct per layer) */
-    uint64_t pred_skipped;    /* guesses skipped: their layer all held, or its last ones read nothing */
-    uint64_t preload_bytes;   /* read by the warm start at open */
-    double preload_s;
-    int64_t preload_experts;
-    uint64_t prefetch_reads;  /* experts read ahead (the rest of the predictions were resident) */
-    uint64_t prefetch_used;   /* of them, requested afterwards */
-    int64_t guess_copies;     /* MXFP4 router copies made (place_plan.guess_u; counted since open) */
-    uint64_t guess_lends;     /* guesses lent one (predict_layer) */
+    STRATA_STATS_IO(STRATA_STAT_MEMBER)
 } place_stats;
 /* w must come from place_open (or be NULL: zeros). */
 void place_stats_get(wsrc *w, place_stats *s);
 void place_stats_reset(wsrc *w);   /* counters back to zero (e.g. between prefill and decode) */
 void place_stats_print(const place_stats *s, const place_plan *p, FILE *f);
-json_t *place_stats_json(const place_stats *s);
 
 #endif

@@ -666,6 +666,7 @@ int64_t prefix_restore(prefix_cache *pc, session *s, const int32_t *ids, int64_t
 void prefix_get_stats(const prefix_cache *pc, prefix_stats *st) {
     *st = pc->st;
     st->disk_used = pc->disk_used;
+    st->ram_hits = st->hits - st->disk_hits;
 }
 
 void prefix_reset_stats(prefix_cache *pc) {

@@ -49,18 +49,9 @@ typedef struct prefix_opts {
     uint64_t model_id;    /* written into and required from files */
 } prefix_opts;
 
+/* The STRATA_STATS_PREFIX list of strata.h (meanings there). */
 typedef struct prefix_stats {
-    uint64_t lookups;      /* restores attempted */
-    uint64_t hits;         /* restores that found a prefix */
-    uint64_t disk_hits;    /* of them, read from the disk tier */
-    uint64_t tokens;       /* positions restored in all */
-    uint64_t stores;       /* snapshots kept (RAM or disk) */
-    uint64_t spills;       /* files written */
-    uint64_t rejected;     /* files refused on reading */
-    uint64_t failed;       /* stores or spills that could not be written */
-    uint64_t disk_read, disk_written; /* bytes */
-    uint64_t ram_used, ram_bytes, disk_used, dir_bytes;
-    int64_t n_ram, n_disk; /* snapshots held */
+    STRATA_STATS_PREFIX(STRATA_STAT_MEMBER)
 } prefix_stats;
 
 /* Bytes prefix_open allocates for o (the arena plus its tables), for the plan. */

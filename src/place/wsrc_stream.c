@@ -2040,8 +2040,8 @@ void place_stats_get(wsrc *w, place_stats *o) {
         }
     o->verify_bytes += o->verify_blk_bytes;
     o->verify_s += o->verify_blk_s;
-    uint64_t bytes = o->bytes_trunk + o->bytes_head + o->bytes_embed + o->bytes_experts;
-    o->bw = o->read_s > 0 ? (double)bytes / o->read_s : 0;
+    o->bytes_read = o->bytes_trunk + o->bytes_head + o->bytes_embed + o->bytes_experts;
+    o->read_bw = o->read_s > 0 ? (double)o->bytes_read / o->read_s : 0;
     o->peak_rss = base_peak_rss();
 }
 
@@ -2071,7 +2071,7 @@ void place_stats_print(const place_stats *s, const place_plan *p, FILE *f) {
     uint64_t bytes = s->bytes_trunk + s->bytes_head + s->bytes_embed + s->bytes_experts;
     fprintf(f, "io: read %.3f GB (trunk %.3f, head %.3f, embeddings %.4f, experts %.3f) in %llu reads, %.2f GB/s while reading\n",
             (double)bytes / 1e9, (double)s->bytes_trunk / 1e9, (double)s->bytes_head / 1e9, (double)s->bytes_embed / 1e9,
-            (double)s->bytes_experts / 1e9, (unsigned long long)s->n_reads, s->bw / 1e9);
+            (double)s->bytes_experts / 1e9, (unsigned long long)s->n_reads, s->read_bw / 1e9);
     fprintf(f, "io: %.2f s with reads in flight, %.2f s waited on I/O; layer gets %llu (%llu pinned)\n", s->read_s, s->wait_s,
             (unsigned long long)s->layer_gets, (unsigned long long)s->layer_gets_pinned);
     if (s->verify_bytes)
@@ -2105,43 +2105,4 @@ void place_stats_print(const place_stats *s, const place_plan *p, FILE *f) {
                 (double)p->budget_bytes / 1e9, (double)p->total_bytes / 1e9);
     else
         fprintf(f, "memory: peak RSS %.3f GB (no budget)\n", (double)s->peak_rss / 1e9);
-}
-
-json_t *place_stats_json(const place_stats *s) {
-    json_t *j = json_object();
-#define I(k, v) json_object_set_new(j, k, json_integer((json_int_t)(v)))
-#define R(k, v) json_object_set_new(j, k, json_real(v))
-    I("bytes_trunk", s->bytes_trunk);
-    I("bytes_head", s->bytes_head);
-    I("bytes_embed", s->bytes_embed);
-    I("bytes_experts", s->bytes_experts);
-    I("n_reads", s->n_reads);
-    R("read_s", s->read_s);
-    R("wait_s", s->wait_s);
-    R("bw", s->bw);
-    I("layer_gets", s->layer_gets);
-    I("layer_gets_pinned", s->layer_gets_pinned);
-    I("expert_requests", s->expert_requests);
-    I("expert_hits", s->expert_hits);
-    I("expert_misses", s->expert_misses);
-    I("expert_evictions", s->expert_evictions);
-    R("hit_rate", s->hit_rate);
-    I("peak_rss", s->peak_rss);
-    I("verify_bytes", s->verify_bytes);
-    R("verify_s", s->verify_s);
-    I("pred_layers", s->pred_layers);
-    I("pred_requests", s->pred_requests);
-    I("pred_hits", s->pred_hits);
-    I("pred_ids", s->pred_ids);
-    I("pred_skipped", s->pred_skipped);
-    I("guess_copies", s->guess_copies);
-    I("guess_lends", s->guess_lends);
-    I("preload_bytes", s->preload_bytes);
-    R("preload_s", s->preload_s);
-    I("preload_experts", s->preload_experts);
-    I("prefetch_reads", s->prefetch_reads);
-    I("prefetch_used", s->prefetch_used);
-#undef I
-#undef R
-    return j;
 }

@@ -143,6 +143,31 @@ static void hist_render(req_buf *b, const char *name, const char *help, const hi
                  h->sum, name, (unsigned long long)h->n);
 }
 
+/* The model's counters that have a series (strata_stats_fields): each name once,
+ * HELP and TYPE first, then its series in the order of strata.h's lists. */
+static void stats_render(req_buf *b, const strata_stats *s) {
+    int n;
+    const strata_stat_field *f = strata_stats_fields(&n);
+    for (int i = 0; i < n; i++) {
+        if (!f[i].metric) continue;
+        int seen = 0;
+        for (int k = 0; k < i && !seen; k++) seen = f[k].metric && !strcmp(f[k].metric, f[i].metric);
+        if (seen) continue;
+        req_buf_addf(b, "# HELP %s %s\n# TYPE %s %s\n", f[i].metric, f[i].help ? f[i].help : "", f[i].metric,
+                     f[i].gauge ? "gauge" : "counter");
+        for (int k = i; k < n; k++) {
+            if (!f[k].metric || strcmp(f[k].metric, f[i].metric)) continue;
+            const char *p = (const char *)s + f[k].offset;
+            char v[32];
+            if (f[k].type == STRATA_STAT_f64) { double d; memcpy(&d, p, sizeof d); snprintf(v, sizeof v, "%.6f", d); }
+            else if (f[k].type == STRATA_STAT_i64) { int64_t d; memcpy(&d, p, sizeof d); snprintf(v, sizeof v, "%lld", (long long)d); }
+            else { uint64_t d; memcpy(&d, p, sizeof d); snprintf(v, sizeof v, "%llu", (unsigned long long)d); }
+            if (f[k].labels && f[k].labels[0]) req_buf_addf(b, "%s{%s} %s\n", f[k].metric, f[k].labels, v);
+            else req_buf_addf(b, "%s %s\n", f[k].metric, v);
+        }
+    }
+}
+
 void metrics_render(metrics *mt, req_buf *b) {
     pthread_mutex_lock(&mt->mu);
     req_buf_addf(b, "# HELP strata_requests_total HTTP requests answered, by endpoint and status.\n"
@@ -172,55 +197,14 @@ void metrics_render(metrics *mt, req_buf *b) {
                  (unsigned long long)mt->rejected_queue, (unsigned long long)mt->rejected_draining,
                  (unsigned long long)mt->prompt_tokens, (unsigned long long)mt->completion_tokens, mt->queued, mt->active,
                  mt->parallel, (unsigned long long)mt->steps, mt->step_seconds);
-    const strata_stats *s = &mt->st;
+    stats_render(b, &mt->st);
     req_buf_addf(b,
-                 "# HELP strata_read_bytes_total Bytes read from disk, by what.\n"
-                 "# TYPE strata_read_bytes_total counter\n"
-                 "strata_read_bytes_total{what=\"trunk\"} %llu\nstrata_read_bytes_total{what=\"head\"} %llu\n"
-                 "strata_read_bytes_total{what=\"embed\"} %llu\nstrata_read_bytes_total{what=\"experts\"} %llu\n"
-                 "# HELP strata_expert_requests_total Expert lookups in the expert cache.\n"
-                 "# TYPE strata_expert_requests_total counter\nstrata_expert_requests_total %llu\n"
-                 "# HELP strata_expert_hits_total Expert lookups served from the cache.\n"
-                 "# TYPE strata_expert_hits_total counter\nstrata_expert_hits_total %llu\n"
-                 "# HELP strata_expert_hit_rate Expert cache hit rate since start.\n"
-                 "# TYPE strata_expert_hit_rate gauge\nstrata_expert_hit_rate %.6f\n"
-                 "# HELP strata_peak_rss_bytes Peak resident set size.\n"
-                 "# TYPE strata_peak_rss_bytes gauge\nstrata_peak_rss_bytes %llu\n",
-                 (unsigned long long)s->bytes_trunk, (unsigned long long)s->bytes_head, (unsigned long long)s->bytes_embed,
-                 (unsigned long long)s->bytes_experts, (unsigned long long)s->expert_requests,
-                 (unsigned long long)s->expert_hits, s->hit_rate, (unsigned long long)s->peak_rss);
-    req_buf_addf(b,
-                 "# HELP strata_prefix_lookups_total Requests that looked for a cached prefix of their prompt.\n"
-                 "# TYPE strata_prefix_lookups_total counter\nstrata_prefix_lookups_total %llu\n"
-                 "# HELP strata_prefix_hits_total Requests that started from a cached prefix, by where it was.\n"
-                 "# TYPE strata_prefix_hits_total counter\n"
-                 "strata_prefix_hits_total{tier=\"ram\"} %llu\nstrata_prefix_hits_total{tier=\"disk\"} %llu\n"
-                 "# HELP strata_prefix_tokens_reused_total Prompt tokens restored from the prefix cache instead of evaluated.\n"
-                 "# TYPE strata_prefix_tokens_reused_total counter\nstrata_prefix_tokens_reused_total %llu\n"
-                 "# HELP strata_prefix_snapshots_stored_total Snapshots of sequences kept by the prefix cache.\n"
-                 "# TYPE strata_prefix_snapshots_stored_total counter\nstrata_prefix_snapshots_stored_total %llu\n"
-                 "# HELP strata_prefix_files_refused_total Snapshot files refused on reading (damaged, another model's).\n"
-                 "# TYPE strata_prefix_files_refused_total counter\nstrata_prefix_files_refused_total %llu\n"
-                 "# HELP strata_prefix_disk_bytes_total Bytes of snapshot files, by direction.\n"
-                 "# TYPE strata_prefix_disk_bytes_total counter\n"
-                 "strata_prefix_disk_bytes_total{op=\"read\"} %llu\nstrata_prefix_disk_bytes_total{op=\"written\"} %llu\n"
-                 "# HELP strata_prefix_bytes Bytes the prefix cache holds now, by tier.\n"
-                 "# TYPE strata_prefix_bytes gauge\nstrata_prefix_bytes{tier=\"ram\"} %llu\nstrata_prefix_bytes{tier=\"disk\"} %llu\n"
-                 "# HELP strata_prefix_capacity_bytes Bounds of the prefix cache, by tier.\n"
-                 "# TYPE strata_prefix_capacity_bytes gauge\n"
-                 "strata_prefix_capacity_bytes{tier=\"ram\"} %llu\nstrata_prefix_capacity_bytes{tier=\"disk\"} %llu\n"
                  "# HELP strata_spec_drafted_tokens_total Tokens drafted for speculative decoding (finished requests).\n"
                  "# TYPE strata_spec_drafted_tokens_total counter\nstrata_spec_drafted_tokens_total %llu\n"
                  "# HELP strata_spec_accepted_tokens_total Drafted tokens the model agreed with.\n"
                  "# TYPE strata_spec_accepted_tokens_total counter\nstrata_spec_accepted_tokens_total %llu\n"
                  "# HELP strata_spec_verifications_total Decode rows that carried drafts.\n"
                  "# TYPE strata_spec_verifications_total counter\nstrata_spec_verifications_total %llu\n",
-                 (unsigned long long)s->prefix_lookups, (unsigned long long)(s->prefix_hits - s->prefix_disk_hits),
-                 (unsigned long long)s->prefix_disk_hits, (unsigned long long)s->prefix_tokens,
-                 (unsigned long long)s->prefix_stores, (unsigned long long)s->prefix_rejected,
-                 (unsigned long long)s->prefix_disk_read, (unsigned long long)s->prefix_disk_written,
-                 (unsigned long long)s->prefix_ram_used, (unsigned long long)s->prefix_disk_used,
-                 (unsigned long long)s->prefix_ram_bytes, (unsigned long long)s->prefix_dir_bytes,
                  (unsigned long long)mt->spec_drafted, (unsigned long long)mt->spec_accepted,
                  (unsigned long long)mt->spec_verifies);
     hist_render(b, "strata_step_rows", "Rows (prompt + decode tokens) evaluated per engine step.", &mt->rows);
