@@ -6,7 +6,7 @@
 #define STRATA_CLI_H
 
 #include <stdio.h>
-#include "base.h"
+#include "strata.h"
 
 #define EXIT_USAGE 2
 /* --ctx: the largest context a command accepts (2^24 positions; beyond it the
@@ -18,7 +18,7 @@
  * the value is missing. */
 const char *cli_need_arg(int argc, char **argv, int *i, const char *cmd);
 /* Prints "strata CMD: <msg>\nTry 'strata CMD --help'." to stderr; returns EXIT_USAGE. */
-int cli_usage_error(const char *cmd, const char *fmt, ...) ST_PRINTF(2, 3);
+int cli_usage_error(const char *cmd, const char *fmt, ...) STRATA_PRINTF(2, 3);
 int cli_is_help(const char *a);
 
 int cmd_inspect(int argc, char **argv);

@@ -3,9 +3,7 @@
  */
 #include <string.h>
 #include <unistd.h>
-#include "base.h"
 #include "cli.h"
-#include "jsonx.h"
 #include "model_open.h"
 
 mo_cluster_hooks mo_cluster;
@@ -21,20 +19,20 @@ int mo_flag(int argc, char **argv, int *i, const char *cmd, mo_opts *o) {
     if (!(v = cli_need_arg(argc, argv, i, cmd))) return EXIT_USAGE;
     if (!strcmp(a, "--pack")) { o->pack_dir = v; return 0; }
     if (!strcmp(a, "--threads")) {
-        if (base_parse_i64(v, 1, 256, &o->threads)) return cli_usage_error(cmd, "bad value for %s: '%s' (1..256)", a, v);
+        if (strata_parse_i64(v, 1, 256, &o->threads)) return cli_usage_error(cmd, "bad value for %s: '%s' (1..256)", a, v);
         return 0;
     }
     if (!strcmp(a, "--ram-gb")) {
-        if (base_parse_f64(v, 0.001, 1e6, &d))
+        if (strata_parse_f64(v, 0.001, 1e6, &d))
             return cli_usage_error(cmd, "bad value for %s: '%s' (a positive number of GB)", a, v);
         o->ram_bytes = (uint64_t)(d * 1e9);
         o->have_ram = 1;
         return 0;
     }
     if (!strcmp(v, "auto")) {
-        o->ram_bytes = base_mem_available();
+        o->ram_bytes = strata_mem_available();
         if (!o->ram_bytes) return cli_usage_error(cmd, "--ram auto: MemAvailable is unknown here; give a size");
-    } else if (base_parse_size(v, &o->ram_bytes) || !o->ram_bytes) {
+    } else if (strata_parse_size(v, &o->ram_bytes) || !o->ram_bytes) {
         return cli_usage_error(cmd, "bad value for %s: '%s' (a size like 24G, or auto)", a, v);
     }
     o->have_ram = 1;
@@ -51,13 +49,13 @@ int mo_gen_flag(int argc, char **argv, int *i, const char *cmd, strata_gen_opts 
     double d;
     int64_t n;
 #define BAD(what) return cli_usage_error(cmd, "bad value for %s: '%s' (%s)", a, v, what)
-    if (!strcmp(a, "--temp")) { if (base_parse_f64(v, 0, 1e6, &go->temp)) BAD("a number in [0, 1e6]"); }
-    else if (!strcmp(a, "--top-k")) { if (base_parse_i64(v, 0, INT32_MAX, &go->top_k)) BAD("an integer >= 0"); }
-    else if (!strcmp(a, "--top-p")) { if (base_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); go->top_p = d; }
-    else if (!strcmp(a, "--min-p")) { if (base_parse_f64(v, 0, 1, &go->min_p)) BAD("in [0, 1]"); }
-    else if (!strcmp(a, "--repeat-penalty")) { if (base_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("in (0, 1e6]"); go->repeat_penalty = d; }
-    else if (!strcmp(a, "--seed")) { if (base_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); go->seed = (uint64_t)n; }
-    else if (!strcmp(a, "--spec")) { if (base_parse_i64(v, 0, 16, &n)) BAD("an integer in [0, 16]"); o->spec = (int)n; go->spec = (int)n; }
+    if (!strcmp(a, "--temp")) { if (strata_parse_f64(v, 0, 1e6, &go->temp)) BAD("a number in [0, 1e6]"); }
+    else if (!strcmp(a, "--top-k")) { if (strata_parse_i64(v, 0, INT32_MAX, &go->top_k)) BAD("an integer >= 0"); }
+    else if (!strcmp(a, "--top-p")) { if (strata_parse_f64(v, 0, 1, &d) || d <= 0) BAD("in (0, 1]"); go->top_p = d; }
+    else if (!strcmp(a, "--min-p")) { if (strata_parse_f64(v, 0, 1, &go->min_p)) BAD("in [0, 1]"); }
+    else if (!strcmp(a, "--repeat-penalty")) { if (strata_parse_f64(v, 0, 1e6, &d) || d <= 0) BAD("in (0, 1e6]"); go->repeat_penalty = d; }
+    else if (!strcmp(a, "--seed")) { if (strata_parse_i64(v, 0, INT64_MAX, &n)) BAD("an integer >= 0"); go->seed = (uint64_t)n; }
+    else if (!strcmp(a, "--spec")) { if (strata_parse_i64(v, 0, 16, &n)) BAD("an integer in [0, 16]"); o->spec = (int)n; go->spec = (int)n; }
     else if (!strcmp(v, "self")) { go->self_draft = 1; o->draft_given = 1; }
     else if (!strcmp(v, "ngram")) { go->self_draft = 0; o->draft_given = 1; }
     else BAD("ngram or self");
@@ -84,8 +82,8 @@ typedef struct { double t0; int tty; double th; } preload_ui; /* th: the identit
  * once it has taken a second. */
 static void hash_progress(void *ud, uint64_t done, uint64_t total) {
     preload_ui *u = ud;
-    if (!u->th) u->th = base_now();
-    const double dt = base_now() - u->th;
+    if (!u->th) u->th = strata_now();
+    const double dt = strata_now() - u->th;
     if (dt < 1 || (!u->tty && done < total)) return; /* a hash done within a second is not worth a line */
     fprintf(stderr, "%sidentity: hashing the weights once (cached after): %.2f / %.2f GB (%.2f GB/s)%s", u->tty ? "\r" : "",
             (double)done / 1e9, (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0, done >= total ? "\n" : "");
@@ -95,7 +93,7 @@ static void hash_progress(void *ud, uint64_t done, uint64_t total) {
  * else one line at the end. */
 static void preload_progress(void *ud, uint64_t done, uint64_t total) {
     const preload_ui *u = ud;
-    const double dt = base_now() - u->t0;
+    const double dt = strata_now() - u->t0;
     if (!u->tty && done < total) return;
     fprintf(stderr, "%spreload: %.2f / %.2f GB (%.2f GB/s)%s", u->tty ? "\r" : "", (double)done / 1e9, (double)total / 1e9,
             dt > 0 ? (double)done / 1e9 / dt : 0, done >= total ? "\n" : "");
@@ -114,7 +112,7 @@ int mo_place(mo_model *m, const mo_opts *o, int64_t ctx, int max_seqs) {
     so.no_verify = o->no_verify;
     so.no_prefetch = o->no_prefetch;
     so.no_preload = o->no_preload;
-    preload_ui ui = {base_now(), isatty(2), 0};
+    preload_ui ui = {strata_now(), isatty(2), 0};
     so.progress = preload_progress;
     so.progress_ud = &ui;
     so.hash_progress = hash_progress;
@@ -151,7 +149,7 @@ void mo_fmt_speed(const mo_model *m, int64_t n_prefill, double t_prefill, int64_
              "prefill %.4f s/token (%.1f tok/s), decode %.4f s/token (%.2f tok/s); MLA cache %llu B/position; "
              "peak RSS %s (engine %s)",
              pf, pf > 0 ? 1 / pf : 0, dc, dc > 0 ? 1 / dc : 0, (unsigned long long)m->info.mla_cache_bytes_per_pos,
-             base_fmt_bytes(peak_rss, b1, sizeof b1), base_fmt_bytes(base_mem_peak(), b2, sizeof b2));
+             strata_fmt_bytes(peak_rss, b1, sizeof b1), strata_fmt_bytes(strata_mem_peak(), b2, sizeof b2));
 }
 
 void mo_report(mo_model *m, FILE *f) {
@@ -161,7 +159,8 @@ void mo_report(mo_model *m, FILE *f) {
 
 json_t *mo_placement_json(mo_model *m) {
     char *txt = m->m ? strata_model_report_json(m->m) : NULL;
-    json_t *j = txt ? jsonx_load((const uint8_t *)txt, strlen(txt), "report", NULL, 0) : NULL;
+    json_t *j = NULL;
+    if (txt) strata_json_parse(&j, txt, strlen(txt), "report", NULL, 0);
     strata_free(txt);
     return j ? j : json_pack("{s:s}", "plan", "unavailable");
 }
