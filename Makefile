@@ -8,14 +8,12 @@ CFLAGS  += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wpedantic -Wshadow -Wstrict-pro
 # bare name and tools/check_includes.sh holds every include to this order.
 LIB_DIRS := src/base src/format src/text src/engine src/place src
 LIB_INC := -Iinclude $(addprefix -I,$(LIB_DIRS)) -Itools/gen
-# The public boundary: app/ and bench/ see include/ (and their own folder) only.
-# APP_INTERNAL lists the app/ files that still include internal headers (issue 39,
-# part 4, in progress): they keep the library's include path until they are moved
-# onto strata.h, then leave this list. CLI_H_INC is there because app/cli.h still
-# includes base.h (for ST_PRINTF); it goes when cli.h includes strata.h only.
-APP_INTERNAL := app/main.c app/cmd_run.c app/cmd_chat.c app/cmd_serve.c app/model_open.c
-CLI_H_INC := -Isrc/base
-APP_INC := -Iinclude -Iapp $(CLI_H_INC)
+# The public boundary: app/, bench/ and src/serve/ (the server, a library
+# consumer like the CLI) see include/ and their own folder only.
+APP_INC := -Iinclude -Iapp
+# src/serve/ includes its own headers by bare name, found beside the including
+# file; no -Isrc/serve, where sched.h would shadow the system's <sched.h>.
+SERVE_INC := -Iinclude
 BENCH_INC := -Iinclude
 # the include path of one object: the library's unless it is a public consumer
 INC      = $(LIB_INC)
@@ -41,8 +39,8 @@ FUZZ_SRC := $(filter-out fuzz/fz_main.c,$(wildcard fuzz/fz_*.c))
 LIB_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(LIB_SRC))
 APP_OBJ  := $(patsubst %.c,$(BUILD)/%.o,$(APP_SRC))
 TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
-APP_PUBLIC_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(filter-out $(APP_INTERNAL),$(wildcard app/*.c)))
-$(APP_PUBLIC_OBJ): private INC = $(APP_INC)
+$(patsubst %.c,$(BUILD)/%.o,$(wildcard app/*.c)): private INC = $(APP_INC)
+$(patsubst %.c,$(BUILD)/%.o,$(SERVE_SRC)): private INC = $(SERVE_INC)
 
 .PHONY: all help test check faults tsan fuzz bench bench-profile bench-batch bench-spec bench-serve bench-kernels bench-decode bench-tokenizer conformance clean deps
 all: strata
@@ -111,7 +109,7 @@ $(BUILD)/strata: $(BUILD)/app/main.o $(APP_OBJ) $(BUILD)/libstrata.a
 MPI_OBJ := $(BUILD)/mpi/app/main.o $(BUILD)/mpi/src/mpi/cluster_mpi.o
 $(BUILD)/mpi/app/main.o: app/main.c | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
-	$(MPICC) $(CFLAGS) $(LIB_INC) -DSTRATA_MPI -c $< -o $@
+	$(MPICC) $(CFLAGS) $(APP_INC) -DSTRATA_MPI -c $< -o $@
 $(BUILD)/mpi/src/mpi/cluster_mpi.o: src/mpi/cluster_mpi.c | $(BUILD)/.deps-ok
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CFLAGS) $(LIB_INC) -c $< -o $@

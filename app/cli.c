@@ -1,6 +1,7 @@
 /* cli.c: helpers shared by the subcommands (see cli.h). */
 #include "cli.h"
 
+#include <stdarg.h>
 #include <string.h>
 
 const char *cli_need_arg(int argc, char **argv, int *i, const char *cmd) {

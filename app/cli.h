@@ -6,7 +6,7 @@
 #define STRATA_CLI_H
 
 #include <stdio.h>
-#include "base.h"
+#include "strata.h"
 
 #define EXIT_USAGE 2
 /* --ctx: the largest context a command accepts (2^24 positions; beyond it the
@@ -18,7 +18,7 @@
  * the value is missing. */
 const char *cli_need_arg(int argc, char **argv, int *i, const char *cmd);
 /* Prints "strata CMD: <msg>\nTry 'strata CMD --help'." to stderr; returns EXIT_USAGE. */
-int cli_usage_error(const char *cmd, const char *fmt, ...) ST_PRINTF(2, 3);
+int cli_usage_error(const char *cmd, const char *fmt, ...) STRATA_PRINTF(2, 3);
 int cli_is_help(const char *a);
 
 int cmd_inspect(int argc, char **argv);
@@ -29,5 +29,17 @@ int cmd_tokenize(int argc, char **argv);
 int cmd_pack(int argc, char **argv);
 int cmd_plan(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+
+/* strata-mpi (app/main.c) sets these on rank 0: every model is then loaded
+ * across the cluster, its stages printed after the load line and each rank's
+ * reads and traffic after the report. All NULL in the plain binary. */
+typedef struct mo_cluster_hooks {
+    strata_cluster *cl;
+    void (*print_stages)(const strata_cluster *cl, FILE *f);
+    void (*print_report)(strata_cluster *cl, FILE *f);
+    int (*measure_net)(strata_cluster *cl, double *bw, double *lat, char *err, size_t errlen);
+    int size;                 /* ranks */
+} mo_cluster_hooks;
+extern mo_cluster_hooks mo_cluster;
 
 #endif

@@ -2,7 +2,7 @@
  * cmd_chat.c: `strata chat MODEL_DIR`: an interactive K3 chat with retained state.
  *
  * The session keeps its KDA/conv state and MLA cache across turns: each user line
- * is rendered as a continuation (chat.h CHAT_CONTINUE: the turn plus the
+ * is rendered as a continuation (chat.h STRATA_CHAT_CONTINUE: the turn plus the
  * generation prompt) and only those ids are prefilled; the reply's ids, including
  * its end id, are already in the session when the next turn starts. Nothing is
  * re-prefilled except after /reset. /save and /load write and read the session
@@ -15,11 +15,9 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "chat.h"
 #include "cli.h"
 #include "model_open.h"
 #include "strata.h"
-#include "tok.h"
 
 #define CMD "chat"
 #define CHAT_DEFAULT_GEN 4096
@@ -57,7 +55,7 @@ typedef struct chat_opts {
     app_opts ao;              /* the shared flags (opts.h) */
 } chat_opts;
 
-static int effort_flag(void *field, const char *v) { return (*(int *)field = chat_effort_parse(v)) < 0; }
+static int effort_flag(void *field, const char *v) { return (*(int *)field = strata_chat_effort_parse(v)) < 0; }
 
 static const opt_row k_chat_flags[] = {
     {.flag = "--system", .kind = OPT_STR, .off = offsetof(chat_opts, system)},
@@ -68,7 +66,7 @@ static const opt_row k_chat_flags[] = {
 static int parse_args(int argc, char **argv, chat_opts *o) {
     memset(o, 0, sizeof *o);
     opts_init(&o->ao, OPT_CHAT, CHAT_DEFAULT_GEN);
-    o->effort = CHAT_THINK_MAX;
+    o->effort = STRATA_CHAT_THINK_MAX;
     return opts_parse(argc, argv, &o->ao, usage, k_chat_flags, sizeof k_chat_flags / sizeof *k_chat_flags, o, &o->model_dir);
 }
 
@@ -76,14 +74,14 @@ typedef struct chat_state {
     mo_model m;
     int64_t vocab;
     strata_seq *s;
-    strata_row *rows; /* prefill rows (MEM_MISC, grows with the render buffer) */
+    strata_row *rows; /* prefill rows (counted, grows with the render buffer) */
     size_t cap_rows;
-    tok *tk;
-    chat_ids ci;
+    strata_tokenizer *tk;
+    strata_chat_ids ci;
     float *logits;
-    int32_t *ids; /* render buffer (MEM_TOK, grows) */
+    int32_t *ids; /* render buffer (counted, grows) */
     size_t n_ids, cap_ids;
-    char *line;   /* input line (MEM_MISC, grows) */
+    char *line;   /* input line (counted, grows) */
     size_t line_cap;
     /* for the report at exit */
     int64_t n_turns, n_prefill, n_decode, n_drafted, n_accepted;
@@ -93,11 +91,11 @@ typedef struct chat_state {
 } chat_state;
 
 static void chat_release(chat_state *r) {
-    base_free(r->line);
-    base_free(r->ids);
-    base_free(r->logits);
-    tok_close(r->tk);
-    base_free(r->rows);
+    strata_free(r->line);
+    strata_free(r->ids);
+    strata_free(r->logits);
+    strata_tokenizer_close(r->tk);
+    strata_free(r->rows);
     strata_seq_free(r->s);
     mo_close(&r->m);
 }
@@ -111,7 +109,7 @@ static int read_line(chat_state *r, size_t *len) {
         if (ch == '\n') break;
         if (n + 2 > r->line_cap) {
             size_t cap = r->line_cap ? r->line_cap * 2 : 1024;
-            char *nl = base_realloc(r->line, cap, MEM_MISC);
+            char *nl = strata_realloc(r->line, cap);
             if (!nl) return 0;
             r->line = nl;
             r->line_cap = cap;
@@ -119,7 +117,7 @@ static int read_line(chat_state *r, size_t *len) {
         r->line[n++] = (char)ch;
     }
     if (!any) return 0;
-    if (!r->line) { r->line = base_alloc(1, MEM_MISC); if (!r->line) return 0; r->line_cap = 1; }
+    if (!r->line) { r->line = strata_alloc(1); if (!r->line) return 0; r->line_cap = 1; }
     if (n && r->line[n - 1] == '\r') n--;
     r->line[n] = 0;
     *len = n;
@@ -128,10 +126,10 @@ static int read_line(chat_state *r, size_t *len) {
 
 /* Renders msgs with flags into r->ids and, when prefill, evaluates them (a
  * user turn is evaluated by reply's generator instead). */
-static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int flags, int prefill) {
+static int feed(chat_state *r, const strata_chat_msg *msgs, size_t n, int effort, int flags, int prefill) {
     char err[512];
     r->n_ids = 0;
-    if (chat_render(r->tk, msgs, n, effort, flags, &r->ids, &r->n_ids, &r->cap_ids, err, sizeof err)) {
+    if (strata_chat_render(r->tk, msgs, n, effort, flags, &r->ids, &r->n_ids, &r->cap_ids, err, sizeof err)) {
         fprintf(stderr, "strata chat: %s\n", err);
         return -1;
     }
@@ -148,18 +146,18 @@ static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int f
         }
     if (!prefill) return 0;
     if (r->n_ids > r->cap_rows) {
-        strata_row *nr = base_realloc(r->rows, r->n_ids * sizeof *nr, MEM_MISC);
+        strata_row *nr = strata_realloc(r->rows, r->n_ids * sizeof *nr);
         if (!nr) { fprintf(stderr, "strata chat: out of memory\n"); return -1; }
         r->rows = nr;
         r->cap_rows = r->n_ids;
     }
     for (size_t i = 0; i < r->n_ids; i++) r->rows[i] = (strata_row){r->s, r->ids[i], i + 1 == r->n_ids};
-    double t0 = base_now();
+    double t0 = strata_now();
     if (strata_step(r->m.m, r->rows, (int64_t)r->n_ids, r->logits, err, sizeof err)) {
         fprintf(stderr, "strata chat: %s\n", err);
         return -1;
     }
-    r->t_prefill += base_now() - t0;
+    r->t_prefill += strata_now() - t0;
     r->n_prefill += (int64_t)r->n_ids;
     return 0;
 }
@@ -167,16 +165,16 @@ static int feed(chat_state *r, const chat_msg *msgs, size_t n, int effort, int f
 /* The preamble: thinking-effort message and --system, evaluated from empty. */
 static int preamble(chat_state *r, const chat_opts *o) {
     strata_seq_reset(r->s);
-    chat_msg sys = {CHAT_SYSTEM, o->system, NULL};
+    strata_chat_msg sys = {STRATA_CHAT_SYSTEM, o->system, NULL};
     return feed(r, &sys, o->system ? 1 : 0, o->effort, 0, 1);
 }
 
 static void show(const chat_opts *o, int ch, int *cur, const uint8_t *p, size_t n) {
     if (!n) return;
-    FILE *f = ch == CHAT_CH_THINK && !o->show_think ? stderr : stdout;
+    FILE *f = ch == STRATA_CHAT_CH_THINK && !o->show_think ? stderr : stdout;
     if (o->show_think && ch != *cur) {
-        if (*cur == CHAT_CH_THINK) fputs("\n</think>\n", stdout);
-        if (ch == CHAT_CH_THINK) fputs("<think>\n", stdout);
+        if (*cur == STRATA_CHAT_CH_THINK) fputs("\n</think>\n", stdout);
+        if (ch == STRATA_CHAT_CH_THINK) fputs("<think>\n", stdout);
     }
     *cur = ch;
     fwrite(p, 1, n, f);
@@ -186,7 +184,7 @@ static void show(const chat_opts *o, int ch, int *cur, const uint8_t *p, size_t 
 /* One reply's progress, for the token callback. */
 typedef struct reply_ctx {
     const chat_opts *o;
-    chat_follow *f;
+    strata_chat_follow *f;
     int cur, ended;
     double t0, t_first;
 } reply_ctx;
@@ -195,11 +193,11 @@ static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size
     (void)g; (void)text; (void)len; (void)logits;
     reply_ctx *x = ud;
     if (id < 0 || x->ended) return;
-    if (x->t_first == 0) x->t_first = base_now();
+    if (x->t_first == 0) x->t_first = strata_now();
     int ch;
     const uint8_t *p;
     size_t pn;
-    if (chat_follow_push(x->f, id, &ch, &p, &pn) == 1) x->ended = 1;
+    if (strata_chat_follow_push(x->f, id, &ch, &p, &pn) == 1) x->ended = 1;
     show(x->o, ch, &x->cur, p, pn);
 }
 
@@ -208,8 +206,8 @@ static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size
  * the session: the generator leaves its last id unevaluated, so it joins here. */
 static int reply(chat_state *r, const chat_opts *o) {
     char err[512];
-    reply_ctx x = {.o = o, .cur = CHAT_CH_NONE};
-    if (chat_follow_open(&x.f, r->tk, o->effort != CHAT_THINK_OFF, err, sizeof err)) {
+    reply_ctx x = {.o = o, .cur = STRATA_CHAT_CH_NONE};
+    if (strata_chat_follow_open(&x.f, r->tk, o->effort != STRATA_CHAT_THINK_OFF, err, sizeof err)) {
         fprintf(stderr, "strata chat: %s\n", err);
         return -1;
     }
@@ -221,10 +219,10 @@ static int reply(chat_state *r, const chat_opts *o) {
     strata_gen *g = NULL;
     int ret = 0;
     const int64_t pos0 = strata_seq_pos(r->s);
-    x.t0 = base_now();
+    x.t0 = strata_now();
     if (strata_gen_create(&g, r->s, r->ids, (int64_t)r->n_ids, &go, 1, err, sizeof err)) {
         fprintf(stderr, "strata chat: %s\n", err);
-        chat_follow_close(x.f);
+        strata_chat_follow_close(x.f);
         return -1;
     }
     for (;;) {
@@ -242,7 +240,7 @@ static int reply(chat_state *r, const chat_opts *o) {
             if (strata_step(r->m.m, &row, 1, NULL, err, sizeof err)) { fprintf(stderr, "\nstrata chat: %s\n", err); ret = -1; }
         }
     }
-    const double t1 = base_now();
+    const double t1 = strata_now();
     if (x.t_first == 0) x.t_first = t1;
     r->t_prefill += x.t_first - x.t0;
     r->t_decode += t1 - x.t_first;
@@ -256,13 +254,13 @@ static int reply(chat_state *r, const chat_opts *o) {
     int ch;
     const uint8_t *p;
     size_t pn;
-    chat_follow_flush(x.f, &ch, &p, &pn);
+    strata_chat_follow_flush(x.f, &ch, &p, &pn);
     show(o, ch, &x.cur, p, pn);
-    if (o->show_think && x.cur == CHAT_CH_THINK) fputs("\n</think>", stdout);
+    if (o->show_think && x.cur == STRATA_CHAT_CH_THINK) fputs("\n</think>", stdout);
     fputc('\n', stdout);
     fflush(stdout);
     if (!x.ended && !ret) fprintf(stderr, "strata chat: (reply cut at %lld tokens)\n", (long long)n);
-    chat_follow_close(x.f);
+    strata_chat_follow_close(x.f);
     return ret;
 }
 
@@ -278,8 +276,8 @@ int cmd_chat(int argc, char **argv) {
     r.vocab = r.m.info.vocab;
     snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
     snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
-    if (tok_open(&r.tk, path, tc, TOK_PAT_KIMI, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    if (chat_ids_init(&r.ci, r.tk, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if (strata_tokenizer_open(&r.tk, path, tc, STRATA_TOK_KIMI, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if (strata_chat_ids_get(r.tk, &r.ci, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     const int64_t mctx = r.m.info.model_max_ctx;
     if (o.ao.ctx > mctx)
         fprintf(stderr, "strata chat: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ao.ctx,
@@ -291,13 +289,13 @@ int cmd_chat(int argc, char **argv) {
     }
     const int threads = r.m.info.n_threads;
     if (strata_seq_create(r.m.m, &r.s, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
-    r.logits = base_alloc((size_t)r.vocab * sizeof(float), MEM_SCRATCH);
+    r.logits = strata_alloc((size_t)r.vocab * sizeof(float));
     if (!r.logits) { fprintf(stderr, "strata chat: out of memory\n"); goto out; }
     if (preamble(&r, &o)) goto out;
     const int tty = isatty(0);
     if (tty)
         fprintf(stderr, "strata chat: %lld layers, ctx %lld, thinking %s, %d threads. /help for commands.\n",
-                (long long)r.m.info.n_layers, (long long)ctx, chat_effort_name(o.effort), threads);
+                (long long)r.m.info.n_layers, (long long)ctx, strata_chat_effort_name(o.effort), threads);
     size_t len;
     for (;;) {
         if (tty) { fputs("> ", stderr); fflush(stderr); }
@@ -351,8 +349,8 @@ int cmd_chat(int argc, char **argv) {
             }
             continue;
         }
-        chat_msg m = {CHAT_USER, r.line, NULL};
-        rc = feed(&r, &m, 1, o.effort, CHAT_GEN | CHAT_CONTINUE, 0);
+        strata_chat_msg m = {STRATA_CHAT_USER, r.line, NULL};
+        rc = feed(&r, &m, 1, o.effort, STRATA_CHAT_GEN | STRATA_CHAT_CONTINUE, 0);
         if (rc < 0) goto out;
         if (rc > 0) { r.n_refused++; continue; } /* said why; the chat goes on */
         r.n_turns++;
@@ -360,16 +358,16 @@ int cmd_chat(int argc, char **argv) {
     }
     /* the run report, as `strata run` gives it (placement part only when planned) */
     char speed[512];
-    mo_fmt_speed(&r.m, r.n_prefill, r.t_prefill, r.n_decode, r.t_decode, base_peak_rss(), speed, sizeof speed);
+    mo_fmt_speed(&r.m, r.n_prefill, r.t_prefill, r.n_decode, r.t_decode, strata_peak_rss(), speed, sizeof speed);
     fprintf(stderr, "strata chat: %lld turns, prefilled %lld tokens, decoded %lld; %s\n", (long long)r.n_turns,
             (long long)r.n_prefill, (long long)r.n_decode, speed);
     if (o.ao.spec)
         fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%)\n", (long long)r.n_drafted, (long long)r.n_accepted,
                 r.n_drafted ? 100.0 * (double)r.n_accepted / (double)r.n_drafted : 0);
     mo_report(&r.m, stderr);
-    if (base_mem_guard_violations())
+    if (strata_mem_guard_violations())
         fprintf(stderr, "strata chat: warning: %llu allocations inside the decode loop\n",
-                (unsigned long long)base_mem_guard_violations());
+                (unsigned long long)strata_mem_guard_violations());
     if (r.n_failed) fprintf(stderr, "strata chat: %d /save or /load commands failed\n", r.n_failed);
     /* a script's input that was not all answered is a failure; at a terminal the
      * user saw each refusal and went on */

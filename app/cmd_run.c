@@ -20,14 +20,34 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include <jansson.h>
-#include "base.h"
 #include "cli.h"
-#include "jsonx.h"
 #include "model_open.h"
 #include "strata.h"
-#include "vfs.h"
 
 #define CMD "run"
+
+/* A growing NUL-terminated text (counted; NULL until the first append). Text is
+ * taken up to its first NUL byte, as printf's "%.*s" did; an append that cannot
+ * grow the buffer is dropped (best effort, like the rest of the batch output). */
+typedef struct text_buf {
+    char *s;
+    size_t len, cap;
+} text_buf;
+
+static void text_add(text_buf *b, const char *p, size_t n) {
+    n = strnlen(p, n);
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        while (cap < b->len + n + 1) cap *= 2;
+        char *s = strata_realloc(b->s, cap);
+        if (!s) return;
+        b->s = s;
+        b->cap = cap;
+    }
+    memcpy(b->s + b->len, p, n);
+    b->len += n;
+    b->s[b->len] = 0;
+}
 #define RUN_DEFAULT_GEN 32
 #define RUN_MAX_GEN (1 << 20)
 #define RUN_MAX_BATCH (1 << 20)
@@ -118,10 +138,10 @@ typedef struct run_seq {
     int stopped;
     uint64_t lhash;
     int64_t drafted, accepted, verifies;
-    sbuf text;                /* batch: the generated text */
+    text_buf text;            /* batch: the generated text */
     int dump_on, dump_fd;      /* --dump-logits: open, through the vfs layer (fault injection) */
     char dump_path[4096], dump_tmp[4200];
-    int dump_slot;             /* dump_tmp's entry in the signal cleanup (base_tmp_register) */
+    int dump_slot;             /* dump_tmp's entry in the signal cleanup (strata_tmp_register) */
 } run_seq;
 
 /* Everything the run holds, released in one place. */
@@ -168,21 +188,21 @@ static int out_write(const char *flag, const char *path, const void *buf, size_t
     out_dest(path, dest, sizeof dest);
     if (is_stdout(path)) {
         fflush(stdout);
-        int e = vfs_write_full(1, buf, len);
+        int e = strata_file_write_full(1, buf, len);
         if (e) { fprintf(stderr, "strata run: %s %s: write failed: %s\n", flag, path, strerror(e)); return 1; }
         return 0;
     }
     if (stat(dest, &sb) == 0 && !S_ISREG(sb.st_mode)) {
-        int fd = vfs_open(dest, O_WRONLY | O_CLOEXEC, 0), e = 0;
+        int fd = strata_file_open(dest, O_WRONLY | O_CLOEXEC, 0), e = 0;
         if (fd < 0) e = errno;
         else {
-            e = vfs_write_full(fd, buf, len);
+            e = strata_file_write_full(fd, buf, len);
             if (close(fd) && !e) e = errno;
         }
         if (e) { fprintf(stderr, "strata run: %s %s: write failed: %s\n", flag, path, strerror(e)); return 1; }
         return 0;
     }
-    if (base_write_file_atomic(dest, buf, len, err, sizeof err)) { fprintf(stderr, "strata run: %s %s: %s\n", flag, path, err); return 1; }
+    if (strata_write_file_atomic(dest, buf, len, err, sizeof err)) { fprintf(stderr, "strata run: %s %s: %s\n", flag, path, err); return 1; }
     return 0;
 }
 
@@ -208,11 +228,11 @@ static int dump_open(run_seq *q, const char *path) {
             return 1;
         }
     }
-    q->dump_slot = q->dump_tmp[0] ? base_tmp_register(q->dump_tmp) : -1;
-    q->dump_fd = vfs_open(q->dump_tmp[0] ? q->dump_tmp : path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    q->dump_slot = q->dump_tmp[0] ? strata_tmp_register(q->dump_tmp) : -1;
+    q->dump_fd = strata_file_open(q->dump_tmp[0] ? q->dump_tmp : path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (q->dump_fd < 0) {
         fprintf(stderr, "strata run: --dump-logits %s: %s\n", path, strerror(errno));
-        base_tmp_unregister(q->dump_slot);
+        strata_tmp_unregister(q->dump_slot);
         q->dump_tmp[0] = 0;
         return 1;
     }
@@ -221,15 +241,15 @@ static int dump_open(run_seq *q, const char *path) {
 }
 
 static int dump_commit(run_seq *q) {
-    int bad = q->dump_tmp[0] && vfs_fsync(q->dump_fd);
+    int bad = q->dump_tmp[0] && strata_file_fsync(q->dump_fd);
     bad |= close(q->dump_fd) != 0;
     q->dump_on = 0;
-    if (!bad && q->dump_tmp[0] && vfs_rename(q->dump_tmp, q->dump_path)) bad = 1;
+    if (!bad && q->dump_tmp[0] && strata_file_rename(q->dump_tmp, q->dump_path)) bad = 1;
     if (bad) {
         fprintf(stderr, "strata run: %s: write failed (%s)\n", q->dump_path, strerror(errno));
         if (q->dump_tmp[0]) unlink(q->dump_tmp);
     }
-    if (q->dump_tmp[0]) base_tmp_unregister(q->dump_slot);
+    if (q->dump_tmp[0]) strata_tmp_unregister(q->dump_slot);
     q->dump_tmp[0] = 0;
     return bad;
 }
@@ -238,17 +258,18 @@ static void run_release(run_state *r) {
     for (int64_t i = 0; r->q && i < r->n_q; i++) {
         run_seq *q = &r->q[i];
         if (q->dump_on) close(q->dump_fd);
-        if (q->dump_tmp[0]) { unlink(q->dump_tmp); base_tmp_unregister(q->dump_slot); }
+        if (q->dump_tmp[0]) { unlink(q->dump_tmp); strata_tmp_unregister(q->dump_slot); }
         strata_gen_free(q->g);
-        base_free(q->prompt);
-        base_free(q->gen_ids);
-        sbuf_free(&q->text);
+        strata_free(q->prompt);
+        strata_free(q->gen_ids);
+        strata_free(q->text.s);
+        memset(&q->text, 0, sizeof q->text);
     }
-    base_free(r->q);
-    base_free(r->draft);
+    strata_free(r->q);
+    strata_free(r->draft);
     for (int64_t i = 0; r->seqs && i < r->o->parallel; i++) strata_seq_free(r->seqs[i]);
-    base_free(r->seqs);
-    base_free(r->active);
+    strata_free(r->seqs);
+    strata_free(r->active);
     mo_close(&r->m);
 }
 
@@ -270,16 +291,16 @@ static int parse_ids(run_state *r, const char *s, int32_t **ids, int64_t *n, con
     const int64_t V = r->m.info.vocab;
     int64_t *v;
     size_t k;
-    int prc = base_parse_id_list(s, 0, V - 1, &v, &k);
+    int prc = strata_parse_id_list(s, 0, V - 1, &v, &k);
     if (prc == STRATA_ENOMEM) { fprintf(stderr, "strata run: out of memory reading %s\n", what); return 1; }
     if (prc || k == 0) {
         fprintf(stderr, "strata run: bad %s '%.200s': need comma-separated ids in [0, %lld)\n", what, s, (long long)V);
         return EXIT_USAGE;
     }
-    *ids = base_alloc(k * sizeof(int32_t), MEM_MISC);
-    if (!*ids) { base_free(v); fprintf(stderr, "strata run: out of memory\n"); return 1; }
+    *ids = strata_alloc(k * sizeof(int32_t));
+    if (!*ids) { strata_free(v); fprintf(stderr, "strata run: out of memory\n"); return 1; }
     for (size_t i = 0; i < k; i++) (*ids)[i] = (int32_t)v[i];
-    base_free(v);
+    strata_free(v);
     *n = (int64_t)k;
     return 0;
 }
@@ -298,7 +319,7 @@ static int load_prompts(run_state *r, int64_t ctx_cap) {
     int rc;
     if (!o->batch) {
         r->n_q = 1;
-        r->q = base_calloc(1, sizeof *r->q, MEM_MISC);
+        r->q = strata_calloc(1, sizeof *r->q);
         if (!r->q) { fprintf(stderr, "strata run: out of memory\n"); return 1; }
         run_seq *q = &r->q[0];
         if (o->ids) return parse_ids(r, o->ids, &q->prompt, &q->n_prompt, "--ids");
@@ -316,12 +337,12 @@ static int load_prompts(run_state *r, int64_t ctx_cap) {
         }
         uint8_t *text = NULL;
         size_t len = 0;
-        if (base_read_file(o->prompt_file, lim < (1u << 30) ? (size_t)lim + 1 : 1u << 30, &text, &len, err, sizeof err)) {
+        if (strata_read_file(o->prompt_file, lim < (1u << 30) ? (size_t)lim + 1 : 1u << 30, &text, &len, err, sizeof err)) {
             fprintf(stderr, "strata run: %s\n", err);
             return EXIT_USAGE;
         }
         rc = tokenize(r, (const char *)text, len, &q->prompt, &q->n_prompt, o->prompt_file);
-        base_free(text);
+        strata_free(text);
         return rc;
     }
     /* --batch: one prompt per line (blank lines are errors: each line is a sequence) */
@@ -331,16 +352,16 @@ static int load_prompts(run_state *r, int64_t ctx_cap) {
     }
     uint8_t *buf = NULL;
     size_t len = 0;
-    if (base_read_file(o->batch, 1u << 30, &buf, &len, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); return EXIT_USAGE; }
+    if (strata_read_file(o->batch, 1u << 30, &buf, &len, err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); return EXIT_USAGE; }
     int64_t lines = 0;
     for (size_t i = 0; i < len; i++) lines += buf[i] == '\n' || (i + 1 == len);
     if (lines == 0 || lines > RUN_MAX_BATCH) {
         fprintf(stderr, "strata run: %s: %s\n", o->batch, lines ? "too many lines" : "no prompts (one per line)");
-        base_free(buf);
+        strata_free(buf);
         return EXIT_USAGE;
     }
-    r->q = base_calloc((size_t)lines, sizeof *r->q, MEM_MISC);
-    if (!r->q) { base_free(buf); fprintf(stderr, "strata run: out of memory\n"); return 1; }
+    r->q = strata_calloc((size_t)lines, sizeof *r->q);
+    if (!r->q) { strata_free(buf); fprintf(stderr, "strata run: out of memory\n"); return 1; }
     rc = 0;
     size_t p = 0;
     for (int64_t k = 0; k < lines && !rc; k++) {
@@ -359,7 +380,7 @@ static int load_prompts(run_state *r, int64_t ctx_cap) {
         }
         p = e + 1;
     }
-    base_free(buf);
+    strata_free(buf);
     return rc;
 }
 
@@ -431,13 +452,13 @@ static json_t *ids_json(const int32_t *ids, int64_t n) {
 static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size_t len, const float *logits) {
     run_state *r = ud;
     run_seq *q = strata_gen_user(g);
-    if (logits && q->dump_on && vfs_write_full(q->dump_fd, logits, (uint64_t)r->m.info.vocab * sizeof(float))) {
+    if (logits && q->dump_on && strata_file_write_full(q->dump_fd, logits, (uint64_t)r->m.info.vocab * sizeof(float))) {
         fprintf(stderr, "strata run: %s: write failed\n", q->dump_path);
         r->failed = 1;
     }
-    if (id >= 0 && r->t_first == 0) r->t_first = base_now() - r->t0;
+    if (id >= 0 && r->t_first == 0) r->t_first = strata_now() - r->t0;
     if (!r->single) {
-        if (len) sbuf_printf(&q->text, "%.*s", (int)len, text);
+        if (len) text_add(&q->text, text, len);
         return;
     }
     if (r->stream_text) {
@@ -453,7 +474,7 @@ static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size
 /* Long prefills say how far they are: tokens done / total, rate, time left. */
 static void progress(run_state *r, int64_t total, double *last) {
     if (total < 256) return;
-    const double now = base_now();
+    const double now = strata_now();
     if (now - *last < 1.0) return;
     *last = now;
     int64_t done = 0;
@@ -471,8 +492,8 @@ static int run_steps(run_state *r, const strata_gen_opts *go) {
     int rc;
     int64_t next = 0;
     for (int64_t i = 0; i < r->n_q; i++) r->total_prompt += r->q[i].n_prompt;
-    double last_progress = base_now();
-    r->t0 = base_now();
+    double last_progress = strata_now();
+    r->t0 = strata_now();
     for (;;) {
         int n_act = 0;
         for (int64_t k = 0; k < r->o->parallel; k++) {
@@ -480,7 +501,7 @@ static int run_steps(run_state *r, const strata_gen_opts *go) {
             if (g && strata_gen_done(g)) {
                 run_seq *q = strata_gen_user(g);
                 const int32_t *ids = strata_gen_ids(g, &q->n_gen);
-                q->gen_ids = base_alloc((size_t)q->n_gen * sizeof(int32_t) + 1, MEM_MISC);
+                q->gen_ids = strata_alloc((size_t)q->n_gen * sizeof(int32_t) + 1);
                 if (!q->gen_ids) { fprintf(stderr, "strata run: out of memory\n"); return 1; }
                 memcpy(q->gen_ids, ids, (size_t)q->n_gen * sizeof(int32_t));
                 q->stopped = strata_gen_stopped(g);
@@ -510,7 +531,7 @@ static int run_steps(run_state *r, const strata_gen_opts *go) {
         if (r->failed) return 1;
         progress(r, r->total_prompt, &last_progress);
     }
-    r->t_all = base_now() - r->t0;
+    r->t_all = strata_now() - r->t0;
     for (int64_t i = 0; i < r->n_q; i++) { r->sp_d += r->q[i].drafted; r->sp_a += r->q[i].accepted; r->sp_v += r->q[i].verifies; }
     return 0;
 }
@@ -541,7 +562,7 @@ static void run_outputs(const run_state *r) {
 /* --json: the run report as a JSON file. 0, or 1 after printing why. */
 static int run_json(run_state *r, uint64_t lhash, uint64_t rss, int64_t n_prompt_all, int64_t n_decode, double t_prefill, double t_decode) {
     const run_seq *q0 = &r->q[0];
-    json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
+    strata_json_init();
     json_t *j = json_object();
     char hx[32];
     snprintf(hx, sizeof hx, "%016llx", (unsigned long long)lhash);
@@ -599,8 +620,8 @@ static int run_json(run_state *r, uint64_t lhash, uint64_t rss, int64_t n_prompt
     char *txt = json_dumps(j, JSON_INDENT(2));
     json_decref(j);
     if (!txt) { fprintf(stderr, "strata run: cannot format the JSON report\n"); return 1; }
-    if (out_write("--json", r->o->json_path, txt, strlen(txt))) { base_free(txt); return 1; }
-    base_free(txt);
+    if (out_write("--json", r->o->json_path, txt, strlen(txt))) { strata_free(txt); return 1; }
+    strata_free(txt);
     return 0;
 }
 
@@ -608,7 +629,7 @@ static int run_json(run_state *r, uint64_t lhash, uint64_t rss, int64_t n_prompt
  * rest), then --json; 0, or 1 when the JSON report could not be written. */
 static int run_report(run_state *r) {
     const run_seq *q0 = &r->q[0];
-    uint64_t rss = base_peak_rss();
+    uint64_t rss = strata_peak_rss();
     char speed[512];
     int64_t n_decode = r->n_tokens - r->n_q, n_prompt_all = r->total_prompt;
     double t_prefill = r->single ? r->t_first : 0, t_decode = r->single ? r->t_all - r->t_first : r->t_all;
@@ -618,14 +639,14 @@ static int run_report(run_state *r) {
         fprintf(stderr, "strata run: prompt %lld tokens, generated %lld%s; %s; logits hash %016llx\n", (long long)n_prompt_all,
                 (long long)q0->n_gen, q0->stopped ? " (end id)" : "", speed, (unsigned long long)lhash);
     } else {
-        lhash = BASE_FNV_INIT;
-        for (int64_t i = 0; i < r->n_q; i++) lhash = base_fnv1a(&r->q[i].lhash, sizeof r->q[i].lhash, lhash);
+        lhash = STRATA_FNV_INIT;
+        for (int64_t i = 0; i < r->n_q; i++) lhash = strata_fnv1a(&r->q[i].lhash, sizeof r->q[i].lhash, lhash);
         char b1[32];
         fprintf(stderr,
                 "strata run: %lld sequences (%lld at once), prompts %lld tokens, generated %lld tokens in %.3f s: "
                 "%.2f tokens/s aggregate; peak RSS %s; logits hash %016llx\n",
                 (long long)r->n_q, (long long)r->o->parallel, (long long)n_prompt_all, (long long)r->n_tokens, r->t_all,
-                r->t_all > 0 ? (double)r->n_tokens / r->t_all : 0, base_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
+                r->t_all > 0 ? (double)r->n_tokens / r->t_all : 0, strata_fmt_bytes(rss, b1, sizeof b1), (unsigned long long)lhash);
     }
     if (r->o->ao.spec)
         fprintf(stderr, "speculation: %lld drafted, %lld accepted (%.1f%%) in %lld verifying passes; %.2f tokens per decode pass\n",
@@ -643,9 +664,9 @@ static int run_report(run_state *r) {
             fprintf(stderr, "self-draft: not possible with this placement (resident model or streamed head): n-gram drafts\n");
     }
     mo_report(&r->m, stderr);
-    if (base_mem_guard_violations())
+    if (strata_mem_guard_violations())
         fprintf(stderr, "strata run: warning: %llu allocations inside the decode loop\n",
-                (unsigned long long)base_mem_guard_violations());
+                (unsigned long long)strata_mem_guard_violations());
     return r->o->json_path ? run_json(r, lhash, rss, n_prompt_all, n_decode, t_prefill, t_decode) : 0;
 }
 
@@ -703,8 +724,8 @@ int cmd_run(int argc, char **argv) {
         ret = rc == MO_PLANNED ? 0 : rc;
         goto out;
     }
-    r.seqs = base_calloc((size_t)o.parallel, sizeof *r.seqs, MEM_MISC);
-    r.active = base_calloc((size_t)o.parallel, sizeof *r.active, MEM_MISC);
+    r.seqs = strata_calloc((size_t)o.parallel, sizeof *r.seqs);
+    r.active = strata_calloc((size_t)o.parallel, sizeof *r.active);
     if (!r.seqs || !r.active) { fprintf(stderr, "strata run: out of memory\n"); goto out; }
     for (int64_t i = 0; i < o.parallel; i++)
         if (strata_seq_create(r.m.m, &r.seqs[i], err, sizeof err)) { fprintf(stderr, "strata run: %s\n", err); goto out; }

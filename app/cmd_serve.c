@@ -1,28 +1,23 @@
 /*
  * cmd_serve.c: `strata serve MODEL_DIR`: an OpenAI-compatible HTTP server that
- * steps every user's sequence in one weight pass (src/serve/: request parsing,
- * the engine thread, HTTP, metrics).
+ * steps every user's sequence in one weight pass (include/strata_serve.h; the
+ * server is src/serve/).
  *
  * Start-up order: open the model (config, headers, tokenizer; no weights), open
  * the server's own tokenizer (templates and detokenizing happen on HTTP threads
- * and the engine thread, never through the single-caller model), listen (GET
- * /health answers 503 while loading), then the engine thread loads the weights
- * for --parallel sequences. SIGTERM/SIGINT: stop accepting, let running and queued
- * requests finish for up to --grace seconds, cancel the rest, exit 0.
+ * and the engine thread, never through the single-caller model), then
+ * strata_serve_run: listen (GET /health answers 503 while loading) while the
+ * engine thread loads the weights for --parallel sequences. SIGTERM/SIGINT: stop
+ * accepting, let running and queued requests finish for up to --grace seconds,
+ * cancel the rest, exit 0.
  */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include "chat.h"
 #include "cli.h"
-#include "jsonx.h"
 #include "model_open.h"
-#include "prefix.h"
-#include "serve/http.h"
-#include "serve/metrics.h"
-#include "serve/sched.h"
 #include "strata.h"
-#include "tok.h"
+#include "strata_serve.h"
 
 #define CMD "serve"
 #define SERVE_DEFAULT_CTX 4096
@@ -140,7 +135,7 @@ static int read_key_file(const char *path, char *key, size_t cap) {
     uint8_t *buf;
     size_t len;
     char err[512];
-    if (base_read_file(path, 1 << 16, &buf, &len, err, sizeof err)) {
+    if (strata_read_file(path, 1 << 16, &buf, &len, err, sizeof err)) {
         fprintf(stderr, "strata serve: --api-key-file: %s\n", err);
         return -1;
     }
@@ -148,12 +143,12 @@ static int read_key_file(const char *path, char *key, size_t cap) {
     while (n < len && buf[n] != '\n' && buf[n] != '\r') n++;
     if (n == 0 || n >= cap) {
         fprintf(stderr, "strata serve: --api-key-file %s: the first line must hold the key (1..%zu bytes)\n", path, cap - 1);
-        base_free(buf);
+        strata_free(buf);
         return -1;
     }
     memcpy(key, buf, n);
     key[n] = 0;
-    base_free(buf);
+    strata_free(buf);
     return 0;
 }
 
@@ -181,22 +176,16 @@ int cmd_serve(int argc, char **argv) {
         api_key = key;
     }
     model_name(o.model_dir, name, sizeof name);
-    /* jansson's allocator is set once, before any thread builds JSON */
-    json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
-
     int ret = 1;
     mo_model m;
-    tok *tk = NULL;
-    metrics *mt = NULL;
-    sched *s = NULL;
-    http_server *h = NULL;
+    strata_tokenizer *tk = NULL;
     memset(&m, 0, sizeof m);
     if (mo_open(&m, CMD, o.model_dir)) goto out;
     snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
     snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
-    if (tok_open(&tk, path, tc, TOK_PAT_KIMI, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
-    chat_ids ci;
-    if (chat_ids_init(&ci, tk, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
+    if (strata_tokenizer_open(&tk, path, tc, STRATA_TOK_KIMI, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
+    strata_chat_ids ci;
+    if (strata_chat_ids_get(tk, &ci, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
     const int64_t mctx = m.info.model_max_ctx;
     if (o.ao.ctx > mctx)
         fprintf(stderr, "strata serve: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ao.ctx, (long long)mctx);
@@ -209,7 +198,7 @@ int cmd_serve(int argc, char **argv) {
     }
     /* another server on this --cache-dir: refused before listening (the load
      * takes the directory's lock; this check only makes the refusal early) */
-    if (o.cache_dir && !o.ao.plan_only && prefix_dir_check(o.cache_dir, err, sizeof err)) {
+    if (o.cache_dir && !o.ao.plan_only && strata_prefix_dir_check(o.cache_dir, err, sizeof err)) {
         fprintf(stderr, "strata serve: --cache-dir: %s\n", err);
         ret = EXIT_USAGE;
         goto out;
@@ -221,72 +210,31 @@ int cmd_serve(int argc, char **argv) {
     }
     strata_model_opts so;
     opts_model(&o.ao, ctx, (int)o.parallel, &so);
-    sched_opts sopt = {(int)o.parallel, (int)o.queue, 0, (int)o.ao.spec};
+    strata_serve_opts sv = strata_serve_opts_default();
+    sv.host = o.host;
+    sv.port = (int)o.port;
+    sv.api_key = api_key;
+    sv.model_name = name;
+    sv.max_body = (size_t)o.max_body;
+    sv.timeout_s = (int)o.timeout;
+    sv.request_timeout_s = (int)o.request_timeout;
+    sv.max_conns = (int)(o.max_conns ? o.max_conns : o.parallel + o.queue + 128);
+    sv.max_conns_per_addr = (int)o.max_conns_per_addr;
+    sv.parallel = (int)o.parallel;
+    sv.queue = (int)o.queue;
+    sv.spec = (int)o.ao.spec;
+    sv.ctx = ctx;
+    sv.grace_s = (double)o.grace;
+    sv.cache_dir = o.cache_dir;
+    sv.print_stages = mo_cluster.print_stages;
     const char *delay = getenv("STRATA_SERVE_STEP_MS");
     int64_t d;
-    if (delay && !base_parse_i64(delay, 0, 10000, &d)) sopt.step_delay_ms = (int)d;
-
-    /* signals go to the main thread only (sigtimedwait below) */
-    sigset_t sigs;
-    sigemptyset(&sigs);
-    sigaddset(&sigs, SIGTERM);
-    sigaddset(&sigs, SIGINT);
-    pthread_sigmask(SIG_BLOCK, &sigs, NULL);
-    signal(SIGPIPE, SIG_IGN);
-
-    if (!(mt = metrics_create())) { fprintf(stderr, "strata serve: out of memory\n"); goto out; }
-    if (sched_create(&s, m.m, &so, tk, &sopt, mt, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
-    const int64_t max_conns = o.max_conns ? o.max_conns : o.parallel + o.queue + 128;
-    http_cfg hc = {o.host, (int)o.port, api_key, name, (size_t)o.max_body, (int)o.timeout, (int)o.request_timeout,
-                   (int)max_conns, (int)o.max_conns_per_addr, ctx, m.info.vocab};
-    if (http_start(&h, &hc, s, tk, mt, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); ret = EXIT_USAGE; goto out; }
-    fprintf(stderr, "strata serve: listening on http://%s%s%s:%d (model '%s'; loading)\n", strchr(o.host, ':') ? "[" : "", o.host,
-            strchr(o.host, ':') ? "]" : "", http_port(h), name);
-    if (sched_start(s, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
-    int ready = 0;
-    for (;;) {
-        struct timespec ts = {0, 200 * 1000000L};
-        int sig = sigtimedwait(&sigs, NULL, &ts);
-        if (sig == SIGTERM || sig == SIGINT) {
-            fprintf(stderr, "strata serve: %s: draining (up to %lld s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT", (long long)o.grace);
-            break;
-        }
-        const int st = sched_state(s);
-        if (st < 0) {
-            fprintf(stderr, "strata serve: %s\n", sched_load_error(s));
-            /* as run and chat: a budget below the minimum, or a --cache-dir
-             * another server holds, is refused input (2), not a failure (1) */
-            const int lrc = sched_load_rc(s);
-            if (lrc == STRATA_EBUDGET || lrc == STRATA_EBUSY) ret = EXIT_USAGE;
-            goto out;
-        }
-        if (st == 1 && !ready) {
-            ready = 1;
-            const strata_model_info *i = sched_info(s);
-            fprintf(stderr, "strata serve: ready: %lld layers, vocab %lld, %d threads, kernels %s, %d sequences x ctx %lld, "
-                            "weights %s (%.2f s)\n",
-                    (long long)i->n_layers, (long long)i->vocab, i->n_threads, i->kernel, i->max_seqs, (long long)i->ctx,
-                    i->placement, i->load_s);
-            if (i->weights_unverified[0]) fprintf(stderr, "strata serve: weights unverified: %s\n", i->weights_unverified);
-            const strata_stats *ls = sched_load_stats(s);
-            if (ls->prefix_ram_bytes || ls->prefix_dir_bytes)
-                fprintf(stderr, "strata serve: prefix cache: %.3f GB of RAM%s%s%s\n", (double)ls->prefix_ram_bytes / 1e9,
-                        o.cache_dir ? ", files in " : "", o.cache_dir ? o.cache_dir : "", o.cache_dir ? "" : " (no --cache-dir)");
-            if (mo_cluster.print_stages) mo_cluster.print_stages(mo_cluster.cl, stderr); /* reads no MPI */
-        }
-    }
-    http_quiesce(h);
-    sched_shutdown(s, (double)o.grace);
-    http_drain(h, 2.0);
-    /* the engine thread is gone: the model has one caller again */
-    if (sched_state(s) == 1) strata_model_print_report(m.m, stderr);
-    ret = 0;
+    if (delay && !strata_parse_i64(delay, 0, 10000, &d)) sv.step_delay_ms = (int)d;
+    int refused;
+    rc = strata_serve_run(m.m, &so, tk, &sv, &refused);
+    ret = rc ? (refused ? EXIT_USAGE : 1) : 0;
 out:
-    if (s) sched_shutdown(s, 0);
-    http_stop(h);
-    sched_free(s);
-    metrics_free(mt);
-    tok_close(tk);
+    strata_tokenizer_close(tk);
     mo_close(&m);
     if (ret == 0 && !o.ao.plan_only) fprintf(stderr, "strata serve: stopped\n");
     return ret;

@@ -1,5 +1,5 @@
 /*
- * strata.c: the `strata` binary: a table of subcommands. Each lives in
+ * main.c: the `strata` binary: a table of subcommands. Each lives in
  * app/cmd_<name>.c as int cmd_<name>(argc, argv) with argv[0] the subcommand.
  */
 #include <errno.h>
@@ -9,7 +9,6 @@
 #include <unistd.h>
 #include "cli.h"
 #include "strata.h"
-#include "vfs.h"
 
 typedef struct {
     const char *name;
@@ -51,41 +50,15 @@ static void help(FILE *f) {
 #endif
 }
 
-/* Test hooks, read once before any command runs (vfs.h, base_mem_fail_after). */
-static int fault_kind;
-static uint64_t fault_n;
-
-static void fault_report(void) {
-    uint64_t call;
-    const char *op;
-    if (vfs_fault_fired(&call, &op))
-        fprintf(stderr, "strata: fault: %s injected into call %llu (%s) of %llu; %llu allocations\n",
-                vfs_fault_name(fault_kind), (unsigned long long)call, op, (unsigned long long)vfs_fault_calls(),
-                (unsigned long long)base_mem_allocs());
-    else
-        fprintf(stderr, "strata: fault: %llu calls%s; %llu allocations\n", (unsigned long long)vfs_fault_calls(),
-                fault_kind == VFS_FAULT_COUNT ? "" : ", nothing injected", (unsigned long long)base_mem_allocs());
-}
+/* Test hooks, read once before any command runs (strata_faults_from_env). */
+static void fault_report(void) { strata_fault_report(stderr); }
 
 static int fault_setup(void) {
-    const char *f = getenv("STRATA_FAULT"), *a = getenv("STRATA_FAIL_ALLOC");
-    if (f && *f) {
-        if (vfs_fault_parse(f, &fault_kind, &fault_n)) {
-            fprintf(stderr, "strata: STRATA_FAULT='%s': expected eio:N, enospc:N, short:N, eintr:N or count:0\n", f);
-            return -1;
-        }
-        vfs_fault_set(fault_kind, fault_n);
-        atexit(fault_report);
-    }
-    if (a && *a) {
-        int64_t n;
-        if (base_parse_i64(a, 1, INT64_MAX, &n)) {
-            fprintf(stderr, "strata: STRATA_FAIL_ALLOC='%s': expected a count >= 1\n", a);
-            return -1;
-        }
-        base_mem_fail_after((uint64_t)n);
-    }
-    return 0;
+    char err[512];
+    int rc = strata_faults_from_env(err, sizeof err);
+    atexit(fault_report); /* prints only once a valid STRATA_FAULT was armed */
+    if (rc) fprintf(stderr, "strata: %s\n", err);
+    return rc ? -1 : 0;
 }
 
 /* stdout through a cookie stream that remembers why a write to fd 1 failed: a
@@ -147,7 +120,7 @@ static int dispatch(int argc, char **argv) {
 }
 
 static int strata_main(int argc, char **argv) {
-    base_tmp_cleanup_on_signals(); /* Ctrl-C leaves no temporary files (where nothing else handles it) */
+    strata_tmp_cleanup_on_signals(); /* Ctrl-C leaves no temporary files (where nothing else handles it) */
     FILE *orig = stdout;
     cookie_io_functions_t io = {.write = out_write};
     FILE *f = fopencookie(NULL, "w", io);

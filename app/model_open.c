@@ -3,9 +3,7 @@
  */
 #include <string.h>
 #include <unistd.h>
-#include "base.h"
 #include "cli.h"
-#include "jsonx.h"
 #include "model_open.h"
 
 mo_cluster_hooks mo_cluster;
@@ -29,8 +27,8 @@ typedef struct { double t0; int tty; double th; } preload_ui; /* th: the identit
  * once it has taken a second. */
 static void hash_progress(void *ud, uint64_t done, uint64_t total) {
     preload_ui *u = ud;
-    if (!u->th) u->th = base_now();
-    const double dt = base_now() - u->th;
+    if (!u->th) u->th = strata_now();
+    const double dt = strata_now() - u->th;
     if (dt < 1 || (!u->tty && done < total)) return; /* a hash done within a second is not worth a line */
     fprintf(stderr, "%sidentity: hashing the weights once (cached after): %.2f / %.2f GB (%.2f GB/s)%s", u->tty ? "\r" : "",
             (double)done / 1e9, (double)total / 1e9, dt > 0 ? (double)done / 1e9 / dt : 0, done >= total ? "\n" : "");
@@ -40,7 +38,7 @@ static void hash_progress(void *ud, uint64_t done, uint64_t total) {
  * else one line at the end. */
 static void preload_progress(void *ud, uint64_t done, uint64_t total) {
     const preload_ui *u = ud;
-    const double dt = base_now() - u->t0;
+    const double dt = strata_now() - u->t0;
     if (!u->tty && done < total) return;
     fprintf(stderr, "%spreload: %.2f / %.2f GB (%.2f GB/s)%s", u->tty ? "\r" : "", (double)done / 1e9, (double)total / 1e9,
             dt > 0 ? (double)done / 1e9 / dt : 0, done >= total ? "\n" : "");
@@ -50,7 +48,7 @@ int mo_place(mo_model *m, const app_opts *o, int64_t ctx, int max_seqs) {
     char err[4096];
     strata_model_opts so;
     opts_model(o, ctx, max_seqs, &so);
-    preload_ui ui = {base_now(), isatty(2), 0};
+    preload_ui ui = {strata_now(), isatty(2), 0};
     so.progress = preload_progress;
     so.progress_ud = &ui;
     so.hash_progress = hash_progress;
@@ -81,7 +79,7 @@ void mo_fmt_speed(const mo_model *m, int64_t n_prefill, double t_prefill, int64_
              "prefill %.4f s/token (%.1f tok/s), decode %.4f s/token (%.2f tok/s); MLA cache %llu B/position; "
              "peak RSS %s (engine %s)",
              pf, pf > 0 ? 1 / pf : 0, dc, dc > 0 ? 1 / dc : 0, (unsigned long long)m->info.mla_cache_bytes_per_pos,
-             base_fmt_bytes(peak_rss, b1, sizeof b1), base_fmt_bytes(base_mem_peak(), b2, sizeof b2));
+             strata_fmt_bytes(peak_rss, b1, sizeof b1), strata_fmt_bytes(strata_mem_peak(), b2, sizeof b2));
 }
 
 void mo_report(mo_model *m, FILE *f) {
@@ -91,7 +89,8 @@ void mo_report(mo_model *m, FILE *f) {
 
 json_t *mo_placement_json(mo_model *m) {
     char *txt = m->m ? strata_model_report_json(m->m) : NULL;
-    json_t *j = txt ? jsonx_load((const uint8_t *)txt, strlen(txt), "report", NULL, 0) : NULL;
+    json_t *j = NULL;
+    if (txt) strata_json_parse(&j, txt, strlen(txt), "report", NULL, 0);
     strata_free(txt);
     return j ? j : json_pack("{s:s}", "plan", "unavailable");
 }

@@ -26,18 +26,6 @@ typedef struct mo_model {
 
 #define MO_PLANNED 100 /* mo_place with --plan: the plan is printed, exit 0 */
 
-/* strata-mpi (app/strata.c) sets these on rank 0: every model is then loaded
- * across the cluster, its stages printed after the load line and each rank's
- * reads and traffic after the report. All NULL in the plain binary. */
-typedef struct mo_cluster_hooks {
-    strata_cluster *cl;
-    void (*print_stages)(const strata_cluster *cl, FILE *f);
-    void (*print_report)(strata_cluster *cl, FILE *f);
-    int (*measure_net)(strata_cluster *cl, double *bw, double *lat, char *err, size_t errlen);
-    int size;                 /* ranks */
-} mo_cluster_hooks;
-extern mo_cluster_hooks mo_cluster;
-
 /* strata_model_open: config, shard index, binding check, tokenizer. 0, or 1
  * after printing why. */
 int mo_open(mo_model *m, const char *cmd, const char *model_dir);

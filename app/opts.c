@@ -5,7 +5,6 @@
 
 #include <string.h>
 #include "cli.h"
-#include "model_open.h"
 
 #define A(field) offsetof(app_opts, field)
 #define PLACE (OPT_RUN | OPT_CHAT | OPT_SERVE)

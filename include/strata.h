@@ -596,6 +596,82 @@ int32_t strata_tokenizer_n_vocab(const strata_tokenizer *t);
 /* The bytes of one id, or NULL for an id that has none (a hole in the ranks). */
 const uint8_t *strata_tokenizer_token_bytes(const strata_tokenizer *t, int32_t id, size_t *len);
 
+/* =============================================================== chat format
+ *
+ * The Kimi K3 chat template on a tokenizer opened with strata_tokenizer_open
+ * (pattern STRATA_TOK_KIMI, the model's tiktoken.model and
+ * tokenizer_config.json): messages rendered to ids, and a follower that splits a
+ * reply streamed id by id into its think and response channels. Control markers
+ * are encoded as special tokens, every text piece with special tokens disabled,
+ * so text typed by a user can never become a control id. */
+enum strata_chat_role { STRATA_CHAT_SYSTEM = 0, STRATA_CHAT_USER = 1, STRATA_CHAT_ASSISTANT = 2 };
+/* OFF: no thinking-effort message and no think channel (reasoning of earlier
+ * assistant turns is dropped, as the official encoder does). */
+enum strata_chat_effort { STRATA_CHAT_THINK_OFF = 0, STRATA_CHAT_THINK_LOW = 1, STRATA_CHAT_THINK_HIGH = 2,
+                          STRATA_CHAT_THINK_MAX = 3 };
+/* Render flags: GEN appends the generation prompt; CONTINUE renders a
+ * continuation of a conversation already rendered (no thinking-effort message). */
+enum { STRATA_CHAT_GEN = 1, STRATA_CHAT_CONTINUE = 2 };
+/* The channel a followed reply's text belongs to. */
+enum { STRATA_CHAT_CH_NONE = 0, STRATA_CHAT_CH_THINK = 1, STRATA_CHAT_CH_RESPONSE = 2 };
+
+typedef struct strata_chat_msg {
+    int role;              /* STRATA_CHAT_SYSTEM, _USER, _ASSISTANT */
+    const char *content;   /* UTF-8, NUL-terminated, not NULL */
+    const char *reasoning; /* assistant only; NULL renders an empty think channel */
+} strata_chat_msg;
+
+/* The chat formats: Kimi K3's XTML and Kimi K2 / Kimi Linear's <|im_*|> format;
+ * the tokenizer's own special tokens say which one a model uses. */
+enum { STRATA_CHAT_FMT_XTML = 0, STRATA_CHAT_FMT_K2 = 1 };
+/* The control ids of a Kimi tokenizer: eom ends a message (<|end_of_msg|> or
+ * <|im_end|>); the markers of the other format, and bos/eos when absent, are -1. */
+typedef struct strata_chat_ids {
+    int fmt;                                 /* STRATA_CHAT_FMT_* */
+    int32_t open, close, sep, eom, eos, bos;
+    int32_t im_system, im_user, im_assistant, im_middle;
+} strata_chat_ids;
+
+/* "low" | "high" | "max" | "off" -> STRATA_CHAT_THINK_*, or -1 ("medium" too). */
+int strata_chat_effort_parse(const char *s);
+const char *strata_chat_effort_name(int effort);
+/* "system" | "user" | "assistant" -> STRATA_CHAT_*, or -1. */
+int strata_chat_role_parse(const char *s);
+/* XTML when <|open|>, <|close|>, <|sep|> and <|end_of_msg|> are special tokens
+ * of t, else K2 when <|im_system|>, <|im_user|>, <|im_assistant|>, <|im_middle|>
+ * and <|im_end|> are; else STRATA_EFORMAT naming what is missing. */
+int strata_chat_ids_get(const strata_tokenizer *t, strata_chat_ids *out, char *err, size_t errlen);
+/* Appends the ids of msgs (and the generation prompt with STRATA_CHAT_GEN) to
+ * *ids / *n / *cap (a caller's array, NULL at first; grown as needed, released
+ * with strata_free). STRATA_EINVAL for a bad role or effort, STRATA_EFORMAT when
+ * t lacks the control tokens, STRATA_ENOMEM / STRATA_EBUDGET. */
+int strata_chat_render(strata_tokenizer *t, const strata_chat_msg *msgs, size_t n_msgs, int effort, int flags,
+                       int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen);
+
+/* Following a reply while it is generated, one id at a time, with streaming
+ * UTF-8 decoding. thinking: whether the generation prompt opened the think
+ * channel. */
+typedef struct strata_chat_follow strata_chat_follow;
+int strata_chat_follow_open(strata_chat_follow **out, const strata_tokenizer *t, int thinking, char *err,
+                            size_t errlen);
+/* Feeds one id; *channel and *p / *n give the text to show (valid until the next
+ * call; may be empty). 1: the turn has ended (an end id); 0: go on;
+ * STRATA_EFORMAT: the reply breaks the format (the id is shown as text). */
+int strata_chat_follow_push(strata_chat_follow *f, int32_t id, int *channel, const uint8_t **p, size_t *n);
+/* Bytes still held by the UTF-8 decoder at the end of a turn. */
+void strata_chat_follow_flush(strata_chat_follow *f, int *channel, const uint8_t **p, size_t *n);
+void strata_chat_follow_close(strata_chat_follow *f); /* accepts NULL */
+
+/* Streaming detokenizer: ids in, the text they complete out (bytes of a split
+ * UTF-8 sequence are held until it completes). */
+typedef struct strata_detok strata_detok;
+int strata_detok_open(strata_detok **out, const strata_tokenizer *t); /* STRATA_OK or STRATA_ENOMEM */
+/* Feeds one id: *p / *n receive the bytes ready to print (maybe none; valid until
+ * the next call). STRATA_EINVAL for an unknown id (the stream is unchanged). */
+int strata_detok_push(strata_detok *s, int32_t id, const uint8_t **p, size_t *n);
+void strata_detok_flush(strata_detok *s, const uint8_t **p, size_t *n);
+void strata_detok_close(strata_detok *s); /* accepts NULL */
+
 /* ========================================================== benchmark hooks
  *
  * What the benchmark programs (bench/) measure beside the engine: the memory
@@ -613,6 +689,13 @@ void strata_membw_close(strata_membw *b); /* accepts NULL */
  *
  * Small helpers the front ends (the strata CLI, the server, the benchmarks)
  * share with the library, so that they parse and print as it does. */
+
+/* printf-style format checking for a front end's own variadic functions. */
+#if defined(__GNUC__)
+#define STRATA_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define STRATA_PRINTF(a, b)
+#endif
 
 /* Strict parsers: the whole string must parse and lie in [lo, hi]; STRATA_OK or
  * STRATA_EINVAL (out untouched). */
@@ -662,5 +745,68 @@ int strata_is_file(const char *path); /* 1: a regular file */
 int strata_read_file(const char *path, size_t max, uint8_t **buf, size_t *len, char *err, size_t errlen);
 /* Compute threads a model gets by default (the physical cores). */
 int strata_default_threads(void);
+/* "1,2,3" -> ids in [lo, hi]; *out released with strata_free. STRATA_OK,
+ * STRATA_EINVAL or STRATA_ENOMEM. */
+int strata_parse_id_list(const char *s, int64_t lo, int64_t hi, int64_t **out, size_t *n);
+/* FNV-1a over n bytes, continuing h (STRATA_FNV_INIT to start). */
+uint64_t strata_fnv1a(const void *p, size_t n, uint64_t h);
+#define STRATA_FNV_INIT 1469598103934665603ULL
+
+/* Counted allocation: a front end's own memory on the inference path goes
+ * through the library's allocator, so it counts against the RAM budget and the
+ * STRATA_FAIL_ALLOC sweep reaches it. NULL when refused; release with
+ * strata_free (which accepts NULL). */
+void *strata_alloc(size_t bytes);
+void *strata_calloc(size_t n, size_t size);  /* zeroed, overflow-checked */
+void *strata_realloc(void *p, size_t bytes); /* p NULL or from these */
+uint64_t strata_mem_peak(void);              /* high-water mark of counted bytes */
+/* Allocations made during decode steps, where none should be (0 when sound). */
+uint64_t strata_mem_guard_violations(void);
+
+/* The library's file door (the calls STRATA_FAULT numbers and fails): the
+ * system call's contract (-1 and errno), EINTR retried inside. A read-only open
+ * accepts only a regular file or a directory and never blocks. write_full loops
+ * over short writes: 0 or an errno. */
+int strata_file_open(const char *path, int flags, unsigned mode);
+int strata_file_write_full(int fd, const void *buf, uint64_t n);
+int strata_file_fsync(int fd);
+int strata_file_rename(const char *from, const char *to);
+/* Writes a whole file atomically (path.tmp.PID, fsync, rename). */
+int strata_write_file_atomic(const char *path, const void *buf, size_t len, char *err, size_t errlen);
+/* Temporary files in progress, removed by the handler that
+ * strata_tmp_cleanup_on_signals installs for SIGINT and SIGTERM (where their
+ * action is the default) before the default action. register returns a slot
+ * (-1: not tracked; at most 64 at once) for unregister. */
+int strata_tmp_register(const char *path);
+void strata_tmp_unregister(int slot);
+void strata_tmp_cleanup_on_signals(void);
+
+/* Test hooks from the environment (tests and CI only): STRATA_FAULT=KIND:N makes
+ * the Nth call of the file door fail once (eio, enospc, short, eintr; count:0
+ * only counts), STRATA_FAIL_ALLOC=N the Nth counted allocation. STRATA_OK, or
+ * STRATA_EINVAL with err saying which variable is malformed. With STRATA_FAULT
+ * set, strata_fault_report prints what happened to f (the CLI calls it at exit). */
+int strata_faults_from_env(char *err, size_t errlen);
+void strata_fault_report(FILE *f);
+
+/* A prefix-cache directory (strata_model_opts.prefix_dir) checked before a load
+ * that would take it: STRATA_EBUSY (err names dir and the holder's pid) when
+ * another process holds its lock, else STRATA_OK (also when dir does not exist
+ * yet). A check only: it takes nothing; strata_model_load takes the lock. */
+int strata_prefix_dir_check(const char *dir, char *err, size_t errlen);
+
+/* JSON as the library reads it (jansson, a declared dependency): strict (no
+ * duplicate keys), its nodes counted against the budget. strata_json_init
+ * routes jansson's allocations through the counted allocator; call it once
+ * before threads build JSON. parse: a new reference in *out, or STRATA_EFORMAT
+ * ("what: invalid JSON at line L column C: reason") / STRATA_ENOMEM. */
+struct json_t;
+void strata_json_init(void);
+int strata_json_parse(struct json_t **out, const void *buf, size_t len, const char *what, char *err,
+                      size_t errlen);
+/* Exact integer (an integer, or a real without fraction that fits) / any
+ * number: 0, or -1 for another type. */
+int strata_json_int(const struct json_t *j, int64_t *out);
+int strata_json_num(const struct json_t *j, double *out);
 
 #endif

@@ -512,3 +512,85 @@ TEST(chat_k2_format) {
     base_free(a);
     base_free(b);
 }
+
+/* The chat section of strata.h (what app/cmd_chat.c and src/serve/ use) is the
+ * template above under public names: the same ids, the same channels, the same
+ * streamed text (issue 39: front ends on include/ only). */
+TEST(chat_public_api) {
+    tok *t = chat_tok();
+    if (!t) return;
+    strata_tokenizer *pt = (strata_tokenizer *)t; /* tok_api.c: a strata_tokenizer is a tok */
+    char err[256];
+    /* render: a system and a user turn with the generation prompt, then a continued turn */
+    chat_msg m[] = {{CHAT_SYSTEM, "Hi", NULL}, {CHAT_USER, "Hi x", NULL}};
+    strata_chat_msg pm[] = {{STRATA_CHAT_SYSTEM, "Hi", NULL}, {STRATA_CHAT_USER, "Hi x", NULL}};
+    for (int effort = STRATA_CHAT_THINK_OFF; effort <= STRATA_CHAT_THINK_MAX; effort++) {
+        int32_t *a = NULL, *b = NULL;
+        size_t na = 0, ca = 0, nb = 0, cb = 0;
+        CHECK(chat_render(t, m, 2, effort, CHAT_GEN, &a, &na, &ca, err, sizeof err) == 0);
+        CHECK(strata_chat_render(pt, pm, 2, effort, STRATA_CHAT_GEN, &b, &nb, &cb, err, sizeof err) == 0);
+        CHECK(na == nb && na > 0 && !memcmp(a, b, na * sizeof *a));
+        CHECK(strata_chat_render(pt, pm + 1, 1, effort, STRATA_CHAT_CONTINUE, &b, &nb, &cb, err, sizeof err) == 0);
+        CHECK(chat_render(t, m + 1, 1, effort, CHAT_CONTINUE, &a, &na, &ca, err, sizeof err) == 0);
+        CHECK(na == nb && !memcmp(a, b, na * sizeof *a));
+        strata_free(a);
+        strata_free(b);
+    }
+    strata_chat_msg bad[] = {{STRATA_CHAT_USER, "Hi", "reasoning on a user turn"}};
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    CHECK(strata_chat_render(pt, bad, 1, STRATA_CHAT_THINK_MAX, STRATA_CHAT_GEN, &ids, &n, &cap, err, sizeof err) ==
+          STRATA_EINVAL);
+    strata_free(ids);
+    /* control ids, effort and role names */
+    strata_chat_ids pci;
+    chat_ids ci;
+    CHECK(strata_chat_ids_get(pt, &pci, err, sizeof err) == 0 && chat_ids_init(&ci, t, err, sizeof err) == 0);
+    CHECK(pci.open == ci.open && pci.close == ci.close && pci.sep == ci.sep && pci.eom == ci.eom && pci.eos == ci.eos &&
+          pci.bos == ci.bos);
+    CHECK(strata_chat_effort_parse("max") == STRATA_CHAT_THINK_MAX && strata_chat_effort_parse("medium") == -1);
+    CHECK(!strcmp(strata_chat_effort_name(STRATA_CHAT_THINK_LOW), chat_effort_name(CHAT_THINK_LOW)));
+    CHECK(strata_chat_role_parse("assistant") == STRATA_CHAT_ASSISTANT && strata_chat_role_parse("tool") == -1);
+    /* the follower splits a streamed reply into its channels */
+    int32_t a[] = {HI, ' ', 'x', CLOSE, THINK, SEP, OPEN, RESPONSE, SEP, 0xe4, 0xb8, 0xad, '!', CLOSE, RESPONSE, SEP,
+                   CLOSE, MESSAGE, SEP, EOS};
+    strata_chat_follow *f;
+    CHECK(strata_chat_follow_open(&f, pt, 1, err, sizeof err) == 0);
+    char think[64] = "", resp[64] = "";
+    int ended = 0, badc = 0;
+    for (size_t i = 0; i < sizeof a / sizeof a[0] && !ended; i++) {
+        int ch;
+        const uint8_t *p;
+        size_t pn;
+        int rc = strata_chat_follow_push(f, a[i], &ch, &p, &pn);
+        badc += rc < 0;
+        ended = rc == 1;
+        char *dst = ch == STRATA_CHAT_CH_THINK ? think : resp;
+        if (pn) strncat(dst, (const char *)p, pn);
+    }
+    int ch;
+    const uint8_t *p;
+    size_t pn;
+    strata_chat_follow_flush(f, &ch, &p, &pn);
+    CHECK(ended && !badc && pn == 0);
+    CHECK(!strcmp(think, "Hi x") && !strcmp(resp, "\xe4\xb8\xad!"));
+    strata_chat_follow_close(f);
+    strata_chat_follow_close(NULL);
+    /* the streaming detokenizer holds a split UTF-8 character until it completes */
+    strata_detok *d;
+    CHECK(strata_detok_open(&d, pt) == 0);
+    char out[32] = "";
+    const int32_t u[] = {HI, 0xe4, 0xb8, 0xad};
+    for (size_t i = 0; i < 4; i++) {
+        CHECK(strata_detok_push(d, u[i], &p, &pn) == 0);
+        CHECK(i == 0 || i == 3 || pn == 0);
+        if (pn) strncat(out, (const char *)p, pn);
+    }
+    CHECK(!strcmp(out, "Hi\xe4\xb8\xad"));
+    CHECK(strata_detok_push(d, 0xe4, &p, &pn) == 0 && pn == 0);
+    strata_detok_flush(d, &p, &pn);
+    CHECK(pn == 1 && p[0] == 0xe4);
+    CHECK(strata_detok_push(d, -1, &p, &pn) == STRATA_EINVAL);
+    strata_detok_close(d);
+    tok_close(t);
+}

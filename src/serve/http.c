@@ -8,7 +8,7 @@
  * either wait here and answer one JSON document, or answer an SSE stream whose
  * content callback waits for the job's text.
  */
-#include "serve/http.h"
+#include "http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -18,9 +18,7 @@
 #include <sys/socket.h>
 #include <string.h>
 #include <time.h>
-#include "base.h"
-#include "chat.h"
-#include "serve/page.h"
+#include "page.h"
 
 #define WAIT_SLICE_MS 25 /* how often a waiting thread looks at its socket */
 #define HTTP_MAX_HEADER (32 * 1024)   /* request headers taken (beyond: 431, JSON) */
@@ -50,7 +48,7 @@ struct http_server {
     atomic_int reaper_stop;
     struct MHD_Daemon *d;
     sched *s;
-    tok *tk;
+    strata_tokenizer *tk;
     metrics *mt;
     int port;
     atomic_uint_fast64_t next_id;
@@ -94,7 +92,7 @@ static enum MHD_Result respond_json_hdr(http_server *h, struct MHD_Connection *m
     if (!txt) return respond(h, mc, endpoint, 500, "application/json",
                              "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"code\":null}}", 72);
     enum MHD_Result ok = respond_hdr(h, mc, endpoint, status, "application/json", txt, strlen(txt), hname, hval);
-    base_free(txt);
+    strata_free(txt);
     return ok;
 }
 
@@ -206,13 +204,13 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         else h->conns = c->next;
         if (c->next) c->next->prev = c->prev;
         pthread_mutex_unlock(&h->cmu);
-        base_free(c);
+        strata_free(c);
         *socket_context = NULL;
         return;
     }
     const union MHD_ConnectionInfo *fi = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     const union MHD_ConnectionInfo *ai = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-    cslot *c = fi ? base_calloc(1, sizeof *c, MEM_HTTP) : NULL;
+    cslot *c = fi ? strata_calloc(1, sizeof *c) : NULL;
     *socket_context = c;
     if (!c) return; /* not tracked: only the libmicrohttpd limits apply to it */
     c->fd = fi->connect_fd;
@@ -221,7 +219,7 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         memcpy(&c->addr, ai->client_addr, fam == AF_INET6 ? sizeof(struct sockaddr_in6) : fam == AF_INET ? sizeof(struct sockaddr_in) : 0);
         c->addr.ss_family = fam;
     }
-    c->t0 = base_now();
+    c->t0 = strata_now();
     c->receiving = 1;
     pthread_mutex_lock(&h->cmu);
     c->next = h->conns;
@@ -251,7 +249,7 @@ static void slot_receiving(http_server *h, struct MHD_Connection *mc, int receiv
     if (!c) return;
     pthread_mutex_lock(&h->cmu);
     c->receiving = receiving;
-    if (receiving) c->t0 = base_now();
+    if (receiving) c->t0 = strata_now();
     pthread_mutex_unlock(&h->cmu);
 }
 
@@ -270,7 +268,7 @@ static void *reaper_main(void *arg) {
     while (!atomic_load(&h->reaper_stop)) {
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
-        const double now = base_now();
+        const double now = strata_now();
         pthread_mutex_lock(&h->cmu);
         for (cslot *c = h->conns; c; c = c->next)
             if (c->receiving && !c->evicted && now - c->t0 > h->c.request_timeout_s) evict(h, c, 408);
@@ -287,37 +285,37 @@ static int build_prompt(http_server *h, const request *r, job *j, req_error *e) 
     int32_t *ids = NULL;
     size_t n = 0, cap = 0;
     if (r->kind == REQ_CHAT) {
-        chat_msg *m = base_calloc(r->n_msgs, sizeof *m, MEM_HTTP);
+        strata_chat_msg *m = strata_calloc(r->n_msgs, sizeof *m);
         if (!m) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
-        for (size_t i = 0; i < r->n_msgs; i++) m[i] = (chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning};
-        int rc = chat_render(h->tk, m, r->n_msgs, r->effort, CHAT_GEN, &ids, &n, &cap, err, sizeof err);
-        base_free(m);
-        if (rc) { base_free(ids); return req_fail(e, rc == STRATA_EINVAL ? 400 : 500, rc == STRATA_EINVAL ? "invalid_request_error" : "server_error", NULL, "messages", "%s", err); }
-        j->thinking = r->effort != CHAT_THINK_OFF;
+        for (size_t i = 0; i < r->n_msgs; i++) m[i] = (strata_chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning};
+        int rc = strata_chat_render(h->tk, m, r->n_msgs, r->effort, STRATA_CHAT_GEN, &ids, &n, &cap, err, sizeof err);
+        strata_free(m);
+        if (rc) { strata_free(ids); return req_fail(e, rc == STRATA_EINVAL ? 400 : 500, rc == STRATA_EINVAL ? "invalid_request_error" : "server_error", NULL, "messages", "%s", err); }
+        j->thinking = r->effort != STRATA_CHAT_THINK_OFF;
     } else if (r->has_ids) {
         if (r->n_ids) {
-            ids = base_alloc(r->n_ids * sizeof *ids, MEM_HTTP);
+            ids = strata_alloc(r->n_ids * sizeof *ids);
             if (!ids) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
             memcpy(ids, r->ids, r->n_ids * sizeof *ids);
         }
         n = r->n_ids;
     } else if (r->text_len) {
-        int rc = tok_encode(h->tk, (const uint8_t *)r->text, r->text_len, 0, &ids, &n);
+        int rc = strata_tokenizer_encode(h->tk, (const uint8_t *)r->text, r->text_len, 0, &ids, &n);
         if (rc) return req_fail(e, 500, "server_error", NULL, "prompt", "cannot tokenize the prompt: %s", strata_errstr(rc));
     }
     const char *param = r->kind == REQ_CHAT ? "messages" : "prompt";
-    if (n == 0) { base_free(ids); return req_fail(e, 400, "invalid_request_error", "invalid_value", param, "the prompt is empty"); }
+    if (n == 0) { strata_free(ids); return req_fail(e, 400, "invalid_request_error", "invalid_value", param, "the prompt is empty"); }
     for (size_t i = 0; i < n; i++)
         if (ids[i] < 0 || ids[i] >= h->c.vocab) {
             int32_t bad = ids[i];
-            base_free(ids);
+            strata_free(ids);
             return req_fail(e, 400, "invalid_request_error", "invalid_value", param,
                             "token id %d at %zu is outside the vocabulary [0, %lld)", bad, i, (long long)h->c.vocab);
         }
     /* the prompt and at least one generated token must fit the context */
     const int64_t ctx = h->c.ctx;
     if ((int64_t)n >= ctx || (r->max_tokens && (int64_t)n + r->max_tokens > ctx)) {
-        base_free(ids);
+        strata_free(ids);
         if (r->max_tokens)
             return req_fail(e, 400, "invalid_request_error", "context_length_exceeded", r->max_tokens && (int64_t)n < ctx ? "max_tokens" : param,
                             "this server's context is %lld tokens; the request has %zu prompt tokens and asks for %lld more "
@@ -386,7 +384,7 @@ static void emit(stream *st, json_t *chunk) {
     req_buf_add(&st->out, "data: ", 6);
     req_buf_add(&st->out, txt, strlen(txt));
     req_buf_add(&st->out, "\n\n", 2);
-    base_free(txt);
+    strata_free(txt);
 }
 
 /* One chunk carrying delta text (chat: content or reasoning_content) or the finish reason. */
@@ -446,7 +444,7 @@ static void stream_collect(stream *st) {
             json_t *ej = error_json(&e);
             char *txt = ej ? json_dumps(ej, JSON_COMPACT) : NULL;
             json_decref(ej);
-            if (txt) { req_buf_addf(&st->out, "data: %s\n\n", txt); base_free(txt); }
+            if (txt) { req_buf_addf(&st->out, "data: %s\n\n", txt); strata_free(txt); }
         } else {
             emit_choice(st, NULL, NULL, 0, j->finish_reason);
             if (st->include_usage) {
@@ -490,7 +488,7 @@ static void stream_free(void *cls) {
     }
     job_release(st->h->s, st->j);
     req_buf_free(&st->out);
-    base_free(st);
+    strata_free(st);
 }
 
 /* ===== endpoints ===== */
@@ -515,10 +513,10 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
     char id[48];
     new_id(h, kind == REQ_CHAT ? "chatcmpl" : "cmpl", id, sizeof id);
     if (stream_mode) {
-        stream *st = base_calloc(1, sizeof *st, MEM_HTTP);
+        stream *st = strata_calloc(1, sizeof *st);
         struct MHD_Response *resp = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free) : NULL;
         if (!resp) {
-            base_free(st);
+            strata_free(st);
             sched_cancel(h->s, j);
             job_release(h->s, j);
             req_fail(&e, 500, "server_error", "out_of_memory", NULL, "out of memory");
@@ -581,25 +579,25 @@ static enum MHD_Result do_tokenize(http_server *h, struct MHD_Connection *mc, co
     if (kind == REQ_TOKENIZE) {
         int32_t *ids = NULL;
         size_t n = 0;
-        int rc = tok_encode(h->tk, (const uint8_t *)r.text, r.text_len, r.parse_special, &ids, &n);
+        int rc = strata_tokenizer_encode(h->tk, (const uint8_t *)r.text, r.text_len, r.parse_special, &ids, &n);
         if (rc) req_fail(&e, 500, "server_error", NULL, NULL, "cannot tokenize: %s", strata_errstr(rc));
         else {
             json_t *a = json_array();
             for (size_t i = 0; i < n; i++) json_array_append_new(a, json_integer(ids[i]));
             out = json_pack("{s:o,s:I}", "tokens", a, "count", (json_int_t)n);
         }
-        base_free(ids);
+        strata_free(ids);
     } else {
         uint8_t *txt = NULL;
         size_t len = 0;
         for (size_t i = 0; i < r.n_ids; i++)
-            if (r.ids[i] >= tok_n_vocab(h->tk) || !tok_token_bytes(h->tk, r.ids[i], &len)) {
+            if (r.ids[i] >= strata_tokenizer_n_vocab(h->tk) || !strata_tokenizer_token_bytes(h->tk, r.ids[i], &len)) {
                 req_fail(&e, 400, "invalid_request_error", "invalid_value", "tokens", "token id %d at %zu is not in the vocabulary",
                          r.ids[i], i);
                 request_free(&r);
                 return respond_error(h, mc, k->endpoint, &e);
             }
-        int rc = tok_decode(h->tk, r.ids, r.n_ids, &txt, &len);
+        int rc = strata_tokenizer_decode(h->tk, r.ids, r.n_ids, &txt, &len);
         if (rc) req_fail(&e, 500, "server_error", NULL, NULL, "cannot decode: %s", strata_errstr(rc));
         else {
             req_buf b = {0};
@@ -607,7 +605,7 @@ static enum MHD_Result do_tokenize(http_server *h, struct MHD_Connection *mc, co
             out = b.oom ? NULL : json_pack("{s:s%}", "content", b.p ? b.p : "", b.n);
             req_buf_free(&b);
         }
-        base_free(txt);
+        strata_free(txt);
     }
     request_free(&r);
     if (!out) return respond_error(h, mc, k->endpoint, &e);
@@ -662,7 +660,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
     conn *k = *con_cls;
     req_error e;
     if (!k) {
-        k = base_calloc(1, sizeof *k, MEM_HTTP);
+        k = strata_calloc(1, sizeof *k);
         if (!k) return MHD_NO;
         *con_cls = k;
         int method_ok;
@@ -706,7 +704,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         }
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         int64_t n;
-        if (cl && (base_parse_i64(cl, 0, INT64_MAX, &n) || (uint64_t)n > h->c.max_body)) {
+        if (cl && (strata_parse_i64(cl, 0, INT64_MAX, &n) || (uint64_t)n > h->c.max_body)) {
             req_fail(&e, 413, "invalid_request_error", "body_too_large", NULL, "the request body is larger than %zu bytes", h->c.max_body);
             return respond_error(h, mc, k->endpoint, &e);
         }
@@ -758,13 +756,13 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls, e
     if (!k) return;
     if (k->admitted) atomic_fetch_sub(&((http_server *)cls)->inflight, 1);
     req_buf_free(&k->body);
-    base_free(k);
+    strata_free(k);
     *con_cls = NULL;
 }
 
 /* ===== lifecycle ===== */
 
-int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics *mt, char *err, size_t errlen) {
+int http_start(http_server **out, const http_cfg *c, sched *s, strata_tokenizer *tk, metrics *mt, char *err, size_t errlen) {
     *out = NULL;
     struct sockaddr_storage ss;
     memset(&ss, 0, sizeof ss);
@@ -779,10 +777,10 @@ int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics 
         a6->sin6_port = htons((uint16_t)c->port);
         flags |= MHD_USE_IPv6;
     } else {
-        return base_fail(err, errlen, STRATA_EINVAL, "--host '%s' is not a numeric IPv4 or IPv6 address", c->host);
+        return serve_fail(err, errlen, STRATA_EINVAL, "--host '%s' is not a numeric IPv4 or IPv6 address", c->host);
     }
-    http_server *h = base_calloc(1, sizeof *h, MEM_HTTP);
-    if (!h) return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    http_server *h = strata_calloc(1, sizeof *h);
+    if (!h) return serve_fail(err, errlen, STRATA_ENOMEM, "out of memory");
     h->c = *c;
     h->s = s;
     h->tk = tk;
@@ -801,12 +799,12 @@ int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics 
                             MHD_OPTION_END);
     if (!h->d) {
         pthread_mutex_destroy(&h->cmu);
-        base_free(h);
-        return base_fail(err, errlen, STRATA_EIO, "cannot listen on %s port %d (in use, or not an address of this machine)", c->host, c->port);
+        strata_free(h);
+        return serve_fail(err, errlen, STRATA_EIO, "cannot listen on %s port %d (in use, or not an address of this machine)", c->host, c->port);
     }
     if (pthread_create(&h->reaper, NULL, reaper_main, h)) {
         http_stop(h);
-        return base_fail(err, errlen, STRATA_ENOMEM, "cannot start the request-deadline thread");
+        return serve_fail(err, errlen, STRATA_ENOMEM, "cannot start the request-deadline thread");
     }
     h->reaper_on = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -825,8 +823,8 @@ void http_quiesce(http_server *h) {
 
 void http_drain(http_server *h, double max_s) {
     if (!h) return;
-    const double t_end = base_now() + max_s;
-    while (atomic_load(&h->inflight) > 0 && base_now() < t_end) {
+    const double t_end = strata_now() + max_s;
+    while (atomic_load(&h->inflight) > 0 && strata_now() < t_end) {
         struct timespec ts = {0, 10 * 1000000L};
         nanosleep(&ts, NULL);
     }
@@ -840,5 +838,5 @@ void http_stop(http_server *h) {
     }
     if (h->d) MHD_stop_daemon(h->d); /* every connection's CLOSED notice frees its slot */
     pthread_mutex_destroy(&h->cmu);
-    base_free(h);
+    strata_free(h);
 }

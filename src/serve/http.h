@@ -31,9 +31,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "serve/metrics.h"
-#include "serve/sched.h"
-#include "tok.h"
+#include "metrics.h"
+#include "sched.h"
 
 #define HTTP_RESERVE 64 /* connections beyond max_conns, for /health and /metrics */
 
@@ -53,7 +52,7 @@ typedef struct http_cfg {
 
 typedef struct http_server http_server;
 
-int http_start(http_server **out, const http_cfg *c, sched *s, tok *tk, metrics *mt, char *err, size_t errlen);
+int http_start(http_server **out, const http_cfg *c, sched *s, strata_tokenizer *tk, metrics *mt, char *err, size_t errlen);
 int http_port(const http_server *h);
 /* Stops accepting connections (the listening socket closes); running ones go on. */
 void http_quiesce(http_server *h);

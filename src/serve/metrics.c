@@ -2,11 +2,10 @@
  * metrics.c: see metrics.h. Histograms are cumulative-bucket Prometheus
  * histograms with fixed bounds (seconds for latencies, rows for steps).
  */
-#include "serve/metrics.h"
+#include "metrics.h"
 
 #include <pthread.h>
 #include <string.h>
-#include "base.h"
 
 #define MET_MAX_REQ 64
 
@@ -48,7 +47,7 @@ static void hist_add(hist *h, double v) {
 }
 
 metrics *metrics_create(void) {
-    metrics *mt = base_calloc(1, sizeof *mt, MEM_HTTP);
+    metrics *mt = strata_calloc(1, sizeof *mt);
     if (!mt) return NULL;
     pthread_mutex_init(&mt->mu, NULL);
     hist_init(&mt->ttft, k_lat_le, (int)(sizeof k_lat_le / sizeof *k_lat_le));
@@ -60,7 +59,7 @@ metrics *metrics_create(void) {
 void metrics_free(metrics *mt) {
     if (!mt) return;
     pthread_mutex_destroy(&mt->mu);
-    base_free(mt);
+    strata_free(mt);
 }
 
 void metrics_request(metrics *mt, const char *endpoint, int status) {

@@ -6,7 +6,7 @@
 #define STRATA_SERVE_METRICS_H
 
 #include <stdint.h>
-#include "serve/request.h"
+#include "request.h"
 #include "strata.h"
 
 typedef struct metrics metrics;

@@ -11,7 +11,7 @@
  * successful GET /v1/models.
  * Generated from readable HTML: one C string literal per line.
  */
-#include "serve/page.h"
+#include "page.h"
 
 /* One literal of ~7 KB: C11 only promises 4095 characters, gcc and clang take any. */
 #pragma GCC diagnostic ignored "-Woverlength-strings"

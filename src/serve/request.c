@@ -4,13 +4,21 @@
  * Each endpoint has a table of the fields it knows; anything else is refused by
  * name, so a typo ("max_token") is a 400 instead of a silently ignored limit.
  */
-#include "serve/request.h"
+#include "request.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <string.h>
-#include "chat.h"
-#include "jsonx.h"
+
+int serve_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
+    if (err && errlen) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, errlen, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
 
 int req_fail(req_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     e->status = status;
@@ -37,7 +45,7 @@ static int buf_grow(req_buf *b, size_t extra) {
         if (cap > ((size_t)1 << 40)) { b->oom = 1; return -1; }
         cap *= 2;
     }
-    char *p = base_realloc(b->p, cap, MEM_HTTP);
+    char *p = strata_realloc(b->p, cap);
     if (!p) { b->oom = 1; return -1; }
     b->p = p;
     b->cap = cap;
@@ -67,7 +75,7 @@ void req_buf_addf(req_buf *b, const char *fmt, ...) {
 }
 
 void req_buf_free(req_buf *b) {
-    base_free(b->p);
+    strata_free(b->p);
     memset(b, 0, sizeof *b);
 }
 
@@ -114,7 +122,7 @@ size_t req_utf8_valid_prefix(const char *s, size_t n) {
 
 /* ===== field helpers ===== */
 
-/* A string field without NUL bytes (chat_render takes C strings). */
+/* A string field without NUL bytes (strata_chat_render takes C strings). */
 static int get_cstr(const json_t *v, const char *name, const char **out, req_error *e) {
     if (!json_is_string(v)) return BAD(e, name, "'%s' must be a string", name);
     if (strlen(json_string_value(v)) != json_string_length(v)) return BAD(e, name, "'%s' must not contain NUL characters", name);
@@ -124,7 +132,7 @@ static int get_cstr(const json_t *v, const char *name, const char **out, req_err
 
 static int get_int(const json_t *v, const char *name, int64_t lo, int64_t hi, int64_t *out, req_error *e) {
     int64_t x;
-    if (jsonx_int(v, &x) || json_is_boolean(v))
+    if (strata_json_int(v, &x) || json_is_boolean(v))
         return BAD(e, name, "'%s' must be an integer", name);
     if (x < lo || x > hi) return BAD(e, name, "'%s' must be in [%lld, %lld] (got %lld)", name, (long long)lo, (long long)hi, (long long)x);
     *out = x;
@@ -133,7 +141,7 @@ static int get_int(const json_t *v, const char *name, int64_t lo, int64_t hi, in
 
 static int get_num(const json_t *v, const char *name, double lo, double hi, double *out, req_error *e) {
     double x;
-    if (jsonx_num(v, &x) || !isfinite(x)) return BAD(e, name, "'%s' must be a number", name);
+    if (strata_json_num(v, &x) || !isfinite(x)) return BAD(e, name, "'%s' must be a number", name);
     if (x < lo || x > hi) return BAD(e, name, "'%s' must be in [%g, %g] (got %g)", name, lo, hi, x);
     *out = x;
     return 0;
@@ -145,8 +153,8 @@ static int get_param(const json_t *v, const char *name, enum strata_param p, dou
     double x;
     int64_t n;
     char msg[256];
-    if (integer && (jsonx_int(v, &n) || json_is_boolean(v))) return BAD(e, name, "'%s' must be an integer", name);
-    if (!integer && (jsonx_num(v, &x) || !isfinite(x))) return BAD(e, name, "'%s' must be a number", name);
+    if (integer && (strata_json_int(v, &n) || json_is_boolean(v))) return BAD(e, name, "'%s' must be an integer", name);
+    if (!integer && (strata_json_num(v, &x) || !isfinite(x))) return BAD(e, name, "'%s' must be a number", name);
     if (integer) x = (double)n;
     if (strata_param_check(p, x, msg, sizeof msg)) return BAD(e, name, "%s", msg);
     *out = x;
@@ -179,7 +187,7 @@ static int get_content(request *r, const json_t *v, const char *name, const char
         req_buf_add(&b, t, strlen(t));
     }
     req_buf_add(&b, "", 0);
-    char **np = base_realloc(r->parts, (r->n_parts + 1) * sizeof *np, MEM_HTTP);
+    char **np = strata_realloc(r->parts, (r->n_parts + 1) * sizeof *np);
     if (b.oom || !np) { if (np) r->parts = np; req_buf_free(&b); return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory"); }
     r->parts = np;
     r->parts[r->n_parts++] = b.p;
@@ -190,7 +198,7 @@ static int get_content(request *r, const json_t *v, const char *name, const char
 static int parse_messages(request *r, const json_t *v, req_error *e) {
     if (!json_is_array(v) || json_array_size(v) == 0) return BAD(e, "messages", "'messages' must be a non-empty array");
     if (json_array_size(v) > REQ_MAX_MSGS) return BAD(e, "messages", "'messages' has more than %d entries", REQ_MAX_MSGS);
-    r->msgs = base_calloc(json_array_size(v), sizeof *r->msgs, MEM_HTTP);
+    r->msgs = strata_calloc(json_array_size(v), sizeof *r->msgs);
     if (!r->msgs) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
     size_t i;
     json_t *m;
@@ -206,7 +214,7 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
                 const char *role;
                 if (get_cstr(f, "messages.role", &role, e)) return -1;
                 if (!strcmp(role, "developer")) role = "system";
-                if ((o->role = chat_role_parse(role)) < 0)
+                if ((o->role = strata_chat_role_parse(role)) < 0)
                     return BAD(e, "messages.role", "messages[%zu].role '%s' is not one of system, developer, user, assistant", i, role);
                 have_role = 1;
             } else if (!strcmp(key, "content")) {
@@ -223,7 +231,7 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
             }
         }
         if (!have_role) return BAD(e, "messages.role", "messages[%zu] has no 'role'", i);
-        if (o->reasoning && o->role != CHAT_ASSISTANT)
+        if (o->reasoning && o->role != STRATA_CHAT_ASSISTANT)
             return BAD(e, "messages.reasoning_content", "messages[%zu]: reasoning_content only on assistant messages", i);
         r->n_msgs++;
     }
@@ -233,7 +241,7 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
 /* ids: an array of integers in [0, 2^31). */
 static int get_ids(request *r, const json_t *v, const char *name, req_error *e) {
     const size_t n = json_array_size(v);
-    r->ids = base_alloc((n ? n : 1) * sizeof(int32_t), MEM_HTTP);
+    r->ids = strata_alloc((n ? n : 1) * sizeof(int32_t));
     if (!r->ids) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
     for (size_t i = 0; i < n; i++) {
         int64_t x;
@@ -299,7 +307,7 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
     } else if (!strcmp(key, "top_k")) {
         /* -1: off, as 0 (the clients' convention) */
         double k;
-        if (jsonx_int(f, &x) == 0 && !json_is_boolean(f) && x == -1) { r->go.top_k = 0; return 0; }
+        if (strata_json_int(f, &x) == 0 && !json_is_boolean(f) && x == -1) { r->go.top_k = 0; return 0; }
         if (get_param(f, key, STRATA_PARAM_TOP_K, &k, e)) return -1;
         r->go.top_k = (int64_t)k;
     } else if (!strcmp(key, "min_p")) {
@@ -356,7 +364,7 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
     size_t k = 0;
     while (k < len && (body[k] == ' ' || body[k] == '\t' || body[k] == '\r' || body[k] == '\n')) k++;
     if (k == len) return req_fail(e, 400, "invalid_request_error", "invalid_json", NULL, "empty request body (a JSON object is expected)");
-    r->root = jsonx_load(body, len, "request body", err, sizeof err);
+    strata_json_parse(&r->root, body, len, "request body", err, sizeof err);
     if (!r->root) return req_fail(e, 400, "invalid_request_error", "invalid_json", NULL, "%s", err);
     if (!json_is_object(r->root)) { request_free(r); return req_fail(e, 400, "invalid_request_error", "invalid_json", NULL, "the request body must be a JSON object"); }
     const char *key;
@@ -400,7 +408,7 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
         } else if (kind == REQ_CHAT && !strcmp(key, "reasoning_effort")) {
             const char *v;
             if ((rc = get_cstr(f, key, &v, e))) break;
-            r->effort = !strcmp(v, "none") ? CHAT_THINK_OFF : chat_effort_parse(v);
+            r->effort = !strcmp(v, "none") ? STRATA_CHAT_THINK_OFF : strata_chat_effort_parse(v);
             if (r->effort < 0 || !strcmp(v, "off")) {
                 rc = BAD(e, key, "'reasoning_effort' must be low, high, max or none (K3 has no '%s')", v);
                 break;
@@ -431,10 +439,10 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
 }
 
 void request_free(request *r) {
-    for (size_t i = 0; i < r->n_parts; i++) base_free(r->parts[i]);
-    base_free(r->parts);
-    base_free(r->msgs);
-    base_free(r->ids);
+    for (size_t i = 0; i < r->n_parts; i++) strata_free(r->parts[i]);
+    strata_free(r->parts);
+    strata_free(r->msgs);
+    strata_free(r->ids);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
 }

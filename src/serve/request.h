@@ -16,7 +16,6 @@
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "base.h"
 #include "strata.h"
 
 enum { REQ_CHAT = 1, REQ_COMPLETION = 2, REQ_TOKENIZE = 3, REQ_DETOKENIZE = 4 };
@@ -34,12 +33,16 @@ typedef struct req_error {
     char message[512];
 } req_error;
 
+/* Writes the formatted message into err (when err && errlen) and returns rc: the
+ * server's error convention, as the library's. */
+int serve_fail(char *err, size_t errlen, int rc, const char *fmt, ...) STRATA_PRINTF(4, 5);
+
 /* Fills e and returns -1 (so `return req_fail(...)` reads well). */
 int req_fail(req_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)
-    ST_PRINTF(6, 7);
+    STRATA_PRINTF(6, 7);
 
 typedef struct req_msg {
-    int role;              /* CHAT_SYSTEM, CHAT_USER, CHAT_ASSISTANT */
+    int role;              /* STRATA_CHAT_SYSTEM, STRATA_CHAT_USER, STRATA_CHAT_ASSISTANT */
     const char *content;   /* NUL-terminated (no NUL inside), into the request's JSON or its own copy */
     const char *reasoning; /* assistant reasoning_content, or NULL */
 } req_msg;
@@ -48,13 +51,13 @@ typedef struct request {
     int kind;                 /* REQ_* */
     json_t *root;             /* the parsed body; every string below points into it */
     const char *model;        /* NULL when absent */
-    req_msg *msgs;            /* (n_msgs) chat; MEM_HTTP */
+    req_msg *msgs;            /* (n_msgs) chat; counted */
     size_t n_msgs;
-    char **parts;             /* joined content-part strings owned by the request (MEM_HTTP) */
+    char **parts;             /* joined content-part strings owned by the request (counted) */
     size_t n_parts;
     const char *text;         /* completion prompt / tokenize content (may hold NUL bytes) */
     size_t text_len;
-    int32_t *ids;             /* completion prompt ids / detokenize tokens (MEM_HTTP) */
+    int32_t *ids;             /* completion prompt ids / detokenize tokens (counted) */
     size_t n_ids;
     int has_ids;
     int64_t max_tokens;       /* 0 = not given */
@@ -64,19 +67,19 @@ typedef struct request {
     size_t stop_len[REQ_MAX_STOP];
     int n_stop;
     int stream, include_usage;
-    int effort;               /* CHAT_THINK_* (chat) */
+    int effort;               /* STRATA_CHAT_THINK_* (chat) */
     int parse_special;        /* tokenize: special-token text becomes its id */
 } request;
 
 #define REQ_DEFAULT_SEED 0      /* a request without `seed` still draws reproducibly */
-#define REQ_DEFAULT_EFFORT 3    /* CHAT_THINK_MAX, as `strata chat` */
+#define REQ_DEFAULT_EFFORT 3    /* STRATA_CHAT_THINK_MAX, as `strata chat` */
 
 /* Parses and validates body as a request of kind. 0, or -1 with e filled (the
  * request is then empty; request_free is still safe). */
 int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_error *e);
 void request_free(request *r);
 
-/* A growing byte buffer (MEM_HTTP), always NUL-terminated once anything was
+/* A growing byte buffer (counted), always NUL-terminated once anything was
  * added; oom is sticky (appends after a failed growth are dropped). */
 typedef struct req_buf {
     char *p;
@@ -84,7 +87,7 @@ typedef struct req_buf {
     int oom;
 } req_buf;
 void req_buf_add(req_buf *b, const void *s, size_t n);
-void req_buf_addf(req_buf *b, const char *fmt, ...) ST_PRINTF(2, 3);
+void req_buf_addf(req_buf *b, const char *fmt, ...) STRATA_PRINTF(2, 3);
 /* Appends s with each byte that is not part of a valid UTF-8 character replaced
  * by U+FFFD, so any model output can go into JSON. */
 void req_buf_add_utf8(req_buf *b, const char *s, size_t n);

@@ -6,20 +6,18 @@
  * while stepping, and takes a job's mu only to publish text, so a waiter is never
  * blocked behind a step and submitting never waits for one.
  */
-#include "serve/sched.h"
+#include "sched.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "base.h"
-#include "chat.h"
 
 #define SCHED_MAX_END 16
 
 struct sched {
     strata_model *m;
     strata_model_opts mopts;
-    tok *tk;
+    strata_tokenizer *tk;
     sched_opts o;
     metrics *mt;
     pthread_t th;
@@ -46,7 +44,7 @@ struct sched {
 /* ===== jobs ===== */
 
 job *job_new(void) {
-    job *j = base_calloc(1, sizeof *j, MEM_HTTP);
+    job *j = strata_calloc(1, sizeof *j);
     if (!j) return NULL;
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
@@ -58,15 +56,15 @@ job *job_new(void) {
 
 static void job_destroy(job *j) {
     strata_gen_free(j->g);
-    chat_follow_close(j->follow);
-    tok_stream_close(j->ts);
+    strata_chat_follow_close(j->follow);
+    strata_detok_close(j->ts);
     req_buf_free(&j->pend);
     req_buf_free(&j->content);
     req_buf_free(&j->reasoning);
-    base_free(j->prompt);
+    strata_free(j->prompt);
     pthread_cond_destroy(&j->cv);
     pthread_mutex_destroy(&j->mu);
-    base_free(j);
+    strata_free(j);
 }
 
 void job_release(sched *s, job *j) {
@@ -156,14 +154,14 @@ static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size
     j->t_prev = c->now;
     const uint8_t *p = NULL;
     size_t n = 0;
-    int ch = CHAT_CH_RESPONSE, hit = 0, ended = 0;
+    int ch = STRATA_CHAT_CH_RESPONSE, hit = 0, ended = 0;
     if (j->kind == REQ_CHAT) {
         /* a broken channel tag comes back as text in the current channel */
-        ended = chat_follow_push(j->follow, id, &ch, &p, &n) == 1;
-    } else if (!is_end_id(c->s, id) && tok_stream_push(j->ts, id, &p, &n)) {
+        ended = strata_chat_follow_push(j->follow, id, &ch, &p, &n) == 1;
+    } else if (!is_end_id(c->s, id) && strata_detok_push(j->ts, id, &p, &n)) {
         n = 0;
     }
-    if (ch == CHAT_CH_THINK) job_publish(j, 1, (const char *)p, n);
+    if (ch == STRATA_CHAT_CH_THINK) job_publish(j, 1, (const char *)p, n);
     else hit = job_text(j, (const char *)p, n);
     if (hit) {
         job_end(j, "stop", 0, NULL);
@@ -177,10 +175,10 @@ static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size
 static void job_flush(job *j) {
     const uint8_t *p = NULL;
     size_t n = 0;
-    int ch = CHAT_CH_RESPONSE;
-    if (j->kind == REQ_CHAT && j->follow) chat_follow_flush(j->follow, &ch, &p, &n);
-    else if (j->ts) tok_stream_flush(j->ts, &p, &n);
-    if (ch == CHAT_CH_THINK) job_publish(j, 1, (const char *)p, n);
+    int ch = STRATA_CHAT_CH_RESPONSE;
+    if (j->kind == REQ_CHAT && j->follow) strata_chat_follow_flush(j->follow, &ch, &p, &n);
+    else if (j->ts) strata_detok_flush(j->ts, &p, &n);
+    if (ch == STRATA_CHAT_CH_THINK) job_publish(j, 1, (const char *)p, n);
     else if (n && job_text(j, (const char *)p, n)) return;
     job_publish(j, 0, j->pend.p, j->pend.n);
     j->pend.n = 0;
@@ -207,8 +205,8 @@ static void slot_clear(sched *s, int i) {
 static void slot_start(sched *s, int i, job *j) {
     char err[512];
     int rc = 0;
-    if (j->kind == REQ_CHAT) rc = chat_follow_open((chat_follow **)&j->follow, s->tk, j->thinking, err, sizeof err);
-    else if (tok_stream_open(&j->ts, s->tk)) rc = base_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
+    if (j->kind == REQ_CHAT) rc = strata_chat_follow_open((strata_chat_follow **)&j->follow, s->tk, j->thinking, err, sizeof err);
+    else if (strata_detok_open(&j->ts, s->tk)) rc = serve_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
     j->go.spec = s->o.spec;
     if (!rc) rc = strata_gen_create(&j->g, s->seqs[i], j->prompt, j->n_prompt, &j->go, 0, err, sizeof err);
     s->slot[i] = j;
@@ -314,10 +312,10 @@ static void *engine_main(void *arg) {
 
         step_delay(s->o.step_delay_ms);
         step_ctx c = {s, 0};
-        const double t0 = base_now();
+        const double t0 = strata_now();
         c.now = t0;
         int rc = strata_gen_step(s->m, s->gens, n, on_token, &c, err, sizeof err);
-        const double dt = base_now() - t0;
+        const double dt = strata_now() - t0;
         /* rows of this step: each prompt row fed, plus one decode row per generator
          * whose prompt was already in before the step and its drafted rows */
         int64_t rows = 0;
@@ -356,11 +354,11 @@ static void *engine_main(void *arg) {
 
 /* ===== control ===== */
 
-int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, tok *tk, const sched_opts *o, metrics *mt,
+int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, strata_tokenizer *tk, const sched_opts *o, metrics *mt,
                  char *err, size_t errlen) {
     *out = NULL;
-    sched *s = base_calloc(1, sizeof *s, MEM_HTTP);
-    if (!s) return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    sched *s = strata_calloc(1, sizeof *s);
+    if (!s) return serve_fail(err, errlen, STRATA_ENOMEM, "out of memory");
     s->m = m;
     s->mopts = *mopts;
     s->mopts.max_seqs = o->parallel;
@@ -370,21 +368,21 @@ int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, t
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     const size_t P = (size_t)o->parallel;
-    s->seqs = base_calloc(P, sizeof *s->seqs, MEM_HTTP);
-    s->slot = base_calloc(P, sizeof *s->slot, MEM_HTTP);
-    s->gens = base_calloc(P, sizeof *s->gens, MEM_HTTP);
-    s->fed = base_calloc(P, sizeof *s->fed, MEM_HTTP);
-    s->drafted = base_calloc(P, sizeof *s->drafted, MEM_HTTP);
+    s->seqs = strata_calloc(P, sizeof *s->seqs);
+    s->slot = strata_calloc(P, sizeof *s->slot);
+    s->gens = strata_calloc(P, sizeof *s->gens);
+    s->fed = strata_calloc(P, sizeof *s->fed);
+    s->drafted = strata_calloc(P, sizeof *s->drafted);
     if (!s->seqs || !s->slot || !s->gens || !s->fed || !s->drafted) {
         sched_free(s);
-        return base_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+        return serve_fail(err, errlen, STRATA_ENOMEM, "out of memory");
     }
     *out = s;
     return 0;
 }
 
 int sched_start(sched *s, char *err, size_t errlen) {
-    if (pthread_create(&s->th, NULL, engine_main, s)) return base_fail(err, errlen, STRATA_ENOMEM, "cannot start the engine thread");
+    if (pthread_create(&s->th, NULL, engine_main, s)) return serve_fail(err, errlen, STRATA_ENOMEM, "cannot start the engine thread");
     s->started = 1;
     return 0;
 }
@@ -419,7 +417,7 @@ int sched_submit(sched *s, job *j, req_error *e) {
     }
     if (!rc) {
         j->refs++;
-        j->t_submit = base_now();
+        j->t_submit = strata_now();
         j->next = NULL;
         if (s->q_tail) s->q_tail->next = j;
         else s->q_head = j;
@@ -444,11 +442,11 @@ void sched_shutdown(sched *s, double grace_s) {
     pthread_mutex_lock(&s->mu);
     s->draining = 1;
     pthread_mutex_unlock(&s->mu);
-    const double t_end = base_now() + grace_s;
+    const double t_end = strata_now() + grace_s;
     for (;;) {
         int q, a;
         sched_counts(s, &q, &a);
-        if ((q == 0 && a == 0) || base_now() >= t_end || sched_state(s) != 1) break;
+        if ((q == 0 && a == 0) || strata_now() >= t_end || sched_state(s) != 1) break;
         step_delay(20);
     }
     pthread_mutex_lock(&s->mu);
@@ -470,12 +468,12 @@ void sched_counts(sched *s, int *queued, int *active) {
 void sched_free(sched *s) {
     if (!s) return;
     for (int i = 0; s->seqs && i < s->o.parallel; i++) strata_seq_free(s->seqs[i]);
-    base_free(s->seqs);
-    base_free(s->slot);
-    base_free(s->gens);
-    base_free(s->fed);
-    base_free(s->drafted);
+    strata_free(s->seqs);
+    strata_free(s->slot);
+    strata_free(s->gens);
+    strata_free(s->fed);
+    strata_free(s->drafted);
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
-    base_free(s);
+    strata_free(s);
 }

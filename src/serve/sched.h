@@ -26,16 +26,15 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
-#include "serve/metrics.h"
-#include "serve/request.h"
+#include "metrics.h"
+#include "request.h"
 #include "strata.h"
-#include "tok.h"
 
 typedef struct job {
     /* set by the submitter; read-only once submitted */
     int kind;                     /* REQ_CHAT or REQ_COMPLETION */
     int thinking;                 /* chat: the generation prompt opened the think channel */
-    int32_t *prompt;              /* (n_prompt) MEM_HTTP */
+    int32_t *prompt;              /* (n_prompt) counted */
     int64_t n_prompt;
     strata_gen_opts go;
     char stop[REQ_MAX_STOP][REQ_MAX_STOP_BYTES + 1];
@@ -58,8 +57,8 @@ typedef struct job {
     /* engine thread only */
     strata_gen *g;
     int slot;
-    void *follow;                 /* chat_follow (chat) */
-    tok_stream *ts;               /* plain text (completions) */
+    void *follow;                 /* strata_chat_follow (chat) */
+    strata_detok *ts;               /* plain text (completions) */
     req_buf pend;                 /* response text held back for stop matching */
     double t_prev;                /* time of the previous token */
     struct job *next;             /* queue link */
@@ -82,7 +81,7 @@ typedef struct sched_opts {
 
 /* m: opened, not loaded (the engine thread loads it with mopts); tk: the
  * server's tokenizer (detokenizing output). */
-int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, tok *tk, const sched_opts *o,
+int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, strata_tokenizer *tk, const sched_opts *o,
                  metrics *mt, char *err, size_t errlen);
 /* Starts the engine thread (which loads the model first). */
 int sched_start(sched *s, char *err, size_t errlen);
