@@ -75,7 +75,7 @@ typedef struct clu_hdr {
 
 typedef struct clu_load {     /* OP_LOAD body */
     char dir[2048], pack[2048];
-    int32_t has_pack, no_verify, place, spec, max_seqs, threads, n_ranks, pad;
+    int32_t has_pack, no_verify, place, spec, max_seqs, threads, n_ranks, router; /* router: strata_model_opts.router */
     uint64_t ram_bytes;
     int64_t ctx, rows;
     int64_t lo[CLU_MAX_RANKS], hi[CLU_MAX_RANKS];
@@ -409,6 +409,7 @@ static int clu_stage(strata_cluster *cl, strata_model *m, const strata_model_opt
     ld->no_verify = o->no_verify;
     ld->place = o->place;
     ld->spec = o->spec;
+    ld->router = o->router; /* the router convention changes the math: every stage the same */
     ld->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
     ld->threads = o->n_threads;
     ld->n_ranks = cl->size;
@@ -548,6 +549,7 @@ static void stage_load(clu *k, clu_reply *p) {
     o.no_verify = ld->no_verify;
     o.place = ld->place;
     o.spec = ld->spec;
+    o.router = ld->router;
     o.cluster = &k->pub;
     if ((rc = strata_model_load(k->m, &o, err, sizeof err))) goto done;
     k->e = api_model_engine(k->m);

@@ -50,6 +50,14 @@ for np in 1 2 3 4; do same "run" $np --ids 1,2,3,4,5,6,7 --gen 12; done
 for np in 2 4; do same "run sampled" $np --ids 9,8,7 --gen 10 --temp 0.9 --top-k 40 --seed 7; done
 same "run budget 0.3 GB per rank" 3 --ids 5,4,3,2,1 --gen 8 --ram-gb 0.3
 
+# another architecture (Kimi Linear: plain residual, softplus KDA gate, plain MoE)
+# and its router convention (--router hf travels to every stage)
+K="$T/k"
+"$S" gen-model "$K" --preset kimi-linear-tiny --seed 2 >/dev/null 2>&1 || { echo "FAIL gen-model kimi-linear-tiny"; exit 1; }
+samek() { local M="$K"; same "$@"; }
+samek "kimi linear" 2 --ids 1,2,3,4,5 --gen 8
+for np in 2 3; do samek "kimi linear router hf" $np --ids 1,2,3,4,5 --gen 8 --router hf; done
+
 # batched: 5 sequences, 3 at once, 4 rows per pass: passes mix sequences and
 # prompts split over passes
 printf '1,2,3,4,5,6,7,8,9\n11,12\n400,401,402,403,404,405\n7\n50,60,70,80\n' >"$T/batch"
