@@ -345,3 +345,12 @@ TEST(cli_option_table) {
         base_free(o);
     }
 }
+
+/* docs/cli.md holds every command's --help and the preset list verbatim
+ * (tools/cli_doc.sh writes them): the reference cannot drift from the binary. */
+TEST(cli_doc_in_sync) {
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "bash tools/cli_doc.sh --check %s", t_strata());
+    CHECK_MSG(t_run(cmd, &out) == 0, "%s", out ? out : "");
+    base_free(out);
+}
