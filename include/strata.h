@@ -61,6 +61,8 @@ typedef struct strata_model strata_model;
 typedef struct strata_seq strata_seq;
 typedef struct strata_cluster strata_cluster;
 
+/* strata-mpi sends this struct to its stages as bytes (src/mpi/cluster_mpi.c,
+ * clu_load): a pointer field added here must be cleared there too. */
 typedef struct strata_model_opts {
     uint64_t ram_bytes;      /* whole-process peak RSS budget; 0 = none (every weight read into RAM) */
     const char *pack_dir;    /* NULL = the model's own pack if there is one; "" = read in place */

@@ -75,9 +75,12 @@ typedef struct clu_hdr {
 
 typedef struct clu_load {     /* OP_LOAD body */
     char dir[2048], pack[2048];
-    int32_t has_pack, no_verify, place, spec, max_seqs, threads, n_ranks, router; /* router: strata_model_opts.router */
-    uint64_t ram_bytes;
-    int64_t ctx, rows;
+    int32_t has_pack, n_ranks;
+    /* rank 0's options as they are, with what a stage must not take cleared: every
+     * pointer (the pack path travels in pack; strata.h's struct says so for new
+     * ones), the prefix cache (rank 0's alone); so an option added to
+     * strata_model_opts reaches every stage without another copy here */
+    strata_model_opts o;
     int64_t lo[CLU_MAX_RANKS], hi[CLU_MAX_RANKS];
 } clu_load;
 
@@ -406,23 +409,24 @@ static int clu_stage(strata_cluster *cl, strata_model *m, const strata_model_opt
     snprintf(ld->dir, sizeof ld->dir, "%s", api_model_dir(m));
     ld->has_pack = o->pack_dir != NULL;
     if (o->pack_dir) snprintf(ld->pack, sizeof ld->pack, "%s", o->pack_dir);
-    ld->no_verify = o->no_verify;
-    ld->place = o->place;
-    ld->spec = o->spec;
-    ld->router = o->router; /* the router convention changes the math: every stage the same */
-    ld->max_seqs = o->max_seqs > 0 ? o->max_seqs : 1;
-    ld->threads = o->n_threads;
     ld->n_ranks = cl->size;
-    ld->ram_bytes = o->ram_bytes;
-    ld->ctx = o->ctx;
-    ld->rows = o->rows;
+    ld->o = *o;
+    ld->o.pack_dir = NULL;
+    ld->o.prefix_ram = 0;
+    ld->o.prefix_dir = NULL;
+    ld->o.cluster = NULL;
+    ld->o.progress = NULL;
+    ld->o.progress_ud = NULL;
+    ld->o.hash_progress = NULL;
+    ld->o.plan_only = 0;
+    if (ld->o.max_seqs < 1) ld->o.max_seqs = 1;
     place_cluster_split(c, api_model_layout(m), cl->size, ld->lo, ld->hi);
     *out = (cluster_stage){ld->lo[0], ld->hi[0], 1};
     k->my = *out;
     if (o->plan_only) return 0; /* rank 0's plan only: `strata plan --ranks N` plans them all */
     const int64_t rows = o->rows > 0 ? o->rows : INFER_DEFAULT_CHUNK;
     k->n_blocks = infer_blocks_before(c, c->n_layers);
-    k->n_slots = ld->max_seqs;
+    k->n_slots = ld->o.max_seqs;
     k->slot_used = base_calloc((size_t)k->n_slots, 1, MEM_MISC);
     k->meta = base_alloc((size_t)(3 * rows) * sizeof(int32_t), MEM_SCRATCH);
     k->reqs = base_alloc((size_t)(k->n_blocks + 4) * sizeof(MPI_Request), MEM_SCRATCH);
@@ -496,7 +500,7 @@ static void clu_detach(strata_cluster *cl, strata_model *m) {
 /* ============================================================ the stages */
 
 static void stage_close(clu *k) {
-    for (int i = 0; k->seqs && i < k->ld.max_seqs; i++) session_free(k->seqs[i]);
+    for (int i = 0; k->seqs && i < k->ld.o.max_seqs; i++) session_free(k->seqs[i]);
     base_free(k->seqs);
     base_free(k->rows);
     base_free(k->meta);
@@ -539,17 +543,8 @@ static void stage_load(clu *k, clu_reply *p) {
     k->net_sent = k->net_recv = k->passes = 0;
     k->ctl_bad = 0;
     if ((rc = strata_model_open(&k->m, ld->dir, err, sizeof err))) goto done;
-    strata_model_opts o = strata_model_opts_default();
-    o.ram_bytes = ld->ram_bytes;
+    strata_model_opts o = ld->o;
     o.pack_dir = ld->has_pack ? ld->pack : NULL;
-    o.ctx = ld->ctx;
-    o.max_seqs = ld->max_seqs;
-    o.rows = ld->rows;
-    o.n_threads = ld->threads;
-    o.no_verify = ld->no_verify;
-    o.place = ld->place;
-    o.spec = ld->spec;
-    o.router = ld->router;
     o.cluster = &k->pub;
     if ((rc = strata_model_load(k->m, &o, err, sizeof err))) goto done;
     k->e = api_model_engine(k->m);
@@ -557,13 +552,13 @@ static void stage_load(clu *k, clu_reply *p) {
     strata_model_info in;
     strata_model_get_info(k->m, &in);
     k->n_blocks = infer_blocks_before(c, c->n_layers);
-    k->seqs = base_calloc((size_t)ld->max_seqs, sizeof *k->seqs, MEM_STATE);
+    k->seqs = base_calloc((size_t)ld->o.max_seqs, sizeof *k->seqs, MEM_STATE);
     k->rows = base_alloc((size_t)in.rows * sizeof *k->rows, MEM_SCRATCH);
     k->rows_cap = in.rows;
     k->meta = base_alloc((size_t)(3 * in.rows) * sizeof(int32_t), MEM_SCRATCH);
     k->reqs = base_alloc((size_t)(k->n_blocks + 4) * sizeof(MPI_Request), MEM_SCRATCH);
     if (!k->seqs || !k->rows || !k->meta || !k->reqs) { rc = base_fail(err, sizeof err, STRATA_ENOMEM, "out of memory"); goto done; }
-    for (int i = 0; i < ld->max_seqs && !rc; i++) rc = session_create(&k->seqs[i], k->e, in.ctx, err, sizeof err);
+    for (int i = 0; i < ld->o.max_seqs && !rc; i++) rc = session_create(&k->seqs[i], k->e, in.ctx, err, sizeof err);
 done:
     fill_reply(k, p);
     p->status = rc;
@@ -574,7 +569,7 @@ done:
 /* OP_CTL: a sequence event, in the order rank 0 made it. A failure is kept
  * and fails the next pass (the sequences would no longer match rank 0's). */
 static void stage_ctl(clu *k, const clu_hdr *h) {
-    if (!k->m || h->slot < 0 || h->slot >= k->ld.max_seqs) return;
+    if (!k->m || h->slot < 0 || h->slot >= k->ld.o.max_seqs) return;
     session *s = k->seqs[h->slot];
     int rc = 0;
     if (h->ev == ENGINE_EV_RESET || h->ev == ENGINE_EV_CLOSE) session_reset(s);
@@ -617,7 +612,7 @@ static int stage_step(clu *k, clu_hdr *h, char *err, size_t errlen) {
     const int32_t *ids = k->meta + 2 * h->n_grp;
     for (int32_t g = 0; g < h->n_grp && !bad; g++) {
         const int32_t slot = k->meta[2 * g], n = k->meta[2 * g + 1];
-        if (slot < 0 || slot >= k->ld.max_seqs || n < 1 || t + n > h->T) { bad = 1; break; }
+        if (slot < 0 || slot >= k->ld.o.max_seqs || n < 1 || t + n > h->T) { bad = 1; break; }
         for (int32_t i = 0; i < n; i++, t++) k->rows[t] = (infer_row){k->seqs[slot], ids[t], 0};
     }
     const int64_t want = infer_blocks_before(api_model_cfg(k->m), k->my.hi);
