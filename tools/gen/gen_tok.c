@@ -276,34 +276,173 @@ static int bpe_merge(toktab *t, words *ws, pairmap *pm, int64_t want, int64_t mi
     return 0;
 }
 
+/* The embedded corpus as one buffer of *tn bytes; NULL when out of
+ * memory. The corpus is stored in paragraphs (C99 caps string literals at 4095). */
+static uint8_t *corpus_text(size_t *tn_out) {
+    size_t tn = 0;
+    for (int i = 0; k_corpus[i]; i++) tn += strlen(k_corpus[i]);
+    uint8_t *text = base_alloc(tn + 1, MEM_TOK);
+    if (!text) return NULL;
+    tn = 0;
+    for (int i = 0; k_corpus[i]; i++) { memcpy(text + tn, k_corpus[i], strlen(k_corpus[i])); tn += strlen(k_corpus[i]); }
+    *tn_out = tn;
+    return text;
+}
+
+/* An empty table for n_ranks tokens holding the 256 single bytes; 0 on success. */
+static int toktab_init(toktab *t, int64_t n_ranks) {
+    t->cap = n_ranks;
+    t->hcap = 1;
+    while (t->hcap < (size_t)n_ranks * 2) t->hcap <<= 1;
+    t->offs = base_calloc((size_t)n_ranks + 1, sizeof *t->offs, MEM_TOK);
+    t->hash = base_alloc(t->hcap * sizeof *t->hash, MEM_TOK);
+    if (!t->offs || !t->hash) return -1;
+    memset(t->hash, 0xFF, t->hcap * sizeof *t->hash);
+    for (int c = 0; c < 256; c++) {
+        uint8_t b = (uint8_t)c;
+        if (toktab_add(t, &b, 1)) return -1;
+    }
+    return 0;
+}
+
+/* Stage 1's input: the distinct pieces of text (tn bytes, n_pieces pieces) as
+ * words of single-byte symbols with their counts, found by linear probing on
+ * (hash, bytes); piece_word[p] is the word of piece p. 0 on success. */
+static int collect_pieces(const uint8_t *text, size_t tn, size_t n_pieces, words *ws, int64_t *piece_word) {
+    size_t wcap = 1;
+    while (wcap < n_pieces * 2) wcap <<= 1;
+    int64_t *wh = base_alloc(wcap * sizeof *wh, MEM_TOK);
+    int64_t *wpos = base_alloc(n_pieces * sizeof *wpos, MEM_TOK);
+    if (!wh || !wpos) { base_free(wh); base_free(wpos); return -1; }
+    memset(wh, 0xFF, wcap * sizeof *wh);
+    size_t p = 0, used = 0;
+    for (size_t i = 0; i < tn; p++) {
+        size_t len = piece_len(text, i, tn);
+        size_t m = wcap - 1, h = (size_t)tok_hash(text + i, len) & m;
+        for (;; h = (h + 1) & m) {
+            int64_t w = wh[h];
+            if (w < 0) {
+                w = ws->n++;
+                wh[h] = w;
+                wpos[w] = (int64_t)i;
+                ws->woff[w] = (int64_t)used;
+                ws->wlen[w] = (int64_t)len;
+                ws->wfreq[w] = 0;
+                for (size_t k = 0; k < len; k++) ws->sym[used++] = text[i + k];
+            }
+            if (ws->wlen[w] == (int64_t)len && !memcmp(text + wpos[w], text + i, len)) {
+                ws->wfreq[w]++;
+                piece_word[p] = w;
+                break;
+            }
+        }
+        i += len;
+    }
+    base_free(wh);
+    base_free(wpos);
+    return 0;
+}
+
+/* Stage 2: merges across piece boundaries within a line (phrases such as
+ * " of the"), for pairs seen at least twice. The pieces' current symbols are
+ * concatenated in corpus order. 0 on success. */
+static int merge_lines(toktab *t, const words *ws, const int64_t *piece_word, size_t n_pieces, size_t tn,
+                       pairmap *pm, int64_t n_ranks) {
+    words lw = {0};
+    lw.sym = base_alloc((tn + 1) * sizeof *lw.sym, MEM_TOK);
+    lw.woff = base_alloc((n_pieces + 1) * sizeof(int64_t), MEM_TOK);
+    lw.wlen = base_calloc(n_pieces + 1, sizeof(int64_t), MEM_TOK);
+    lw.wfreq = base_alloc((n_pieces + 1) * sizeof(int64_t), MEM_TOK);
+    int ok = lw.sym && lw.woff && lw.wlen && lw.wfreq;
+    if (ok) {
+        int64_t used = 0;
+        lw.woff[0] = 0;
+        lw.wfreq[0] = 1;
+        for (size_t p = 0; p < n_pieces; p++) {
+            int64_t w = piece_word[p];
+            const int32_t *s = ws->sym + ws->woff[w];
+            int nl = 0;
+            for (int64_t k = 0; k < ws->wlen[w]; k++) {
+                lw.sym[used++] = s[k];
+                lw.wlen[lw.n]++;
+                size_t id = (size_t)s[k];
+                if (memchr(t->bytes + t->offs[id], '\n', toklen(t, (int64_t)id))) nl = 1;
+            }
+            if (nl || p + 1 == n_pieces) {
+                lw.n++;
+                lw.woff[lw.n] = used;
+                lw.wfreq[lw.n] = 1;
+            }
+        }
+        ok = !bpe_merge(t, &lw, pm, n_ranks, 2);
+    }
+    base_free(lw.sym);
+    base_free(lw.woff);
+    base_free(lw.wlen);
+    base_free(lw.wfreq);
+    return ok ? 0 : -1;
+}
+
+/* Stage 3, when the corpus is exhausted (large vocabularies): pseudo-words,
+ * deterministic concatenations of a word-like token (letters, optional
+ * leading space) and a letters-only one, at most 14 bytes, so every rank is
+ * still a merge of two lower ranks and decoded text still looks like text.
+ * 0 on success. */
+static int pseudo_words(toktab *t, int64_t n_ranks) {
+    rng r = {0x746f6b656e697a65ull, 0};
+    uint8_t tmp[32];
+    int64_t tries = 0, n_word = 0, n_tail = 0;
+    int32_t *word = base_alloc((size_t)n_ranks * sizeof *word, MEM_TOK);
+    int32_t *tail = base_alloc((size_t)n_ranks * sizeof *tail, MEM_TOK);
+    int rc = -1;
+    if (!word || !tail) goto out;
+    for (int64_t id = 0; id < t->n; id++) {
+        const uint8_t *b = t->bytes + t->offs[id];
+        size_t l = toklen(t, id), k = b[0] == ' ' ? 1 : 0;
+        int letters = l > k;
+        for (size_t q = k; q < l; q++) letters &= (unsigned)((b[q] | 32) - 'a') < 26u;
+        if (letters) word[n_word++] = (int32_t)id;
+        if (letters && !k) tail[n_tail++] = (int32_t)id;
+    }
+    while (t->n < n_ranks) {
+        int64_t a, b;
+        if (++tries > n_ranks * 1000) goto out;
+        if (n_word > 16 && n_tail > 16 && tries < n_ranks * 100) {
+            a = word[rng_below(&r, (uint64_t)n_word)];
+            b = tail[rng_below(&r, (uint64_t)n_tail)];
+        } else { /* degenerate corpus: any two printable tokens */
+            a = 32 + (int64_t)rng_below(&r, (uint64_t)(t->n - 32));
+            b = 32 + (int64_t)rng_below(&r, (uint64_t)(t->n - 32));
+            if ((a < 256 && a >= 0x7F) || (b < 256 && b >= 0x7F)) continue;
+        }
+        size_t la = toklen(t, a), lb = toklen(t, b);
+        if (la + lb > 14) continue;
+        memcpy(tmp, t->bytes + t->offs[a], la);
+        memcpy(tmp + la, t->bytes + t->offs[b], lb);
+        if (toktab_find(t, tmp, la + lb) >= 0) continue;
+        if (toktab_add(t, tmp, la + lb)) goto out;
+    }
+    rc = 0;
+out:
+    base_free(word);
+    base_free(tail);
+    return rc;
+}
+
 int gen_tokenizer_ranks(int64_t n_ranks, uint8_t **bytes_out, uint64_t **offs_out, char *err, size_t errlen) {
     *bytes_out = NULL;
     *offs_out = NULL;
     if (n_ranks < 256 || n_ranks > (1ll << 30))
         return base_fail(err, errlen, STRATA_EINVAL, "gen: %lld BPE ranks: need 256 .. 2^30", (long long)n_ranks);
-    /* the corpus is stored in paragraphs (C99 caps string literals at 4095) */
     size_t tn = 0;
-    for (int i = 0; k_corpus[i]; i++) tn += strlen(k_corpus[i]);
-    uint8_t *text = base_alloc(tn + 1, MEM_TOK);
+    uint8_t *text = corpus_text(&tn);
     if (!text) return base_fail(err, errlen, STRATA_ENOMEM, "gen: out of memory");
-    tn = 0;
-    for (int i = 0; k_corpus[i]; i++) { memcpy(text + tn, k_corpus[i], strlen(k_corpus[i])); tn += strlen(k_corpus[i]); }
     toktab t = {0};
     words ws = {0};
     pairmap pm = {0};
     int64_t *piece_word = NULL;
     int rc = STRATA_ENOMEM;
-    t.cap = n_ranks;
-    t.hcap = 1;
-    while (t.hcap < (size_t)n_ranks * 2) t.hcap <<= 1;
-    t.offs = base_calloc((size_t)n_ranks + 1, sizeof *t.offs, MEM_TOK);
-    t.hash = base_alloc(t.hcap * sizeof *t.hash, MEM_TOK);
-    if (!t.offs || !t.hash) goto fail;
-    memset(t.hash, 0xFF, t.hcap * sizeof *t.hash);
-    for (int c = 0; c < 256; c++) {
-        uint8_t b = (uint8_t)c;
-        if (toktab_add(&t, &b, 1)) goto fail;
-    }
+    if (toktab_init(&t, n_ranks)) goto fail;
 
     /* Stage 1: merges inside pre-tokenized pieces (distinct pieces with counts),
      * down to count 1 so every piece of the corpus ends up as one token. */
@@ -320,121 +459,10 @@ int gen_tokenizer_ranks(int64_t n_ranks, uint8_t **bytes_out, uint64_t **offs_ou
     pm.cnt = base_alloc(pm.cap * sizeof *pm.cnt, MEM_TOK);
     pm.stamp = base_calloc(pm.cap, sizeof *pm.stamp, MEM_TOK);
     if (!ws.sym || !ws.woff || !ws.wlen || !ws.wfreq || !piece_word || !pm.key || !pm.cnt || !pm.stamp) goto fail;
-    {
-        /* distinct pieces by linear probing on (hash, bytes) */
-        size_t wcap = 1;
-        while (wcap < n_pieces * 2) wcap <<= 1;
-        int64_t *wh = base_alloc(wcap * sizeof *wh, MEM_TOK);
-        int64_t *wpos = base_alloc(n_pieces * sizeof *wpos, MEM_TOK);
-        if (!wh || !wpos) { base_free(wh); base_free(wpos); goto fail; }
-        memset(wh, 0xFF, wcap * sizeof *wh);
-        size_t p = 0, used = 0;
-        for (size_t i = 0; i < tn; p++) {
-            size_t len = piece_len(text, i, tn);
-            size_t m = wcap - 1, h = (size_t)tok_hash(text + i, len) & m;
-            for (;; h = (h + 1) & m) {
-                int64_t w = wh[h];
-                if (w < 0) {
-                    w = ws.n++;
-                    wh[h] = w;
-                    wpos[w] = (int64_t)i;
-                    ws.woff[w] = (int64_t)used;
-                    ws.wlen[w] = (int64_t)len;
-                    ws.wfreq[w] = 0;
-                    for (size_t k = 0; k < len; k++) ws.sym[used++] = text[i + k];
-                }
-                if (ws.wlen[w] == (int64_t)len && !memcmp(text + wpos[w], text + i, len)) {
-                    ws.wfreq[w]++;
-                    piece_word[p] = w;
-                    break;
-                }
-            }
-            i += len;
-        }
-        base_free(wh);
-        base_free(wpos);
-    }
+    if (collect_pieces(text, tn, n_pieces, &ws, piece_word)) goto fail;
     if (bpe_merge(&t, &ws, &pm, n_ranks, 1)) goto fail;
-
-    /* Stage 2: merges across piece boundaries within a line (phrases such as
-     * " of the"), for pairs seen at least twice. The pieces' current symbols are
-     * concatenated in corpus order. */
-    if (t.n < n_ranks) {
-        words lw = {0};
-        lw.sym = base_alloc((tn + 1) * sizeof *lw.sym, MEM_TOK);
-        lw.woff = base_alloc((n_pieces + 1) * sizeof(int64_t), MEM_TOK);
-        lw.wlen = base_calloc(n_pieces + 1, sizeof(int64_t), MEM_TOK);
-        lw.wfreq = base_alloc((n_pieces + 1) * sizeof(int64_t), MEM_TOK);
-        int ok = lw.sym && lw.woff && lw.wlen && lw.wfreq;
-        if (ok) {
-            int64_t used = 0;
-            lw.woff[0] = 0;
-            lw.wfreq[0] = 1;
-            for (size_t p = 0; p < n_pieces; p++) {
-                int64_t w = piece_word[p];
-                const int32_t *s = ws.sym + ws.woff[w];
-                int nl = 0;
-                for (int64_t k = 0; k < ws.wlen[w]; k++) {
-                    lw.sym[used++] = s[k];
-                    lw.wlen[lw.n]++;
-                    size_t id = (size_t)s[k];
-                    if (memchr(t.bytes + t.offs[id], '\n', toklen(&t, (int64_t)id))) nl = 1;
-                }
-                if (nl || p + 1 == n_pieces) {
-                    lw.n++;
-                    lw.woff[lw.n] = used;
-                    lw.wfreq[lw.n] = 1;
-                }
-            }
-            ok = !bpe_merge(&t, &lw, &pm, n_ranks, 2);
-        }
-        base_free(lw.sym);
-        base_free(lw.woff);
-        base_free(lw.wlen);
-        base_free(lw.wfreq);
-        if (!ok) goto fail;
-    }
-
-    /* Stage 3, when the corpus is exhausted (large vocabularies): pseudo-words,
-     * deterministic concatenations of a word-like token (letters, optional
-     * leading space) and a letters-only one, at most 14 bytes, so every rank is
-     * still a merge of two lower ranks and decoded text still looks like text. */
-    {
-        rng r = {0x746f6b656e697a65ull, 0};
-        uint8_t tmp[32];
-        int64_t tries = 0, n_word = 0, n_tail = 0;
-        int32_t *word = base_alloc((size_t)n_ranks * sizeof *word, MEM_TOK);
-        int32_t *tail = base_alloc((size_t)n_ranks * sizeof *tail, MEM_TOK);
-        if (!word || !tail) { base_free(word); base_free(tail); goto fail; }
-        for (int64_t id = 0; id < t.n; id++) {
-            const uint8_t *b = t.bytes + t.offs[id];
-            size_t l = toklen(&t, id), k = b[0] == ' ' ? 1 : 0;
-            int letters = l > k;
-            for (size_t q = k; q < l; q++) letters &= (unsigned)((b[q] | 32) - 'a') < 26u;
-            if (letters) word[n_word++] = (int32_t)id;
-            if (letters && !k) tail[n_tail++] = (int32_t)id;
-        }
-        while (t.n < n_ranks) {
-            int64_t a, b;
-            if (++tries > n_ranks * 1000) { base_free(word); base_free(tail); goto fail; }
-            if (n_word > 16 && n_tail > 16 && tries < n_ranks * 100) {
-                a = word[rng_below(&r, (uint64_t)n_word)];
-                b = tail[rng_below(&r, (uint64_t)n_tail)];
-            } else { /* degenerate corpus: any two printable tokens */
-                a = 32 + (int64_t)rng_below(&r, (uint64_t)(t.n - 32));
-                b = 32 + (int64_t)rng_below(&r, (uint64_t)(t.n - 32));
-                if ((a < 256 && a >= 0x7F) || (b < 256 && b >= 0x7F)) continue;
-            }
-            size_t la = toklen(&t, a), lb = toklen(&t, b);
-            if (la + lb > 14) continue;
-            memcpy(tmp, t.bytes + t.offs[a], la);
-            memcpy(tmp + la, t.bytes + t.offs[b], lb);
-            if (toktab_find(&t, tmp, la + lb) >= 0) continue;
-            if (toktab_add(&t, tmp, la + lb)) { base_free(word); base_free(tail); goto fail; }
-        }
-        base_free(word);
-        base_free(tail);
-    }
+    if (t.n < n_ranks && merge_lines(&t, &ws, piece_word, n_pieces, tn, &pm, n_ranks)) goto fail;
+    if (pseudo_words(&t, n_ranks)) goto fail;
     *bytes_out = t.bytes;
     *offs_out = t.offs;
     t.bytes = NULL;
