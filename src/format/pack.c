@@ -535,15 +535,10 @@ static int same_source(const json_t *j, const char *model_dir) {
     return src && realpath(model_dir, real) && !strcmp(src, real);
 }
 
-/* pack_build with dir locked against other writers. */
-static int build_locked(const char *model_dir, const cfg *c, const st_index *ix, const char *out_dir, const char *dir,
-                        uint64_t id, int flags, pack_progress_fn progress, void *ud, pack_result *res, char *err,
-                        size_t errlen) {
-    int rc = STRATA_OK;
-    char path[2048], tmp[2048];
-    snprintf(path, sizeof path, "%s/manifest.json", dir);
-    /* A pack directory holds the pack only: never write among other files. With
-     * the lock held, trunk.bin.tmp.<pid> files are left by writers that died. */
+/* A pack directory holds the pack only: never write among other files. With
+ * the lock held, trunk.bin.tmp.<pid> files are left by writers that died. */
+static int clear_pack_dir(const char *dir, char *err, size_t errlen) {
+    char tmp[2048];
     DIR *d = opendir(dir);
     struct dirent *e;
     while (d && (e = readdir(d))) {
@@ -556,50 +551,104 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
         if (!strcmp(n, ".") || !strcmp(n, "..") || !strncmp(n, "trunk.bin", 9) || !strncmp(n, "manifest.json", 13) ||
             !strcmp(n, PACK_LOCK))
             continue;
-        rc = base_fail(err, errlen, STRATA_EINVAL, "%s is not empty (holds %s, which is not part of a strata pack); refusing to write there",
-                       dir, n);
+        int rc = base_fail(err, errlen, STRATA_EINVAL, "%s is not empty (holds %s, which is not part of a strata pack); refusing to write there",
+                           dir, n);
         closedir(d);
         return rc;
     }
     if (d) closedir(d);
-    /* An existing pack: identical (nothing to do), stale (this model's pack, out of
-     * date: rebuilt), or another model's (refused, even with --force). */
-    if (base_is_file(path)) {
-        json_t *j;
-        uint64_t old;
-        int64_t ver;
-        char why[900];
-        if (pack_load_manifest(dir, &j, &old, &ver, why, sizeof why)) {
-            if (!(flags & PACK_FORCE))
-                return base_fail(err, errlen, STRATA_EINVAL, "%s holds an unreadable manifest (%s); use --force to replace it", dir, why);
-            snprintf(res->stale, sizeof res->stale, "its manifest was unreadable");
-        } else {
-            /* the default location belongs to the model; elsewhere the manifest names its source */
-            const int ours = !out_dir || same_source(j, model_dir);
-            int stale = 1;
-            if (old != id) snprintf(why, sizeof why, "the model's config, index, shard sizes or shard headers changed after packing");
-            else if (ver != PACK_VERSION)
-                snprintf(why, sizeof why, "it was written by another strata (manifest version %lld, this one writes %d)",
-                         (long long)ver, PACK_VERSION);
-            else stale = pack_stamps_stale(json_object_get(j, "shards"), ix, why, sizeof why);
-            if (!stale && pack_lacks_blocks(j)) {
-                stale = 1;
-                snprintf(why, sizeof why, "it predates the per-block checksums that let a run verify streamed matrices "
-                         "as it multiplies with them");
-            }
-            json_decref(j);
-            if (old != id && !ours)
-                return base_fail(err, errlen, STRATA_EINVAL,
-                                 "%s holds the pack of another model (id %016llx, this model is %016llx); refusing to overwrite it "
-                                 "(remove it first)", dir, (unsigned long long)old, (unsigned long long)id);
-            if (stale && !ours)
-                return base_fail(err, errlen, STRATA_EINVAL,
-                                 "%s holds a pack of another copy of this model, stale for this one (%s); refusing to overwrite it "
-                                 "(remove it first)", dir, why);
-            if (!stale && !(flags & PACK_FORCE)) { res->already = 1; goto pointer; }
-            if (stale) snprintf(res->stale, sizeof res->stale, "%s", why);
-        }
+    return STRATA_OK;
+}
+
+/* An existing pack: identical (nothing to do: *up_to_date), stale (this model's
+ * pack, out of date: rebuilt, res->stale says why), or another model's (refused,
+ * even with --force). */
+static int check_existing(const char *model_dir, const st_index *ix, const char *out_dir, const char *dir, uint64_t id,
+                          int flags, pack_result *res, int *up_to_date, char *err, size_t errlen) {
+    json_t *j;
+    uint64_t old;
+    int64_t ver;
+    char why[900];
+    if (pack_load_manifest(dir, &j, &old, &ver, why, sizeof why)) {
+        if (!(flags & PACK_FORCE))
+            return base_fail(err, errlen, STRATA_EINVAL, "%s holds an unreadable manifest (%s); use --force to replace it", dir, why);
+        snprintf(res->stale, sizeof res->stale, "its manifest was unreadable");
+        return STRATA_OK;
     }
+    /* the default location belongs to the model; elsewhere the manifest names its source */
+    const int ours = !out_dir || same_source(j, model_dir);
+    int stale = 1;
+    if (old != id) snprintf(why, sizeof why, "the model's config, index, shard sizes or shard headers changed after packing");
+    else if (ver != PACK_VERSION)
+        snprintf(why, sizeof why, "it was written by another strata (manifest version %lld, this one writes %d)",
+                 (long long)ver, PACK_VERSION);
+    else stale = pack_stamps_stale(json_object_get(j, "shards"), ix, why, sizeof why);
+    if (!stale && pack_lacks_blocks(j)) {
+        stale = 1;
+        snprintf(why, sizeof why, "it predates the per-block checksums that let a run verify streamed matrices "
+                 "as it multiplies with them");
+    }
+    json_decref(j);
+    if (old != id && !ours)
+        return base_fail(err, errlen, STRATA_EINVAL,
+                         "%s holds the pack of another model (id %016llx, this model is %016llx); refusing to overwrite it "
+                         "(remove it first)", dir, (unsigned long long)old, (unsigned long long)id);
+    if (stale && !ours)
+        return base_fail(err, errlen, STRATA_EINVAL,
+                         "%s holds a pack of another copy of this model, stale for this one (%s); refusing to overwrite it "
+                         "(remove it first)", dir, why);
+    if (!stale && !(flags & PACK_FORCE)) { *up_to_date = 1; return STRATA_OK; }
+    if (stale) snprintf(res->stale, sizeof res->stale, "%s", why);
+    return STRATA_OK;
+}
+
+/* manifest.json at path: the pack's identity, source stamps (taken over:
+ * stamps is consumed), trunk regions and expert checksums. */
+static int write_manifest(const char *path, uint64_t id, const char *real, json_t *stamps, const cfg *c, const layout *l,
+                          const uint64_t *hashes, const uint64_t *xh, int64_t n_moe, char *err, size_t errlen) {
+    json_t *m = json_object(), *units = json_array(), *xa = json_array(), *ex = json_object();
+    char hex[20];
+    snprintf(hex, sizeof hex, "%016llx", (unsigned long long)id);
+    json_object_set_new(m, "format", json_string("strata-pack"));
+    json_object_set_new(m, "version", json_integer(PACK_VERSION));
+    json_object_set_new(m, "model_id", json_string(hex));
+    json_object_set_new(m, "source", json_string(real));
+    json_object_set_new(m, "shards", stamps);
+    json_object_set_new(m, "align", json_integer(PACK_ALIGN));
+    json_object_set_new(m, "n_layers", json_integer(c->n_layers));
+    json_object_set_new(m, "trunk_bytes", json_integer((json_int_t)l->total));
+    json_object_set_new(m, "embed", pack_region_json(&l->embed, hashes[0]));
+    for (int64_t u = 0; u < l->n_units; u++) json_array_append_new(units, pack_region_json(&l->units[u], hashes[u + 1]));
+    json_object_set_new(m, "units", units);
+    json_object_set_new(ex, "mode", json_string("in_place"));
+    json_object_set_new(ex, "n_layers_moe", json_integer(n_moe));
+    json_object_set_new(ex, "n_experts", json_integer(c->n_experts));
+    for (int64_t i = 0; i < n_moe * c->n_experts; i++) {
+        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)xh[i]);
+        json_array_append_new(xa, json_string(hex));
+    }
+    json_object_set_new(ex, "xxh3", xa);
+    json_object_set_new(m, "experts", ex);
+    char *s = json_dumps(m, JSON_COMPACT);
+    json_decref(m);
+    /* a failed allocation drops a field without a word: never write that */
+    if (s && jsonx_build_failed()) { base_free(s); s = NULL; }
+    if (!s) return base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory building the manifest", path);
+    int rc = base_write_file_atomic(path, s, strlen(s), err, errlen);
+    json_malloc_t jm;
+    json_free_t jf;
+    json_get_alloc_funcs(&jm, &jf); /* jsonx may have routed jansson through base_alloc */
+    jf(s);
+    return rc;
+}
+
+/* The pack itself: the trunk copied to trunk.bin with its hashes, the experts'
+ * checksums, then the manifest (path). */
+static int write_pack(const char *model_dir, const cfg *c, const st_index *ix, const char *dir, const char *path,
+                      uint64_t id, int flags, pack_progress_fn progress, void *ud, pack_result *res, char *err,
+                      size_t errlen) {
+    int rc = STRATA_OK;
+    char tmp[2048];
     /* stamps before the first source byte is read: a shard written while we pack
      * leaves the pack stale, not silently mixed */
     jsonx_build_begin(); /* covers the stamps and the manifest built below */
@@ -630,58 +679,40 @@ static int build_locked(const char *model_dir, const cfg *c, const st_index *ix,
         unlink(tmp); /* a whole trunk's worth of disk otherwise, until the next pack */
         goto done;
     }
-    {
-        json_t *m = json_object(), *units = json_array(), *xa = json_array(), *ex = json_object();
-        char hex[20];
-        snprintf(hex, sizeof hex, "%016llx", (unsigned long long)id);
-        json_object_set_new(m, "format", json_string("strata-pack"));
-        json_object_set_new(m, "version", json_integer(PACK_VERSION));
-        json_object_set_new(m, "model_id", json_string(hex));
-        json_object_set_new(m, "source", json_string(real));
-        json_object_set_new(m, "shards", stamps);
-        stamps = NULL;
-        json_object_set_new(m, "align", json_integer(PACK_ALIGN));
-        json_object_set_new(m, "n_layers", json_integer(c->n_layers));
-        json_object_set_new(m, "trunk_bytes", json_integer((json_int_t)l.total));
-        json_object_set_new(m, "embed", pack_region_json(&l.embed, hashes[0]));
-        for (int64_t u = 0; u < l.n_units; u++) json_array_append_new(units, pack_region_json(&l.units[u], hashes[u + 1]));
-        json_object_set_new(m, "units", units);
-        json_object_set_new(ex, "mode", json_string("in_place"));
-        json_object_set_new(ex, "n_layers_moe", json_integer(n_moe));
-        json_object_set_new(ex, "n_experts", json_integer(c->n_experts));
-        for (int64_t i = 0; i < n_moe * c->n_experts; i++) {
-            snprintf(hex, sizeof hex, "%016llx", (unsigned long long)xh[i]);
-            json_array_append_new(xa, json_string(hex));
-        }
-        json_object_set_new(ex, "xxh3", xa);
-        json_object_set_new(m, "experts", ex);
-        char *s = json_dumps(m, JSON_COMPACT);
-        json_decref(m);
-        /* a failed allocation drops a field without a word: never write that */
-        if (s && jsonx_build_failed()) { base_free(s); s = NULL; }
-        if (!s) { rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory building the manifest", path); goto done; }
-        rc = base_write_file_atomic(path, s, strlen(s), err, errlen);
-        json_malloc_t jm;
-        json_free_t jf;
-        json_get_alloc_funcs(&jm, &jf); /* jsonx may have routed jansson through base_alloc */
-        jf(s);
-    }
+    rc = write_manifest(path, id, real, stamps, c, &l, hashes, xh, n_moe, err, errlen);
+    stamps = NULL;
 done:
     json_decref(stamps);
     base_free(hashes);
     base_free(xh);
     pack_layout_free(&l);
-    if (rc) return rc;
-pointer:
-    if (out_dir) { /* let `strata run MODEL_DIR` find a pack written elsewhere */
-        char ptr[4096], rdir[4096], pdir[4096];
-        pack_pointer_path(model_dir, ptr, sizeof ptr);
-        snprintf(pdir, sizeof pdir, "%s", ptr);
-        char *slash = strrchr(pdir, '/');
-        if (slash) *slash = 0;
-        if (!realpath(dir, rdir)) snprintf(rdir, sizeof rdir, "%s", dir);
-        if (base_mkdir_p(pdir, NULL, 0) == 0) base_write_file_atomic(ptr, rdir, strlen(rdir), NULL, 0);
-    }
+    return rc;
+}
+
+/* Lets `strata run MODEL_DIR` find a pack written elsewhere (dir). */
+static void write_pointer(const char *model_dir, const char *dir) {
+    char ptr[4096], rdir[4096], pdir[4096];
+    pack_pointer_path(model_dir, ptr, sizeof ptr);
+    snprintf(pdir, sizeof pdir, "%s", ptr);
+    char *slash = strrchr(pdir, '/');
+    if (slash) *slash = 0;
+    if (!realpath(dir, rdir)) snprintf(rdir, sizeof rdir, "%s", dir);
+    if (base_mkdir_p(pdir, NULL, 0) == 0) base_write_file_atomic(ptr, rdir, strlen(rdir), NULL, 0);
+}
+
+/* pack_build with dir locked against other writers. */
+static int build_locked(const char *model_dir, const cfg *c, const st_index *ix, const char *out_dir, const char *dir,
+                        uint64_t id, int flags, pack_progress_fn progress, void *ud, pack_result *res, char *err,
+                        size_t errlen) {
+    int rc, up_to_date = 0;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if ((rc = clear_pack_dir(dir, err, errlen))) return rc;
+    if (base_is_file(path) && (rc = check_existing(model_dir, ix, out_dir, dir, id, flags, res, &up_to_date, err, errlen)))
+        return rc;
+    if (up_to_date) res->already = 1;
+    else if ((rc = write_pack(model_dir, c, ix, dir, path, id, flags, progress, ud, res, err, errlen))) return rc;
+    if (out_dir) write_pointer(model_dir, dir);
     return STRATA_OK;
 }
 
