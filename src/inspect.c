@@ -125,10 +125,11 @@ static const char *layer_class_name(int k) {
 }
 static int layer_class(const cfg *c, int64_t L) { return (c->is_mla[L] ? 2 : 0) + (cfg_is_moe(c, L) ? 1 : 0); }
 
-static void print_human(const report *r, FILE *out) {
+/* The config summary and the layer map. */
+static void print_config(const report *r, FILE *out) {
     const cfg *c = r->c;
     const cfg_census *s = r->s;
-    char a[64], b[64], d[64], e[64];
+    char a[64];
     fprintf(out, "config: %s\n", r->cfg_path);
     fprintf(out, "  hidden %lld, %lld layers, vocab %s, rms_eps %g\n", (long long)c->hidden, (long long)c->n_layers,
            commas((uint64_t)c->vocab, a, sizeof a), c->rms_eps);
@@ -162,7 +163,13 @@ static void print_human(const report *r, FILE *out) {
     fprintf(out, "  MLA layers (0-based):");
     for (int64_t L = 0; L < c->n_layers; L++) if (c->is_mla[L]) fprintf(out, " %lld", (long long)L);
     fprintf(out, "\n");
+}
 
+/* Parameters and bytes by class, caches and states per position. */
+static void print_sizes(const report *r, FILE *out) {
+    const cfg *c = r->c;
+    const cfg_census *s = r->s;
+    char a[64], b[64], d[64], e[64];
     fprintf(out, "parameters: %s parameters (%s)\n", params_h(s->params_total, a, sizeof a), commas(s->params_total, b, sizeof b));
     fprintf(out, "  active per token: %s (%s; trunk + embeddings + %lld x %lld routed experts)\n",
            params_h(s->params_active, a, sizeof a), commas(s->params_active, b, sizeof b), (long long)c->topk,
@@ -225,7 +232,13 @@ static void print_human(const report *r, FILE *out) {
            (long long)c->kda_heads, (long long)c->kda_head_dim, (long long)c->kda_head_dim,
            (long long)(c->kda_heads * c->kda_head_dim), (long long)(c->conv_k - 1),
            commas(s->kda_state_elems, d, sizeof d), base_fmt_bytes(s->kda_state_elems * 4, e, sizeof e));
+}
 
+/* The checkpoint: shards, layout facts, scans, warnings and problems. */
+static void print_checkpoint(const report *r, FILE *out) {
+    const cfg *c = r->c;
+    const cfg_census *s = r->s;
+    char a[64], b[64], d[64], e[64];
     if (r->have_ckpt) {
         uint64_t tot = 0;
         for (int i = 0; i < st_n_shards(r->ix); i++) tot += st_shard_size(r->ix, i);
@@ -278,6 +291,12 @@ static void print_human(const report *r, FILE *out) {
         fprintf(out, "problems: %d\n", r->n_problems);
         print_lines(out, "  - ", r->problems.s);
     }
+}
+
+static void print_human(const report *r, FILE *out) {
+    print_config(r, out);
+    print_sizes(r, out);
+    print_checkpoint(r, out);
 }
 
 static void json_u64_array(sbuf *b, const uint64_t *v, int64_t n) {

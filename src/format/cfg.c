@@ -577,87 +577,95 @@ static void vpos(vd *v, int id, double x) {
         vproblem(v, "'%s' = %g must be a positive number", fname(id), x);
 }
 
-static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
-    vd v = {what, pb, have};
+/* Widths, counts and scalars one by one; 0 when a basic width is missing or
+ * unusable (the checks after the layer map need them all). */
+static int check_fields(vd *v, const cfg *c) {
     int ok = 1;
-    if (HAVE(have, F_LAYERS) && (c->n_layers < 1 || c->n_layers > CFG_MAX_LAYERS)) {
-        vproblem(&v, "'num_hidden_layers' = %lld must be in 1..%d", (long long)c->n_layers, CFG_MAX_LAYERS);
+    if (HAVE(v->have, F_LAYERS) && (c->n_layers < 1 || c->n_layers > CFG_MAX_LAYERS)) {
+        vproblem(v, "'num_hidden_layers' = %lld must be in 1..%d", (long long)c->n_layers, CFG_MAX_LAYERS);
         ok = 0;
     }
-    ok &= vdim(&v, F_HIDDEN, c->hidden, 0);
-    ok &= vdim(&v, F_VOCAB, c->vocab, 0);
-    ok &= vdim(&v, F_KDA_HEADS, c->kda_heads, 0);
-    ok &= vdim(&v, F_KDA_D, c->kda_head_dim, 0);
-    ok &= vdim(&v, F_NHEADS, c->n_heads, 0);
-    ok &= vdim(&v, F_QLORA, c->q_lora, c->arch == ARCH_KIMI_LINEAR); /* 0: a direct q_proj */
-    ok &= vdim(&v, F_KVLORA, c->kv_lora, 0);
-    ok &= vdim(&v, F_NOPE, c->qk_nope, 0);
-    ok &= vdim(&v, F_ROPE, c->qk_rope, 1); /* the shared rope slot may be absent */
-    ok &= vdim(&v, F_VHEAD, c->v_head, 0);
-    ok &= vdim(&v, F_NEXP, c->n_experts, 0);
-    ok &= vdim(&v, F_LATENT, c->latent, 0);
-    ok &= vdim(&v, F_MOE_I, c->moe_inter, 0);
-    ok &= vdim(&v, F_DENSE_I, c->dense_inter, 0);
-    ok &= vdim(&v, F_CONV, c->conv_k, 0);
-    ok &= vdim(&v, F_ARB, c->attn_res_block, 0);
-    ok &= vdim(&v, F_NSHARED, c->n_shared, 1);
+    ok &= vdim(v, F_HIDDEN, c->hidden, 0);
+    ok &= vdim(v, F_VOCAB, c->vocab, 0);
+    ok &= vdim(v, F_KDA_HEADS, c->kda_heads, 0);
+    ok &= vdim(v, F_KDA_D, c->kda_head_dim, 0);
+    ok &= vdim(v, F_NHEADS, c->n_heads, 0);
+    ok &= vdim(v, F_QLORA, c->q_lora, c->arch == ARCH_KIMI_LINEAR); /* 0: a direct q_proj */
+    ok &= vdim(v, F_KVLORA, c->kv_lora, 0);
+    ok &= vdim(v, F_NOPE, c->qk_nope, 0);
+    ok &= vdim(v, F_ROPE, c->qk_rope, 1); /* the shared rope slot may be absent */
+    ok &= vdim(v, F_VHEAD, c->v_head, 0);
+    ok &= vdim(v, F_NEXP, c->n_experts, 0);
+    ok &= vdim(v, F_LATENT, c->latent, 0);
+    ok &= vdim(v, F_MOE_I, c->moe_inter, 0);
+    ok &= vdim(v, F_DENSE_I, c->dense_inter, 0);
+    ok &= vdim(v, F_CONV, c->conv_k, 0);
+    ok &= vdim(v, F_ARB, c->attn_res_block, 0);
+    ok &= vdim(v, F_NSHARED, c->n_shared, 1);
     /* The expert matrices are quantised along their input width in groups of 32:
      * w1/w3 read the latent, w2 reads the expert's intermediate. */
-    if (!c->moe_plain && HAVE(have, F_LATENT) && c->latent > 0 && c->latent % MXFP4_GROUP)
-        vproblem(&v, "'routed_expert_hidden_size' = %lld must be a multiple of %d (the MXFP4 group)",
+    if (!c->moe_plain && HAVE(v->have, F_LATENT) && c->latent > 0 && c->latent % MXFP4_GROUP)
+        vproblem(v, "'routed_expert_hidden_size' = %lld must be a multiple of %d (the MXFP4 group)",
                  (long long)c->latent, MXFP4_GROUP);
-    if (!c->moe_plain && HAVE(have, F_MOE_I) && c->moe_inter > 0 && c->moe_inter % MXFP4_GROUP)
-        vproblem(&v, "'moe_intermediate_size' = %lld must be a multiple of %d (the MXFP4 group)",
+    if (!c->moe_plain && HAVE(v->have, F_MOE_I) && c->moe_inter > 0 && c->moe_inter % MXFP4_GROUP)
+        vproblem(v, "'moe_intermediate_size' = %lld must be a multiple of %d (the MXFP4 group)",
                  (long long)c->moe_inter, MXFP4_GROUP);
-    if (has(&v, F_TOPK, F_NEXP)) {
+    if (has(v, F_TOPK, F_NEXP)) {
         int64_t hi = c->n_experts < CFG_MAX_TOPK ? c->n_experts : CFG_MAX_TOPK;
         if (c->topk < 1 || c->topk > hi)
-            vproblem(&v, "'num_experts_per_token' = %lld must be in 1..%lld (min of num_experts = %lld and %d)",
+            vproblem(v, "'num_experts_per_token' = %lld must be in 1..%lld (min of num_experts = %lld and %d)",
                      (long long)c->topk, (long long)hi, (long long)c->n_experts, CFG_MAX_TOPK);
-    } else if (HAVE(have, F_TOPK) && (c->topk < 1 || c->topk > CFG_MAX_TOPK)) {
-        vproblem(&v, "'num_experts_per_token' = %lld must be in 1..%d", (long long)c->topk, CFG_MAX_TOPK);
+    } else if (HAVE(v->have, F_TOPK) && (c->topk < 1 || c->topk > CFG_MAX_TOPK)) {
+        vproblem(v, "'num_experts_per_token' = %lld must be in 1..%d", (long long)c->topk, CFG_MAX_TOPK);
     }
-    if (has(&v, F_FDENSE, F_LAYERS) && (c->first_dense < 0 || c->first_dense > c->n_layers))
-        vproblem(&v, "'first_k_dense_replace' = %lld must be in 0..%lld (num_hidden_layers)",
+    if (has(v, F_FDENSE, F_LAYERS) && (c->first_dense < 0 || c->first_dense > c->n_layers))
+        vproblem(v, "'first_k_dense_replace' = %lld must be in 0..%lld (num_hidden_layers)",
                  (long long)c->first_dense, (long long)c->n_layers);
-    vpos(&v, F_EPS, c->rms_eps);
+    vpos(v, F_EPS, c->rms_eps);
     if (!c->act_silu) {
-        vpos(&v, F_B1, c->situ_b1);
-        vpos(&v, F_B2, c->situ_b2);
+        vpos(v, F_B1, c->situ_b1);
+        vpos(v, F_B2, c->situ_b2);
     }
     if (c->kv_norm_eps < 0 || !isfinite(c->kv_norm_eps))
-        vproblem(&v, "kv_a_layernorm epsilon %g must be a non-negative number", c->kv_norm_eps);
-    if (c->moe_plain && HAVE(have, F_LATENT) && c->latent != c->hidden)
-        vproblem(&v, "experts on the hidden dim need latent = hidden_size, got %lld", (long long)c->latent);
-    vpos(&v, F_RSCALE, c->routed_scale);
+        vproblem(v, "kv_a_layernorm epsilon %g must be a non-negative number", c->kv_norm_eps);
+    if (c->moe_plain && HAVE(v->have, F_LATENT) && c->latent != c->hidden)
+        vproblem(v, "experts on the hidden dim need latent = hidden_size, got %lld", (long long)c->latent);
+    vpos(v, F_RSCALE, c->routed_scale);
     /* finite is not enough: 1e308 scales every routed output to inf */
-    if (HAVE(have, F_RSCALE) && isfinite(c->routed_scale) && c->routed_scale > CFG_MAX_ROUTED_SCALE)
-        vproblem(&v, "'%s' = %g is absurd (at most %g)", fname(F_RSCALE), c->routed_scale, CFG_MAX_ROUTED_SCALE);
-    if (HAVE(have, F_GLB) && !c->kda_softplus && !(isfinite(c->gate_lb) && c->gate_lb < 0))
-        vproblem(&v, "'gate_lower_bound' = %g must be negative", c->gate_lb);
+    if (HAVE(v->have, F_RSCALE) && isfinite(c->routed_scale) && c->routed_scale > CFG_MAX_ROUTED_SCALE)
+        vproblem(v, "'%s' = %g is absurd (at most %g)", fname(F_RSCALE), c->routed_scale, CFG_MAX_ROUTED_SCALE);
+    if (HAVE(v->have, F_GLB) && !c->kda_softplus && !(isfinite(c->gate_lb) && c->gate_lb < 0))
+        vproblem(v, "'gate_lower_bound' = %g must be negative", c->gate_lb);
+    return ok;
+}
 
-    /* Layer map: the parser fills is_mla from the list; presets fill it directly,
-     * so the count and the tail are checked here too. */
-    if (has(&v, F_FULL, F_LAYERS) && c->n_layers >= 1 && c->n_layers <= CFG_MAX_LAYERS) {
+/* The layer map: the parser fills is_mla from the list; presets fill it
+ * directly, so the count and the tail are checked here too. 0 when it cannot
+ * be checked (no layer list or no usable layer count). */
+static int check_layer_map(vd *v, const cfg *c) {
+    if (has(v, F_FULL, F_LAYERS) && c->n_layers >= 1 && c->n_layers <= CFG_MAX_LAYERS) {
         int64_t n = 0, beyond = 0;
         for (int64_t L = 0; L < CFG_MAX_LAYERS; L++) {
             if (c->is_mla[L] > 1) beyond++;
             else if (c->is_mla[L]) { if (L < c->n_layers) n++; else beyond++; }
         }
-        if (beyond) vproblem(&v, "layer map marks %lld layers beyond num_hidden_layers = %lld", (long long)beyond,
+        if (beyond) vproblem(v, "layer map marks %lld layers beyond num_hidden_layers = %lld", (long long)beyond,
                              (long long)c->n_layers);
         if (n != c->n_mla)
-            vproblem(&v, "layer map holds %lld full-attention layers but n_mla = %lld", (long long)n, (long long)c->n_mla);
-        if (n < 1) vproblem(&v, "'full_attn_layers' is empty: at least one full-attention (MLA) layer is needed");
+            vproblem(v, "layer map holds %lld full-attention layers but n_mla = %lld", (long long)n, (long long)c->n_mla);
+        if (n < 1) vproblem(v, "'full_attn_layers' is empty: at least one full-attention (MLA) layer is needed");
         if (n >= c->n_layers)
-            vproblem(&v, "'full_attn_layers' lists all %lld layers: no KDA layer is left", (long long)c->n_layers);
-    } else {
-        ok = 0;
+            vproblem(v, "'full_attn_layers' lists all %lld layers: no KDA layer is left", (long long)c->n_layers);
+        return 1;
     }
+    return 0;
+}
 
-    /* Derived widths stay under the same ceiling, then the whole model under
-     * CFG_MAX_PARAMS, so census sums never wrap. */
-    if (ok && HAVE(have, F_LAYERS) && (have & ALL_FIELDS) == ALL_FIELDS) {
+/* Derived widths stay under the same ceiling, then the whole model under
+ * CFG_MAX_PARAMS, so census sums never wrap (only when every field is there
+ * and usable: ok). */
+static void check_model_size(vd *v, const cfg *c, int ok) {
+    if (ok && HAVE(v->have, F_LAYERS) && (v->have & ALL_FIELDS) == ALL_FIELDS) {
         const struct { const char *n; double w; } d[] = {
             {"num_heads x head_dim (KDA)", (double)c->kda_heads * (double)c->kda_head_dim},
             {"num_attention_heads x (qk_nope_head_dim + qk_rope_head_dim)", (double)c->n_heads * (double)(c->qk_nope + c->qk_rope)},
@@ -666,7 +674,7 @@ static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
         };
         for (size_t i = 0; i < sizeof d / sizeof d[0]; i++)
             if (d[i].w > (double)CFG_MAX_DIM) {
-                vproblem(&v, "%s = %.0f is larger than %lld", d[i].n, d[i].w, (long long)CFG_MAX_DIM);
+                vproblem(v, "%s = %.0f is larger than %lld", d[i].n, d[i].w, (long long)CFG_MAX_DIM);
                 ok = 0;
             }
         if (ok) {
@@ -686,21 +694,31 @@ static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
                 if (cfg_is_moe(c, L)) total += (double)c->n_experts * 3.0 * in * (double)c->moe_inter;
             }
             if (total > CFG_MAX_PARAMS)
-                vproblem(&v, "the model would have up to %.3g parameters, more than the %.0g supported", total, CFG_MAX_PARAMS);
+                vproblem(v, "the model would have up to %.3g parameters, more than the %.0g supported", total, CFG_MAX_PARAMS);
         }
     }
+}
 
-    /* Special ids must be inside the vocabulary. */
-    if (HAVE(have, F_VOCAB) && c->vocab > 0) {
-        if (c->bos_id >= c->vocab) vproblem(&v, "'bos_token_id' = %lld is not below vocab_size = %lld", (long long)c->bos_id, (long long)c->vocab);
-        if (c->pad_id >= c->vocab) vproblem(&v, "'pad_token_id' = %lld is not below vocab_size = %lld", (long long)c->pad_id, (long long)c->vocab);
+/* Special ids must be inside the vocabulary. */
+static void check_ids(vd *v, const cfg *c) {
+    if (HAVE(v->have, F_VOCAB) && c->vocab > 0) {
+        if (c->bos_id >= c->vocab) vproblem(v, "'bos_token_id' = %lld is not below vocab_size = %lld", (long long)c->bos_id, (long long)c->vocab);
+        if (c->pad_id >= c->vocab) vproblem(v, "'pad_token_id' = %lld is not below vocab_size = %lld", (long long)c->pad_id, (long long)c->vocab);
         for (int64_t i = 0; i < c->n_eos && i < CFG_MAX_EOS; i++)
             if (c->eos_ids[i] < 0 || c->eos_ids[i] >= c->vocab)
-                vproblem(&v, "'eos_token_id' %lld is not in 0..%lld", (long long)c->eos_ids[i], (long long)c->vocab - 1);
+                vproblem(v, "'eos_token_id' %lld is not in 0..%lld", (long long)c->eos_ids[i], (long long)c->vocab - 1);
     }
-    if (c->n_eos < 0 || c->n_eos > CFG_MAX_EOS) vproblem(&v, "n_eos = %lld must be in 0..%d", (long long)c->n_eos, CFG_MAX_EOS);
-    if (c->bos_id < -1 || c->pad_id < -1) vproblem(&v, "bos/pad ids must be -1 (absent) or token ids");
-    if (c->max_ctx < 1) vproblem(&v, "'max_position_embeddings' = %lld must be positive", (long long)c->max_ctx);
+    if (c->n_eos < 0 || c->n_eos > CFG_MAX_EOS) vproblem(v, "n_eos = %lld must be in 0..%d", (long long)c->n_eos, CFG_MAX_EOS);
+    if (c->bos_id < -1 || c->pad_id < -1) vproblem(v, "bos/pad ids must be -1 (absent) or token ids");
+    if (c->max_ctx < 1) vproblem(v, "'max_position_embeddings' = %lld must be positive", (long long)c->max_ctx);
+}
+
+static void check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb) {
+    vd v = {what, pb, have};
+    int ok = check_fields(&v, c);
+    ok &= check_layer_map(&v, c);
+    check_model_size(&v, c, ok);
+    check_ids(&v, c);
 }
 
 int cfg_validate(const cfg *c, const char *what, char *err, size_t errlen) {

@@ -389,6 +389,85 @@ int tok_add_special(tok *t, const char *content, int32_t id, char *err, size_t e
     return add_special(t, (const uint8_t *)content, strlen(content), id, "tok_add_special", err, errlen);
 }
 
+/* The rank after the space of a line (sp: the space, re: the line's end):
+ * decimal digits, no leading zero, at most TOK_MAX_ID and a digit. */
+static int parse_rank(const uint8_t *sp, const uint8_t *re, int64_t *out, const char *name, uint32_t line, char *err,
+                      size_t errlen) {
+    const uint8_t *r = sp + 1;
+    int64_t rank = 0;
+    if (r == re || (*r == '0' && re - r > 1)) return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: bad rank", name, line);
+    for (; r < re; r++) {
+        if (*r < '0' || *r > '9' || rank > TOK_MAX_ID)
+            return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: bad rank '%.*s'", name, line,
+                             (int)((re - sp - 1) > 20 ? 20 : (re - sp - 1)), (const char *)sp + 1);
+        rank = rank * 10 + (*r - '0');
+    }
+    *out = rank;
+    return STRATA_OK;
+}
+
+/* One "base64 SP rank" line (l, ll bytes, CR stripped) of a vocabulary of n
+ * lines: its token into the pool at its rank. line_of (rank -> line, for
+ * messages) catches a rank given twice; tmp is scratch for the decoded bytes. */
+static int parse_vocab_line(tok *t, const uint8_t *l, size_t ll, uint32_t line, int32_t n, uint32_t *line_of,
+                            uint8_t *tmp, const char *name, char *err, size_t errlen) {
+    if (ll == 0) return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: empty line", name, line);
+    const uint8_t *sp = memchr(l, ' ', ll);
+    if (!sp) return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: expected 'base64 rank'", name, line);
+    size_t bl = (size_t)(sp - l);
+    if (bl > (TOK_MAX_TOKEN / 3) * 4)
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: token longer than %d bytes", name, line, TOK_MAX_TOKEN);
+    long tl = b64_decode(l, bl, tmp);
+    if (tl <= 0)
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: bad base64 '%.*s'", name, line,
+                         (int)(bl > 40 ? 40 : bl), (const char *)l);
+    int64_t rank = 0;
+    int rc = parse_rank(sp, l + ll, &rank, name, line, err, errlen);
+    if (rc) return rc;
+    if (rank >= n)
+        return base_fail(err, errlen, STRATA_EFORMAT,
+                         "%s:%u: rank %lld leaves a gap (%d lines, so ranks must be 0..%d)", name, line,
+                         (long long)rank, n, n - 1);
+    int32_t id = (int32_t)rank;
+    if (line_of[id])
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: duplicate rank %d (first on line %u)", name,
+                         line, id, line_of[id]);
+    line_of[id] = line;
+    if ((rc = pool_add(t, tmp, (size_t)tl, &t->id_off[id]))) return base_fail(err, errlen, rc, "%s: out of memory", name);
+    t->id_len[id] = (uint32_t)tl;
+    if ((size_t)tl > t->max_token_len) t->max_token_len = (size_t)tl;
+    int32_t dup = map_put(t, id);
+    if (dup >= 0)
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: duplicate token (same bytes as rank %d on line %u)",
+                         name, line, dup, line_of[dup]);
+    return STRATA_OK;
+}
+
+/* The lookups built once all n ranks are in: the Bloom filter over every token,
+ * the rank of each byte pair, and the rank of each single byte (every byte needs
+ * one, or some text could not be encoded). */
+static int build_lookups(tok *t, int32_t n, const char *name, char *err, size_t errlen) {
+    t->pair_rank = base_alloc(65536 * sizeof *t->pair_rank, MEM_TOK);
+    t->bloom = base_calloc(BLOOM_BITS / 64, sizeof *t->bloom, MEM_TOK);
+    if (!t->pair_rank || !t->bloom) return base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name);
+    for (int32_t id = 0; id < n; id++) {
+        uint64_t b = hash_bytes(t->pool + t->id_off[id], t->id_len[id]) >> BLOOM_SHIFT;
+        t->bloom[b >> 6] |= 1ull << (b & 63);
+    }
+    for (int w = 0; w < 65536; w++) {
+        uint8_t pr[2] = {(uint8_t)(w >> 8), (uint8_t)w};
+        t->pair_rank[w] = map_find(t, pr, 2, hash_bytes(pr, 2));
+    }
+    for (int b = 0; b < 256; b++) {
+        uint8_t c = (uint8_t)b;
+        t->byte_rank[b] = map_find(t, &c, 1, hash_bytes(&c, 1));
+        if (t->byte_rank[b] == RANK_NONE)
+            return base_fail(err, errlen, STRATA_EFORMAT, "%s: byte 0x%02x has no token, so some text cannot be encoded",
+                             name, b);
+    }
+    return STRATA_OK;
+}
+
 /* Parses "base64 SP rank" lines. Lines are checked in one pass; the rank table
  * must come out dense (0..n-1, each once). */
 static int parse_vocab(tok *t, const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen) {
@@ -418,79 +497,10 @@ static int parse_vocab(tok *t, const uint8_t *buf, size_t len, const char *name,
         size_t ll = nl ? (size_t)(nl - l) : len - pos;
         pos += ll + (nl ? 1 : 0);
         if (ll && l[ll - 1] == '\r') ll--;
-        if (ll == 0) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: empty line", name, line); goto done; }
-        const uint8_t *sp = memchr(l, ' ', ll);
-        if (!sp) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: expected 'base64 rank'", name, line); goto done; }
-        size_t bl = (size_t)(sp - l);
-        if (bl > (TOK_MAX_TOKEN / 3) * 4) {
-            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: token longer than %d bytes", name, line, TOK_MAX_TOKEN);
-            goto done;
-        }
-        long tl = b64_decode(l, bl, tmp);
-        if (tl <= 0) {
-            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: bad base64 '%.*s'", name, line,
-                           (int)(bl > 40 ? 40 : bl), (const char *)l);
-            goto done;
-        }
-        const uint8_t *r = sp + 1, *re = l + ll;
-        int64_t rank = 0;
-        if (r == re || (*r == '0' && re - r > 1)) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: bad rank", name, line); goto done; }
-        for (; r < re; r++) {
-            if (*r < '0' || *r > '9' || rank > TOK_MAX_ID) {
-                rc = base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: bad rank '%.*s'", name, line,
-                               (int)((re - sp - 1) > 20 ? 20 : (re - sp - 1)), (const char *)sp + 1);
-                goto done;
-            }
-            rank = rank * 10 + (*r - '0');
-        }
-        if (rank >= n) {
-            rc = base_fail(err, errlen, STRATA_EFORMAT,
-                           "%s:%u: rank %lld leaves a gap (%d lines, so ranks must be 0..%d)", name, line,
-                           (long long)rank, n, n - 1);
-            goto done;
-        }
-        int32_t id = (int32_t)rank;
-        if (line_of[id]) {
-            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: duplicate rank %d (first on line %u)", name,
-                           line, id, line_of[id]);
-            goto done;
-        }
-        line_of[id] = line;
-        if ((rc = pool_add(t, tmp, (size_t)tl, &t->id_off[id]))) {
-            rc = base_fail(err, errlen, rc, "%s: out of memory", name);
-            goto done;
-        }
-        t->id_len[id] = (uint32_t)tl;
-        if ((size_t)tl > t->max_token_len) t->max_token_len = (size_t)tl;
-        int32_t dup = map_put(t, id);
-        if (dup >= 0) {
-            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: duplicate token (same bytes as rank %d on line %u)",
-                           name, line, dup, line_of[dup]);
-            goto done;
-        }
+        if ((rc = parse_vocab_line(t, l, ll, line, n, line_of, tmp, name, err, errlen))) goto done;
     }
     /* Each line holds one rank < n, no duplicates, n lines: so the ranks are dense. */
-    t->pair_rank = base_alloc(65536 * sizeof *t->pair_rank, MEM_TOK);
-    t->bloom = base_calloc(BLOOM_BITS / 64, sizeof *t->bloom, MEM_TOK);
-    if (!t->pair_rank || !t->bloom) { rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name); goto done; }
-    for (int32_t id = 0; id < n; id++) {
-        uint64_t b = hash_bytes(t->pool + t->id_off[id], t->id_len[id]) >> BLOOM_SHIFT;
-        t->bloom[b >> 6] |= 1ull << (b & 63);
-    }
-    for (int w = 0; w < 65536; w++) {
-        uint8_t pr[2] = {(uint8_t)(w >> 8), (uint8_t)w};
-        t->pair_rank[w] = map_find(t, pr, 2, hash_bytes(pr, 2));
-    }
-    for (int b = 0; b < 256; b++) {
-        uint8_t c = (uint8_t)b;
-        t->byte_rank[b] = map_find(t, &c, 1, hash_bytes(&c, 1));
-        if (t->byte_rank[b] == RANK_NONE) {
-            rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: byte 0x%02x has no token, so some text cannot be encoded",
-                           name, b);
-            goto done;
-        }
-    }
-    rc = STRATA_OK;
+    rc = build_lookups(t, n, name, err, errlen);
 done:
     base_free(line_of);
     base_free(tmp);
