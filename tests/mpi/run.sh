@@ -18,7 +18,14 @@ export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0}
 export OMPI_MCA_btl_vader_single_copy_mechanism=none   # containers without CMA
 pass=0 fail=0
 ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; [ -n "${2:-}" ] && sed 's/^/     /' "$2" | tail -20; }
+# a failure shows its log: the first lines (strata's own message comes first) and
+# the last ones (mpirun's summary), without Open MPI's boilerplate paragraphs
+bad() {
+  fail=$((fail + 1)); echo "FAIL $1"
+  [ -n "${2:-}" ] || return 0
+  if [ "$(wc -l < "$2")" -le 40 ]; then sed 's/^/     /' "$2"; return 0; fi
+  head -20 "$2" | sed 's/^/     /'; echo "     ..."; tail -15 "$2" | sed 's/^/     /'
+}
 t0=$(date +%s)
 
 for b in "$S" "$SM"; do
