@@ -242,6 +242,44 @@ static int embed_check(stream *s, const uint8_t *buf, uint64_t n, uint64_t chunk
                      (unsigned long long)r->xxh3, (unsigned long long)got);
 }
 
+/* The embeddings at open (place_open): a row is embed_row bytes at a known offset
+ * (pack region or the shard); the table is read whole when resident, else rows
+ * are read through the bounce buffers; from a pack, checked against its XXH3. */
+static int open_embed(stream *s, const cfg *c, const st_index *ix, const place_plan *p, char *err, size_t errlen) {
+    int rc = 0;
+    char en[96];
+    snprintf(en, sizeof en, "%sembed_tokens.weight", arch_of(c)->pfx);
+    const st_tensor *t = st_find(ix, en);
+    if (!t || t->ndim != 2 || t->shape[0] != c->vocab || t->shape[1] != c->hidden)
+        return base_fail(err, errlen, STRATA_EFORMAT, "stream: %s missing or misshapen", en);
+    s->emb_dtype = t->dtype;
+    s->emb_row = t->nbytes / (uint64_t)c->vocab;
+    if (s->pk) { s->emb_file = s->n_files - 1; s->emb_off = s->pk->embed.off + s->pk->embed.t[0].off; }
+    else { s->emb_file = t->shard; s->emb_off = t->off; }
+    if (p->embed_resident) {
+        s->emb = base_alloc_aligned(io_align_up(t->nbytes) + 2 * IO_ALIGN, IO_ALIGN, MEM_WEIGHTS);
+        if (!s->emb) return base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the embedding table");
+        uint64_t a0 = io_align_down(s->emb_off), a1 = io_align_up(s->emb_off + t->nbytes);
+        /* from a pack [a0, a1) is exactly the embed region (aligned, padded): read it all for its checksum */
+        const int check = VERIFY(s) && a0 == s->pk->embed.off && a1 - a0 == s->pk->embed.nbytes;
+        io_req q = {.f = &s->files[s->emb_file], .off = a0, .len = a1 - a0,
+                    .need = check ? a1 - a0 : s->emb_off + t->nbytes - a0, .dst = s->emb};
+        io_submit(s->xring, &q);
+        io_req *d;
+        io_reap(s->xring, 1, &d);
+        if (q.rc) { io_req_errstr(&q, err, errlen); return STRATA_EIO; }
+        s->st.bytes_embed += q.got;
+        if (check && (rc = embed_check(s, s->emb, a1 - a0, 0, err, errlen))) return rc;
+        if (a0 != s->emb_off) memmove(s->emb, s->emb + (s->emb_off - a0), t->nbytes);
+    } else {
+        s->emb_slot = io_align_up(s->emb_row) + 2 * IO_ALIGN;
+        s->emb_bounce = base_alloc_aligned(s->emb_slot * EMB_BATCH, IO_ALIGN, MEM_IO);
+        if (!s->emb_bounce) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
+        if (VERIFY(s) && (rc = embed_check(s, NULL, 0, io_align_down(s->emb_slot * EMB_BATCH), err, errlen))) return rc;
+    }
+    return rc;
+}
+
 const struct pack *place_pack(const wsrc *w) {
     return w && w->ops == &k_stream_ops ? ((const stream *)w)->pk : NULL;
 }
@@ -331,40 +369,7 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
         if (pthread_create(&s->pf_th, NULL, stream_prefault_main, s) == 0) s->pf_started = 1;
     }
     /* embeddings: a row is embed_row bytes at a known offset (pack region or the shard) */
-    if (!p->no_head) {
-        char en[96];
-        snprintf(en, sizeof en, "%sembed_tokens.weight", arch_of(c)->pfx);
-        const st_tensor *t = st_find(ix, en);
-        if (!t || t->ndim != 2 || t->shape[0] != c->vocab || t->shape[1] != c->hidden) {
-            rc = base_fail(err, errlen, STRATA_EFORMAT, "stream: %s missing or misshapen", en);
-            goto fail;
-        }
-        s->emb_dtype = t->dtype;
-        s->emb_row = t->nbytes / (uint64_t)c->vocab;
-        if (s->pk) { s->emb_file = s->n_files - 1; s->emb_off = s->pk->embed.off + s->pk->embed.t[0].off; }
-        else { s->emb_file = t->shard; s->emb_off = t->off; }
-        if (p->embed_resident) {
-            s->emb = base_alloc_aligned(io_align_up(t->nbytes) + 2 * IO_ALIGN, IO_ALIGN, MEM_WEIGHTS);
-            if (!s->emb) { rc = base_fail(err, errlen, STRATA_EBUDGET, "stream: cannot allocate the embedding table"); goto fail; }
-            uint64_t a0 = io_align_down(s->emb_off), a1 = io_align_up(s->emb_off + t->nbytes);
-            /* from a pack [a0, a1) is exactly the embed region (aligned, padded): read it all for its checksum */
-            const int check = VERIFY(s) && a0 == s->pk->embed.off && a1 - a0 == s->pk->embed.nbytes;
-            io_req q = {.f = &s->files[s->emb_file], .off = a0, .len = a1 - a0,
-                        .need = check ? a1 - a0 : s->emb_off + t->nbytes - a0, .dst = s->emb};
-            io_submit(s->xring, &q);
-            io_req *d;
-            io_reap(s->xring, 1, &d);
-            if (q.rc) { io_req_errstr(&q, err, errlen); rc = STRATA_EIO; goto fail; }
-            s->st.bytes_embed += q.got;
-            if (check && (rc = embed_check(s, s->emb, a1 - a0, 0, err, errlen))) goto fail;
-            if (a0 != s->emb_off) memmove(s->emb, s->emb + (s->emb_off - a0), t->nbytes);
-        } else {
-            s->emb_slot = io_align_up(s->emb_row) + 2 * IO_ALIGN;
-            s->emb_bounce = base_alloc_aligned(s->emb_slot * EMB_BATCH, IO_ALIGN, MEM_IO);
-            if (!s->emb_bounce) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto fail; }
-            if (VERIFY(s) && (rc = embed_check(s, NULL, 0, io_align_down(s->emb_slot * EMB_BATCH), err, errlen))) goto fail;
-        }
-    }
+    if (!p->no_head && (rc = open_embed(s, c, ix, p, err, errlen))) goto fail;
     /* reader thread: read-ahead of the trunk (needs an arena or pinned units) */
     if (p->trace_path[0] && !(s->trace = fopen(p->trace_path, "wb"))) {
         rc = base_fail(err, errlen, STRATA_EIO, "stream: cannot write the trace %s", p->trace_path);
