@@ -28,7 +28,7 @@ int stream_expert_submit(stream *s, int sl, int64_t L, int64_t E) {
     schema_walk_expert(s->c, L, E, s->experts_bf16, xg_fn, &g);
     if (g.bad) return base_fail(s->err, sizeof s->err, STRATA_EFORMAT, "stream: layer %lld expert %lld: tensor missing", (long long)L, (long long)E);
     /* the checksum covers the tensors in schema order (pack.c hash_experts), also
-     * when they are scattered: remember the order before layout_inplace sorts */
+     * when they are scattered: remember the order before stream_layout_inplace sorts */
     const st_tensor *order[MAX_XT];
     for (int i = 0; i < g.n; i++) order[i] = g.p[i].s;
     x->has_sum = VERIFY(s);
@@ -212,7 +212,7 @@ static int reap_experts(stream *s, int sl, int wait) {
  * finishes them on the driving thread (the error, or the views published).
  * Nothing is computed with an expert before its check: the batch that uses it
  * comes after. Every other entry point on the expert path finishes pending
- * checks first (ck_flush), so a caller that skips stream_checks_end changes only
+ * checks first (stream_ck_flush), so a caller that skips stream_checks_end changes only
  * where the checks run. */
 int stream_checks_begin(wsrc *w) {
     stream *s = (stream *)w;

@@ -169,7 +169,7 @@ typedef struct stream {
     int64_t n_moe, NE;
     int experts_bf16;
     int64_t req_L;             /* layer of the open request (-1 none) */
-    /* slot prefaulter (prefault_main): fresh slots leave the free list from the
+    /* slot prefaulter (stream_prefault_main): fresh slots leave the free list from the
      * top index down; the thread keeps PF_AHEAD of them below the lowest used
      * faulted in. pf_want (slots from the top) is guarded by pf_mu. */
     pthread_t pf_th;

@@ -177,7 +177,7 @@ static int build_sliced(stream *s, unit *x, int64_t u, gather *g, char *err, siz
     if (!rc) {
         x->n_t = ns;
         x->buf_bytes = stream_layout_inplace(small, ns, x->segs, ns ? ns : 1, &x->n_seg, x->t);
-        for (int i = 0; i < ns && r; i++) { /* layout_inplace sorted them: each one's checksum by role */
+        for (int i = 0; i < ns && r; i++) { /* stream_layout_inplace sorted them: each one's checksum by role */
             const pack_tensor *q = pt[x->t[i].role];
             if (q->has_xxh3) x->sum[x->n_sum++] = (tsum){x->t[i].rel, q->nbytes, q->xxh3, r->off + q->off, q->name};
         }
