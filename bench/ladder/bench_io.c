@@ -9,7 +9,7 @@
  * so neither the page cache nor a previous pass serves it.
  *
  * With --slices: only (3), the row-slice reads of a trunk streamed below the
- * whole-unit floor (wsrc_stream rows_get): 512 MB of fresh shard bytes read in
+ * whole-unit floor (wsrc_rows.c rows_get): 512 MB of fresh shard bytes read in
  * slices of 4..128 MiB, each one request of 4 MiB chunks, the next slice in flight
  * while one is consumed (as infer.c mm_slices asks), three rounds.
  *

@@ -656,7 +656,7 @@ static int step_run(engine *e, const infer_row *rows, int64_t n, float *logits, 
     e->g_r0[e->n_grp] = n;
     e->f.pr_L1 = -1;
     /* the source may check the experts that land during the pass on this pass's
-     * threads (wsrc_stream.c reap_experts), never outside it */
+     * threads (wsrc_experts.c reap_experts), never outside it */
     if (e->w->ops->use_pool) e->w->ops->use_pool(e->w, e->pool);
     int rc = stage ? layers_run(e, e->L0, e->L1) : forward_pass(e, logits);
     if (e->w->ops->use_pool) e->w->ops->use_pool(e->w, NULL);
