@@ -402,6 +402,31 @@ static int unit_check(engine *e, const wt *W, int64_t L) {
 
 /* Trunk units of a draft pass are borrowed without a hold: nothing to put back. */
 #define LPUT(L) do { if (!e->draft) w->ops->layer_put(w, (L)); } while (0)
+/* Steps 6-8 of layer L, shared by both residual forms: the FFN (MoE or dense) on
+ * e->xn (its input already normed; src[0 .. n_src) are the sources the guesses
+ * rescore), added to the stream P, the unit put back, the rows checked for
+ * non-finite values. 0, or the failure (the unit is put back either way). */
+static int ffn_step(engine *e, int64_t L, int64_t L1, const wt *W, float **src, int64_t n_src, float *P) {
+    const cfg *c = e->c;
+    wsrc *w = e->w;
+    const int64_t Hd = c->hidden, T = e->T;
+    e->psrc = src;
+    e->pnsrc = n_src;
+    int rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
+    if (!rc) rc = e->wrc;
+    if (unit_check(e, W, L)) rc = STRATA_ECORRUPT;
+    if (rc) { LPUT(L); return rc; }
+    for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
+    guess_owe(e, L + 1, L1);
+    LPUT(L);
+    int64_t bad = e->draft ? -1 : first_nonfinite_row(P, T, Hd);
+    if (bad >= 0) {
+        char where[48];
+        snprintf(where, sizeof where, "layer %lld", (long long)L);
+        return nonfinite_fail(e, bad, where);
+    }
+    return 0;
+}
 /* Layers [L0, L1) with a plain pre-norm residual (cfg plain_res: Kimi Linear):
  * the stream h is res[0] and each layer adds h += attn(RMSNorm(h; in)), then
  * h += FFN(RMSNorm(h; post)). The same fetch, check and failure rules as
@@ -436,21 +461,7 @@ static int layers_run_plain(engine *e, int64_t L0, int64_t L1) {
         if (rc) { if (unit_check(e, W, L)) rc = STRATA_ECORRUPT; LPUT(L); return rc; }
         for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, P + t * Hd, npost, Hd, c->rms_eps);
-        e->psrc = src;
-        e->pnsrc = 1;
-        rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
-        if (!rc) rc = e->wrc;
-        if (unit_check(e, W, L)) rc = STRATA_ECORRUPT;
-        if (rc) { LPUT(L); return rc; }
-        for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
-        guess_owe(e, L + 1, L1);
-        LPUT(L);
-        int64_t bad = e->draft ? -1 : first_nonfinite_row(P, T, Hd);
-        if (bad >= 0) {
-            char where[48];
-            snprintf(where, sizeof where, "layer %lld", (long long)L);
-            return nonfinite_fail(e, bad, where);
-        }
+        if ((rc = ffn_step(e, L, L1, W, src, 1, P))) return rc;
     }
     return 0;
 }
@@ -525,21 +536,7 @@ static int layers_run(engine *e, int64_t L0, int64_t L1) {
         src[nb] = P;
         for (int64_t t = 0; t < T; t++) attnres_row(e->h, src, nb + 1, t, Hd, fm, c->rms_eps);
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, npost, Hd, c->rms_eps);
-        e->psrc = src;
-        e->pnsrc = nb + 1;
-        rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
-        if (!rc) rc = e->wrc;
-        if (unit_check(e, W, L)) rc = STRATA_ECORRUPT;
-        if (rc) { LPUT(L); return rc; }
-        for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
-        guess_owe(e, L + 1, L1);
-        LPUT(L);
-        int64_t bad = e->draft ? -1 : first_nonfinite_row(P, T, Hd);
-        if (bad >= 0) {
-            char where[48];
-            snprintf(where, sizeof where, "layer %lld", (long long)L);
-            return nonfinite_fail(e, bad, where);
-        }
+        if ((rc = ffn_step(e, L, L1, W, src, nb + 1, P))) return rc;
     }
     return 0;
 }
