@@ -739,6 +739,9 @@ int strata_param_parse(enum strata_param p, const char *s, double *out);
 /* Human-readable bytes, decimal units ("17.55 MB"); returns buf (n >= 32). */
 const char *strata_fmt_bytes(uint64_t bytes, char *buf, size_t n);
 double strata_now(void);              /* monotonic seconds */
+/* Writes the formatted message into err (when err && errlen) and returns rc: the
+ * library's error convention, for front-ends that follow it (the server). */
+int strata_fail(char *err, size_t errlen, int rc, const char *fmt, ...) STRATA_PRINTF(4, 5);
 uint64_t strata_mem_available(void);  /* MemAvailable of /proc/meminfo in bytes; 0 if unknown */
 uint64_t strata_peak_rss(void);       /* this process's peak RSS in bytes */
 int strata_is_dir(const char *path);  /* 1: a directory */

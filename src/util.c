@@ -4,6 +4,7 @@
  * alone parse and print exactly as the library does.
  */
 #include <stdlib.h>
+#include <stdarg.h>
 #include "base.h"
 #include "jsonx.h"
 #include "membw.h"
@@ -131,3 +132,11 @@ int strata_json_parse(struct json_t **out, const void *buf, size_t len, const ch
 }
 int strata_json_int(const struct json_t *j, int64_t *out) { return jsonx_int(j, out); }
 int strata_json_num(const struct json_t *j, double *out) { return jsonx_num(j, out); }
+
+int strata_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    base_vfail(err, errlen, rc, fmt, ap);
+    va_end(ap);
+    return rc;
+}

@@ -43,13 +43,16 @@ void base_assert_fail(const char *expr, const char *file, int line) {
     abort();
 }
 
+int base_vfail(char *err, size_t errlen, int rc, const char *fmt, va_list ap) {
+    if (err && errlen) vsnprintf(err, errlen, fmt, ap);
+    return rc;
+}
+
 int base_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    base_vfail(err, errlen, rc, fmt, ap);
+    va_end(ap);
     return rc;
 }
 

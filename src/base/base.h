@@ -29,6 +29,7 @@ void base_assert_fail(const char *expr, const char *file, int line);
 /* ---- errors ---- */
 /* Writes the formatted message into err (if err && errlen) and returns rc. */
 int base_fail(char *err, size_t errlen, int rc, const char *fmt, ...) ST_PRINTF(4, 5);
+int base_vfail(char *err, size_t errlen, int rc, const char *fmt, va_list ap);
 
 /* Growing string, for collecting several problems in one pass. */
 typedef struct sbuf {

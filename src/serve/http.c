@@ -777,10 +777,10 @@ int http_start(http_server **out, const http_cfg *c, sched *s, strata_tokenizer 
         a6->sin6_port = htons((uint16_t)c->port);
         flags |= MHD_USE_IPv6;
     } else {
-        return serve_fail(err, errlen, STRATA_EINVAL, "--host '%s' is not a numeric IPv4 or IPv6 address", c->host);
+        return strata_fail(err, errlen, STRATA_EINVAL, "--host '%s' is not a numeric IPv4 or IPv6 address", c->host);
     }
     http_server *h = strata_calloc(1, sizeof *h);
-    if (!h) return serve_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    if (!h) return strata_fail(err, errlen, STRATA_ENOMEM, "out of memory");
     h->c = *c;
     h->s = s;
     h->tk = tk;
@@ -800,11 +800,11 @@ int http_start(http_server **out, const http_cfg *c, sched *s, strata_tokenizer 
     if (!h->d) {
         pthread_mutex_destroy(&h->cmu);
         strata_free(h);
-        return serve_fail(err, errlen, STRATA_EIO, "cannot listen on %s port %d (in use, or not an address of this machine)", c->host, c->port);
+        return strata_fail(err, errlen, STRATA_EIO, "cannot listen on %s port %d (in use, or not an address of this machine)", c->host, c->port);
     }
     if (pthread_create(&h->reaper, NULL, reaper_main, h)) {
         http_stop(h);
-        return serve_fail(err, errlen, STRATA_ENOMEM, "cannot start the request-deadline thread");
+        return strata_fail(err, errlen, STRATA_ENOMEM, "cannot start the request-deadline thread");
     }
     h->reaper_on = 1;
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);

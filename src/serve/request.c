@@ -10,16 +10,6 @@
 #include <stdarg.h>
 #include <string.h>
 
-int serve_fail(char *err, size_t errlen, int rc, const char *fmt, ...) {
-    if (err && errlen) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err, errlen, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
-
 int req_fail(req_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...) {
     e->status = status;
     snprintf(e->type, sizeof e->type, "%s", type);

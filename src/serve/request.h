@@ -33,9 +33,6 @@ typedef struct req_error {
     char message[512];
 } req_error;
 
-/* Writes the formatted message into err (when err && errlen) and returns rc: the
- * server's error convention, as the library's. */
-int serve_fail(char *err, size_t errlen, int rc, const char *fmt, ...) STRATA_PRINTF(4, 5);
 
 /* Fills e and returns -1 (so `return req_fail(...)` reads well). */
 int req_fail(req_error *e, int status, const char *type, const char *code, const char *param, const char *fmt, ...)

@@ -206,7 +206,7 @@ static void slot_start(sched *s, int i, job *j) {
     char err[512];
     int rc = 0;
     if (j->kind == REQ_CHAT) rc = strata_chat_follow_open((strata_chat_follow **)&j->follow, s->tk, j->thinking, err, sizeof err);
-    else if (strata_detok_open(&j->ts, s->tk)) rc = serve_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
+    else if (strata_detok_open(&j->ts, s->tk)) rc = strata_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
     j->go.spec = s->o.spec;
     if (!rc) rc = strata_gen_create(&j->g, s->seqs[i], j->prompt, j->n_prompt, &j->go, 0, err, sizeof err);
     s->slot[i] = j;
@@ -358,7 +358,7 @@ int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, s
                  char *err, size_t errlen) {
     *out = NULL;
     sched *s = strata_calloc(1, sizeof *s);
-    if (!s) return serve_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+    if (!s) return strata_fail(err, errlen, STRATA_ENOMEM, "out of memory");
     s->m = m;
     s->mopts = *mopts;
     s->mopts.max_seqs = o->parallel;
@@ -375,14 +375,14 @@ int sched_create(sched **out, strata_model *m, const strata_model_opts *mopts, s
     s->drafted = strata_calloc(P, sizeof *s->drafted);
     if (!s->seqs || !s->slot || !s->gens || !s->fed || !s->drafted) {
         sched_free(s);
-        return serve_fail(err, errlen, STRATA_ENOMEM, "out of memory");
+        return strata_fail(err, errlen, STRATA_ENOMEM, "out of memory");
     }
     *out = s;
     return 0;
 }
 
 int sched_start(sched *s, char *err, size_t errlen) {
-    if (pthread_create(&s->th, NULL, engine_main, s)) return serve_fail(err, errlen, STRATA_ENOMEM, "cannot start the engine thread");
+    if (pthread_create(&s->th, NULL, engine_main, s)) return strata_fail(err, errlen, STRATA_ENOMEM, "cannot start the engine thread");
     s->started = 1;
     return 0;
 }
