@@ -210,8 +210,10 @@ def tokenizer_eos_ids(model_dir):
         return []
 
 
-def load_config(model_dir):
-    """Config of a model directory; eos_ids = config eos ids plus tokenizer_config's."""
+def load_config(model_dir, parse=None):
+    """Config of a model directory (parse: the architecture's config parser, K3's by
+    default); eos_ids = config eos ids plus tokenizer_config's."""
+    parse = parse or parse_config
     path = os.path.join(model_dir, 'config.json')
     try:
         with open(path, 'rb') as f:
@@ -220,7 +222,7 @@ def load_config(model_dir):
         raise RefError('%s: %s' % (path, e))
     except ValueError as e:
         raise RefError('%s: invalid JSON: %s' % (path, e))
-    cfg = parse_config(obj)
+    cfg = parse(obj)
     cfg.eos_ids = sorted(set(cfg.eos_ids) | set(tokenizer_eos_ids(model_dir)))
     return cfg
 
@@ -968,8 +970,8 @@ def parse_ids(s):
         raise argparse.ArgumentTypeError('expected comma-separated integers: %r' % s)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description='float64 reference of Kimi K3 (greedy decode)')
+def common_args(ap):
+    """The arguments every reference CLI takes (k3ref, klref)."""
     ap.add_argument('model_dir')
     ap.add_argument('--ids', type=parse_ids, required=True, help='prompt ids, e.g. 1,2,3')
     ap.add_argument('--gen', type=int, default=1, help='tokens to generate (default 1)')
@@ -980,6 +982,20 @@ def main(argv=None):
     ap.add_argument('--stop-eos', action='store_true', help='stop after an eos id')
     ap.add_argument('--force-ids', type=parse_ids, default=None,
                     help='feed these ids instead of the argmax (teacher forcing)')
+
+
+def write_outputs(a, ids, logits):
+    """--dump-logits (float32 LE, steps x vocab) and --print-ids, as strata run writes them."""
+    if a.dump_logits:
+        with open(a.dump_logits, 'wb') as f:
+            f.write(np.ascontiguousarray(logits, dtype='<f4').tobytes())
+    if a.print_ids:
+        sys.stdout.write(','.join(str(i) for i in ids) + '\n')
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description='float64 reference of Kimi K3 (greedy decode)')
+    common_args(ap)
     ap.add_argument('--kda', choices=['chunked', 'recurrent'], default='chunked',
                     help='KDA prefill form (default chunked)')
     ap.add_argument('--chunk', type=int, default=64, help='KDA chunk size (default 64)')
@@ -1015,11 +1031,7 @@ def main(argv=None):
     except RefError as e:
         sys.stderr.write('k3ref: %s\n' % e)
         return 1
-    if a.dump_logits:
-        with open(a.dump_logits, 'wb') as f:
-            f.write(np.ascontiguousarray(logits, dtype='<f4').tobytes())
-    if a.print_ids:
-        sys.stdout.write(','.join(str(i) for i in ids) + '\n')
+    write_outputs(a, ids, logits)
     if not a.quiet:
         sys.stderr.write('k3ref: load %.2fs, %d steps in %.2fs (%s)\n'
                          % (t1 - t0, len(ids), t2 - t1,

@@ -27,7 +27,6 @@ CLI:
 """
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -39,9 +38,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # From the K3 reference: config/shard reading, bounded expert cache, and the KDA
 # recurrence (family-math 4.4) and chunked WY/UT form (4.5), which are the same
 # maths for both architectures (only the gate and the conv/norm plumbing differ).
-from k3ref import (RefError, open_checkpoint, tokenizer_eos_ids, _ExpertCache,  # noqa: E402
+from k3ref import (RefError, open_checkpoint, _ExpertCache,  # noqa: E402
                    _Lazy, short_conv, kda_recurrent, kda_chunked, sigmoid, silu,
-                   l2norm)
+                   l2norm, common_args, write_outputs)
+from k3ref import load_config as k3_load_config  # noqa: E402
 
 
 # ============================================================================
@@ -226,17 +226,7 @@ def parse_config(obj):
 
 
 def load_config(model_dir):
-    path = os.path.join(model_dir, 'config.json')
-    try:
-        with open(path, 'rb') as f:
-            obj = json.loads(f.read().decode('utf-8'))
-    except OSError as e:
-        raise RefError('%s: %s' % (path, e))
-    except ValueError as e:
-        raise RefError('%s: invalid JSON: %s' % (path, e))
-    cfg = parse_config(obj)
-    cfg.eos_ids = sorted(set(cfg.eos_ids) | set(tokenizer_eos_ids(model_dir)))
-    return cfg
+    return k3_load_config(model_dir, parse_config)
 
 
 # ============================================================================
@@ -632,28 +622,9 @@ def generate(model, prompt, n_gen, full_recompute=False, stop_eos=False, force=N
 # 7. CLI
 # ============================================================================
 
-def parse_ids(s):
-    s = s.strip()
-    if not s:
-        return []
-    try:
-        return [int(x) for x in s.replace(' ', '').split(',') if x != '']
-    except ValueError:
-        raise argparse.ArgumentTypeError('expected comma-separated integers: %r' % s)
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description='float64 reference of Kimi Linear (greedy decode)')
-    ap.add_argument('model_dir')
-    ap.add_argument('--ids', type=parse_ids, required=True, help='prompt ids, e.g. 1,2,3')
-    ap.add_argument('--gen', type=int, default=1, help='tokens to generate (default 1)')
-    ap.add_argument('--print-ids', action='store_true', help='print generated ids on stdout')
-    ap.add_argument('--dump-logits', metavar='FILE', help='float32 LE logits, steps x vocab')
-    ap.add_argument('--full-recompute', action='store_true',
-                    help='oracle: rerun the whole sequence every step (recurrent KDA, expanded MLA)')
-    ap.add_argument('--stop-eos', action='store_true', help='stop after an eos id')
-    ap.add_argument('--force-ids', type=parse_ids, default=None,
-                    help='feed these ids instead of the argmax (teacher forcing)')
+    common_args(ap)
     ap.add_argument('--router', choices=ROUTERS, default='unbiased',
                     help='routing weights: unbiased sigmoid (default; vLLM/llama.cpp) or hf '
                          '(biased, as the released modeling_kimi.py)')
@@ -698,11 +669,7 @@ def main(argv=None):
     except RefError as e:
         sys.stderr.write('klref: %s\n' % e)
         return 1
-    if a.dump_logits:
-        with open(a.dump_logits, 'wb') as f:
-            f.write(np.ascontiguousarray(logits, dtype='<f4').tobytes())
-    if a.print_ids:
-        sys.stdout.write(','.join(str(i) for i in ids) + '\n')
+    write_outputs(a, ids, logits)
     if not a.quiet:
         sys.stderr.write('klref: load %.2fs, %d steps in %.2fs (%s, router %s)\n'
                          % (t1 - t0, len(ids), t2 - t1,
