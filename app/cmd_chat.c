@@ -315,14 +315,7 @@ int cmd_chat(int argc, char **argv) {
                 fprintf(stderr, "strata chat: usage: %s FILE\n", r.line);
             } else if (!strcmp(r.line, "/save")) {
                 if (strata_seq_save(r.s, arg, err, sizeof err)) {
-                    /* the writer names its temporary file (ARG.tmp.PID) when it cannot
-                     * create it: the user gave ARG */
-                    const size_t al = strlen(arg);
-                    const char *why = err;
-                    if (!strncmp(err, arg, al) && !strncmp(err + al, ".tmp.", 5) && strstr(err + al, ": "))
-                        why = strstr(err + al, ": ") + 2;
-                    if (why != err) fprintf(stderr, "strata chat: /save %s: %s\n", arg, why);
-                    else fprintf(stderr, "strata chat: %s\n", err);
+                    fprintf(stderr, "strata chat: %s\n", err); /* names ARG (session_save) */
                     r.n_failed++;
                 } else fprintf(stderr, "strata chat: saved %lld positions to %s\n", (long long)strata_seq_pos(r.s), arg);
             } else if (!strcmp(r.line, "/load")) {

@@ -898,7 +898,8 @@ int session_save(session *s, const char *path, char *err, size_t errlen) {
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: path too long", path);
     int fd = vfs_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", tmp, strerror(errno));
+    /* the user gave path: a failure names it, not the temporary file beside it */
+    if (fd < 0) return base_fail(err, errlen, STRATA_EIO, "%s: %s", path, strerror(errno));
     wstream w = {fd, BASE_FNV_INIT, 0};
     uint32_t ver = STATE_VERSION;
     uint64_t fp = state_id(e);
