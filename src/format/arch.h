@@ -73,6 +73,12 @@ const arch_desc *arch_of(const cfg *c);
 const arch_desc *arch_detect(const char *model_type, const char *const *archs, size_t n_archs, int *conflict);
 /* The real Kimi-Linear-48B-A3B-Instruct configuration (family-configs). */
 void cfg_kimi_linear(cfg *c);
+/* Pieces of the writers (cfg.c): a number as the shortest text that reads back
+ * the same (a JSON real), and the one-based layer list of the MLA (want_mla 1) or
+ * KDA layers, one per line at ind, the bracket closing at close_ind. */
+struct sbuf;
+void cfg_json_num(struct sbuf *b, double x);
+void cfg_json_layers(struct sbuf *b, const cfg *c, int want_mla, const char *ind, const char *close_ind);
 /* The JSON writers (cfg.c: K3; arch_kimi_linear.c). */
 char *arch_k3_to_json(const cfg *c);
 char *arch_kimi_linear_to_json(const cfg *c);

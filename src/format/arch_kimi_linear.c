@@ -127,34 +127,13 @@ void cfg_kimi_linear(cfg *c) {
 
 /* ------------------------------------------------------------- writer */
 
-static void put_num(sbuf *b, double x) {
-    char s[40];
-    for (int p = 1; p <= 17; p++) {
-        snprintf(s, sizeof s, "%.*g", p, x);
-        if (strtod(s, NULL) == x) break;
-    }
-    if (!strpbrk(s, ".eEn")) strcat(s, ".0");
-    sbuf_printf(b, "%s", s);
-}
-
-static void put_layers(sbuf *b, const cfg *c, int want_mla) {
-    sbuf_printf(b, "[");
-    int first = 1;
-    for (int64_t L = 0; L < c->n_layers && L < CFG_MAX_LAYERS; L++) {
-        if (!!c->is_mla[L] != want_mla) continue;
-        sbuf_printf(b, "%s\n      %lld", first ? "" : ",", (long long)L + 1);
-        first = 0;
-    }
-    sbuf_printf(b, "%s]", first ? "" : "\n    ");
-}
-
 /* The published flat shape (family-configs/kimi-linear-48b-a3b-instruct.config.json),
  * keys in its order. */
 char *arch_kimi_linear_to_json(const cfg *c) {
     sbuf b = {0};
 #define I(k, v) sbuf_printf(&b, "  \"%s\": %lld,\n", k, (long long)(v))
 #define BO(k, v) sbuf_printf(&b, "  \"%s\": %s,\n", k, (v) ? "true" : "false")
-#define N(k, v) do { sbuf_printf(&b, "  \"%s\": ", k); put_num(&b, v); sbuf_printf(&b, ",\n"); } while (0)
+#define N(k, v) do { sbuf_printf(&b, "  \"%s\": ", k); cfg_json_num(&b, v); sbuf_printf(&b, ",\n"); } while (0)
     sbuf_printf(&b, "{\n  \"architectures\": [\n    \"KimiLinearForCausalLM\"\n  ],\n"
                     "  \"auto_map\": {\n    \"AutoConfig\": \"configuration_kimi.KimiLinearConfig\",\n"
                     "    \"AutoModel\": \"modeling_kimi.KimiLinearModel\",\n"
@@ -170,9 +149,9 @@ char *arch_kimi_linear_to_json(const cfg *c) {
     I("intermediate_size", c->dense_inter);
     I("kv_lora_rank", c->kv_lora);
     sbuf_printf(&b, "  \"linear_attn_config\": {\n    \"full_attn_layers\": ");
-    put_layers(&b, c, 1);
+    cfg_json_layers(&b, c, 1, "      ", "    ");
     sbuf_printf(&b, ",\n    \"head_dim\": %lld,\n    \"kda_layers\": ", (long long)c->kda_head_dim);
-    put_layers(&b, c, 0);
+    cfg_json_layers(&b, c, 0, "      ", "    ");
     sbuf_printf(&b, ",\n    \"num_heads\": %lld,\n    \"short_conv_kernel_size\": %lld\n  },\n", (long long)c->kda_heads,
                 (long long)c->conv_k);
     BO("mla_use_nope", 1);

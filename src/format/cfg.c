@@ -775,7 +775,7 @@ void cfg_k3(cfg *c) {
 
 /* Shortest "%.Ng" that reads back to the same double, so the file stays
  * readable (1e-05, not 1.0000000000000001e-05) and still round-trips. */
-static void put_num(sbuf *b, double x) {
+void cfg_json_num(sbuf *b, double x) {
     char s[40];
     for (int p = 1; p <= 17; p++) {
         snprintf(s, sizeof s, "%.*g", p, x);
@@ -785,7 +785,7 @@ static void put_num(sbuf *b, double x) {
     sbuf_printf(b, "%s", s);
 }
 
-static void put_list(sbuf *b, const char *ind, const cfg *c, int want_mla) {
+void cfg_json_layers(sbuf *b, const cfg *c, int want_mla, const char *ind, const char *close_ind) {
     sbuf_printf(b, "[");
     int first = 1;
     for (int64_t L = 0; L < c->n_layers && L < CFG_MAX_LAYERS; L++) {
@@ -793,7 +793,7 @@ static void put_list(sbuf *b, const char *ind, const cfg *c, int want_mla) {
         sbuf_printf(b, "%s\n%s%lld", first ? "" : ",", ind, (long long)L + 1);
         first = 0;
     }
-    sbuf_printf(b, "%s]", first ? "" : "\n      ");
+    sbuf_printf(b, "%s%s]", first ? "" : "\n", first ? "" : close_ind);
 }
 
 char *cfg_to_json(const cfg *c) { return arch_of(c)->to_json(c); }
@@ -803,7 +803,7 @@ char *arch_k3_to_json(const cfg *c) {
     sbuf b = {0};
 #define I(k, v) sbuf_printf(&b, "    \"%s\": %lld,\n", k, (long long)(v))
 #define BO(k, v) sbuf_printf(&b, "    \"%s\": %s,\n", k, (v) ? "true" : "false")
-#define N(k, v) do { sbuf_printf(&b, "    \"%s\": ", k); put_num(&b, v); sbuf_printf(&b, ",\n"); } while (0)
+#define N(k, v) do { sbuf_printf(&b, "    \"%s\": ", k); cfg_json_num(&b, v); sbuf_printf(&b, ",\n"); } while (0)
     sbuf_printf(&b, "{\n  \"architectures\": [\n    \"KimiK3ForConditionalGeneration\"\n  ],\n"
                     "  \"model_type\": \"kimi_k3\",\n  \"torch_dtype\": \"bfloat16\",\n"
                     "  \"text_config\": {\n    \"model_type\": \"kimi_k3_text\",\n");
@@ -851,11 +851,11 @@ char *arch_k3_to_json(const cfg *c) {
     sbuf_printf(&b, "      \"num_heads\": %lld,\n      \"head_dim\": %lld,\n      \"short_conv_kernel_size\": %lld,\n"
                     "      \"gate_lower_bound\": ",
                 (long long)c->kda_heads, (long long)c->kda_head_dim, (long long)c->conv_k);
-    put_num(&b, c->gate_lb);
+    cfg_json_num(&b, c->gate_lb);
     sbuf_printf(&b, ",\n      \"full_attn_layers\": ");
-    put_list(&b, "        ", c, 1);
+    cfg_json_layers(&b, c, 1, "        ", "      ");
     sbuf_printf(&b, ",\n      \"kda_layers\": ");
-    put_list(&b, "        ", c, 0);
+    cfg_json_layers(&b, c, 0, "        ", "      ");
     sbuf_printf(&b, "\n    }\n  }");
     if (c->mxfp4_experts)
         sbuf_printf(&b, ",\n  \"quantization_config\": {\n    \"format\": \"mxfp4\",\n    \"group_size\": %d,\n"
