@@ -210,6 +210,13 @@ int kda_layer(engine *e, int64_t L, const wt *W);
 int mla_layer(engine *e, int64_t L, const wt *W);
 int dense_layer(engine *e, int64_t L, const wt *W);
 int moe_layer(engine *e, int64_t L, const wt *W);
+/* One row's routing (moe.c): s holds the router logits (n_experts; replaced by
+ * their sigmoid), top-k of s + bias (ties to the lowest index), group-limited
+ * when n_group > 1, into idx (topk) with weights w from the unbiased scores
+ * (router_hf: the biased ones), renormalised (+1e-20), times
+ * routed_scaling_factor. taken (n_experts) holds no value equal to +-stamp
+ * before the call. */
+void moe_route_row(const cfg *c, float *s, const float *bias, int32_t *taken, int32_t stamp, int32_t *idx, float *w);
 
 /* AttnRes of row t (attnres.c): softmax over the nsrc sources' (s . f) / rms(s),
  * the p-weighted sum of the raw sources into row t of out. */

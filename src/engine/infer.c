@@ -63,7 +63,8 @@ static int64_t n_blocks_of(const cfg *c) { return c->plain_res ? 0 : (c->n_layer
 static int64_t vec_need(const cfg *c) {
     int64_t P = c->kda_heads * c->kda_head_dim;
     int64_t kda = 3 * P * c->conv_k + P + i64max(c->kda_heads, c->kda_head_dim) + c->kda_head_dim;
-    int64_t mla = c->q_lora + c->kv_lora;
+    /* MLA: q_a and kv_a norms, then (mla_rope) 3 x rope/2 doubles of RoPE tables */
+    int64_t mla = c->q_lora + c->kv_lora + (c->mla_rope ? 3 * c->qk_rope + 2 : 0);
     int64_t moe = c->n_experts + c->latent;
     return 4 * c->hidden + i64max(kda, i64max(mla, moe)) + 64;
 }
@@ -869,6 +870,13 @@ uint64_t infer_cfg_fingerprint(const cfg *c) {
     if (c->arch || c->router_hf) {
         int64_t a[] = {c->arch, c->plain_res, c->kda_softplus, c->kda_g_lowrank, c->act_silu, c->moe_plain, c->router_hf,
                        (int64_t)(c->kv_norm_eps * 1e12)};
+        h = base_fnv1a(a, sizeof a, h);
+    }
+    if (c->no_kda) { /* DeepSeek-V3: RoPE and routing */
+        double d[] = {c->rope_theta, c->yarn_factor, c->yarn_beta_fast, c->yarn_beta_slow, c->yarn_mscale,
+                      c->yarn_mscale_all_dim, c->qa_norm_eps, c->rms_eps};
+        int64_t a[] = {c->mla_rope, c->ds_names, c->yarn_orig_ctx, c->n_group, c->topk_group, c->moe_renorm};
+        h = base_fnv1a(d, sizeof d, h);
         h = base_fnv1a(a, sizeof a, h);
     }
     return h;

@@ -1,7 +1,8 @@
 /*
  * mla.c: Gated Multi-head Latent Attention, absorbed (docs/architecture.md, Gated MLA): the
  * cache holds per position only the normed latent c = RMSNorm(W_kva x)[:kv_lora]
- * and the rope slot (never rotated: K3's MLA is NoPE), C = kv_lora + qk_rope
+ * and the rope slot (never rotated in K3's NoPE MLA; DeepSeek-V3, cfg mla_rope:
+ * rotated to its position, as is each head's q_rope), C = kv_lora + qk_rope
  * floats. W_kvb is absorbed on both sides, so attention runs in the latent space:
  *   q = W_qb RMSNorm(W_qa x) (q_lora 0, Kimi Linear: q = W_q x);  q_lat[h] = W_k[h]^T q_nope[h]
  *   s_i = (q_lat[h] . c_i + q_rope[h] . rope_i) / sqrt(nope + rope), causal softmax
@@ -9,6 +10,7 @@
  *   y = W_o o
  */
 #include <string.h>
+#include "arch.h"
 #include "engine_int.h"
 #include "kern.h"
 #include "pool.h"
@@ -39,7 +41,7 @@ static void mla_heads_fn(void *ctx, int64_t j0, int64_t j1, int tid) {
     float *tw = e->thr + (int64_t)tid * e->thr_floats;
     double *ex = (double *)(void *)tw;                  /* ATT_BLOCK doubles */
     float *sc = tw + 2 * ATT_BLOCK, *ql = sc + ATT_BLOCK, *ol = ql + R;
-    const float scale = (float)(1.0 / sqrt((double)(nope + rope)));
+    const float scale = (float)arch_mla_scale(c); /* 1/sqrt(nope + rope), YaRN's m^2 with RoPE */
     const int dt = x->kvb->dtype;
     const size_t esz = st_dtype_size(dt);
     for (int64_t jj = j0; jj < j1; jj++) {
@@ -101,6 +103,38 @@ static void mla_heads_fn(void *ctx, int64_t j0, int64_t j1, int tid) {
     }
 }
 
+/* RoPE (cfg mla_rope, family-math 8.2): cos/sin of position pos for the rope/2
+ * pairs, from the frequencies f, times the YaRN mscale ratio; all in double, a
+ * pure function of (config, position). */
+static void rope_tab(const double *f, int64_t half, int64_t pos, double ms, double *cs, double *sn) {
+    for (int64_t i = 0; i < half; i++) {
+        const double a = (double)pos * f[i];
+        cs[i] = cos(a) * ms;
+        sn[i] = sin(a) * ms;
+    }
+}
+
+/* Rotates the adjacent pairs (2i, 2i+1) of x (DeepSeek's interleaved layout). */
+static void rope_apply(float *x, const double *cs, const double *sn, int64_t half) {
+    for (int64_t i = 0; i < half; i++) {
+        const double a = x[2 * i], b = x[2 * i + 1];
+        x[2 * i] = (float)(a * cs[i] - b * sn[i]);
+        x[2 * i + 1] = (float)(a * sn[i] + b * cs[i]);
+    }
+}
+
+/* Rotates every head's q_rope of the pass's rows to the row's position. */
+static void rope_q(engine *e, const double *f, double *cs, double *sn) {
+    const cfg *c = e->c;
+    const int64_t NH = c->n_heads, half = c->qk_rope / 2;
+    const double ms = arch_rope_mscale(c);
+    for (int64_t g = 0; g < e->n_grp; g++)
+        for (int64_t t = e->g_r0[g]; t < e->g_r0[g + 1]; t++) {
+            rope_tab(f, half, e->g_s[g]->pos + t - e->g_r0[g], ms, cs, sn);
+            for (int64_t h = 0; h < NH; h++) rope_apply(e->m.q + (t * NH + h) * e->qh + c->qk_nope, cs, sn, half);
+        }
+}
+
 int mla_layer(engine *e, int64_t L, const wt *W) {
     const cfg *c = e->c;
     const int64_t Hd = c->hidden, NH = c->n_heads, R = c->kv_lora, C = e->C, vh = c->v_head, T = e->T;
@@ -108,7 +142,14 @@ int mla_layer(engine *e, int64_t L, const wt *W) {
     /* q-LoRA (q_lora > 0), or a direct q_proj in the q_b role (Kimi Linear) */
     const int qlora = c->q_lora > 0;
     const double kv_eps = c->kv_norm_eps > 0 ? c->kv_norm_eps : c->rms_eps;
+    const double qa_eps = c->qa_norm_eps > 0 ? c->qa_norm_eps : c->rms_eps;
     float *qan = e->vec + 4 * Hd, *kvn = qan + c->q_lora;
+    /* RoPE tables (mla_rope): frequencies, cos, sin; doubles after the norms
+     * (e->vec is 64-byte aligned, the offset rounded to even floats) */
+    const int64_t half = c->qk_rope / 2;
+    double *rf = (double *)(void *)(e->vec + ((4 * Hd + c->q_lora + R + 1) & ~(int64_t)1)), *rc = rf + half, *rs = rc + half;
+    const double ms = c->mla_rope ? arch_rope_mscale(c) : 1.0;
+    for (int64_t i = 0; c->mla_rope && i < half; i++) rf[i] = arch_rope_inv_freq(c, i);
     if ((qlora && vec_f32(qan, &W[R_MLA_QA_NORM], c->q_lora)) || vec_f32(kvn, &W[R_MLA_KVA_NORM], R))
         return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad MLA norm", (long long)L);
     const int gate = c->mla_out_gate != 0;
@@ -125,11 +166,17 @@ int mla_layer(engine *e, int64_t L, const wt *W) {
         const session *sq = e->g_s[g];
         float *cache = mla_cache(sq, mi);
         for (int64_t t = e->g_r0[g]; t < e->g_r0[g + 1]; t++) {
-            if (qlora) rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, c->rms_eps);
-            /* the cache row: normed latent, then the rope slot as is (never rotated) */
-            float *row = cache + (sq->pos + t - e->g_r0[g]) * C;
+            if (qlora) rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, qa_eps);
+            /* the cache row: normed latent, then the rope slot, as is (NoPE) or
+             * rotated to its position (mla_rope) */
+            const int64_t pos = sq->pos + t - e->g_r0[g];
+            float *row = cache + pos * C;
             rmsnorm(row, e->m.kva + t * C, kvn, R, kv_eps);
             memcpy(row + R, e->m.kva + t * C + R, (size_t)c->qk_rope * sizeof(float));
+            if (c->mla_rope) {
+                rope_tab(rf, half, pos, ms, rc, rs);
+                rope_apply(row + R, rc, rs, half);
+            }
         }
     }
     mm_init(&j, T);
@@ -140,6 +187,7 @@ int mla_layer(engine *e, int64_t L, const wt *W) {
         return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad kv_b_proj", (long long)L);
     if (j.bad) return efail(e, STRATA_EFORMAT, "infer: layer %lld: %s", (long long)L, j.what);
     if (j.n) mm_run(e, &j);
+    if (c->mla_rope) rope_q(e, rf, rc, rs);
     mla_ctx x = {e, mi, kvb, gate};
     pool_for(e->pool, e->n_grp * NH, 1, mla_heads_fn, &x);
     mm_init(&j, T);

@@ -8,6 +8,7 @@
  *   y = W_latup u + shared(x), shared(x) = W_sh_down SiTU(W_sh_gate x, W_sh_up x)
  * Kimi Linear (cfg moe_plain): no latent, z = x and y = u + shared(x), SiLU
  * experts; router_hf takes the weights from s + bias (moe_route).
+ * DeepSeek-V3 (n_group > 1): the top-k is group-limited (route_groups).
  * The experts chosen by any row of the pass run once (their union), streamed
  * through the source in a sliding window; the guesses (guess.c) read the next
  * layer's experts meanwhile.
@@ -15,21 +16,41 @@
 #include <string.h>
 #include "engine_int.h"
 
-/* Router for token t: top-k of sigmoid(logit) + bias (ties to the lowest index),
- * weights from the unbiased scores, renormalised, times routed_scaling_factor. */
-static void route_token(engine *e, int64_t t, const float *bias) {
-    int32_t *taken = e->f.mark, stamp = (int32_t)t + 1;
-    const cfg *c = e->c;
+/* Group-limited selection (DeepSeek-V3's noaux_tc, family-math 6): the experts
+ * in n_group equal groups, a group's score the sum of its two largest biased
+ * scores s + bias; the topk_group best groups (ties to the lowest index) are
+ * kept by marking their experts -stamp in taken[]; the top-k then looks only at
+ * those (the others are out, DeepSeek's -inf mask, not HF's 0.0). */
+static void route_groups(const cfg *c, const float *s, const float *bias, int32_t *taken, int32_t stamp) {
+    const int64_t G = c->n_group, n = c->n_experts / G;
+    for (int64_t r = 0; r < c->topk_group; r++) {
+        int64_t bg = -1;
+        float bs = 0;
+        for (int64_t g = 0; g < G; g++) {
+            if (taken[g * n] == -stamp) continue; /* kept already */
+            float m1 = -INFINITY, m2 = -INFINITY;
+            for (int64_t i = g * n; i < (g + 1) * n; i++) {
+                const float v = s[i] + bias[i];
+                if (v > m1) { m2 = m1; m1 = v; }
+                else if (v > m2) m2 = v;
+            }
+            const float gs = m1 + m2;
+            if (bg < 0 || gs > bs) { bg = g; bs = gs; }
+        }
+        for (int64_t i = bg * n; i < (bg + 1) * n; i++) taken[i] = -stamp;
+    }
+}
+
+void moe_route_row(const cfg *c, float *s, const float *bias, int32_t *taken, int32_t stamp, int32_t *idx, float *w) {
     const int64_t E = c->n_experts, k = c->topk;
-    float *s = e->f.router + t * E;
-    int32_t *idx = e->f.idx + t * k;
-    float *w = e->f.wts + t * k;
     for (int64_t i = 0; i < E; i++) s[i] = sigmoidf_(s[i]);
+    const int grouped = c->n_group > 1;
+    if (grouped) route_groups(c, s, bias, taken, stamp);
     for (int64_t j = 0; j < k; j++) {
         int64_t best = -1;
         float bv = 0;
         for (int64_t i = 0; i < E; i++) {
-            if (taken[i] == stamp) continue;
+            if (taken[i] == stamp || (grouped && taken[i] != -stamp)) continue;
             float v = s[i] + bias[i];
             if (best < 0 || v > bv) { best = i; bv = v; }
         }
@@ -46,6 +67,11 @@ static void route_token(engine *e, int64_t t, const float *bias) {
         if (c->moe_renorm && k > 1) v /= sum + 1e-20;
         w[j] = (float)(v * c->routed_scale);
     }
+}
+
+static void route_token(engine *e, int64_t t, const float *bias) {
+    const int64_t E = e->c->n_experts, k = e->c->topk;
+    moe_route_row(e->c, e->f.router + t * E, bias, e->f.mark, (int32_t)t + 1, e->f.idx + t * k, e->f.wts + t * k);
 }
 
 /* The shared expert's down projection (SiTU output e->f.sg -> e->f.tmp): one

@@ -9,6 +9,9 @@
  *   arch_kimi_linear.c   Kimi Linear (kimi_linear, KimiLinearForCausalLM): flat config,
  *                        plain pre-norm, softplus KDA gate, low-rank KDA output gate,
  *                        MLA without q-LoRA or output gate, SiLU experts on the hidden dim
+ *   arch_deepseek_v3.c   DeepSeek-V3 / Kimi K2 (DeepseekV3ForCausalLM: deepseek_v3, kimi_k2)
+ *                        and K2.5's kimi_k25 wrapper: every layer MLA with q-LoRA and
+ *                        YaRN RoPE, group-limited sigmoid router, SwiGLU experts
  *
  * A new architecture is a new arch_<name>.c with its description added to
  * arch_all (arch.c), plus the flags it needs in cfg and the blocks that read them.
@@ -43,6 +46,23 @@ typedef struct fixed_key {
     const char *why;                      /* what the engine implements */
 } fixed_key;
 
+/* The config reader's state (cfg.c), for a description's own keys (read below). */
+struct cfg_rd;
+struct json_t;
+/* Records a problem line ("<file>: <msg>"). */
+void cfg_rd_problem(struct cfg_rd *r, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* A general key: text_config first, then the root; NULL when absent or null.
+ * *path receives its dotted name (or where it was looked for). */
+const struct json_t *cfg_rd_find(struct cfg_rd *r, const char *name, char *path, size_t n);
+/* The quantization_config object (root, else text_config) or NULL. */
+const struct json_t *cfg_rd_quant(struct cfg_rd *r, char *path, size_t n);
+/* A JSON value as text for messages ("an object", "1.5", "the string \"x\""). */
+const char *cfg_rd_jtype(const struct json_t *v, char *buf, size_t n);
+
 typedef struct arch_desc arch_desc;
 struct arch_desc {
     int id;                    /* enum cfg_arch (cfg.h) */
@@ -61,9 +81,23 @@ struct arch_desc {
     void (*finish)(cfg *c);
     /* Writes config.json in the architecture's published shape (MEM_MISC). */
     char *(*to_json)(const cfg *c);
+    /* Reads the keys outside cfg.c's table (NULL: none), after them. */
+    void (*read)(cfg *c, struct cfg_rd *r);
 };
 
-extern const struct arch_desc arch_k3, arch_kimi_linear;
+extern const struct arch_desc arch_k3, arch_kimi_linear, arch_deepseek_v3, arch_kimi_k2, arch_kimi_k25;
+/* A config naming an architecture this engine refuses (DeepSeek-V3.2's sparse
+ * attention): the reason, else NULL. */
+const char *arch_refused(const char *model_type, const char *const *archs, size_t n_archs);
+/* The real configurations (family-configs): DeepSeek-V3 (bf16 weights; the
+ * release is FP8) and Kimi-K2-Thinking (bf16; the release's experts are INT4). */
+void cfg_deepseek_v3(cfg *c);
+void cfg_kimi_k2_thinking(cfg *c);
+/* YaRN (arch_deepseek_v3.c, family-math 8.2): the frequency of pair i, the
+ * cos/sin factor and the softmax scale of MLA (1/sqrt(nope + rope) without RoPE). */
+double arch_rope_inv_freq(const cfg *c, int64_t i);
+double arch_rope_mscale(const cfg *c);
+double arch_mla_scale(const cfg *c);
 
 /* The description of c->arch (K3 for an unknown id). */
 const arch_desc *arch_of(const cfg *c);
@@ -82,5 +116,6 @@ void cfg_json_layers(struct sbuf *b, const cfg *c, int want_mla, const char *ind
 /* The JSON writers (cfg.c: K3; arch_kimi_linear.c). */
 char *arch_k3_to_json(const cfg *c);
 char *arch_kimi_linear_to_json(const cfg *c);
+char *arch_deepseek_v3_to_json(const cfg *c);
 
 #endif

@@ -44,11 +44,13 @@ const arch_desc arch_k3 = {
     .defaults = k3_defaults,
     .finish = k3_finish,
     .to_json = arch_k3_to_json,
+    .read = NULL,
 };
 
 /* ------------------------------------------------------------ detection */
 
-static const arch_desc *const k_all[] = {&arch_k3, &arch_kimi_linear};
+/* deepseek_v3 before kimi_k2: a config naming only DeepseekV3ForCausalLM is DeepSeek-V3 */
+static const arch_desc *const k_all[] = {&arch_k3, &arch_kimi_linear, &arch_kimi_k25, &arch_kimi_k2, &arch_deepseek_v3};
 #define N_ALL (sizeof k_all / sizeof k_all[0])
 
 const arch_desc *arch_of(const cfg *c) {
@@ -65,6 +67,7 @@ const arch_desc *arch_detect(const char *model_type, const char *const *archs, s
         for (size_t j = 0; j < n_archs; j++)
             if (archs[j] && !strcmp(archs[j], k_all[i]->architecture)) by_arch = k_all[i];
     }
-    if (by_type && by_arch && by_type != by_arch) *conflict = 1;
+    /* kimi_k2 and deepseek_v3 share DeepseekV3ForCausalLM: a conflict is two class names */
+    if (by_type && by_arch && strcmp(by_type->architecture, by_arch->architecture)) *conflict = 1;
     return by_type ? by_type : by_arch ? by_arch : &arch_k3;
 }

@@ -46,10 +46,11 @@ typedef struct key {
 
 #define KI(id, n, a, s, f) {id, n, a, s, T_INT, 1, offsetof(cfg, f)}
 #define KN(id, n, a, s, f) {id, n, a, s, T_NUM, 1, offsetof(cfg, f)}
-#define KB(id, n, f) {id, n, NULL, S_GEN, T_BOOL, 0, offsetof(cfg, f)}
+#define KB(id, n, a, f) {id, n, a, S_GEN, T_BOOL, 0, offsetof(cfg, f)}
 
 /* docs/architecture.md, Config keys. For KDA keys the alias is the kda_-prefixed name, which
- * wins over the generic one when the keys share a scope (flat shape). */
+ * wins over the generic one when the keys share a scope (flat shape). The MoE
+ * keys' aliases are DeepSeek-V3's names (n_routed_experts, ...). */
 static const key k_keys[] = {
     KI(F_HIDDEN, "hidden_size", NULL, S_GEN, hidden),
     KI(F_LAYERS, "num_hidden_layers", NULL, S_GEN, n_layers),
@@ -65,15 +66,15 @@ static const key k_keys[] = {
     KI(F_NOPE, "qk_nope_head_dim", NULL, S_GEN, qk_nope),
     KI(F_ROPE, "qk_rope_head_dim", NULL, S_GEN, qk_rope),
     KI(F_VHEAD, "v_head_dim", NULL, S_GEN, v_head),
-    KB(F_MLA_GATE, "mla_use_output_gate", mla_out_gate),
-    KI(F_NEXP, "num_experts", NULL, S_GEN, n_experts),
-    KI(F_TOPK, "num_experts_per_token", NULL, S_GEN, topk),
-    KI(F_NSHARED, "num_shared_experts", NULL, S_GEN, n_shared),
+    KB(F_MLA_GATE, "mla_use_output_gate", NULL, mla_out_gate),
+    KI(F_NEXP, "num_experts", "n_routed_experts", S_GEN, n_experts),
+    KI(F_TOPK, "num_experts_per_token", "num_experts_per_tok", S_GEN, topk),
+    KI(F_NSHARED, "num_shared_experts", "n_shared_experts", S_GEN, n_shared),
     KI(F_LATENT, "routed_expert_hidden_size", NULL, S_GEN, latent),
     KI(F_MOE_I, "moe_intermediate_size", NULL, S_GEN, moe_inter),
     KN(F_RSCALE, "routed_scaling_factor", NULL, S_GEN, routed_scale),
-    KB(F_RENORM, "moe_renormalize", moe_renorm),
-    KB(F_LNORM, "latent_moe_use_norm", latent_norm),
+    KB(F_RENORM, "moe_renormalize", "norm_topk_prob", moe_renorm),
+    KB(F_LNORM, "latent_moe_use_norm", NULL, latent_norm),
     KI(F_FDENSE, "first_k_dense_replace", NULL, S_GEN, first_dense),
     KI(F_DENSE_I, "intermediate_size", NULL, S_GEN, dense_inter),
     KI(F_ARB, "attn_res_block_size", NULL, S_GEN, attn_res_block),
@@ -91,7 +92,7 @@ static const char *fname(int id) {
 
 /* ================================================================== reader */
 
-typedef struct rd {
+typedef struct cfg_rd {
     const char *what;
     sbuf *pb;            /* problems, one line each */
     const json_t *root;
@@ -102,8 +103,7 @@ typedef struct rd {
     uint64_t have;       /* fields read successfully */
 } rd;
 
-static void problem(rd *r, const char *fmt, ...) ST_PRINTF(2, 3);
-static void problem(rd *r, const char *fmt, ...) {
+void cfg_rd_problem(struct cfg_rd *r, const char *fmt, ...) {
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -111,6 +111,16 @@ static void problem(rd *r, const char *fmt, ...) {
     va_end(ap);
     sbuf_printf(r->pb, "%s: %s\n", r->what, msg);
     r->pb->n++;
+}
+
+static void problem(rd *r, const char *fmt, ...) ST_PRINTF(2, 3);
+static void problem(rd *r, const char *fmt, ...) {
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    cfg_rd_problem(r, "%s", msg);
 }
 
 /* A JSON real as it was most likely written: the shortest digits that read back
@@ -139,6 +149,8 @@ static const char *jtype(const json_t *j, char *buf, size_t n) {
     default: return "null";
     }
 }
+
+const char *cfg_rd_jtype(const struct json_t *v, char *buf, size_t n) { return jtype(v, buf, n); }
 
 /* Looks a key up in one object; sets *path to its dotted display name. */
 static const json_t *get_in(const json_t *obj, const char *prefix, const char *name,
@@ -212,6 +224,18 @@ static const json_t *find_opt(const rd *r, const char *name, char *path, size_t 
     if (!v) v = get_in(r->root, "", name, path, n);
     if (v && json_is_null(v)) v = NULL; /* HF writes null for "not set" */
     return v;
+}
+
+const struct json_t *cfg_rd_find(struct cfg_rd *r, const char *name, char *path, size_t n) {
+    const json_t *v = find_opt(r, name, path, n);
+    if (!v) snprintf(path, n, "%s%s", r->text ? TEXT_PFX : "", name);
+    return v;
+}
+
+const struct json_t *cfg_rd_quant(struct cfg_rd *r, char *path, size_t n) {
+    const json_t *q = get_in(r->root, "", "quantization_config", path, n);
+    if (!q) q = get_in(r->text, TEXT_PFX, "quantization_config", path, n);
+    return q && json_is_object(q) ? q : NULL;
 }
 
 static void read_id(rd *r, const char *name, int64_t *ids, int64_t *nids, int max) {
@@ -388,6 +412,9 @@ static const arch_desc *parse_arch(rd *r) {
     const json_t *a = json_object_get(r->root, "architectures");
     for (size_t i = 0; json_is_array(a) && i < json_array_size(a) && na < 4; i++)
         if (json_is_string(json_array_get(a, i))) archs[na++] = json_string_value(json_array_get(a, i));
+    const char *mts = json_is_string(mt) ? json_string_value(mt) : NULL;
+    const char *why = arch_refused(mts, archs, na);
+    if (why) { problem(r, "%s", why); return NULL; }
     int conflict;
     const arch_desc *ad = arch_detect(json_is_string(mt) ? json_string_value(mt) : NULL, archs, na, &conflict);
     if (conflict)
@@ -466,6 +493,7 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
         }
     }
     const arch_desc *ad = parse_arch(&r);
+    if (!ad) goto done;
     c->arch = ad->id;
     ad->defaults(c);
     for (size_t i = 0; i < N_KEYS; i++) {
@@ -483,7 +511,9 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
     /* The layer map needs a usable n_layers; otherwise its range check is moot
      * and the n_layers problem is reported by validation. */
     int64_t nl = (HAVE(r.have, F_LAYERS) && c->n_layers >= 1 && c->n_layers <= CFG_MAX_LAYERS) ? c->n_layers : 0;
-    int64_t nfull = read_layer_list(&r, "full_attn_layers", 1, nl, c->is_mla);
+    /* every layer MLA (no_kda): the description fills the map in finish() */
+    int64_t nfull = (ad->keys_skip & ARCH_BIT(F_FULL)) ? -1 : read_layer_list(&r, "full_attn_layers", 1, nl, c->is_mla);
+    if (ad->keys_skip & ARCH_BIT(F_FULL)) r.have |= ARCH_BIT(F_FULL);
     if (nfull >= 0 && nl) {
         c->n_mla = nfull;
         r.have |= UINT64_C(1) << F_FULL;
@@ -520,6 +550,7 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
     r.have |= (UINT64_C(1) << F_IDS) | (UINT64_C(1) << F_CTX);
     read_quant(&r, c);
     check_fixed(&r, ad);
+    if (ad->read) ad->read(c, &r);
     ad->finish(c);
     check_all(c, r.have, what, &pb);
 done:
@@ -577,6 +608,41 @@ static void vpos(vd *v, int id, double x) {
         vproblem(v, "'%s' = %g must be a positive number", fname(id), x);
 }
 
+/* Group-limited routing and RoPE (DeepSeek-V3, arch_deepseek_v3.c): the
+ * experts split evenly in n_group groups of at least 2 (a group's score is the
+ * sum of its top 2), topk_group of them kept, top-k among their experts. */
+static void check_groups(vd *v, const cfg *c) {
+    if (c->n_group > 1 && has(v, F_NEXP, F_TOPK)) {
+        const int64_t G = c->n_group, E = c->n_experts;
+        if (E % G || E / G < 2)
+            vproblem(v, "'n_group' = %lld must divide 'n_routed_experts' = %lld into groups of at least 2", (long long)G,
+                     (long long)E);
+        else if (c->topk_group < 1 || c->topk_group > G)
+            vproblem(v, "'topk_group' = %lld must be in 1..%lld (n_group)", (long long)c->topk_group, (long long)G);
+        else if (c->topk > c->topk_group * (E / G))
+            vproblem(v, "'num_experts_per_tok' = %lld is more than the %lld experts of topk_group = %lld groups",
+                     (long long)c->topk, (long long)(c->topk_group * (E / G)), (long long)c->topk_group);
+    }
+    if (c->n_group < 0 || (c->n_group <= 1 && c->topk_group > 1))
+        vproblem(v, "'topk_group' = %lld needs 'n_group' > 1, got %lld", (long long)c->topk_group, (long long)c->n_group);
+    if (c->mla_rope) {
+        if (!(isfinite(c->rope_theta) && c->rope_theta > 1))
+            vproblem(v, "'rope_theta' = %g must be a number above 1", c->rope_theta);
+        if (!(isfinite(c->yarn_factor) && c->yarn_factor >= 1 && c->yarn_factor <= 1e6))
+            vproblem(v, "'rope_scaling.factor' = %g must be in 1..1e6", c->yarn_factor);
+        if (c->yarn_factor > 1 && c->yarn_orig_ctx < 1)
+            vproblem(v, "'rope_scaling.original_max_position_embeddings' = %lld must be positive", (long long)c->yarn_orig_ctx);
+        const double b[4] = {c->yarn_beta_fast, c->yarn_beta_slow, c->yarn_mscale, c->yarn_mscale_all_dim};
+        for (int i = 0; i < 4; i++)
+            if (!(isfinite(b[i]) && b[i] >= 0 && b[i] <= 1e6))
+                vproblem(v, "rope_scaling's beta_fast, beta_slow, mscale and mscale_all_dim must be in 0..1e6, got %g", b[i]);
+        if (c->yarn_factor > 1 && !(c->yarn_beta_fast > 0 && c->yarn_beta_slow > 0))
+            vproblem(v, "rope_scaling's beta_fast and beta_slow must be positive");
+        if (c->qk_rope % 2)
+            vproblem(v, "'qk_rope_head_dim' = %lld must be even (RoPE rotates pairs)", (long long)c->qk_rope);
+    }
+}
+
 /* Widths, counts and scalars one by one; 0 when a basic width is missing or
  * unusable (the checks after the layer map need them all). */
 static int check_fields(vd *v, const cfg *c) {
@@ -590,7 +656,7 @@ static int check_fields(vd *v, const cfg *c) {
     ok &= vdim(v, F_KDA_HEADS, c->kda_heads, 0);
     ok &= vdim(v, F_KDA_D, c->kda_head_dim, 0);
     ok &= vdim(v, F_NHEADS, c->n_heads, 0);
-    ok &= vdim(v, F_QLORA, c->q_lora, c->arch == ARCH_KIMI_LINEAR); /* 0: a direct q_proj */
+    ok &= vdim(v, F_QLORA, c->q_lora, c->arch != ARCH_K3); /* 0: a direct q_proj */
     ok &= vdim(v, F_KVLORA, c->kv_lora, 0);
     ok &= vdim(v, F_NOPE, c->qk_nope, 0);
     ok &= vdim(v, F_ROPE, c->qk_rope, 1); /* the shared rope slot may be absent */
@@ -634,8 +700,9 @@ static int check_fields(vd *v, const cfg *c) {
     /* finite is not enough: 1e308 scales every routed output to inf */
     if (HAVE(v->have, F_RSCALE) && isfinite(c->routed_scale) && c->routed_scale > CFG_MAX_ROUTED_SCALE)
         vproblem(v, "'%s' = %g is absurd (at most %g)", fname(F_RSCALE), c->routed_scale, CFG_MAX_ROUTED_SCALE);
-    if (HAVE(v->have, F_GLB) && !c->kda_softplus && !(isfinite(c->gate_lb) && c->gate_lb < 0))
+    if (HAVE(v->have, F_GLB) && !c->kda_softplus && !c->no_kda && !(isfinite(c->gate_lb) && c->gate_lb < 0))
         vproblem(v, "'gate_lower_bound' = %g must be negative", c->gate_lb);
+    check_groups(v, c);
     return ok;
 }
 
@@ -654,8 +721,11 @@ static int check_layer_map(vd *v, const cfg *c) {
         if (n != c->n_mla)
             vproblem(v, "layer map holds %lld full-attention layers but n_mla = %lld", (long long)n, (long long)c->n_mla);
         if (n < 1) vproblem(v, "'full_attn_layers' is empty: at least one full-attention (MLA) layer is needed");
-        if (n >= c->n_layers)
+        if (n >= c->n_layers && !c->no_kda)
             vproblem(v, "'full_attn_layers' lists all %lld layers: no KDA layer is left", (long long)c->n_layers);
+        if (c->no_kda && n != c->n_layers)
+            vproblem(v, "every layer of this architecture is MLA: the layer map holds %lld of %lld", (long long)n,
+                     (long long)c->n_layers);
         return 1;
     }
     return 0;

@@ -51,13 +51,24 @@ typedef struct cfg {
     int act_silu;      /* GLU activation SiLU(gate) * up instead of SiTU */
     int moe_plain;     /* experts on the hidden dim (latent == hidden): no latent projections or norm */
     double kv_norm_eps;/* kv_a_layernorm epsilon; 0: rms_eps (K3) */
+    double qa_norm_eps;/* q_a_layernorm epsilon; 0: rms_eps (K3) */
     /* Routed weights from the biased scores s + e_score_correction_bias, as the
      * Kimi Linear release's modeling_kimi.py computes them (a run-time choice,
      * strata_model_opts.router; part of the config fingerprint). 0: the unbiased
      * sigmoid (vLLM, llama.cpp, K3). */
     int router_hf;
+    /* DeepSeek-V3 family (arch_deepseek_v3.c); all zero elsewhere. */
+    int no_kda;        /* every layer is MLA: no KDA keys, no layer lists */
+    int ds_names;      /* MoE tensors mlp.gate / mlp.shared_experts / mlp.experts.E.{gate,up,down}_proj */
+    int mla_rope;      /* RoPE (YaRN) on the rope slot of q and of the cached k_pe, interleaved pairs */
+    double rope_theta; /* base of the frequencies */
+    double yarn_factor;/* rope_scaling.factor; 1: no scaling (rope_scaling null) */
+    double yarn_beta_fast, yarn_beta_slow, yarn_mscale, yarn_mscale_all_dim;
+    int64_t yarn_orig_ctx; /* rope_scaling.original_max_position_embeddings */
+    int64_t n_group, topk_group; /* group-limited routing (n_group > 1): keep topk_group groups */
+    int64_t n_mtp;     /* num_nextn_predict_layers: MTP layers after the last, never read */
 } cfg;
-enum cfg_arch { ARCH_K3 = 0, ARCH_KIMI_LINEAR = 1 };
+enum cfg_arch { ARCH_K3 = 0, ARCH_KIMI_LINEAR = 1, ARCH_DEEPSEEK_V3 = 2, ARCH_KIMI_K2 = 3, ARCH_KIMI_K25 = 4 };
 #define CFG_DEFAULT_CTX 131072
 
 /* Parses and validates config.json bytes. On failure returns STRATA_EFORMAT and

@@ -109,6 +109,10 @@ static void walk_kda(const cfg *c, int64_t L, walker *w) {
     VEC(R_KDA_ONORM, D, "%s.%lld.%s.o_norm.weight", lp, (long long)L, a);
 }
 
+/* The dtype a norm weight is published in: DeepSeek-V3 (as V3.2, the one whose
+ * dtypes are known) F32, the rest the writer's choice. */
+static int norm_pub(const cfg *c) { return c->arch == ARCH_DEEPSEEK_V3 ? DT_F32 + 1 : 0; }
+
 /* MLA: q through q-LoRA (q_a, its norm, q_b), or a direct q_proj (q_lora == 0,
  * in the q_b role); kv_a with its norm, kv_b, o_proj, the optional output gate. */
 static void walk_mla(const cfg *c, int64_t L, walker *w) {
@@ -116,13 +120,17 @@ static void walk_mla(const cfg *c, int64_t L, walker *w) {
     const char *lp = w->lp, *a = "self_attn";
     if (c->q_lora > 0) {
         MAT(R_MLA_QA, c->q_lora, H, "%s.%lld.%s.q_a_proj.weight", lp, (long long)L, a);
+        w->pub = norm_pub(c);
         VEC(R_MLA_QA_NORM, c->q_lora, "%s.%lld.%s.q_a_layernorm.weight", lp, (long long)L, a);
+        w->pub = 0;
         MAT(R_MLA_QB, NH * (c->qk_nope + c->qk_rope), c->q_lora, "%s.%lld.%s.q_b_proj.weight", lp, (long long)L, a);
     } else {
         MAT(R_MLA_QB, NH * (c->qk_nope + c->qk_rope), H, "%s.%lld.%s.q_proj.weight", lp, (long long)L, a);
     }
     MAT(R_MLA_KVA, c->kv_lora + c->qk_rope, H, "%s.%lld.%s.kv_a_proj_with_mqa.weight", lp, (long long)L, a);
+    w->pub = norm_pub(c);
     VEC(R_MLA_KVA_NORM, c->kv_lora, "%s.%lld.%s.kv_a_layernorm.weight", lp, (long long)L, a);
+    w->pub = 0;
     MAT(R_MLA_KVB, NH * (c->qk_nope + c->v_head), c->kv_lora, "%s.%lld.%s.kv_b_proj.weight", lp, (long long)L, a);
     MAT(R_MLA_O, H, NH * c->v_head, "%s.%lld.%s.o_proj.weight", lp, (long long)L, a);
     if (c->mla_out_gate) /* no output gate, no g_proj (mla_use_output_gate false) */
@@ -132,8 +140,10 @@ static void walk_mla(const cfg *c, int64_t L, walker *w) {
 static void walk_layer(const cfg *c, int64_t L, walker *w) {
     const int64_t H = c->hidden;
     const char *lp = w->lp;
+    w->pub = norm_pub(c);
     VEC(R_IN_NORM, H, "%s.%lld.input_layernorm.weight", lp, (long long)L);
     VEC(R_POST_NORM, H, "%s.%lld.post_attention_layernorm.weight", lp, (long long)L);
+    w->pub = 0;
     if (!c->plain_res) {
         VEC(R_ATTN_RES_NORM, H, "%s.%lld.self_attention_res_norm.weight", lp, (long long)L);
         VEC(R_ATTN_RES_PROJ, H, "%s.%lld.self_attention_res_proj.weight", lp, (long long)L);
@@ -147,10 +157,12 @@ static void walk_layer(const cfg *c, int64_t L, walker *w) {
         MAT(R_DENSE_UP, c->dense_inter, H, "%s.%lld.mlp.up_proj.weight", lp, (long long)L);
         MAT(R_DENSE_DOWN, H, c->dense_inter, "%s.%lld.mlp.down_proj.weight", lp, (long long)L);
     } else {
-        const char *m = "block_sparse_moe";
+        const char *m = c->ds_names ? "mlp" : "block_sparse_moe";
         const int64_t S = c->n_shared * c->moe_inter;
         MAT(R_MOE_ROUTER, c->n_experts, H, "%s.%lld.%s.gate.weight", lp, (long long)L, m);
+        if (c->ds_names) w->pub = DT_F32 + 1; /* DeepSeek-V3 and K2 store the bias F32 */
         VEC(R_MOE_BIAS, c->n_experts, "%s.%lld.%s.gate.e_score_correction_bias", lp, (long long)L, m);
+        w->pub = 0;
         if (!c->moe_plain) {
             MAT(R_MOE_LAT_DOWN, c->latent, H, "%s.%lld.%s.routed_expert_down_proj.weight", lp, (long long)L, m);
             MAT(R_MOE_LAT_UP, H, c->latent, "%s.%lld.%s.routed_expert_up_proj.weight", lp, (long long)L, m);
@@ -165,18 +177,20 @@ static void walk_layer(const cfg *c, int64_t L, walker *w) {
     }
 }
 
+/* One routed expert: w1 (gate), w2 (down), w3 (up); DeepSeek-V3 names them
+ * mlp.experts.E.gate_proj / down_proj / up_proj. */
 static void walk_expert(const cfg *c, int64_t L, int64_t E, int bf16, walker *w) {
     const int64_t I = c->moe_inter, Z = c->latent;
     char tail[32];
-    static const struct { const char *w; int rp, rs, rb; } k[3] = {
-        {"w1", R_EXP_W1P, R_EXP_W1S, R_EXP_W1},
-        {"w2", R_EXP_W2P, R_EXP_W2S, R_EXP_W2},
-        {"w3", R_EXP_W3P, R_EXP_W3S, R_EXP_W3}};
+    static const struct { const char *w, *ds; int rp, rs, rb; } k[3] = {
+        {"w1", "gate_proj", R_EXP_W1P, R_EXP_W1S, R_EXP_W1},
+        {"w2", "down_proj", R_EXP_W2P, R_EXP_W2S, R_EXP_W2},
+        {"w3", "up_proj", R_EXP_W3P, R_EXP_W3S, R_EXP_W3}};
     for (int i = 0; i < 3; i++) {
         int64_t rows = i == 1 ? Z : I, cols = i == 1 ? I : Z;
-        const char *fmt = "%s.%lld.block_sparse_moe.experts.%lld.%s";
+        const char *fmt = c->ds_names ? "%s.%lld.mlp.experts.%lld.%s" : "%s.%lld.block_sparse_moe.experts.%lld.%s";
         if (bf16) {
-            snprintf(tail, sizeof tail, "%s.weight", k[i].w);
+            snprintf(tail, sizeof tail, "%s.weight", c->ds_names ? k[i].ds : k[i].w);
             emit(w, TC_EXPERT, TK_MATRIX, k[i].rb, L, E, 2, rows, cols, 0, fmt, w->lp, (long long)L, (long long)E, tail);
         } else {
             snprintf(tail, sizeof tail, "%s.weight_packed", k[i].w);
@@ -188,7 +202,9 @@ static void walk_expert(const cfg *c, int64_t L, int64_t E, int bf16, walker *w)
 }
 
 static void walk_head(const cfg *c, walker *w) {
+    w->pub = norm_pub(c);
     emit(w, TC_FINAL, TK_VECTOR, R_FINAL_NORM, -1, -1, 1, c->hidden, 0, 0, "%snorm.weight", w->pfx);
+    w->pub = 0;
     if (!c->plain_res) {
         emit(w, TC_FINAL, TK_VECTOR, R_OUT_RES_NORM, -1, -1, 1, c->hidden, 0, 0, "%soutput_attn_res_norm.weight", w->pfx);
         emit(w, TC_FINAL, TK_VECTOR, R_OUT_RES_PROJ, -1, -1, 1, c->hidden, 0, 0, "%soutput_attn_res_proj.weight", w->pfx);
