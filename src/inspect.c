@@ -9,6 +9,7 @@
  */
 #include <math.h>
 #include <string.h>
+#include "arch.h"
 #include "cfg.h"
 #include "model.h"
 #include "st.h"
@@ -137,7 +138,18 @@ static void print_config(const report *r, FILE *out) {
         fprintf(out, "  architecture kimi_linear: plain pre-norm residual, KDA softplus gate and low-rank output gate, "
                      "MLA without q-LoRA, SiLU experts on the hidden dim (BF16), kv_a_layernorm eps %g, router %s\n",
                c->kv_norm_eps, c->router_hf ? "hf (biased weights)" : "unbiased");
-    if (c->kda_softplus)
+    if (c->no_kda) { /* DeepSeek-V3 and K2: no KDA line */
+        fprintf(out, "  architecture %s: every layer MLA with q-LoRA, RoPE theta %g on the %lld-wide slot (interleaved "
+                     "pairs, YaRN factor %g, original context %lld, beta %g/%g, mscale %g/%g; softmax scale %.7g), "
+                     "plain pre-norm residual, SwiGLU experts on the hidden dim, router groups %lld keep %lld, "
+                     "q_a/kv_a_layernorm eps %g\n",
+               arch_of(c)->name, c->rope_theta, (long long)c->qk_rope, c->yarn_factor, (long long)c->yarn_orig_ctx,
+               c->yarn_beta_fast, c->yarn_beta_slow, c->yarn_mscale, c->yarn_mscale_all_dim, arch_mla_scale(c),
+               (long long)c->n_group, (long long)c->topk_group, c->kv_norm_eps);
+        if (c->n_mtp)
+            fprintf(out, "  MTP: %lld layer(s) after the last (%slayers.%lld.*): skipped, never read\n", (long long)c->n_mtp,
+                   arch_of(c)->pfx, (long long)c->n_layers);
+    } else if (c->kda_softplus)
         fprintf(out, "  KDA: %lld heads x %lld, short conv %lld, gate -exp(A_log) softplus (no lower bound)\n",
                (long long)c->kda_heads, (long long)c->kda_head_dim, (long long)c->conv_k);
     else

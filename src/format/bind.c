@@ -290,11 +290,9 @@ static void detect_experts(bctx *b) {
     b->expert_dtype = -1;
     if (c->first_dense >= c->n_layers) return; /* no MoE layer: nothing to decide */
     char name[256];
-    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight_packed", arch_of(c)->pfx,
-             (long long)c->first_dense);
+    schema_expert_w1_name(c, c->first_dense, 0, 1, name, sizeof name);
     if (st_find(b->ix, name)) return;
-    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx,
-             (long long)c->first_dense);
+    schema_expert_w1_name(c, c->first_dense, 0, 0, name, sizeof name);
     const st_tensor *s = st_find(b->ix, name);
     if (!s) return; /* reported as missing MXFP4 tensors by the walk */
     b->lay->experts_bf16 = 1;

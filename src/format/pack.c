@@ -406,8 +406,7 @@ static int xrec_cmp(const void *a, const void *b) {
 
 static int experts_bf16(const cfg *c, const st_index *ix) {
     char name[200];
-    snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx,
-             (long long)c->first_dense);
+    schema_expert_w1_name(c, c->first_dense, 0, 0, name, sizeof name);
     return st_find(ix, name) != NULL;
 }
 

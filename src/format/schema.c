@@ -239,6 +239,21 @@ int schema_walk(const cfg *c, int experts_bf16, schema_fn fn, void *ud) {
     return w.rc;
 }
 
+typedef struct { int role; char *buf; size_t n; } name_of;
+
+static int name_fn(void *ud, const tspec *t) {
+    name_of *x = ud;
+    if (t->role != x->role) return 0;
+    snprintf(x->buf, x->n, "%s", t->name);
+    return 1;
+}
+
+void schema_expert_w1_name(const cfg *c, int64_t L, int64_t E, int packed, char *buf, size_t n) {
+    name_of x = {packed ? R_EXP_W1P : R_EXP_W1, buf, n};
+    if (n) buf[0] = 0;
+    schema_walk_expert(c, L, E, !packed, name_fn, &x);
+}
+
 int schema_walk_head(const cfg *c, schema_fn fn, void *ud) {
     walker w;
     walker_init(&w, c, fn, ud);

@@ -70,6 +70,11 @@ int schema_walk_head(const cfg *c, schema_fn fn, void *ud);
 
 const char *schema_role_name(int role);
 
+/* The name of expert E's w1 (the gate) in layer L: its weight_packed (packed 1)
+ * or plain weight, under the architecture's names (block_sparse_moe.experts.E.w1,
+ * or DeepSeek-V3's mlp.experts.E.gate_proj). Tells a checkpoint's expert format. */
+void schema_expert_w1_name(const cfg *c, int64_t L, int64_t E, int packed, char *buf, size_t n);
+
 /* The census of c: walks the schema (one expert per MoE layer stands for all). Trunk and embedding
  * bytes are at bf16 whatever the checkpoint stores; expert bytes are MXFP4.
  * *out is all zeros if c does not pass cfg_validate. */

@@ -169,8 +169,7 @@ int wsrc_resident_open(wsrc **out, const cfg *c, const st_index *ix, char *err, 
     for (int64_t L = 0; L < c->n_layers; L++)
         if (cfg_is_moe(c, L)) {
             char name[160];
-            snprintf(name, sizeof name, "%slayers.%lld.block_sparse_moe.experts.0.w1.weight", arch_of(c)->pfx,
-                     (long long)L);
+            schema_expert_w1_name(c, L, 0, 0, name, sizeof name);
             bf16 = st_find(ix, name) != NULL;
             break;
         }

@@ -411,6 +411,10 @@ static void final_cfg(cfg *w, const cfg *c, const gen_opts *o) {
         w->n_eos = 1;
         w->eos_ids[0] = ranks + 2;
     }
+    if (c->no_kda) { /* DeepSeek-V3 and K2: one eos_token_id, [EOS] (K2: 163585 = [BOS] + 1) */
+        w->n_eos = 1;
+        w->eos_ids[0] = ranks + 1;
+    }
     w->mxfp4_experts = !o->experts_bf16;
     if (w->max_ctx <= 0) w->max_ctx = CFG_DEFAULT_CTX;
 }

@@ -13,6 +13,7 @@
 #include "base.h"
 #include "gen_priv.h"
 #include "num.h"
+#include "arch.h"
 #include "schema.h"
 #include "stw.h"
 
@@ -84,6 +85,36 @@ static int same_unit(const gitem *a, const gitem *b) {
     return ca == cb && a->layer == b->layer && a->expert == b->expert;
 }
 
+/* Tensors a published checkpoint holds beside the language model, which the
+ * model never reads (so the loader's skipping is exercised): DeepSeek-V3's MTP
+ * layers after the last (model.layers.<n_layers>.*, with their own embedding
+ * and head copies, as V3.2's files hold them) and K2.5's vision tower and
+ * projector (one small tensor each stands for them). They join the head unit. */
+static int plan_extras(plan *p, const cfg *c) {
+    const int64_t H = c->hidden, V = c->vocab;
+    tspec t;
+    int rc = 0;
+#define X(rl, nd, d0, d1, ...) do { memset(&t, 0, sizeof t); snprintf(t.name, sizeof t.name, __VA_ARGS__); \
+        t.cls = TC_FINAL; t.kind = nd == 1 ? TK_VECTOR : TK_MATRIX; t.role = rl; t.layer = -1; t.expert = -1; \
+        t.ndim = nd; t.shape[0] = d0; t.shape[1] = d1; t.numel = d0 * (nd > 1 ? d1 : 1); \
+        if (!rc) rc = plan_add(p, &t); } while (0)
+    static const struct { const char *n; int rl, nd; } mtp[] = {
+        {"enorm.weight", R_FINAL_NORM, 1}, {"hnorm.weight", R_FINAL_NORM, 1}, {"eh_proj.weight", R_LM_HEAD, 2},
+        {"input_layernorm.weight", R_FINAL_NORM, 1}, {"embed_tokens.weight", R_LM_HEAD, 2},
+        {"shared_head.norm.weight", R_FINAL_NORM, 1}, {"shared_head.head.weight", R_LM_HEAD, 2}};
+    for (int64_t m = 0; m < c->n_mtp && c->no_kda; m++)
+        for (size_t i = 0; i < sizeof mtp / sizeof *mtp; i++) {
+            const int64_t d0 = mtp[i].nd == 1 ? H : i == 2 ? H : V, d1 = i == 2 ? 2 * H : H;
+            X(mtp[i].rl, mtp[i].nd, d0, d1, "%slayers.%lld.%s", arch_of(c)->pfx, (long long)(c->n_layers + m), mtp[i].n);
+        }
+    if (c->arch == ARCH_KIMI_K25) {
+        X(R_LM_HEAD, 2, 64, 3 * 14 * 14, "vision_tower.patch_embed.proj.weight");
+        X(R_LM_HEAD, 2, H, 256, "mm_projector.proj.0.weight");
+    }
+#undef X
+    return rc;
+}
+
 /* Builds the tensor list in file order and assigns shards. */
 int gen_plan_build(plan *p, const cfg *c, const gen_opts *o, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
@@ -91,7 +122,7 @@ int gen_plan_build(plan *p, const cfg *c, const gen_opts *o, char *err, size_t e
     p->o = o;
     int32_t *perm = NULL;
     gitem *tmp = NULL;
-    if (schema_walk(c, o->experts_bf16, plan_add, p) || p->oom) goto oom;
+    if (schema_walk(c, o->experts_bf16, plan_add, p) || p->oom || plan_extras(p, c) || p->oom) goto oom;
     /* Shuffle each layer's experts as whole runs of tensors. */
     const int per = o->experts_bf16 ? 3 : 6;
     perm = base_alloc((size_t)(c->n_experts > 0 ? c->n_experts : 1) * sizeof *perm, MEM_MISC);

@@ -239,6 +239,121 @@ static void kl_48b(cfg *c, gen_opts *o) {
     o->shard_bytes = 5000000000ull; /* ~20 shards like the release */
 }
 
+/* ------------------------------------------------ DeepSeek-V3 / Kimi K2 */
+
+/* The DeepSeek-V3 variant flags (arch_deepseek_v3.c) on the small widths the
+ * tiny presets share; bf16 weights (FP8 / INT4 come with their storage). */
+static void ds_base(cfg *c, gen_opts *o, int arch) {
+    const arch_desc *ad = arch == ARCH_KIMI_K25 ? &arch_kimi_k25 : arch == ARCH_KIMI_K2 ? &arch_kimi_k2 : &arch_deepseek_v3;
+    ad->defaults(c);
+    c->arch = arch;
+    c->hidden = 64;
+    c->vocab = 512;
+    c->n_heads = 4;
+    c->q_lora = 32;
+    c->kv_lora = 32;
+    c->qk_nope = 16;
+    c->qk_rope = 16;
+    c->v_head = 16;
+    c->n_experts = 16;
+    c->topk = 4;
+    c->n_shared = 1;
+    c->moe_inter = 32;
+    c->dense_inter = 128;
+    c->yarn_orig_ctx = 256; /* the YaRN ramp falls inside the 8 pairs */
+    c->yarn_mscale = 1.0;
+    c->yarn_mscale_all_dim = 1.0;
+    o->experts_bf16 = 1;
+    o->n_reserved = 32;
+}
+
+/* DeepSeek-V3's proportions at a few MB: 5 layers (2 dense), 16 experts in 4
+ * groups of which 2 are kept, top-4, YaRN factor 40 with beta 32/1, F32 norms. */
+static void ds_tiny(cfg *c, gen_opts *o) {
+    ds_base(c, o, ARCH_DEEPSEEK_V3);
+    c->n_layers = 5;
+    c->first_dense = 2;
+    c->n_group = 4;
+    c->topk_group = 2;
+    c->routed_scale = 2.5;
+    c->rms_eps = 1e-6;
+    c->rope_theta = 10000.0;
+    c->yarn_factor = 40.0;
+    c->yarn_beta_fast = 32.0;
+    c->yarn_beta_slow = 1.0;
+    c->n_mtp = 1;
+    arch_deepseek_v3.finish(c);
+}
+
+/* Kimi K2's: 4 layers (1 dense), ungrouped top-4 of 16, theta 5e4, factor 32, beta 1/1. */
+static void k2_tiny(cfg *c, gen_opts *o) {
+    ds_base(c, o, ARCH_KIMI_K2);
+    c->n_layers = 4;
+    c->first_dense = 1;
+    c->routed_scale = 2.827;
+    c->rms_eps = 1e-6;
+    c->rope_theta = 50000.0;
+    c->yarn_factor = 32.0;
+    c->yarn_beta_fast = 1.0;
+    c->yarn_beta_slow = 1.0;
+    arch_kimi_k2.finish(c);
+}
+
+/* K2.5's wrapper: text_config, language_model. names, a vision tensor to skip. */
+static void k25_tiny(cfg *c, gen_opts *o) {
+    k2_tiny(c, o);
+    arch_kimi_k25.defaults(c);
+    c->arch = ARCH_KIMI_K25;
+    c->rms_eps = 1e-5;
+    c->yarn_factor = 64.0;
+    c->yarn_beta_fast = 32.0;
+    arch_kimi_k25.finish(c);
+}
+
+/* ~15 GB with K2's proportions: 384 experts top-8, one dense layer, experts ~95%. */
+static void k2_ladder(cfg *c, gen_opts *o) {
+    ds_base(c, o, ARCH_KIMI_K2);
+    c->hidden = 1024;
+    c->n_layers = 25;
+    c->vocab = 32768;
+    c->n_heads = 8;
+    c->q_lora = 384;
+    c->kv_lora = 256;
+    c->qk_nope = 64;
+    c->qk_rope = 32;
+    c->v_head = 64;
+    c->n_experts = 384;
+    c->topk = 8;
+    c->moe_inter = 256;
+    c->dense_inter = 4096;
+    c->first_dense = 1;
+    c->routed_scale = 2.827;
+    c->rms_eps = 1e-5;
+    c->rope_theta = 50000.0;
+    c->yarn_factor = 64.0;
+    c->yarn_beta_fast = 1.0;
+    c->yarn_beta_slow = 1.0;
+    c->yarn_orig_ctx = 4096;
+    c->max_ctx = 32768;
+    o->n_reserved = 256;
+    o->shard_bytes = 4ull << 30;
+    arch_kimi_k2.finish(c);
+}
+
+static void ds_v3(cfg *c, gen_opts *o) {
+    cfg_deepseek_v3(c);
+    o->experts_bf16 = 1;
+    o->n_reserved = 1280; /* 129280 = 128000 ranks + specials, as the release */
+    o->shard_bytes = 8400000000ull; /* ~163 shards of bf16 */
+}
+
+static void k2_thinking(cfg *c, gen_opts *o) {
+    cfg_kimi_k2_thinking(c);
+    o->experts_bf16 = 1;
+    o->n_reserved = 256;
+    o->shard_bytes = 9000000000ull;
+}
+
 typedef struct {
     preset_info info;
     void (*fill)(cfg *c, gen_opts *o);
@@ -258,6 +373,13 @@ static const preset_def k_presets[] = {
     {{"kimi-linear-tiny", "Kimi Linear layout: hidden 64, 6 layers, 16 BF16 experts top-4", 0, 1}, kl_tiny, 1},
     {{"kimi-linear-ladder", "Kimi Linear proportions, ~16 GB: hidden 1024, 27 layers, 256 experts top-8", 0, 0}, kl_ladder, 1},
     {{"kimi-linear-48b", "the real Kimi-Linear-48B-A3B configuration (98 GB)", 1, 0}, kl_48b, 1},
+    {{"deepseek-v3-tiny", "DeepSeek-V3 layout: hidden 64, 5 layers, 16 BF16 experts in 4 groups, top-4", 0, 1}, ds_tiny, 1},
+    {{"kimi-k2-tiny", "Kimi K2 layout: hidden 64, 4 layers, 16 BF16 experts top-4", 0, 1}, k2_tiny, 1},
+    {{"kimi-k25-tiny", "Kimi K2.5 wrapper layout (language_model., a vision tensor): hidden 64, 4 layers", 0, 1},
+     k25_tiny, 1},
+    {{"kimi-k2-ladder", "Kimi K2 proportions, ~15 GB: hidden 1024, 25 layers, 384 experts top-8", 0, 0}, k2_ladder, 1},
+    {{"deepseek-v3", "the real DeepSeek-V3 configuration, BF16 (1.34 TB)", 1, 0}, ds_v3, 1},
+    {{"kimi-k2-thinking", "the real Kimi-K2-Thinking configuration, BF16 (2.05 TB)", 1, 0}, k2_thinking, 1},
 };
 #define N_PRESETS (sizeof k_presets / sizeof *k_presets)
 
