@@ -141,8 +141,7 @@ static int experts_shuffled(const cfg *c, const st_index *ix, int bf16) {
         int out_of_order = 0;
         for (int64_t E = 0; E < c->n_experts; E++) {
             char nm[200];
-            snprintf(nm, sizeof nm, "%slayers.%lld.block_sparse_moe.experts.%lld.%s", arch_of(c)->pfx,
-                     (long long)L, (long long)E, bf16 ? "w1.weight" : "w1.weight_packed");
+            schema_expert_w1_name(c, L, E, !bf16, nm, sizeof nm);
             const st_tensor *t = st_find(ix, nm);
             if (!t) return -1;
             uint64_t key = (uint64_t)t->shard << 48 | t->off;
@@ -170,12 +169,15 @@ static void check_dir(const char *preset, const char *dir) {
     int64_t ranks = c.vocab - gen_n_reserved(&pc, &o);
     if (c.arch == ARCH_KIMI_LINEAR) /* one eos, <|im_end|>, as published */
         CHECK(c.bos_id == ranks && c.n_eos == 1 && c.eos_ids[0] == ranks + 2);
+    else if (c.no_kda) /* DeepSeek-V3 / K2: one eos, [EOS] */
+        CHECK(c.bos_id == ranks && c.n_eos == 1 && c.eos_ids[0] == ranks + 1);
     else
         CHECK(c.bos_id == ranks && c.n_eos == 2 && c.eos_ids[0] == ranks + 1 && c.eos_ids[1] == ranks + 2);
     CHECK(c.pad_id == c.vocab - 1);
     CHECK(c.max_ctx == pc.max_ctx);
     /* the released layer map: last layer MLA, layer 0 KDA with the dense MLP */
-    CHECK(c.is_mla[c.n_layers - 1] && !c.is_mla[0] && c.first_dense == 1);
+    if (c.no_kda) CHECK(c.n_mla == c.n_layers && c.first_dense == pc.first_dense); /* DeepSeek-V3: every layer MLA */
+    else CHECK(c.is_mla[c.n_layers - 1] && !c.is_mla[0] && c.first_dense == 1);
 
     st_index *ix = NULL;
     rc = st_open(&ix, dir, err, sizeof err);
@@ -188,7 +190,9 @@ static void check_dir(const char *preset, const char *dir) {
     /* nothing but schema tensors */
     size_t n_schema = 0;
     schema_walk(&c, o.experts_bf16, count_tensor, &n_schema);
-    CHECK(st_count(ix) == n_schema);
+    /* plus, for DeepSeek-V3, the MTP layer's 7 and K2.5's 2 vision tensors (never read) */
+    const size_t n_extra = (size_t)(c.no_kda ? 7 * c.n_mtp : 0) + (c.arch == ARCH_KIMI_K25 ? 2 : 0);
+    CHECK_MSG(st_count(ix) == n_schema + n_extra, "%s: %zu tensors, %zu expected", preset, st_count(ix), n_schema + n_extra);
     model_layout *lay = base_calloc(1, sizeof *lay, MEM_MISC);
     sbuf pb = {0};
     rc = model_bind_check(&c, ix, lay, &pb);
