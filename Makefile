@@ -185,11 +185,12 @@ conformance: strata
 	bash tools/conformance.sh
 
 # Self-tests of the Python references themselves (no engine needed, ~8 s):
-# K3 (selftest.py) and Kimi Linear (kl_selftest.py).
+# K3 (selftest.py), Kimi Linear (kl_selftest.py), DeepSeek-V3/K2 (ds_selftest.py).
 .PHONY: reference-selftest
 reference-selftest:
 	/usr/bin/python3 tests/reference/selftest.py
 	/usr/bin/python3 tests/reference/kl_selftest.py
+	/usr/bin/python3 tests/reference/ds_selftest.py
 
 # Kernel throughput vs this machine's measured read bandwidth (bench/b_kern.c).
 $(BUILD)/b_kern: private INC = $(BENCH_INC)

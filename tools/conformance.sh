@@ -28,6 +28,15 @@
 # They are skipped with a message while the engine does not accept Kimi Linear
 # (its `run --help` has no --router).
 #
+# DeepSeek-V3 / Kimi K2 (issue 41): models named ds-* are written in the published
+# layouts by tests/reference/make_deepseek.py and checked with
+# tests/reference/ds_check.sh against dsref.py: ds-dsv3-fp8 (FP8 128x128 blocks with
+# edge blocks, n_group 4 / topk_group 2, F32 norms, an MTP layer to skip),
+# ds-dsv3-bf16norm, ds-k2-fp8 (K2-Instruct), ds-k2-int4 (K2-Thinking INT4 experts),
+# ds-k25-int4 (kimi_k25 wrapper, language_model. prefix, vision tensors, I64
+# weight_shape), ds-bf16, ds-k2-int4@long. Skipped with ds_check.sh's message while
+# the engine lacks the architecture or the weight format.
+#
 # Usage: tools/conformance.sh [model ...]      (default: all models below)
 # The 'f32_yard' column is a yardstick, not a verdict: the error of the reference
 # itself with every matmul/norm output rounded to float32 (k3ref --sim-f32) along
@@ -52,12 +61,13 @@ REF=tests/reference/k3ref.py
 CMP=tests/reference/compare.py
 PROMPT_BASE="1,17,42,9,250,3,88,130"
 if [ $# -gt 0 ]; then
-  PRESETS=""; KL_MODELS=""
-  for a in "$@"; do case $a in kl-*) KL_MODELS="$KL_MODELS $a" ;; *) PRESETS="$PRESETS $a" ;; esac; done
+  PRESETS=""; KL_MODELS=""; DS_MODELS=""
+  for a in "$@"; do case $a in kl-*) KL_MODELS="$KL_MODELS $a" ;; ds-*) DS_MODELS="$DS_MODELS $a" ;; *) PRESETS="$PRESETS $a" ;; esac; done
 else
   PRESETS="tiny tiny-odd tiny-blocks tiny-shards tiny-mixed tiny-bf16experts demo"
   PRESETS="$PRESETS ref-tiny ref-flat ref-bf16experts ref-9l ref-ties tiny@long ref-tiny@long"
   KL_MODELS="kl-tiny kl-f32 kl-variant kl-wide kl-base0 kl-tiny@long"
+  DS_MODELS="ds-dsv3-fp8 ds-dsv3-bf16norm ds-k2-fp8 ds-k2-int4 ds-k25-int4 ds-bf16 ds-k2-int4@long"
 fi
 
 die() { echo "conformance: $*" >&2; exit 1; }
@@ -196,5 +206,35 @@ if [ -n "${KL_MODELS// /}" ]; then
     done
   fi
 fi
+# DeepSeek-V3 / Kimi K2: published-layout checkpoints from make_deepseek.py.
+ds_gen() {
+  case $1 in
+    ds-dsv3-fp8)      echo "--layout dsv3-fp8 --seed 401" ;;
+    ds-dsv3-bf16norm) echo "--layout dsv3-fp8 --seed 402 --norm-dtype bf16 --layers 6 --shards 4" ;;
+    ds-k2-fp8)        echo "--layout k2-fp8 --seed 403" ;;
+    ds-k2-int4)       echo "--layout k2-int4 --seed 404 --experts 24 --topk 6" ;;
+    ds-k25-int4)      echo "--layout k25-int4 --seed 405 --shape-i64" ;;
+    ds-bf16)          echo "--layout bf16 --seed 406 --shards 1" ;;
+    *)                return 1 ;;
+  esac
+}
+for p in $DS_MODELS; do
+  name=${p%@long}
+  longarg=(); [ "$name" != "$p" ] && longarg=(--long)
+  M=build/models/$name
+  if [ ! -f "$M/config.json" ]; then
+    if ! args=$(ds_gen "$name") || ! "$PY" tests/reference/make_deepseek.py "$M" $args \
+         >"$OUT/$name.gen.log" 2>&1; then
+      printf '%-18s %s\n' "$p" "FAIL: make_deepseek.py failed or unknown model (see $OUT/$name.gen.log)"
+      fail=1; continue
+    fi
+  fi
+  t0=$(date +%s.%N)
+  line=$(bash tests/reference/ds_check.sh "$M" "$STRATA" --gen "$GEN" --tol "$TOL" \
+         "${longarg[@]}" --out "$OUT/$p" 2>&1)
+  rc=$?
+  printf '%-18s %6.2fs  %s\n' "$p" "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" "$line"
+  [ $rc -eq 0 ] || [ $rc -eq 77 ] || fail=1
+done
 echo "tolerance: max relative logit error <= $TOL; outputs in $OUT/"
 exit $fail

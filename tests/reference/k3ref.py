@@ -231,7 +231,10 @@ def load_config(model_dir, parse=None):
 # 2. safetensors
 # ============================================================================
 
-_DTYPE_SIZE = {'F64': 8, 'F32': 4, 'F16': 2, 'BF16': 2, 'U8': 1, 'I8': 1}
+# F8_E4M3, I32 and I64 are read only by the DeepSeek-V3 reference (dsref.py: FP8
+# block weights, INT4 pack-quantized words and weight_shape); K3 refuses them at use.
+_DTYPE_SIZE = {'F64': 8, 'F32': 4, 'F16': 2, 'BF16': 2, 'U8': 1, 'I8': 1,
+               'F8_E4M3': 1, 'I32': 4, 'I64': 8}
 
 
 def bf16_bits_to_f64(u16):
@@ -264,6 +267,10 @@ class Tensor:
     def rows_f64(self, sel):
         """Rows sel (index array or slice) of a 2-D float tensor, as float64."""
         return self._widen(np.asarray(self._typed()[sel]), self.dtype)
+
+    def view(self, np_dtype):
+        """The raw bytes as np_dtype (e.g. '<i4'), shaped; no dtype check."""
+        return self.raw.view(np_dtype).reshape(self.shape)
 
     def as_u8(self):
         if self.dtype != 'U8':
