@@ -183,7 +183,9 @@ static int step_str(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
             return R_OK;
         }
         if (c < 0x20 || (mx >= 0 && f->a >= mx)) return R_DEAD;
-        f->a++;
+        /* counted only when a length is bounded: an unbounded string's states
+         * repeat, so its masks come from the cache */
+        if (mn > 0 || mx >= 0) f->a++;
         if (c == '\\') f->sub = S_ESC;
         else if (c < 0x80) f->sub = S_NORM;
         else if (c >= 0xC2 && c <= 0xDF) f->sub = S_C1;
