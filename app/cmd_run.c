@@ -78,7 +78,10 @@ static void usage(FILE *f) {
         "  --chunk N            rows per pass (prefill chunk / batch; default %d)\n"
         "  --print-ids          print the generated ids as one line on stdout, nothing else\n"
         "  --dump-logits FILE   float32 LE logits of every step (steps x vocab; step 0 = after the prompt)\n"
-        "  --json FILE          write a JSON run report\n",
+        "  --json FILE          write a JSON run report\n"
+        "  --json-schema FILE   constrain the output to a JSON document of this schema (a\n"
+        "                       subset: docs/serve.md \"Structured output\"); implies --stop-eos\n"
+        "  --json-object        constrain the output to one JSON object\n",
         64);
     opts_help(f, OPT_RUN, OPT_HELP_PLACE);
     fprintf(f,
@@ -89,10 +92,10 @@ static void usage(FILE *f) {
 }
 
 typedef struct run_opts {
-    const char *model_dir, *ids, *prompt, *prompt_file, *batch, *dump_logits, *json_path, *draft_ids;
+    const char *model_dir, *ids, *prompt, *prompt_file, *batch, *dump_logits, *json_path, *draft_ids, *json_schema;
     app_opts ao;              /* the shared flags (opts.h) */
     int64_t parallel;
-    int print_ids, stop_eos, ignore_eos, batch_text;
+    int print_ids, stop_eos, ignore_eos, batch_text, json_object;
 } run_opts;
 
 #define R(field) offsetof(run_opts, field)
@@ -106,6 +109,8 @@ static const opt_row k_run_flags[] = {
     {.flag = "--dump-logits", .kind = OPT_STR, .off = R(dump_logits)},
     {.flag = "--draft-ids", .kind = OPT_STR, .off = R(draft_ids)},
     {.flag = "--json", .kind = OPT_STR, .off = R(json_path)},
+    {.flag = "--json-schema", .kind = OPT_STR, .off = R(json_schema)},
+    {.flag = "--json-object", .kind = OPT_FLAG, .off = R(json_object)},
     {.flag = "--print-ids", .kind = OPT_FLAG, .off = R(print_ids)},
     {.flag = "--stop-eos", .kind = OPT_FLAG, .off = R(stop_eos)},
     {.flag = "--ignore-eos", .kind = OPT_FLAG, .off = R(ignore_eos)},
@@ -125,6 +130,9 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
     if (o->draft_ids && !o->ao.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
     if (o->draft_ids && o->ao.go.self_draft) return cli_usage_error(CMD, "--draft-ids and --draft self exclude each other");
+    if (o->json_schema && o->json_object) return cli_usage_error(CMD, "--json-schema and --json-object exclude each other");
+    if ((o->json_schema || o->json_object) && o->ignore_eos)
+        return cli_usage_error(CMD, "--json-schema / --json-object end the document with an end id; --ignore-eos excludes them");
     return 0;
 }
 
@@ -680,6 +688,20 @@ int cmd_run(int argc, char **argv) {
     r.o = &o;
     char err[4096];
     int ret = 1;
+    strata_grammar *gram = NULL;
+    if (o.json_schema || o.json_object) { /* before the model: a bad schema fails at once */
+        uint8_t *txt = NULL;
+        size_t len = 0;
+        rc = o.json_object ? strata_grammar_json_object(&gram, err, sizeof err)
+                           : strata_read_file(o.json_schema, 16u << 20, &txt, &len, err, sizeof err);
+        if (!rc && o.json_schema) rc = strata_grammar_json_schema(&gram, (const char *)txt, len, err, sizeof err);
+        strata_free(txt);
+        if (rc) {
+            fprintf(stderr, "strata run: --json-schema %s: %s\n", o.json_schema ? o.json_schema : "", err);
+            ret = rc == STRATA_EINVAL ? EXIT_USAGE : 1;
+            goto out;
+        }
+    }
     if (mo_open(&r.m, CMD, o.model_dir)) goto out;
     const int64_t max_ctx = r.m.info.model_max_ctx;
     if (o.ao.ctx > max_ctx)
@@ -733,6 +755,8 @@ int cmd_run(int argc, char **argv) {
     go.stop_at_end = !o.ignore_eos && (!(o.ids || (o.batch && !o.batch_text)) || o.stop_eos);
     go.want_text = r.m.info.has_tokenizer && !o.print_ids;
     go.want_logits = o.dump_logits != NULL;
+    go.grammar = gram;
+    if (gram) go.stop_at_end = 1;
     if (o.draft_ids) {
         if ((rc = parse_ids(&r, o.draft_ids, &r.draft, &go.n_draft_ids, "--draft-ids"))) { ret = rc; goto out; }
         go.draft_ids = r.draft;
@@ -749,5 +773,6 @@ int cmd_run(int argc, char **argv) {
     ret = 0;
 out:
     run_release(&r);
+    strata_grammar_free(gram);
     return ret;
 }

@@ -416,6 +416,15 @@ typedef struct strata_gen_opts {
     int prefix;              /* 1 (default): with a prefix cache, start from the longest
                                 snapshot the prompt extends (not with continue_seq) and
                                 store snapshots of this sequence; 0: neither */
+    /* Constrained decoding (see "structured output" below): NULL, or a grammar the
+     * generated text must follow (borrowed: it must outlive the generator; needs
+     * the model's tokenizer). At each step the ids whose bytes cannot continue a
+     * document get -inf after the repetition penalty and before the temperature;
+     * the end ids (stop_at_end's and stop_ids) are allowed only once the document
+     * is complete, and then only they. Drafted tokens are checked against the
+     * same mask (a draft outside it is never what the draw chose), so output bits
+     * are the same with and without speculation, alone or batched. */
+    const struct strata_grammar *grammar;
 } strata_gen_opts;
 strata_gen_opts strata_gen_opts_default(void);
 
@@ -443,6 +452,34 @@ uint64_t strata_gen_logits_hash(const strata_gen *g);  /* FNV-1a of every logits
 int64_t strata_gen_reused(const strata_gen *g);
 /* Speculation counts: tokens drafted, drafted tokens accepted, verification steps. */
 void strata_gen_spec_stats(const strata_gen *g, int64_t *drafted, int64_t *accepted, int64_t *verifies);
+
+/* ======================================================== structured output
+ *
+ * A grammar is a compiled JSON schema: immutable, shareable between generators
+ * and threads. The language it generates (docs/serve.md "Structured output"):
+ * properties in schema order, optional ones maybe left out, no others; keys and
+ * enum/const values in compact JSON text; at most 16 whitespace bytes (space,
+ * tab, LF) in a row; numbers of at most 15 + 15 digits; strings of well-formed
+ * UTF-8. Supported keywords: type (a name or a list), properties, required,
+ * additionalProperties, enum, const, items, minItems, maxItems, minLength,
+ * maxLength, anyOf / oneOf of different JSON types, local $ref (recursion
+ * allowed), and annotations (title, description, default, ...). Any other
+ * keyword is STRATA_EINVAL naming it ("json schema at #/properties/x:
+ * unsupported keyword 'pattern'"). */
+typedef struct strata_grammar strata_grammar;
+struct json_t;
+/* From the schema's JSON text (len bytes). STRATA_EINVAL (bad JSON, an
+ * unsupported keyword, an unsatisfiable or oversized schema), STRATA_ENOMEM. */
+int strata_grammar_json_schema(strata_grammar **out, const char *schema, size_t len, char *err, size_t errlen);
+/* The same from a parsed schema (a jansson tree: a response_format's schema, a
+ * tool's "parameters"). */
+int strata_grammar_json_schema_tree(strata_grammar **out, const struct json_t *schema, char *err, size_t errlen);
+/* Any JSON object (response_format {"type": "json_object"}). */
+int strata_grammar_json_object(strata_grammar **out, char *err, size_t errlen);
+void strata_grammar_free(strata_grammar *g); /* accepts NULL */
+/* Whether bytes are a document of g: 1 a whole one, 0 a proper prefix of one,
+ * -1 neither (tests, diagnostics). */
+int strata_grammar_check(const strata_grammar *g, const void *bytes, size_t n);
 
 /* ============================================================== tokenizer */
 

@@ -22,6 +22,7 @@
 #include "cluster.h"
 #include "ident.h"
 #include "infer.h"
+#include "jgram.h"
 #include "jsonx.h"
 #include "kern.h"
 #include "model.h"
@@ -70,6 +71,7 @@ struct strata_model {
     uint64_t model_id;        /* model_identity at load */
     int id_source;            /* IDENT_FROM_* */
     char unverified[640];     /* non-empty: the model has a pack that cannot be used (why) */
+    jg_vocab *jv;             /* the tokenizer's byte trie, built by the first constrained generator */
 };
 
 struct strata_seq {
@@ -100,6 +102,7 @@ struct strata_gen {
     int64_t px_last;          /* position of the last snapshot stored */
     int px_prompt, px_final;  /* stored: at the end of the prompt, at the end */
     sampler *sm;
+    jg_matcher *jm;           /* opts.grammar's document so far (NULL: unconstrained) */
     tok_stream *ts;
     uint64_t lhash;
     void *user;
@@ -339,6 +342,7 @@ void strata_model_close(strata_model *m) {
     prefix_close(m->px);
     engine_free(m->e);
     if (m->w) m->w->ops->close(m->w);
+    jgram_vocab_free(m->jv);
     tok_close(m->tk);
     st_close(m->ix);
     base_free(m);
@@ -598,6 +602,25 @@ int strata_step(strata_model *m, const strata_row *rows, int64_t n, float *logit
 
 /* ============================================================== generators */
 
+static const uint8_t *text_bytes(void *ud, int32_t id, size_t *len) {
+    const tok *t = ud;
+    return tok_is_special(t, id) ? NULL : tok_token_bytes(t, id, len);
+}
+
+/* g's matcher of o->grammar, over the model's vocabulary trie (built once), with
+ * g's end ids as the ids that end a document. */
+static int gen_grammar(strata_model *m, strata_gen *g, const strata_gen_opts *o, char *err, size_t errlen) {
+    if (!m->tk) return base_fail(err, errlen, STRATA_EINVAL, "a grammar needs the model's tokenizer: %s", m->tok_err);
+    int rc;
+    if (!m->jv && (rc = jgram_vocab_build(&m->jv, (int32_t)m->c.vocab, text_bytes, m->tk, err, errlen))) return rc;
+    int32_t end[16];
+    int n_end = 0;
+    for (int i = 0; o->stop_at_end && i < m->n_stop && n_end < 16; i++) end[n_end++] = m->stop[i];
+    for (int i = 0; i < g->n_stop_ids && n_end < 16; i++) end[n_end++] = g->stop_ids[i];
+    if (!n_end) return base_fail(err, errlen, STRATA_EINVAL, "a grammar needs an end id (stop_at_end or stop_ids) to end the document");
+    return jgram_matcher_create(&g->jm, o->grammar, m->jv, end, n_end, err, errlen);
+}
+
 int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, int64_t n_prompt, const strata_gen_opts *o,
                       int continue_seq, char *err, size_t errlen) {
     *out = NULL;
@@ -644,6 +667,8 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
     sample_opts so = {o->temp, o->top_k, o->top_p, o->min_p, o->repeat_penalty, o->repeat_last_n, o->seed};
     if ((rc = sampler_create(&g->sm, m->c.vocab, &so, err, errlen))) goto fail;
     if (o->want_text && tok_stream_open(&g->ts, m->tk)) { rc = base_fail(err, errlen, STRATA_ENOMEM, "out of memory"); goto fail; }
+    g->o.grammar = NULL;
+    if (o->grammar && (rc = gen_grammar(m, g, o, err, errlen))) goto fail;
     if (!continue_seq) session_reset(seq->s);
     /* the longest snapshot the prompt extends (one token at least is left: its
      * logits give the first sampled token) */
@@ -660,6 +685,7 @@ fail:
 void strata_gen_free(strata_gen *g) {
     if (!g) return;
     tok_stream_close(g->ts);
+    jgram_matcher_free(g->jm);
     sampler_free(g->sm);
     base_free(g->prompt);
     base_free(g->out);
@@ -687,7 +713,16 @@ static void gen_emit(strata_model *m, strata_gen *g, const float *lg, int64_t po
     session *s = g->seq->s;
     g->lhash = base_fnv1a(lg, (size_t)m->c.vocab * sizeof(float), g->lhash);
     base_mem_guard(1);
-    const int32_t id = sampler_next_at(g->sm, lg, session_tokens(s), pos, pos);
+    const uint64_t *allow = NULL;
+    if (g->jm) {
+        int64_t n_allowed;
+        allow = jgram_matcher_mask(g->jm, &n_allowed);
+        /* nothing continues the document (a recursive schema at the depth bound):
+         * the end ids only, which the matcher takes as the end */
+        if (n_allowed == 0) jgram_matcher_end_only(g->jm, &allow);
+    }
+    const int32_t id = sampler_next_masked_at(g->sm, lg, allow, session_tokens(s), pos, pos);
+    if (g->jm) jgram_matcher_accept(g->jm, id);
     base_mem_guard(0);
     g->out[g->n_out++] = id;
     int is_stop = 0;

@@ -11,6 +11,8 @@
  *                  tests/serve/prefix.mjs against it and a fresh server without
  *                  one that speculates (--spec 3): second turns equal the fresh
  *                  server's answers, speculating streams equal plain ones;
+ *                  tests/serve/schema.mjs on both (structured output: ajv
+ *                  validates every json_schema answer, concurrent == solo);
  *                  SIGTERM exits 0.
  *   serve_page:    the web page in headless chromium (tests/serve/page.mjs):
  *                  a message streams a reply, Stop ends it and frees the
@@ -326,7 +328,8 @@ static int node_ready(void) {
     if (t_run("node --version && npm --version", &out) != 0) {
         CHECK_MSG(0, "node/npm not found (needed for the openai client tests): %s", out);
         rc = -1;
-    } else if (!base_is_dir("tests/serve/node_modules/openai") || !base_is_dir("tests/serve/node_modules/puppeteer-core")) {
+    } else if (!base_is_dir("tests/serve/node_modules/openai") || !base_is_dir("tests/serve/node_modules/puppeteer-core") ||
+               !base_is_dir("tests/serve/node_modules/ajv")) {
         base_free(out);
         out = NULL;
         if (t_run("npm ci --prefix tests/serve --no-audit --no-fund --loglevel=error", &out) != 0) {
@@ -445,6 +448,14 @@ TEST(serve_http) {
             rc = t_run(cmd, &out);
             CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "prefix.mjs: %s", out);
             base_free(out);
+            /* structured output on both servers (the second speculates) */
+            for (int k = 0; k < 2; k++) {
+                out = NULL;
+                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/schema.mjs %d %s serve_tiny", k ? sb.port : s.port, KEY);
+                rc = t_run(cmd, &out);
+                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "schema.mjs (%s): %s", k ? "--spec 3" : "plain", out);
+                base_free(out);
+            }
         } else {
             CHECK(0);
         }

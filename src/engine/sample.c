@@ -53,9 +53,16 @@ static uint64_t mix64(uint64_t x) {
 }
 
 int32_t sampler_next_at(sampler *s, const float *logits, const int32_t *hist, int64_t n_hist, int64_t pos) {
-    pcg32_seed(&s->rng, mix64(s->o.seed ^ mix64((uint64_t)pos)), 0x5354524154414bULL);
-    return sampler_next(s, logits, hist, n_hist);
+    return sampler_next_masked_at(s, logits, NULL, hist, n_hist, pos);
 }
+
+int32_t sampler_next_masked_at(sampler *s, const float *logits, const uint64_t *allow, const int32_t *hist, int64_t n_hist,
+                               int64_t pos) {
+    pcg32_seed(&s->rng, mix64(s->o.seed ^ mix64((uint64_t)pos)), 0x5354524154414bULL);
+    return sampler_next_masked(s, logits, allow, hist, n_hist);
+}
+
+const float *sampler_logits(const sampler *s) { return s->work; }
 
 int32_t sample_argmax(const float *x, int64_t n) {
     int64_t best = 0;
@@ -104,6 +111,10 @@ static int cand_cmp(const void *a, const void *b) {
 }
 
 int32_t sampler_next(sampler *s, const float *logits, const int32_t *hist, int64_t n_hist) {
+    return sampler_next_masked(s, logits, NULL, hist, n_hist);
+}
+
+int32_t sampler_next_masked(sampler *s, const float *logits, const uint64_t *allow, const int32_t *hist, int64_t n_hist) {
     const int64_t n = s->n;
     float *w = s->work;
     memcpy(w, logits, (size_t)n * sizeof(float));
@@ -118,6 +129,9 @@ int32_t sampler_next(sampler *s, const float *logits, const int32_t *hist, int64
             w[id] = w[id] > 0 ? w[id] / r : w[id] * r;
         }
     }
+    if (allow)
+        for (int64_t i = 0; i < n; i++)
+            if (!(allow[i >> 6] >> (i & 63) & 1)) w[i] = -INFINITY;
     const int32_t am = sample_argmax(w, n);
     if (s->o.temp == 0 || !isfinite(w[am])) return am;
     /* softmax of logits / temp in double */

@@ -3,8 +3,11 @@
  *
  * Order of operations (fixed, so the same seed gives the same tokens): repetition
  * penalty over the last repeat_last_n distinct ids of the history (logit > 0 is
- * divided by the penalty, otherwise multiplied); if temp == 0 greedy argmax (ties
- * to the lowest id); else logits / temp, softmax, min-p filter (p >= min_p * p_max),
+ * divided by the penalty, otherwise multiplied); then the mask, when one is given
+ * (a constraint such as a JSON grammar: every id outside it becomes -inf; these
+ * penalised and masked logits stay readable through sampler_logits until the next
+ * draw, so log-probabilities see what the draw saw); if temp == 0 greedy argmax
+ * (ties to the lowest id); else logits / temp, softmax, min-p filter (p >= min_p * p_max),
  * top-k, top-p (smallest prefix of the sorted candidates whose mass >= top_p),
  * renormalise, one draw from PCG32. Candidates are sorted by (prob desc, id asc),
  * a total order, so ties never depend on the sort algorithm.
@@ -41,6 +44,15 @@ int32_t sampler_next(sampler *s, const float *logits, const int32_t *hist, int64
  * depends on how many draws came before it, what else was batched with it, or
  * whether drafted tokens were verified in between (speculation). */
 int32_t sampler_next_at(sampler *s, const float *logits, const int32_t *hist, int64_t n_hist, int64_t pos);
+
+/* The same with a mask: allow is a bitset of n_vocab bits (bit i of word i / 64:
+ * id i may be drawn), or NULL for none. */
+int32_t sampler_next_masked(sampler *s, const float *logits, const uint64_t *allow, const int32_t *hist, int64_t n_hist);
+int32_t sampler_next_masked_at(sampler *s, const float *logits, const uint64_t *allow, const int32_t *hist, int64_t n_hist,
+                               int64_t pos);
+/* The logits of the last draw after the penalty and the mask, before the
+ * temperature (n_vocab floats, valid until the next draw). */
+const float *sampler_logits(const sampler *s);
 
 /* Index of the largest value, ties to the lowest index (NaN never wins). */
 int32_t sample_argmax(const float *x, int64_t n);

@@ -330,7 +330,7 @@ static int build_prompt(http_server *h, const request *r, job *j, req_error *e) 
     return 0;
 }
 
-static job *make_job(http_server *h, const request *r, req_error *e) {
+static job *make_job(http_server *h, request *r, req_error *e) {
     job *j = job_new();
     if (!j) { req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory"); return NULL; }
     j->kind = r->kind;
@@ -338,6 +338,8 @@ static job *make_job(http_server *h, const request *r, req_error *e) {
     strata_gen_opts go = r->go;
     go.max_tokens = r->max_tokens ? r->max_tokens : h->c.ctx - j->n_prompt;
     go.stop_at_end = 1;
+    go.grammar = r->grammar; /* the job owns it now */
+    r->grammar = NULL;
     j->go = go;
     for (int i = 0; i < r->n_stop; i++) {
         memcpy(j->stop[i], r->stop[i], r->stop_len[i]);

@@ -340,6 +340,50 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
     return 0;
 }
 
+/* response_format: {"type": "text"} (the default), {"type": "json_object"}, or
+ * {"type": "json_schema", "json_schema": {"name", "schema", "strict", "description"}}
+ * (strict or not, the schema is enforced; no schema: any JSON value). */
+static int parse_response_format(request *r, const json_t *v, req_error *e) {
+    const char *P = "response_format";
+    if (!json_is_object(v)) return BAD(e, P, "'response_format' must be an object");
+    const json_t *t = json_object_get(v, "type"), *js = NULL;
+    if (!json_is_string(t)) return BAD(e, P, "'response_format.type' must be a string");
+    const char *type = json_string_value(t), *key;
+    json_t *f;
+    json_object_foreach((json_t *)v, key, f) {
+        if (!strcmp(key, "type")) continue;
+        if (!strcmp(key, "json_schema") && !strcmp(type, "json_schema")) { js = f; continue; }
+        return BAD(e, P, "response_format: unknown field '%s'", key);
+    }
+    char err[400];
+    int rc = 0;
+    if (!strcmp(type, "text")) return 0;
+    if (!strcmp(type, "json_object")) {
+        rc = strata_grammar_json_object(&r->grammar, err, sizeof err);
+    } else if (!strcmp(type, "json_schema")) {
+        if (!json_is_object(js)) return BAD(e, P, "'response_format.json_schema' must be an object");
+        const json_t *schema = NULL;
+        json_object_foreach((json_t *)js, key, f) {
+            if (!strcmp(key, "schema")) schema = f;
+            else if (!strcmp(key, "name") || !strcmp(key, "description")) {
+                if (!json_is_string(f)) return BAD(e, P, "'response_format.json_schema.%s' must be a string", key);
+            } else if (!strcmp(key, "strict")) {
+                if (!json_is_boolean(f) && !json_is_null(f)) return BAD(e, P, "'response_format.json_schema.strict' must be a boolean");
+            } else {
+                return BAD(e, P, "response_format.json_schema: unknown field '%s'", key);
+            }
+        }
+        json_t *any = schema ? NULL : json_true();
+        rc = strata_grammar_json_schema_tree(&r->grammar, schema ? schema : any, err, sizeof err);
+        json_decref(any);
+    } else {
+        return BAD(e, P, "'response_format.type' must be text, json_object or json_schema (got '%s')", type);
+    }
+    if (rc == STRATA_ENOMEM) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    if (rc) return req_fail(e, 400, "invalid_request_error", "invalid_schema", P, "%s", err);
+    return 0;
+}
+
 /* ===== entry ===== */
 
 int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_error *e) {
@@ -403,8 +447,10 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
                 rc = BAD(e, key, "'reasoning_effort' must be low, high, max or none (K3 has no '%s')", v);
                 break;
             }
+        } else if ((kind == REQ_CHAT || kind == REQ_COMPLETION) && !strcmp(key, "response_format")) {
+            if ((rc = parse_response_format(r, f, e))) break;
         } else if (kind == REQ_CHAT && (!strcmp(key, "tools") || !strcmp(key, "tool_choice") || !strcmp(key, "functions") ||
-                                        !strcmp(key, "response_format") || !strcmp(key, "parallel_tool_calls"))) {
+                                        !strcmp(key, "parallel_tool_calls"))) {
             rc = UNSUPPORTED(e, key, "'%s' is not supported", key);
             break;
         } else if (kind == REQ_COMPLETION && !strcmp(key, "prompt")) {
@@ -425,6 +471,8 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
     if (!rc && r->include_usage && !r->stream)
         rc = BAD(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
     if (rc) { request_free(r); return -1; }
+    /* the document is the whole reply: no think channel before it */
+    if (r->grammar && kind == REQ_CHAT) r->effort = STRATA_CHAT_THINK_OFF;
     return 0;
 }
 
@@ -433,6 +481,7 @@ void request_free(request *r) {
     strata_free(r->parts);
     strata_free(r->msgs);
     strata_free(r->ids);
+    strata_grammar_free(r->grammar);
     json_decref(r->root);
     memset(r, 0, sizeof *r);
 }

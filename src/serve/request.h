@@ -66,6 +66,9 @@ typedef struct request {
     int stream, include_usage;
     int effort;               /* STRATA_CHAT_THINK_* (chat) */
     int parse_special;        /* tokenize: special-token text becomes its id */
+    strata_grammar *grammar;  /* response_format json_object / json_schema, compiled (owned;
+                               * the job takes it), else NULL; chat then renders without
+                               * the think channel, so the whole reply is the document */
 } request;
 
 #define REQ_DEFAULT_SEED 0      /* a request without `seed` still draws reproducibly */

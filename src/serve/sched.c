@@ -56,6 +56,7 @@ job *job_new(void) {
 
 static void job_destroy(job *j) {
     strata_gen_free(j->g);
+    strata_grammar_free((strata_grammar *)j->go.grammar);
     strata_chat_follow_close(j->follow);
     strata_detok_close(j->ts);
     req_buf_free(&j->pend);

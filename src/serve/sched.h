@@ -36,7 +36,7 @@ typedef struct job {
     int thinking;                 /* chat: the generation prompt opened the think channel */
     int32_t *prompt;              /* (n_prompt) counted */
     int64_t n_prompt;
-    strata_gen_opts go;
+    strata_gen_opts go;           /* go.grammar: the job's own (freed with the job) */
     char stop[REQ_MAX_STOP][REQ_MAX_STOP_BYTES + 1];
     size_t stop_len[REQ_MAX_STOP];
     int n_stop;
