@@ -476,13 +476,17 @@ int strata_inspect(const strata_inspect_opts *o, FILE *out, strata_inspect_resul
         r.have_ckpt = 1;
         model_bind_check_ex(r.c, r.ix, r.lay, &r.problems, &r.warnings);
         r.have_layout = 1;
+        if (r.lay->wf != r.c->wf) { /* the headers decide: bytes as stored (FP8, INT4) */
+            r.c->wf = r.lay->wf;
+            schema_census(r.c, r.s);
+        }
         if (o->scan) {
             scan_ctx fs = {o, "float tensors"}, ss = {o, "expert scales"};
             if (model_scan_floats(r.ix, &r.fscan, &r.problems, o->progress ? scan_progress : NULL, &fs, err, ERRLEN))
                 sbuf_line(&r.problems, "float scan: %s", err);
             else
                 r.have_fscan = 1;
-            if (r.lay->experts_bf16 || r.s->n_expert_total == 0) {
+            if ((r.lay->wf & SW_EXP_MASK) != SW_EXP_MXFP4 || r.s->n_expert_total == 0) {
                 sbuf_line(&r.warnings, "--scan: no MXFP4 experts to scan");
             } else if (model_scan_scales(r.c, r.ix, &r.scan, &r.problems, o->progress ? scan_progress : NULL, &ss,
                                          err, ERRLEN)) {

@@ -56,6 +56,12 @@ typedef struct cfg {
      * strata_model_opts.router; part of the config fingerprint). 0: the unbiased
      * sigmoid (vLLM, llama.cpp, K3). */
     int router_hf;
+    /* Weight formats the config declares (schema.h SW_*: quantization_config
+     * quant_method fp8 = FP8 trunk and experts, compressed-tensors
+     * pack-quantized = INT4 experts; else the architecture's default). The census
+     * counts bytes with them; a checkpoint's own formats are read off its headers
+     * (model_wf), which decide. */
+    int wf;
 } cfg;
 enum cfg_arch { ARCH_K3 = 0, ARCH_KIMI_LINEAR = 1 };
 #define CFG_DEFAULT_CTX 131072
