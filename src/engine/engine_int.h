@@ -87,6 +87,7 @@ struct engine {
     } k;
     struct {                   /* MLA */
         float *qa, *q, *kva, *g, *o; /* (T,q_lora) (T,NH*qh) (T,C) (T,NH*v) (T,NH*v) */
+        float *kvb;            /* (NH*(nope+v), kv_lora) an FP8 kv_b_proj decoded (cfg.wf has SW_TRUNK_FP8), else NULL */
     } m;
     struct {                   /* MoE and dense */
         float *router, *wts, *z, *eo, *xe, *h1, *h3, *oe, *u, *sg, *su, *tmp;
