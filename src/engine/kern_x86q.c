@@ -177,7 +177,6 @@ static inline float bf16f(uint16_t h) {
     v.u = (uint32_t)h << 16;
     return v.f;
 }
-static inline int int4_fast(float s) { return s > 0.0f && s < 0x1p124f; }
 
 /* One 32-group (4 words: words 0 and 2 feed lanes 0-7, 1 and 3 lanes 8-15). */
 A256 INL void int4_group256(__m256 acc[4][2], const int32_t *const wr[4], const __m256 s[4], const __m256 s8[4],
@@ -191,8 +190,11 @@ A256 INL void int4_group256(__m256 acc[4][2], const int32_t *const wr[4], const 
     }
 }
 
+/* Decode block; FAST: every scale of the call takes the fast decoder (checked
+ * once per call by int4_all_fast, so the group loop has no branch). Unrolled by 4
+ * groups: one 64-byte line per row and iteration, one prefetch pf bytes ahead. */
 A256 INL void int4dec256(float *Y, const int32_t *Wp, const uint16_t *S, int64_t cols, const float *X, int64_t r,
-                         int64_t rs, int RB, int64_t pf) {
+                         int64_t rs, int RB, int64_t pf, int FAST) {
     const int64_t ng = cols / KERN_INT4_GROUP;
     const int32_t *wr[4];
     const uint16_t *sr[4];
@@ -202,20 +204,34 @@ A256 INL void int4dec256(float *Y, const int32_t *Wp, const uint16_t *S, int64_t
         sr[i] = S + (r + i * rs) * ng;
         acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     }
-    for (int64_t g = 0; g < ng; g++) {
-        __m256 s[4], s8[4];
-        int fast = 1;
-        UNROLL for (int i = 0; i < RB; i++) {
-            const float f = bf16f(sr[i][g]);
-            fast &= int4_fast(f);
-            s[i] = _mm256_set1_ps(f);
-            s8[i] = _mm256_set1_ps(f * 8.0f);
-            if ((g & 3) == 0) _mm_prefetch((const char *)wr[i] + pf + g * 16, _MM_HINT_T0);
-        }
-        if (fast) int4_group256(acc, wr, s, s8, X + g * 32, g, RB, 1);
-        else int4_group256(acc, wr, s, s8, X + g * 32, g, RB, 0);
+#define INT4_GROUP(G)                                                                \
+    do {                                                                             \
+        __m256 s[4], s8[4];                                                          \
+        UNROLL for (int i = 0; i < RB; i++) {                                        \
+            s[i] = _mm256_set1_ps(bf16f(sr[i][G]));                                  \
+            s8[i] = _mm256_mul_ps(s[i], _mm256_set1_ps(8.0f));                       \
+        }                                                                            \
+        int4_group256(acc, wr, s, s8, X + (G) * 32, G, RB, FAST);                    \
+    } while (0)
+    int64_t g = 0;
+    for (; g + 4 <= ng; g += 4) {
+        UNROLL for (int i = 0; i < RB; i++) _mm_prefetch((const char *)wr[i] + pf + g * 16, _MM_HINT_T0);
+        INT4_GROUP(g);
+        INT4_GROUP(g + 1);
+        INT4_GROUP(g + 2);
+        INT4_GROUP(g + 3);
     }
+    for (; g < ng; g++) INT4_GROUP(g);
+#undef INT4_GROUP
     UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red256(acc[i][0], acc[i][1]);
+}
+
+/* Whether every scale of rows [r0, r1) takes the fast decoder (0 < s < 2^124 as
+ * bf16 bits: sign clear, nonzero, exponent field below 127 + 124). */
+A256 INL int int4_all_fast(const uint16_t *S, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (S[i] == 0 || S[i] >= (uint16_t)((127 + 124) << 7)) return 0;
+    return 1;
 }
 
 /* Prefill tile row: columns [k0, k0 + kn) of row r as f32 (kn a multiple of 32). */
@@ -235,8 +251,14 @@ A256 void kern_x86_int4_avx2(float *Y, int64_t ldy, const int32_t *Wp, const uin
     if (T == 1) {
         const int64_t rs = (r1 - r0) / 4, rb = cols / 2, pf = fp4_pf_rows(rb) * rb;
         int64_t r = r0;
-        for (; r < r0 + rs; r++) int4dec256(Y, Wp, S, cols, X, r, rs, 4, pf);
-        for (r = r0 + 4 * rs; r < r1; r++) int4dec256(Y, Wp, S, cols, X, r, 1, 1, rb);
+        const int64_t ng = cols / KERN_INT4_GROUP;
+        if (int4_all_fast(S + r0 * ng, (r1 - r0) * ng)) {
+            for (; r < r0 + rs; r++) int4dec256(Y, Wp, S, cols, X, r, rs, 4, pf, 1);
+            for (r = r0 + 4 * rs; r < r1; r++) int4dec256(Y, Wp, S, cols, X, r, 1, 1, rb, 1);
+        } else {
+            for (; r < r0 + rs; r++) int4dec256(Y, Wp, S, cols, X, r, rs, 4, pf, 0);
+            for (r = r0 + 4 * rs; r < r1; r++) int4dec256(Y, Wp, S, cols, X, r, 1, 1, rb, 0);
+        }
         return;
     }
     float wt[2 * PAN_K] __attribute__((aligned(32)));
