@@ -335,4 +335,10 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
         }                                                                                     \
     }
 
+/* FP8 and INT4 (kern_x86q.c), in the AVX2 and AVX-512 tables. */
+A256 void kern_x86_fp8_avx2(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                            int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+A256 void kern_x86_int4_avx2(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
+                             const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+
 #endif
