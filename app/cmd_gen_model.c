@@ -28,6 +28,12 @@ static void usage(FILE *f) {
             "                    once the new one is complete; anything else there is\n"
             "                    refused); also needed to write the 1.56 TB k3 preset\n"
             "  --experts-bf16    plain BF16 expert weights instead of MXFP4\n"
+            "  --weights F       fp8: every linear but embed, lm_head and router gate FP8\n"
+            "                    e4m3 with a 128x128 weight_scale_inv grid (DeepSeek-V3);\n"
+            "                    int4: routed experts INT4 pack-quantized (K2-Thinking)\n"
+            "  --scales S        FP8/INT4 scales: random (default) or pow2 (powers of two)\n"
+            "  --dequantize      write the FP8/INT4 model's values as plain tensors (BF16\n"
+            "                    with --scales pow2, else F32): the same numbers, bit for bit\n"
             "  --trunk-dtype T   bf16 (default), mixed (F32/BF16/F16 per tensor) or f32\n"
             "  --sparse          headers and holes only (zeros): full-size layouts without\n"
             "                    the disk, for indexing and planning tests\n"
@@ -82,7 +88,7 @@ static int list_presets(void) {
 int cmd_gen_model(int argc, char **argv) {
     const char *out = NULL, *preset = NULL, *config = NULL, *trunk = NULL;
     int64_t seed = 0, reserved = 0;
-    int have_seed = 0, force = 0, ebf16 = 0, sparse = 0, quiet = 0;
+    int have_seed = 0, force = 0, ebf16 = 0, sparse = 0, quiet = 0, weights = 0, pow2 = 0, dequant = 0;
     double shard_gb = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
@@ -106,6 +112,16 @@ int cmd_gen_model(int argc, char **argv) {
                 return cli_usage_error(k_cmd, "--trunk-dtype must be bf16, mixed or f32");
         } else if (!strcmp(a, "--force")) force = 1;
         else if (!strcmp(a, "--experts-bf16")) ebf16 = 1;
+        else if (!strcmp(a, "--weights")) {
+            if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
+            if (!strcmp(v, "fp8")) weights = STRATA_GENMODEL_W_FP8;
+            else if (!strcmp(v, "int4")) weights = STRATA_GENMODEL_W_INT4;
+            else return cli_usage_error(k_cmd, "--weights must be fp8 or int4");
+        } else if (!strcmp(a, "--scales")) {
+            if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
+            if (strcmp(v, "pow2") && strcmp(v, "random")) return cli_usage_error(k_cmd, "--scales must be pow2 or random");
+            pow2 = !strcmp(v, "pow2");
+        } else if (!strcmp(a, "--dequantize")) dequant = 1;
         else if (!strcmp(a, "--sparse")) sparse = 1;
         else if (!strcmp(a, "--quiet")) quiet = 1;
         else if (a[0] == '-' && a[1]) return cli_usage_error(k_cmd, "unknown option %s", a);
@@ -131,6 +147,10 @@ int cmd_gen_model(int argc, char **argv) {
     if (shard_gb > 0) o.shard_bytes = (uint64_t)(shard_gb * 1e9);
     if (reserved) o.n_reserved = reserved;
     if (ebf16) o.experts_bf16 = 1;
+    if ((pow2 || dequant) && !weights) return cli_usage_error(k_cmd, "--scales and --dequantize go with --weights");
+    o.weights = weights;
+    o.scales_pow2 = pow2;
+    o.dequantize = dequant;
     if (trunk) o.trunk_dtype = !strcmp(trunk, "mixed") ? STRATA_GENMODEL_TRUNK_MIXED : !strcmp(trunk, "f32") ? STRATA_GENMODEL_TRUNK_F32 : STRATA_GENMODEL_TRUNK_BF16;
     o.force = force;
     o.sparse = sparse;

@@ -10,7 +10,9 @@
  * 4. In-cache compute per core (CPU time, so other processes matter less).
  *
  * The measurement is strata_bench_kernels (include/strata_bench.h, src/bench.c);
- * this program adds the load average before and after. usage: b_kern [--quick]
+ * strata_bench_kernels_quant (src/bench_kq.c) the FP8 and INT4 part; this program
+ * adds the load average before and after. usage: b_kern [--quick] [--quant]
+ * (--quant: only the FP8 / INT4 part)
  *
  * `make bench-kernels` builds and runs it. Matrices are far larger than the caches,
  * so decode numbers are DRAM numbers. Other processes on the machine disturb the
@@ -36,10 +38,16 @@
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    strata_bench_kern_opts o = {.quick = argc > 1 && !strcmp(argv[1], "--quick")};
+    int quant_only = 0;
+    strata_bench_kern_opts o = {0};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) o.quick = 1;
+        else if (!strcmp(argv[i], "--quant")) quant_only = 1;
+    }
     char err[512];
     bw_print_load("load before");
-    if (strata_bench_kernels(&o, stdout, err, sizeof err)) {
+    if ((!quant_only && strata_bench_kernels(&o, stdout, err, sizeof err)) ||
+        strata_bench_kernels_quant(&o, stdout, err, sizeof err)) {
         fprintf(stderr, "b_kern: %s\n", err);
         return 1;
     }

@@ -27,6 +27,10 @@ typedef struct strata_bench_kern_opts {
     int quick;               /* 1: a 256 MB bandwidth buffer and 8 experts (else 1 GB, 24) */
 } strata_bench_kern_opts;
 int strata_bench_kernels(const strata_bench_kern_opts *o, FILE *out, char *err, size_t errlen);
+/* The same for FP8 e4m3 (128 x 128 block scales) and INT4 (group 32) over Kimi K2
+ * expert shapes: decode G weights/s and GB/s vs the read bandwidth measured in
+ * the same run, prefill T = 64, in-L2 compute. Needs ~1.2 GB (quick: ~0.6 GB). */
+int strata_bench_kernels_quant(const strata_bench_kern_opts *o, FILE *out, char *err, size_t errlen);
 
 /* -------------------------------------------------------- the index (b_index)
  *

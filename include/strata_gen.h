@@ -36,6 +36,11 @@ int strata_genmodel_preset_sizes(const char *name, strata_genmodel_sizes *out, c
 
 /* Trunk dtypes. */
 enum { STRATA_GENMODEL_TRUNK_BF16 = 0, STRATA_GENMODEL_TRUNK_MIXED = 1, STRATA_GENMODEL_TRUNK_F32 = 2 };
+/* Weight formats (strata_genmodel_opts.weights): FP8 = every eligible linear
+ * (not embed, lm_head, router gate) e4m3fn with a 128 x 128 weight_scale_inv grid,
+ * as DeepSeek-V3 / K2-Instruct; INT4 = routed experts pack-quantized (group 32),
+ * as K2-Thinking. */
+enum { STRATA_GENMODEL_W_PRESET = 0, STRATA_GENMODEL_W_FP8 = 1, STRATA_GENMODEL_W_INT4 = 2 };
 
 typedef struct strata_genmodel_opts {
     const char *preset;       /* a preset name, or NULL ... */
@@ -47,6 +52,10 @@ typedef struct strata_genmodel_opts {
     int64_t n_reserved;       /* special ids at the end of the vocab; 0 = the preset's (256, or 16) */
     int trunk_dtype;          /* STRATA_GENMODEL_TRUNK_*; -1 = the preset's */
     int experts_bf16;         /* 1: plain BF16 expert weights instead of MXFP4 */
+    int weights;              /* STRATA_GENMODEL_W_*: 0 = the preset's formats */
+    int scales_pow2;          /* 1: FP8 / INT4 scales are powers of two (the dequantised values are bf16) */
+    int dequantize;           /* 1: the FP8 / INT4 model's values written as plain tensors (BF16 with
+                               * power-of-two scales, else F32): the same numbers, bit for bit */
     int sparse;               /* 1: headers and holes only (zeros) */
     int force;                /* 1: replace an existing OUT_DIR once the new one is complete */
     /* data bytes done of total, seconds since start; may be NULL */

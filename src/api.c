@@ -142,6 +142,7 @@ int strata_model_open(strata_model **out, const char *dir, char *err, size_t err
         goto fail;
     }
     sbuf_free(&pb);
+    m->c.wf = m->lay.wf; /* the headers decide the formats: plan and census count bytes as stored */
     m->n_stop = sample_stop_ids(dir, &m->c, m->stop, API_MAX_STOP, err, errlen);
     if (m->n_stop < 0) { rc = m->n_stop; goto fail; }
     snprintf(path, sizeof path, "%s/tiktoken.model", dir);

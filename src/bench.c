@@ -870,6 +870,7 @@ static int rung_open(rung *r, const strata_bench_place_opts *o, FILE *log, char 
         return rc;
     }
     sbuf_free(&pr);
+    r->c.wf = r->lay.wf;
     const int64_t ctx = (int64_t)o->prompt_len + o->gen + 1;
     place_opts po = place_opts_default();
     po.ram_bytes = (uint64_t)(o->ram_gb * 1e9);

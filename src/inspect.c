@@ -260,14 +260,26 @@ static void print_checkpoint(const report *r, FILE *out) {
     }
     if (r->have_layout) {
         const model_layout *l = r->lay;
-        fprintf(out, "  experts stored as %s\n", l->experts_bf16 ? "plain weights" : "MXFP4 (weight_packed + weight_scale)");
+        const int ef = l->wf & SW_EXP_MASK;
+        fprintf(out, "  experts stored as %s\n",
+                ef == SW_EXP_PLAIN ? "plain weights" : ef == SW_EXP_FP8 ? "FP8 e4m3 (weight + weight_scale_inv, 128x128 blocks)"
+                : ef == SW_EXP_INT4 ? "INT4 pack-quantized (weight_packed + weight_scale + weight_shape, group 32)"
+                : "MXFP4 (weight_packed + weight_scale)");
+        if (l->wf & SW_TRUNK_FP8)
+            fprintf(out, "  trunk matrices stored as FP8 e4m3 (weight + weight_scale_inv), router gate and vectors plain\n");
         if (s->n_expert_total) {
             fprintf(out, "  experts contiguous: %s (%lld of %s not one gap-free run in one shard)\n",
                    l->experts_contiguous ? "yes" : "no", (long long)l->n_expert_noncontig,
                    commas(s->n_expert_total, a, sizeof a));
             if (l->n_expert_parts) {
                 fprintf(out, "  expert tensor order on disk:");
-                for (int i = 0; i < l->n_expert_parts; i++) fprintf(out, " %s", schema_role_name(l->expert_order[i]) + 7);
+                static const char *const k_sfx[] = {[TK_FP8_SCALE] = "_scale_inv", [TK_I4_PACKED] = "_packed",
+                                                     [TK_I4_SCALE] = "_scale", [TK_I4_SHAPE] = "_shape"};
+                for (int i = 0; i < l->n_expert_parts; i++) {
+                    const int k = l->expert_kinds[i];
+                    fprintf(out, " %s%s", schema_role_name(l->expert_roles[i]) + 7,
+                            k >= TK_FP8_SCALE && k <= TK_I4_SHAPE ? k_sfx[k] : "");
+                }
                 fprintf(out, "%s\n", l->expert_order_uniform ? " (all experts)" : " (expert 0; others differ)");
             }
         }
@@ -488,13 +500,17 @@ int strata_inspect(const strata_inspect_opts *o, FILE *out, strata_inspect_resul
         r.have_ckpt = 1;
         model_bind_check_ex(r.c, r.ix, r.lay, &r.problems, &r.warnings);
         r.have_layout = 1;
+        if (r.lay->wf != r.c->wf) { /* the headers decide: bytes as stored (FP8, INT4) */
+            r.c->wf = r.lay->wf;
+            schema_census(r.c, r.s);
+        }
         if (o->scan) {
             scan_ctx fs = {o, "float tensors"}, ss = {o, "expert scales"};
             if (model_scan_floats(r.ix, &r.fscan, &r.problems, o->progress ? scan_progress : NULL, &fs, err, ERRLEN))
                 sbuf_line(&r.problems, "float scan: %s", err);
             else
                 r.have_fscan = 1;
-            if (r.lay->experts_bf16 || r.s->n_expert_total == 0) {
+            if ((r.lay->wf & SW_EXP_MASK) != SW_EXP_MXFP4 || r.s->n_expert_total == 0) {
                 sbuf_line(&r.warnings, "--scan: no MXFP4 experts to scan");
             } else if (model_scan_scales(r.c, r.ix, &r.scan, &r.problems, o->progress ? scan_progress : NULL, &ss,
                                          err, ERRLEN)) {

@@ -170,6 +170,7 @@ int strata_plan(const strata_plan_opts *o, FILE *out, char *err, size_t errlen) 
         }
         sbuf_free(&problems);
         lp = &lay;
+        c.wf = lay.wf; /* the headers decide the formats (bytes as stored) */
     }
     if (o->measure) {
         double d, m;

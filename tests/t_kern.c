@@ -464,3 +464,185 @@ TEST(kern_vecmat) {
     }
     base_free(W); base_free(wf);
 }
+
+/* ======================= FP8 e4m3fn and INT4 ======================= */
+
+/* Y cells inside (t < TT, r0 <= r < r1) equal Yref bit for bit (or both NaN); the
+ * others still hold the 0x7F fill. */
+static int same_range(const float *Y, const float *Yref, int64_t ldy, int64_t T, int64_t rows, int64_t TT,
+                      int64_t r0, int64_t r1) {
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            uint32_t a, b;
+            memcpy(&a, &Y[t * ldy + r], 4);
+            memcpy(&b, &Yref[t * ldy + r], 4);
+            const int inside = t < TT && r >= r0 && r < r1;
+            if (inside ? a != b && !(isnan(Y[t * ldy + r]) && isnan(Yref[t * ldy + r])) : a != 0x7F7F7F7Fu) return 0;
+        }
+    return 1;
+}
+
+/* The e4m3fn decoder against the format's definition (sign, exponent bias 7,
+ * subnormals m 2^-9, S.1111.111 NaN, no infinities) and the LUT against it. */
+TEST(kern_e4m3) {
+    for (int b = 0; b < 256; b++) {
+        const int e = (b >> 3) & 15, m = b & 7;
+        const double mag = e ? ldexp(1.0 + m / 8.0, e - 7) : ldexp((double)m, -9);
+        const float want = (float)((b & 0x80) ? -mag : mag), got = kern_e4m3_f32((uint8_t)b), lut = kern_e4m3_lut[b];
+        if ((b & 0x7F) == 0x7F) {
+            CHECK_MSG(isnan(got) && isnan(lut), "byte %02x: %g / %g, want NaN", b, got, lut);
+            continue;
+        }
+        CHECK_MSG(memcmp(&got, &want, 4) == 0 && memcmp(&lut, &want, 4) == 0, "byte %02x: %g / %g, want %g", b, got,
+                  lut, want);
+    }
+    CHECK(kern_e4m3_f32(0x7E) == 448.0f && kern_e4m3_f32(0x38) == 1.0f && kern_e4m3_f32(0x01) == 0x1p-9f);
+    CHECK(kern_e4m3_f32(0x80) == 0.0f && signbit(kern_e4m3_f32(0x80)) && kern_e4m3_f32(0xFE) == -448.0f);
+    CHECK(((uintptr_t)kern_e4m3_lut & 63) == 0);
+}
+
+/* An f32 scale: mostly ordinary (2^-12 .. 2^-4), some subnormal, huge (2^120 and
+ * up: the fast paths' folded 256 S would overflow), zero, negative, and with
+ * `special` inf or NaN. */
+static float rnd_fp8_scale(int special) {
+    const uint32_t k = rnd() % 24;
+    const float m = 1.0f + (float)(rnd() % 256) / 256.0f;
+    if (k == 0) return ldexpf(m, -130 - (int)(rnd() % 15));
+    if (k == 1) return ldexpf(m, 119 + (int)(rnd() % 8));
+    if (k == 2) return (rnd() & 1) ? 0.0f : -0.0f;
+    if (k == 3) return -ldexpf(m, -8);
+    if (k == 4 && special) return (rnd() & 1) ? INFINITY : NAN;
+    return ldexpf(m, -12 + (int)(rnd() % 9));
+}
+
+/* FP8: every table equals the reference bit for bit over odd row counts (the
+ * 128-row scale block boundary crossed), edge column blocks (cols not a multiple
+ * of 128 or 16), row ranges starting past 0, T = 1 .. 67 (decode blocks, prefill
+ * blocks and panels); the reference matches a float64 dot on finite data. */
+TEST(kern_fp8) {
+    const kern_table *const *av = kern_available();
+    static const int64_t cols_l[] = {1, 15, 16, 17, 100, 128, 129, 300, 1040, 2100};
+    static const int64_t T_l[] = {1, 3, 8, 20, 67};
+    for (size_t ci = 0; ci < sizeof cols_l / sizeof cols_l[0]; ci++) {
+        const int64_t cols = cols_l[ci], rows = cols > 1000 ? 133 : 261, T = 67, nb = (cols + 127) / 128;
+        const int64_t ldx = cols + 3, ldy = rows + 2, nrb = (rows + 127) / 128;
+        uint8_t *W = base_alloc((size_t)(rows * cols), MEM_MISC);
+        float *S = base_alloc((size_t)(nrb * nb) * 4, MEM_MISC);
+        float *wf = base_alloc((size_t)(rows * cols) * 4, MEM_MISC);
+        float *X = base_alloc((size_t)(T * ldx) * 4, MEM_MISC);
+        float *Yref = base_alloc((size_t)(T * ldy) * 4, MEM_MISC), *Y = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
+        for (int64_t i = 0; i < rows * cols; i++) {
+            W[i] = (uint8_t)rnd();
+            if ((W[i] & 0x7F) == 0x7F) W[i] ^= 1; /* NaN codes below, in chosen rows only */
+        }
+        for (int pass = 0; pass < 2; pass++) {
+            /* pass 0: finite scales, checked against float64; pass 1: inf and NaN
+             * scales, NaN codes in rows 5 and rows - 2, x with inf and NaN */
+            for (int64_t i = 0; i < nrb * nb; i++) S[i] = pass ? rnd_fp8_scale(rnd() % 4 == 0) : ldexpf(1.0f + (float)(rnd() % 256) / 256.0f, -12 + (int)(rnd() % 9));
+            for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(20);
+            if (pass) {
+                W[5 * cols + cols / 2] = 0x7F;
+                W[(rows - 2) * cols] = 0xFF;
+                X[1] = INFINITY;
+                X[ldx + cols - 1] = NAN;
+            }
+            memset(Yref, 0x7F, (size_t)(T * ldy) * 4);
+            kern_ref_table.matmul_fp8(Yref, ldy, W, S, cols, X, ldx, T, 0, rows);
+            if (!pass) {
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t i = 0; i < cols; i++) wf[r * cols + i] = kern_e4m3_f32(W[r * cols + i]) * S[(r / 128) * nb + i / 128];
+                int close = 1;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t r = 0; r < rows; r++) close &= ref_close(Yref[t * ldy + r], wf + r * cols, X + t * ldx, cols);
+                CHECK_MSG(close, "fp8 reference vs float64, cols %lld", (long long)cols);
+            } else {
+                CHECK(isnan(Yref[5]) && isnan(Yref[rows - 2]) && isnan(Yref[ldy + 5]));
+            }
+            for (int k = 0; av[k]; k++)
+                for (size_t ti = 0; ti < sizeof T_l / sizeof T_l[0]; ti++) {
+                    const int64_t TT = T_l[ti], r0 = (int64_t)ti * 3, r1 = rows - (int64_t)ti;
+                    memset(Y, 0x7F, (size_t)(T * ldy) * 4);
+                    av[k]->matmul_fp8(Y, ldy, W, S, cols, X, ldx, TT, r0, r1);
+                    CHECK_MSG(same_range(Y, Yref, ldy, T, rows, TT, r0, r1), "table %s fp8 cols %lld T %lld pass %d",
+                              av[k]->name, (long long)cols, (long long)TT, pass);
+                }
+        }
+        base_free(W); base_free(S); base_free(wf); base_free(X); base_free(Yref); base_free(Y);
+    }
+    /* a known row: 448 (0x7E) x scale 0.5, 2^-9 (0x01) x 0.5, -1 (0xB8) x 2 in block 1 */
+    uint8_t w[130] = {0};
+    float s[2] = {0.5f, 2.0f}, x[130], y;
+    for (int i = 0; i < 130; i++) x[i] = 1.0f;
+    w[0] = 0x7E; w[17] = 0x01; w[129] = 0xB8;
+    for (int k = 0; av[k]; k++) {
+        av[k]->matmul_fp8(&y, 1, w, s, 130, x, 130, 1, 0, 1);
+        CHECK_MSG(y == 224.0f + 0x1p-10f - 2.0f, "%s: %.9g", av[k]->name, y);
+    }
+}
+
+/* A bf16 scale: mostly ordinary, some subnormal, huge (up to the largest bf16,
+ * where q s overflows to inf), zero of either sign, negative, and with `special`
+ * inf or NaN. */
+static uint16_t rnd_int4_scale(int special) {
+    const uint32_t k = rnd() % 24;
+    if (k == 0) return (uint16_t)(rnd() % 0x80);                         /* subnormal or +0 */
+    if (k == 1) return (uint16_t)(0x7E00 + rnd() % 0x180);               /* 2^125 .. max */
+    if (k == 2) return (rnd() & 1) ? 0x0000 : 0x8000;
+    if (k == 3) return (uint16_t)(0xBB00 + rnd() % 0x100);               /* negative */
+    if (k == 4 && special) return (rnd() & 1) ? 0x7F80 : 0x7FC1;         /* inf, NaN */
+    return (uint16_t)(0x3A00 + rnd() % 0x300);                           /* ~2^-11 .. 2^-6 */
+}
+
+/* INT4: every table equals the reference bit for bit (odd rows, r0 > 0, T = 1 ..
+ * 67 across the 1024-column panels, extreme and non-finite scales); the reference
+ * matches a float64 dot on finite data. */
+TEST(kern_int4) {
+    const kern_table *const *av = kern_available();
+    static const int64_t cols_l[] = {32, 64, 96, 224, 1024, 2080};
+    static const int64_t T_l[] = {1, 3, 8, 20, 67};
+    for (size_t ci = 0; ci < sizeof cols_l / sizeof cols_l[0]; ci++) {
+        const int64_t cols = cols_l[ci], rows = 37, T = 67, ng = cols / 32, ldx = cols + 1, ldy = rows + 2;
+        int32_t *Wp = base_alloc((size_t)(rows * cols / 8) * 4, MEM_MISC);
+        uint16_t *S = base_alloc((size_t)(rows * ng) * 2, MEM_MISC);
+        float *wf = base_alloc((size_t)(rows * cols) * 4, MEM_MISC);
+        float *X = base_alloc((size_t)(T * ldx) * 4, MEM_MISC);
+        float *Yref = base_alloc((size_t)(T * ldy) * 4, MEM_MISC), *Y = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
+        for (int64_t i = 0; i < rows * cols / 8; i++) Wp[i] = (int32_t)rnd() ^ (int32_t)(rnd() << 8);
+        for (int pass = 0; pass < 2; pass++) {
+            for (int64_t i = 0; i < rows * ng; i++) S[i] = pass ? rnd_int4_scale(rnd() % 4 == 0) : (uint16_t)(0x3A00 + rnd() % 0x300);
+            for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(20);
+            memset(Yref, 0x7F, (size_t)(T * ldy) * 4);
+            kern_ref_table.matmul_int4(Yref, ldy, Wp, S, cols, X, ldx, T, 0, rows);
+            if (!pass) {
+                for (int64_t r = 0; r < rows; r++)
+                    for (int64_t i = 0; i < cols; i++) {
+                        const int q = (int)(((uint32_t)Wp[r * cols / 8 + i / 8] >> (4 * (i % 8))) & 15) - 8;
+                        wf[r * cols + i] = (float)((double)q * num_bf16_to_f32(S[r * ng + i / 32]));
+                    }
+                int close = 1;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t r = 0; r < rows; r++) close &= ref_close(Yref[t * ldy + r], wf + r * cols, X + t * ldx, cols);
+                CHECK_MSG(close, "int4 reference vs float64, cols %lld", (long long)cols);
+            }
+            for (int k = 0; av[k]; k++)
+                for (size_t ti = 0; ti < sizeof T_l / sizeof T_l[0]; ti++) {
+                    const int64_t TT = T_l[ti], r0 = 1 + (int64_t)ti, r1 = rows - (int64_t)ti;
+                    memset(Y, 0x7F, (size_t)(T * ldy) * 4);
+                    av[k]->matmul_int4(Y, ldy, Wp, S, cols, X, ldx, TT, r0, r1);
+                    CHECK_MSG(same_range(Y, Yref, ldy, T, rows, TT, r0, r1), "table %s int4 cols %lld T %lld pass %d",
+                              av[k]->name, (long long)cols, (long long)TT, pass);
+                }
+        }
+        base_free(Wp); base_free(S); base_free(wf); base_free(X); base_free(Yref); base_free(Y);
+    }
+    /* a known row: word 0 = nibbles 0..7 (q = -8..-1), word 1 = 8..15 (q = 0..7),
+     * then words of 8s (q = 0); scale 0.5 (bf16 0x3F00), x = 1: sum -36 + 28 = -8, x 0.5 */
+    int32_t wp[4] = {0x76543210, (int32_t)0xFEDCBA98u, (int32_t)0x88888888u, (int32_t)0x88888888u};
+    uint16_t s = 0x3F00;
+    float x[32], y;
+    for (int i = 0; i < 32; i++) x[i] = 1.0f;
+    for (int k = 0; av[k]; k++) {
+        av[k]->matmul_int4(&y, 1, wp, &s, 32, x, 32, 1, 0, 1);
+        CHECK_MSG(y == -4.0f, "%s: %g", av[k]->name, y);
+    }
+}

@@ -87,6 +87,7 @@ struct engine {
     } k;
     struct {                   /* MLA */
         float *qa, *q, *kva, *g, *o; /* (T,q_lora) (T,NH*qh) (T,C) (T,NH*v) (T,NH*v) */
+        float *kvb;            /* (NH*(nope+v), kv_lora) an FP8 kv_b_proj decoded (cfg.wf has SW_TRUNK_FP8), else NULL */
     } m;
     struct {                   /* MoE and dense */
         float *router, *wts, *z, *eo, *xe, *h1, *h3, *oe, *u, *sg, *su, *tmp;
@@ -165,6 +166,10 @@ typedef struct {
     int64_t ldy;
     const wt *dw, *dwu;     /* w / wu streamed in row slices (wt.sliced): mm_run reads them */
     struct wblk *vw, *vu;   /* w / wu to check block by block as they are used (wt.vb), or NULL */
+    int fmt, ufmt;          /* WF_FP8 / WF_INT4 (schema.h): w / wu quantised, their scales qs / qsu (wt.s) */
+    const void *qs, *qsu;
+    int64_t rb;             /* absolute index of row 0 of w / wu / Y (a row slice's first row): the
+                             * FP8 scale grid is indexed by absolute rows */
 } mm_seg;
 
 typedef struct {

@@ -126,6 +126,9 @@ static void engine_carve(engine *e, carve *cv_) {
     e->m.kva = CVF(cv_, T * e->C);
     e->m.g = CVF(cv_, T * NH * c->v_head);
     e->m.o = CVF(cv_, T * NH * c->v_head);
+    /* an FP8 kv_b_proj is decoded once per layer step: the absorbed attention
+     * takes W_k and W_v apart by head (vecmat, sub-matrices) */
+    e->m.kvb = c->wf & SW_TRUNK_FP8 ? CVF(cv_, NH * (c->qk_nope + c->v_head) * c->kv_lora) : NULL;
     if (cv_->off > end) end = cv_->off;
     /* MoE */
     cv_->off = start;

@@ -4,6 +4,7 @@
  * tests and A/B runs. Every table obeys kern.h's summation contract, so the choice
  * changes speed only, never output bits.
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 #include "kern.h"
 
 kern_table K = {
-    .name = "scalar", .matmul = NULL, .matmul_mxfp4 = NULL, .dot = NULL, .situ = NULL, .exp_f64 = NULL, .kda_step = NULL, .vecmat = NULL,
+    .name = "scalar", .matmul = NULL, .matmul_mxfp4 = NULL, .matmul_fp8 = NULL, .matmul_int4 = NULL, .dot = NULL, .situ = NULL, .exp_f64 = NULL, .kda_step = NULL, .vecmat = NULL,
 };
 
 /* 2^(s-127) built from exact double powers of two at compile time; 255 -> 0. */
@@ -31,6 +32,17 @@ kern_table K = {
 #define FP4L_16(s) FP4L_4(s), FP4L_4((s) + 4), FP4L_4((s) + 8), FP4L_4((s) + 12)
 #define FP4L_64(s) FP4L_16(s), FP4L_16((s) + 16), FP4L_16((s) + 32), FP4L_16((s) + 48)
 _Alignas(64) const float kern_fp4_lut[256][16] = {FP4L_64(0), FP4L_64(64), FP4L_64(128), FP4L_64(192)};
+
+/* kern_e4m3_lut[b] = kern_e4m3_f32(b), folded at compile time from exact double
+ * powers of two: (8 + m) 2^(e-10) for exponent e >= 1, m 2^-9 for e = 0, NaN for
+ * S.1111.111 (sign of the NaN not kept). */
+#define E4P(e) ((((e) & 1) ? 2.0 : 1.0) * (((e) & 2) ? 4.0 : 1.0) * (((e) & 4) ? 16.0 : 1.0) * (((e) & 8) ? 256.0 : 1.0))
+#define E4M(b) (((b) & 0x78) ? (8 + ((b) & 7)) * E4P(((b) >> 3) & 15) * 0x1p-10 : ((b) & 7) * 0x1p-9)
+#define E4(b) ((((b) & 0x7F) == 0x7F) ? NAN : (float)(((b) & 0x80) ? -E4M(b) : E4M(b)))
+#define E4_4(b) E4(b), E4((b) + 1), E4((b) + 2), E4((b) + 3)
+#define E4_16(b) E4_4(b), E4_4((b) + 4), E4_4((b) + 8), E4_4((b) + 12)
+#define E4_64(b) E4_16(b), E4_16((b) + 16), E4_16((b) + 32), E4_16((b) + 48)
+_Alignas(64) const float kern_e4m3_lut[256] = {E4_64(0), E4_64(64), E4_64(128), E4_64(192)};
 
 typedef struct { const kern_table *t; int (*supported)(void); } kern_cand;
 

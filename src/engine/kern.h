@@ -11,6 +11,14 @@
  * r = d[0] + d[1]. A tail (n % 16) is handled as if zero-padded to 16.
  * MXFP4 rows decode each weight exactly as E2M1[code] * 2^(scale-127) (in f32; a
  * power-of-two scaling is exact except overflow) and use the same lane contract.
+ * FP8 rows (e4m3fn, DeepSeek-V3 / K2-Instruct) decode each weight as ONE f32
+ * multiply w = kern_e4m3_f32(byte) * S[block] (round to nearest; the e4m3 value is
+ * exact in f32), S the f32 scale of the weight's 128 x 128 block; a NaN byte or a
+ * NaN scale gives NaN. INT4 rows (compressed-tensors pack-quantized, K2-Thinking /
+ * K2.5) decode as w = (float)q * bf16(S[group]), q = nibble - 8, exact in f32 but
+ * for overflow to inf. Both then use the same lane contract (a fast path may compute
+ * the same product another way only where it is the same f32 for every input:
+ * kern_x86q.c says how).
  * Every implementation (scalar, AVX2, AVX-512, NEON) therefore returns identical bits
  * (for NaN inputs the result is NaN everywhere, but the NaN payload may differ).
  */
@@ -45,6 +53,17 @@ typedef struct kern_table {
     /* The same for MXFP4: packed (rows, cols/2) bytes, scales (rows, cols/32). */
     void (*matmul_mxfp4)(float *Y, int64_t ldy, const uint8_t *packed, const uint8_t *scales,
                          int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+    /* FP8 e4m3fn with 128 x 128 block scales: W (rows, cols) bytes, row r at
+     * W + r * cols; S the f32 grid (ceil(rows/128), ceil(cols/128)) row-major. Rows
+     * are absolute indices into both (a caller with a row slice shifts W and S by
+     * whole 128-row blocks, or passes the full tensor and its range). Any cols. */
+    void (*matmul_fp8)(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols,
+                       const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+    /* INT4 pack-quantized, group 32: Wp (rows, cols/8) little-endian int32 words,
+     * element 8j + i of a row in bits 4i..4i+3 of word j; S (rows, cols/32) bf16
+     * bits. Requires cols % KERN_INT4_GROUP == 0 (asserted). */
+    void (*matmul_int4)(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
+                        const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
     /* Plain f32 dot with the lane contract. */
     float (*dot)(const float *a, const float *b, int64_t n);
     /* g[i] = SiTU(g[i], u[i]) = b1 tanh(g/b1) sigmoid(g) * b2 tanh(u/b2) for i in
@@ -90,6 +109,36 @@ static inline float kern_e8m0_f32(uint8_t s) {
  * kern_neon.c). */
 extern const float kern_fp4_lut[256][16];
 
+/* FP8 scale blocks are 128 x 128 weights; INT4 groups 32 inputs. */
+#define KERN_FP8_BLOCK 128
+#define KERN_INT4_GROUP 32
+
+/* The value of an e4m3fn byte, exactly (every e4m3 value is an f32): sign, 4
+ * exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m * 2^-9), no
+ * infinities, S.1111.111 is NaN. The references decode with it; kern_e4m3_lut holds
+ * its 256 values for the fast paths (tests/t_kern.c checks they agree). */
+static inline float kern_e4m3_f32(uint8_t b) {
+    union { uint32_t u; float f; } v;
+    const uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
+    if (e == 15 && m == 7) v.u = s | 0x7FC00000u;
+    else if (e) v.u = s | (e + 120) << 23 | m << 20;
+    else {
+        const float f = (float)m * 0x1p-9f;
+        return s ? -f : f;
+    }
+    return v.f;
+}
+extern const float kern_e4m3_lut[256];
+
+/* INT4 weight i of a row: q = nibble - 8 of word i / 8, times the bf16 scale s as
+ * one f32 multiply (exact: |q| <= 8 has 4 significant bits, s 8). */
+static inline float kern_int4_f32(const int32_t *row, int64_t i, uint16_t s) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)s << 16;
+    const int q = (int)(((uint32_t)row[i / 8] >> (4 * (i % 8))) & 15) - 8;
+    return (float)q * v.f;
+}
+
 #if defined(__x86_64__)
 extern const kern_table kern_avx2_table;   /* AVX2 + FMA + F16C */
 extern const kern_table kern_avx512_table; /* AVX-512 F/BW/VL */
@@ -110,6 +159,11 @@ extern const kern_table kern_neon_table;
  * Horner) and clamps: */
 void kern_ref_situ(float *g, const float *u, int64_t n, float b1, float b2);
 void kern_ref_exp_f64(double *y, const double *x, int64_t n);
+/* The FP8 and INT4 references (tables without a fast path use them). */
+void kern_ref_matmul_fp8(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols,
+                         const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+void kern_ref_matmul_int4(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
+                          const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
 /* vecmat on columns [r0, r1) only. */
 void kern_ref_vecmat_cols(float *y, const float *x, const void *W, int dtype, int64_t ldw, int64_t n,
                           int64_t r0, int64_t r1);

@@ -352,7 +352,7 @@ static void vecmat_neon(float *y, const float *x, const void *W, int dt, int64_t
 }
 
 const kern_table kern_neon_table = {
-    .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .dot = dot_neon,
+    .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .matmul_fp8 = kern_ref_matmul_fp8, .matmul_int4 = kern_ref_matmul_int4, .dot = dot_neon,
     .situ = situ_neon, .exp_f64 = exp_f64_neon, .kda_step = kda_step_neon, .vecmat = vecmat_neon,
 };
 

@@ -68,6 +68,40 @@ static void ref_matmul_mxfp4(float *Y, int64_t ldy, const uint8_t *packed,
         }
 }
 
+/* FP8: element i of row r is kern_e4m3_f32(W[r][i]) * S[r / 128][i / 128], one
+ * f32 multiply; the tail is padded like ref_matmul's. */
+void kern_ref_matmul_fp8(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols,
+                         const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    const int64_t nb = (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t t = 0; t < T; t++) {
+            float acc[16] = {0};
+            const float *x = X + t * ldx, *srow = S + (r / KERN_FP8_BLOCK) * nb;
+            for (int64_t base = 0; base < cols; base += 16)
+                for (int l = 0; l < 16; l++) {
+                    const int64_t i = base + l;
+                    const float w = i < cols ? kern_e4m3_f32(W[r * cols + i]) * srow[i / KERN_FP8_BLOCK] : 0.0f;
+                    acc[l] = fmaf(w, i < cols ? x[i] : 0.0f, acc[l]);
+                }
+            Y[t * ldy + r] = ref_reduce16(acc);
+        }
+}
+
+/* INT4: element i of row r is kern_int4_f32 (q times the bf16 group scale). */
+void kern_ref_matmul_int4(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
+                          const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    ST_ASSERT(cols % KERN_INT4_GROUP == 0);
+    const int64_t ng = cols / KERN_INT4_GROUP;
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t t = 0; t < T; t++) {
+            float acc[16] = {0};
+            const float *x = X + t * ldx;
+            for (int64_t i = 0; i < cols; i++)
+                acc[i % 16] = fmaf(kern_int4_f32(Wp + r * (cols / 8), i, S[r * ng + i / KERN_INT4_GROUP]), x[i], acc[i % 16]);
+            Y[t * ldy + r] = ref_reduce16(acc);
+        }
+}
+
 static float ref_dot(const float *a, const float *b, int64_t n) {
     float acc[16] = {0};
     for (int64_t base = 0; base < n; base += 16)
@@ -172,6 +206,8 @@ const kern_table kern_ref_table = {
     .name = "scalar",
     .matmul = ref_matmul,
     .matmul_mxfp4 = ref_matmul_mxfp4,
+    .matmul_fp8 = kern_ref_matmul_fp8,
+    .matmul_int4 = kern_ref_matmul_int4,
     .dot = ref_dot,
     .situ = kern_ref_situ,
     .exp_f64 = kern_ref_exp_f64,

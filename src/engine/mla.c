@@ -135,6 +135,22 @@ static void rope_q(engine *e, const double *f, double *cs, double *sn) {
         }
 }
 
+/* An FP8 kv_b_proj decoded to f32, each weight as the FP8 kernels decode it
+ * (kern.h: e4m3 value times its block's scale, one f32 rounding), so the layer
+ * computes with the same weights as a matmul_fp8 would. */
+typedef struct { const wt *w; float *out; } kvb_decode;
+static void kvb_decode_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
+    (void)tid;
+    const kvb_decode *x = ctx;
+    const uint8_t *q = x->w->p;
+    const float *S = x->w->s;
+    const int64_t cols = x->w->cols, nbc = (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t r = i / cols, k = i % cols;
+        x->out[i] = kern_e4m3_f32(q[i]) * S[(r / KERN_FP8_BLOCK) * nbc + k / KERN_FP8_BLOCK];
+    }
+}
+
 int mla_layer(engine *e, int64_t L, const wt *W) {
     const cfg *c = e->c;
     const int64_t Hd = c->hidden, NH = c->n_heads, R = c->kv_lora, C = e->C, vh = c->v_head, T = e->T;
@@ -182,6 +198,15 @@ int mla_layer(engine *e, int64_t L, const wt *W) {
     mm_init(&j, T);
     if (qlora) mm_add(&j, &W[R_MLA_QB], NH * e->qh, c->q_lora, e->m.qa, c->q_lora, e->m.q, NH * e->qh, "q_b_proj");
     const wt *kvb = &W[R_MLA_KVB];
+    wt kvb_f32;
+    if (kvb->fmt == WF_FP8) {
+        if (!e->m.kvb || !kvb->p || !kvb->s || kvb->rows != NH * (c->qk_nope + vh) || kvb->cols != R)
+            return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad FP8 kv_b_proj", (long long)L);
+        kvb_decode ctx = {kvb, e->m.kvb};
+        pool_for(e->pool, kvb->rows * R, 65536, kvb_decode_fn, &ctx);
+        kvb_f32 = (wt){.p = e->m.kvb, .dtype = DT_F32, .rows = kvb->rows, .cols = R};
+        kvb = &kvb_f32;
+    }
     if (!kvb->p || kvb->rows != NH * (c->qk_nope + vh) || kvb->cols != R ||
         (kvb->dtype != DT_F32 && kvb->dtype != DT_BF16 && kvb->dtype != DT_F16))
         return efail(e, STRATA_EFORMAT, "infer: layer %lld: bad kv_b_proj", (long long)L);

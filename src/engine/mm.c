@@ -26,22 +26,31 @@ void mm_init(mm_job *j, int64_t T) {
     j->n = 0; j->T = T; j->gs = NULL; j->gs_cost = 0; j->ck = NULL; j->n_ck = 0; j->bad = 0; j->what[0] = 0;
 }
 
-/* Adds y = W x with W expected (rows, cols); float dtypes only. Returns the
- * segment (its T may be changed before mm_run) or NULL on a shape error. */
+/* Is W a matrix view mm can multiply: float, or FP8 / INT4 with its scales
+ * (INT4 in whole 32-groups; INT4 views are experts, never sliced)? */
+static int mm_view_ok(const wt *W) {
+    if (W->fmt == WF_FP8) return W->dtype == DT_F8_E4M3 && W->s;
+    if (W->fmt == WF_INT4) return W->dtype == DT_I32 && W->s && W->p && W->cols % I4_GROUP == 0;
+    return W->fmt == WF_PLAIN && (W->dtype == DT_F32 || W->dtype == DT_BF16 || W->dtype == DT_F16);
+}
+
+/* Adds y = W x with W expected (rows, cols): float, FP8 or INT4 (wt.fmt).
+ * Returns the segment (its T may be changed before mm_run) or NULL on a shape
+ * error. */
 mm_seg *mm_add(mm_job *j, const wt *W, int64_t rows, int64_t cols, const float *X, int64_t ldx,
                float *Y, int64_t ldy, const char *name) {
     if (j->bad) return NULL;
-    if ((!W->p && !W->sliced) || W->rows != rows || W->cols != cols ||
-        (W->dtype != DT_F32 && W->dtype != DT_BF16 && W->dtype != DT_F16)) {
+    if ((!W->p && !W->sliced) || W->rows != rows || W->cols != cols || !mm_view_ok(W)) {
         j->bad = 1;
-        snprintf(j->what, sizeof j->what, "%s: expected (%lld, %lld) float, got %s (%lld, %lld)",
-                 name, (long long)rows, (long long)cols, W->p ? st_dtype_name(W->dtype) : "nothing",
-                 (long long)W->rows, (long long)W->cols);
+        snprintf(j->what, sizeof j->what, "%s: expected (%lld, %lld) float, FP8 or INT4, got %s%s (%lld, %lld)",
+                 name, (long long)rows, (long long)cols, W->p || W->sliced ? st_dtype_name(W->dtype) : "nothing",
+                 W->fmt != WF_PLAIN && !W->s ? " without its scales" : "", (long long)W->rows, (long long)W->cols);
         return NULL;
     }
     ST_ASSERT(j->n < MM_MAX_SEG);
     mm_seg *g = &j->seg[j->n++];
-    *g = (mm_seg){W->p, NULL, NULL, NULL, W->dtype, 0, rows, cols, j->T, X, ldx, Y, NULL, ldy, W->p ? NULL : W, NULL, W->vb, NULL};
+    *g = (mm_seg){W->p, NULL, NULL, NULL, W->dtype, 0, rows, cols, j->T, X, ldx, Y, NULL, ldy, W->p ? NULL : W, NULL, W->vb, NULL,
+                  W->fmt, WF_PLAIN, W->s, NULL, 0};
     return g;
 }
 
@@ -57,18 +66,20 @@ mm_seg *mm_add_mxfp4(mm_job *j, const wt *Wp, const wt *Ws, int64_t rows, int64_
     }
     ST_ASSERT(j->n < MM_MAX_SEG);
     mm_seg *g = &j->seg[j->n++];
-    *g = (mm_seg){Wp->p, Ws->p, NULL, NULL, -1, -1, rows, cols, j->T, X, ldx, Y, NULL, ldy, NULL, NULL, NULL, NULL};
+    *g = (mm_seg){Wp->p, Ws->p, NULL, NULL, -1, -1, rows, cols, j->T, X, ldx, Y, NULL, ldy, NULL, NULL, NULL, NULL,
+                  WF_PLAIN, WF_PLAIN, NULL, NULL, 0};
     return g;
 }
 
 /* Makes g a GLU segment: Wu (Wus: MXFP4 scales, else NULL) must have g's shape,
- * MXFP4 iff g is (float dtypes may differ); U (Y's layout) receives the up rows. */
+ * MXFP4 iff g is (float dtypes and FP8 / INT4 formats may differ); U (Y's layout)
+ * receives the up rows. */
 void mm_glu(mm_job *j, mm_seg *g, const wt *Wu, const wt *Wus, float *U, const char *name) {
     if (j->bad || !g) return;
     int ok = (Wu->p || Wu->sliced) && Wu->rows == g->rows && Wu->cols == g->cols;
     if (g->scales) ok = ok && Wu->p; /* experts are never sliced */
     if (g->scales) ok = ok && Wus && Wus->p && Wus->rows == g->rows && Wus->cols == g->cols / MXFP4_GROUP;
-    else ok = ok && (Wu->dtype == DT_F32 || Wu->dtype == DT_BF16 || Wu->dtype == DT_F16);
+    else ok = ok && mm_view_ok(Wu);
     if (!ok) {
         j->bad = 1;
         snprintf(j->what, sizeof j->what, "%s: expected the shape and format of its gate (%lld, %lld), got (%lld, %lld)",
@@ -80,14 +91,29 @@ void mm_glu(mm_job *j, mm_seg *g, const wt *Wu, const wt *Wus, float *U, const c
     g->vu = Wu->vb;
     g->su = g->scales ? Wus->p : NULL;
     g->udtype = g->scales ? -1 : Wu->dtype;
+    g->ufmt = g->scales ? WF_PLAIN : Wu->fmt;
+    g->qsu = g->scales ? NULL : Wu->s;
     g->U = U;
 }
 
-static void mm_kern(const mm_seg *s, const void *w, const uint8_t *sc, int dtype, float *Y, int64_t r0, int64_t r1) {
-    if (sc)
+/* Rows [r0, r1) of one matrix of s (w with MXFP4 scales sc, or of format fmt
+ * with scales qs). The FP8 and INT4 kernels take absolute rows (the FP8 scale
+ * grid is indexed by them): a slice's rows are shifted by s->rb, and its w and Y
+ * back by as many rows, so the kernels address the same bytes. */
+static void mm_kern(const mm_seg *s, const void *w, const uint8_t *sc, int dtype, int fmt, const void *qs, float *Y,
+                    int64_t r0, int64_t r1) {
+    if (sc) {
         K.matmul_mxfp4(Y, s->ldy, w, sc, s->cols, s->X, s->ldx, s->T, r0, r1);
-    else
+    } else if (fmt == WF_FP8) {
+        const uint8_t *wb = (const uint8_t *)w - s->rb * s->cols;
+        K.matmul_fp8(Y - s->rb, s->ldy, wb, qs, s->cols, s->X, s->ldx, s->T, s->rb + r0, s->rb + r1);
+    } else if (fmt == WF_INT4) {
+        const int32_t *wb = (const int32_t *)w - s->rb * (s->cols / 8);
+        const uint16_t *sb = (const uint16_t *)qs;
+        K.matmul_int4(Y - s->rb, s->ldy, wb, sb, s->cols, s->X, s->ldx, s->T, s->rb + r0, s->rb + r1);
+    } else {
         K.matmul(Y, s->ldy, w, dtype, s->cols, s->X, s->ldx, s->T, r0, r1);
+    }
 }
 
 /* First row of a segment whose cost start lies at or after offset x (x may be
@@ -100,9 +126,9 @@ static int64_t mm_row_at(int64_t x, int64_t cpr, int64_t rows) {
 
 /* Rows [a, b) of segment s. */
 static void mm_rows(const mm_job *j, const mm_seg *s, int64_t a, int64_t b) {
-    mm_kern(s, s->w, s->scales, s->dtype, s->Y, a, b);
+    mm_kern(s, s->w, s->scales, s->dtype, s->fmt, s->qs, s->Y, a, b);
     if (!s->U) return;
-    mm_kern(s, s->wu, s->su, s->udtype, s->U, a, b);
+    mm_kern(s, s->wu, s->su, s->udtype, s->ufmt, s->qsu, s->U, a, b);
     if (j->silu) { /* SiLU(g) u in double, one f32 rounding (cfg act_silu) */
         for (int64_t t = 0; t < s->T; t++) {
             float *g = s->Y + t * s->ldy + a;
@@ -216,6 +242,7 @@ static void mm_slices(engine *e, const mm_seg *s, const mm_seg *next) {
         one.seg[0].rows = r1 - r0;
         one.seg[0].Y = s->Y + r0;
         one.seg[0].U = s->U ? s->U + r0 : NULL;
+        one.seg[0].rb = s->rb + r0;
         one.seg[0].vw = one.seg[0].vu = NULL; /* a sliced matrix is checked by the source as its slices come */
         one.n = 1;
         mm_dispatch(e, &one);

@@ -112,6 +112,9 @@ void cfg_kimi_linear(cfg *c);
  * KDA layers, one per line at ind, the bracket closing at close_ind. */
 struct sbuf;
 void cfg_json_num(struct sbuf *b, double x);
+/* ",\n  \"quantization_config\": {...}" for c->wf's FP8 or INT4 formats (the
+ * published checkpoints' text); nothing for the others. */
+void cfg_json_quant(struct sbuf *b, const cfg *c);
 void cfg_json_layers(struct sbuf *b, const cfg *c, int want_mla, const char *ind, const char *close_ind);
 /* The JSON writers (cfg.c: K3; arch_kimi_linear.c). */
 char *arch_k3_to_json(const cfg *c);

@@ -20,10 +20,10 @@ static const fixed_key k_fixed[] = {
     {"moe_layer_freq", {"1"}, "every layer from first_k_dense_replace on is MoE"},
     {"tie_word_embeddings", {"false"}, "lm_head is its own tensor, not the embedding"},
     {"mla_use_nope", {"true"}, "MLA applies no rotary embedding"},
-    {"quantization_config.format", {"\"mxfp4\""},
-     "routed experts are MXFP4 (e8m0 scales, groups of 32) or plain BF16 tensors"},
-    {"quantization_config.quant_method", {"\"mxfp4\""},
-     "routed experts are MXFP4 (e8m0 scales, groups of 32) or plain BF16 tensors"},
+    {"quantization_config.format", {"\"mxfp4\"", "\"pack-quantized\""},
+     "weights are plain, MXFP4 experts (e8m0, groups of 32), FP8 (128x128 blocks) or INT4 pack-quantized experts"},
+    {"quantization_config.quant_method", {"\"mxfp4\"", "\"fp8\"", "\"compressed-tensors\""},
+     "weights are plain, MXFP4 experts (e8m0, groups of 32), FP8 (128x128 blocks) or INT4 pack-quantized experts"},
     {"quantization_config.scale_format", {"\"e8m0\""}, "MXFP4 scales are e8m0 powers of two"},
 };
 

@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base.h"
+#include "schema.h"
 
 #define KL_KV_NORM_EPS 1e-6
 
@@ -44,10 +45,10 @@ static const fixed_key k_fixed[] = {
     {"mla_use_output_gate", {"false"}, "Kimi Linear's MLA has no output gate"},
     {"hidden_act", {"\"silu\""}, "the dense MLP and the experts are SiLU-gated"},
     {"num_nextn_predict_layers", {"0"}, "no multi-token-prediction layers"},
-    {"quantization_config.format", {"\"mxfp4\""},
-     "routed experts are MXFP4 (e8m0 scales, groups of 32) or plain BF16 tensors"},
-    {"quantization_config.quant_method", {"\"mxfp4\""},
-     "routed experts are MXFP4 (e8m0 scales, groups of 32) or plain BF16 tensors"},
+    {"quantization_config.format", {"\"mxfp4\"", "\"pack-quantized\""},
+     "weights are plain, MXFP4 experts (e8m0, groups of 32), FP8 (128x128 blocks) or INT4 pack-quantized experts"},
+    {"quantization_config.quant_method", {"\"mxfp4\"", "\"fp8\"", "\"compressed-tensors\""},
+     "weights are plain, MXFP4 experts (e8m0, groups of 32), FP8 (128x128 blocks) or INT4 pack-quantized experts"},
     {"quantization_config.scale_format", {"\"e8m0\""}, "MXFP4 scales are e8m0 powers of two"},
 };
 
@@ -57,6 +58,7 @@ static void kl_defaults(cfg *c) {
     c->kda_g_lowrank = 1;
     c->act_silu = 1;
     c->moe_plain = 1;
+    c->wf = SW_EXP_PLAIN;  /* bf16 experts unless quantization_config says otherwise */
     c->mla_out_gate = 0;
     c->latent_norm = 0;
     c->kv_norm_eps = KL_KV_NORM_EPS;
@@ -184,7 +186,9 @@ char *arch_kimi_linear_to_json(const cfg *c) {
     BO("use_cache", 1);
     BO("use_grouped_topk", 1);
     I("v_head_dim", c->v_head);
-    sbuf_printf(&b, "  \"vocab_size\": %lld\n}\n", (long long)c->vocab);
+    sbuf_printf(&b, "  \"vocab_size\": %lld", (long long)c->vocab);
+    cfg_json_quant(&b, c);
+    sbuf_printf(&b, "\n}\n");
 #undef I
 #undef BO
 #undef N

@@ -63,7 +63,7 @@ static int pset_has(const pset *s, const st_tensor *p) {
 
 typedef struct part {
     int32_t shard;
-    int role;
+    int role, kind;
     uint64_t off, nbytes;
 } part;
 
@@ -75,6 +75,7 @@ typedef struct bctx {
     int64_t n_prob;         /* problems found (listed or not) */
     pset used;
     int expert_dtype;       /* plain experts: dtype of expert 0 (all must match) */
+    int64_t i4_rows, i4_cols; /* the INT4 matrix whose weight_shape comes next */
     int order_known;
     /* the group being collected: one layer's trunk or one expert */
     int g_cls;
@@ -127,11 +128,16 @@ static void group_flush(bctx *b) {
             if (!b->order_known) {
                 b->order_known = 1;
                 lay->expert_order_uniform = 1;
-                lay->n_expert_parts = b->g_n < 6 ? b->g_n : 6;
-                for (int i = 0; i < lay->n_expert_parts; i++) lay->expert_order[i] = s[i].role;
+                lay->n_expert_parts = b->g_n < 9 ? b->g_n : 9;
+                for (int i = 0; i < lay->n_expert_parts; i++) {
+                    if (i < 6) lay->expert_order[i] = s[i].role;
+                    lay->expert_roles[i] = s[i].role;
+                    lay->expert_kinds[i] = s[i].kind;
+                }
             } else {
                 int same = b->g_n == lay->n_expert_parts;
-                for (int i = 0; same && i < b->g_n; i++) same = lay->expert_order[i] == s[i].role;
+                for (int i = 0; same && i < b->g_n; i++)
+                    same = lay->expert_roles[i] == s[i].role && lay->expert_kinds[i] == s[i].kind;
                 if (!same) lay->expert_order_uniform = 0;
             }
         }
@@ -190,15 +196,63 @@ static int on_tensor(void *ud, const tspec *t) {
     pset_add(&b->used, s);
     int dt_ok;
     const char *accepted;
-    if (t->kind == TK_PACKED || t->kind == TK_SCALE) {
+    switch (t->kind) {
+    case TK_PACKED: case TK_SCALE:
         dt_ok = s->dtype == DT_U8;
         accepted = "U8 (MXFP4)";
-    } else if (t->cls == TC_EXPERT) {
-        dt_ok = s->dtype == b->expert_dtype;
-        accepted = b->expert_dtype >= 0 ? st_dtype_name(b->expert_dtype) : "F32/BF16/F16";
-    } else {
-        dt_ok = dtype_float(s->dtype);
-        accepted = "F32/BF16/F16";
+        break;
+    case TK_FP8:
+        dt_ok = s->dtype == DT_F8_E4M3;
+        accepted = "F8_E4M3 (FP8, as the other FP8 matrices)";
+        break;
+    case TK_FP8_SCALE:
+        dt_ok = s->dtype == DT_F32;
+        accepted = "F32 (FP8 weight_scale_inv)";
+        break;
+    case TK_I4_PACKED:
+        dt_ok = s->dtype == DT_I32;
+        accepted = "I32 (INT4 weight_packed, as the other INT4 experts)";
+        b->i4_rows = t->shape[0];
+        b->i4_cols = t->shape[1] * 8;
+        break;
+    case TK_I4_SCALE:
+        dt_ok = s->dtype == DT_BF16;
+        accepted = "BF16 (INT4 weight_scale)";
+        break;
+    case TK_I4_SHAPE:
+        dt_ok = s->dtype == DT_I32 || s->dtype == DT_I64;
+        accepted = "I32 or I64 (INT4 weight_shape)";
+        break;
+    default:
+        if (t->cls == TC_EXPERT) {
+            dt_ok = s->dtype == b->expert_dtype;
+            accepted = b->expert_dtype >= 0 ? st_dtype_name(b->expert_dtype) : "F32/BF16/F16";
+        } else {
+            dt_ok = dtype_float(s->dtype);
+            accepted = s->dtype == DT_F8_E4M3 ? "F32/BF16/F16 (this matrix is never FP8, or the checkpoint's other matrices are plain)"
+                                              : "F32/BF16/F16";
+        }
+    }
+    /* weight_shape must say the matrix's logical shape: it is how the packed
+     * words' padding would be known, so a disagreement is a wrong checkpoint */
+    if (t->kind == TK_I4_SHAPE && dt_ok && shape_ok(t, s)) {
+        int64_t v[2] = {0, 0};
+        uint8_t raw[16];
+        char e2[256];
+        if (st_read(b->ix, s, 0, raw, s->nbytes, e2, sizeof e2)) {
+            bproblem(b, "tensor %s: cannot read: %s", t->name, e2);
+            b->g_bad = 1;
+        } else {
+            for (int i = 0; i < 2; i++) {
+                if (s->dtype == DT_I32) { int32_t x; memcpy(&x, raw + 4 * i, 4); v[i] = x; }
+                else memcpy(&v[i], raw + 8 * i, 8);
+            }
+            if (v[0] != b->i4_rows || v[1] != b->i4_cols) {
+                bproblem(b, "tensor %s says [%lld, %lld], expected [%lld, %lld] (weight_packed and weight_scale's shape)",
+                         t->name, (long long)v[0], (long long)v[1], (long long)b->i4_rows, (long long)b->i4_cols);
+                b->g_bad = 1;
+            }
+        }
     }
     if (!shape_ok(t, s)) {
         bproblem(b, "tensor %s has shape %s, expected %s%s", t->name, fmt_dims(s->ndim, s->shape, got, sizeof got),
@@ -214,6 +268,7 @@ static int on_tensor(void *ud, const tspec *t) {
             part *p = &b->g[b->g_n++];
             p->shard = s->shard;
             p->role = t->role;
+            p->kind = t->kind;
             p->off = s->off;
             p->nbytes = s->nbytes;
         } else {
@@ -284,20 +339,50 @@ static void report_unused(bctx *b, sbuf *warn) {
         sbuf_line(warn, "and %lld more unused tensors (%s)", (long long)other, base_fmt_bytes(other_bytes, hb, sizeof hb));
 }
 
-/* Looks at expert 0 of the first MoE layer: MXFP4 (weight_packed) or plain. */
+/* The first trunk matrix that may be FP8 (schema.c trunk_mat: not the router). */
+typedef struct probe { const st_index *ix; int found, fp8; } probe;
+static int probe_fn(void *ud, const tspec *t) {
+    probe *p = ud;
+    if (t->kind != TK_MATRIX || t->role == R_MOE_ROUTER) return 0;
+    const st_tensor *s = st_find(p->ix, t->name);
+    if (!s) return 0;
+    p->found = 1;
+    p->fp8 = s->dtype == DT_F8_E4M3;
+    return 1;
+}
+
+int model_wf(const cfg *c, const st_index *ix) {
+    int wf = SW_EXP_MXFP4;
+    char name[256];
+    if (c->first_dense < c->n_layers) {
+        schema_expert_w1_name(c, c->first_dense, 0, 1, name, sizeof name);
+        const st_tensor *s = st_find(ix, name);
+        if (s) {
+            wf = s->dtype == DT_I32 ? SW_EXP_INT4 : SW_EXP_MXFP4;
+        } else {
+            schema_expert_w1_name(c, c->first_dense, 0, 0, name, sizeof name);
+            s = st_find(ix, name);
+            if (s) wf = s->dtype == DT_F8_E4M3 ? SW_EXP_FP8 : SW_EXP_PLAIN;
+        }
+    }
+    probe p = {ix, 0, 0};
+    for (int64_t L = 0; L < c->n_layers && !p.found; L++) schema_walk_layer(c, L, 0, probe_fn, &p);
+    if (p.fp8) wf |= SW_TRUNK_FP8;
+    return wf;
+}
+
+/* The formats of the checkpoint, and plain experts' dtype (every expert must have it). */
 static void detect_experts(bctx *b) {
     const cfg *c = b->c;
     b->expert_dtype = -1;
-    if (c->first_dense >= c->n_layers) return; /* no MoE layer: nothing to decide */
+    b->lay->wf = model_wf(c, b->ix);
+    if ((b->lay->wf & SW_EXP_MASK) != SW_EXP_PLAIN) return;
     char name[256];
-    schema_expert_w1_name(c, c->first_dense, 0, 1, name, sizeof name);
-    if (st_find(b->ix, name)) return;
     schema_expert_w1_name(c, c->first_dense, 0, 0, name, sizeof name);
     const st_tensor *s = st_find(b->ix, name);
-    if (!s) return; /* reported as missing MXFP4 tensors by the walk */
     b->lay->experts_bf16 = 1;
     if (dtype_float(s->dtype)) b->expert_dtype = s->dtype;
-    else bproblem(b, "tensor %s has dtype %s, expected F32/BF16/F16 (or MXFP4 weight_packed + weight_scale)",
+    else bproblem(b, "tensor %s has dtype %s, expected F32/BF16/F16, F8_E4M3 (with weight_scale_inv) or MXFP4/INT4 weight_packed",
                   name, st_dtype_name(s->dtype));
 }
 
@@ -312,7 +397,7 @@ int model_bind_check_ex(const cfg *c, const st_index *ix, model_layout *lay, sbu
     b->pb = problems ? problems : &local;
     if (pset_init(&b->used, st_count(ix))) { base_free(b); return STRATA_ENOMEM; }
     detect_experts(b);
-    schema_walk(c, lay->experts_bf16, on_tensor, b);
+    schema_walk(c, lay->wf, on_tensor, b);
     group_flush(b);
     int64_t n_experts = 0;
     for (int64_t L = 0; L < c->n_layers; L++)
@@ -321,9 +406,11 @@ int model_bind_check_ex(const cfg *c, const st_index *ix, model_layout *lay, sbu
     lay->layers_contiguous = lay->n_layer_noncontig == 0;
     /* A config that declares MXFP4 experts over plain weights is a mislabelled
      * checkpoint; the bytes decide, but say so. */
-    if (warnings && c->mxfp4_experts && lay->experts_bf16)
-        sbuf_line(warnings, "config declares quantization_config.format mxfp4 but the experts are plain %s weights",
-                  b->expert_dtype >= 0 ? st_dtype_name(b->expert_dtype) : "float");
+    if (warnings && c->mxfp4_experts && (lay->wf & SW_EXP_MASK) != SW_EXP_MXFP4)
+        sbuf_line(warnings, "config declares quantization_config.format mxfp4 but the experts are %s%s weights",
+                  lay->experts_bf16 ? "plain " : "",
+                  lay->experts_bf16 ? (b->expert_dtype >= 0 ? st_dtype_name(b->expert_dtype) : "float")
+                                    : (lay->wf & SW_EXP_MASK) == SW_EXP_FP8 ? "FP8" : "INT4");
     report_unused(b, warnings);
     if (b->n_prob > BIND_MAX_LINES)
         sbuf_printf(b->pb, "  - and %lld more problems\n", (long long)(b->n_prob - BIND_MAX_LINES));

@@ -19,6 +19,7 @@
 #include <strings.h>
 #include "arch.h"
 #include "base.h"
+#include "schema.h"
 #include "jsonx.h"
 
 /* Widths above this are refused so that every tensor's element count fits int64
@@ -327,6 +328,19 @@ static void read_quant(rd *r, cfg *c) {
     const json_t *f = json_object_get(q, "format");
     if (f && !json_is_string(f)) { problem(r, "'%s.format' must be a string, got %s", path, jtype(f, tb, sizeof tb)); return; }
     c->mxfp4_experts = f && !strcasecmp(json_string_value(f), "mxfp4");
+    /* FP8 (DeepSeek-V3, K2-Instruct) and INT4 (K2-Thinking) checkpoints: the
+     * census counts bytes as they declare; the headers decide at bind (model_wf). */
+    const json_t *m = json_object_get(q, "quant_method");
+    if (m && json_is_string(m) && !strcasecmp(json_string_value(m), "fp8")) {
+        c->wf = SW_EXP_FP8 | SW_TRUNK_FP8;
+        const json_t *bs = json_object_get(q, "weight_block_size");
+        if (bs && !(json_is_array(bs) && json_array_size(bs) == 2 && json_is_integer(json_array_get(bs, 0)) &&
+                    json_integer_value(json_array_get(bs, 0)) == FP8_BLOCK && json_is_integer(json_array_get(bs, 1)) &&
+                    json_integer_value(json_array_get(bs, 1)) == FP8_BLOCK))
+            problem(r, "'%s.weight_block_size' must be [%d, %d] for fp8", path, FP8_BLOCK, FP8_BLOCK);
+    } else if (m && json_is_string(m) && !strcasecmp(json_string_value(m), "compressed-tensors")) {
+        c->wf = (c->wf & ~SW_EXP_MASK) | SW_EXP_INT4;
+    }
     const json_t *g = json_object_get(q, "group_size");
     /* The MXFP4 group is a compile-time constant of the kernels: a config that
      * claims another one describes weights we would decode wrongly. */
@@ -843,6 +857,21 @@ void cfg_k3(cfg *c) {
 
 /* ================================================================ writer */
 
+void cfg_json_quant(sbuf *b, const cfg *c) {
+    if (c->wf & SW_TRUNK_FP8 || (c->wf & SW_EXP_MASK) == SW_EXP_FP8)
+        sbuf_printf(b, ",\n  \"quantization_config\": {\n    \"activation_scheme\": \"dynamic\",\n    \"fmt\": \"e4m3\",\n"
+                       "    \"quant_method\": \"fp8\",\n    \"weight_block_size\": [\n      %d,\n      %d\n    ]\n  }",
+                    FP8_BLOCK, FP8_BLOCK);
+    else if ((c->wf & SW_EXP_MASK) == SW_EXP_INT4)
+        sbuf_printf(b, ",\n  \"quantization_config\": {\n    \"config_groups\": {\n      \"group_0\": {\n"
+                       "        \"targets\": [\"Linear\"],\n        \"weights\": {\n          \"group_size\": %d,\n"
+                       "          \"num_bits\": 4,\n          \"strategy\": \"group\",\n          \"symmetric\": true,\n"
+                       "          \"type\": \"int\"\n        }\n      }\n    },\n    \"format\": \"pack-quantized\",\n"
+                       "    \"ignore\": [\"lm_head\", \"re:.*self_attn.*\", \"re:.*shared_experts.*\", \"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\"],\n"
+                       "    \"quant_method\": \"compressed-tensors\"\n  }",
+                    I4_GROUP);
+}
+
 /* Shortest "%.Ng" that reads back to the same double, so the file stays
  * readable (1e-05, not 1.0000000000000001e-05) and still round-trips. */
 void cfg_json_num(sbuf *b, double x) {
@@ -927,7 +956,9 @@ char *arch_k3_to_json(const cfg *c) {
     sbuf_printf(&b, ",\n      \"kda_layers\": ");
     cfg_json_layers(&b, c, 0, "        ", "      ");
     sbuf_printf(&b, "\n    }\n  }");
-    if (c->mxfp4_experts)
+    if (c->wf > SW_EXP_PLAIN)
+        cfg_json_quant(&b, c);
+    else if (c->mxfp4_experts)
         sbuf_printf(&b, ",\n  \"quantization_config\": {\n    \"format\": \"mxfp4\",\n    \"group_size\": %d,\n"
                         "    \"scale_format\": \"e8m0\",\n"
                         "    \"pack_order\": \"element 2i in the low nibble of byte i\",\n"

@@ -67,6 +67,12 @@ typedef struct cfg {
     int64_t yarn_orig_ctx; /* rope_scaling.original_max_position_embeddings */
     int64_t n_group, topk_group; /* group-limited routing (n_group > 1): keep topk_group groups */
     int64_t n_mtp;     /* num_nextn_predict_layers: MTP layers after the last, never read */
+    /* Weight formats the config declares (schema.h SW_*: quantization_config
+     * quant_method fp8 = FP8 trunk and experts, compressed-tensors
+     * pack-quantized = INT4 experts; else the architecture's default). The census
+     * counts bytes with them; a checkpoint's own formats are read off its headers
+     * (model_wf), which decide. */
+    int wf;
 } cfg;
 enum cfg_arch { ARCH_K3 = 0, ARCH_KIMI_LINEAR = 1, ARCH_DEEPSEEK_V3 = 2, ARCH_KIMI_K2 = 3, ARCH_KIMI_K25 = 4 };
 #define CFG_DEFAULT_CTX 131072

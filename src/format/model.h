@@ -14,11 +14,17 @@
 
 /* A borrowed view of one tensor's bytes. Matrices are (rows, cols) row-major with
  * y = W x; vectors have rows = 1. MXFP4 experts: role R_EXP_W*P holds the packed
- * codes (rows, cols/2 bytes) with cols the LOGICAL input width, R_EXP_W*S the scales. */
+ * codes (rows, cols/2 bytes) with cols the LOGICAL input width, R_EXP_W*S the scales.
+ * A quantised matrix (fmt, schema.h WF_*) is one view with its companion scales
+ * in s: FP8 p = e4m3 codes (rows, cols), s = f32 (ceil(rows/128), ceil(cols/128));
+ * INT4 p = int32 words (rows, cols/8), s = bf16 (rows, cols/32); rows and cols
+ * are the logical shape, dtype the main tensor's (F8_E4M3, I32). */
 typedef struct wt {
     const void *p;
     int32_t dtype;   /* st_dtype; DT_U8 for MXFP4 packed/scale */
     int64_t rows, cols;
+    int32_t fmt;     /* WF_PLAIN, WF_FP8, WF_INT4 */
+    const void *s;   /* the companion scales of an FP8 / INT4 matrix, else NULL */
     /* A matrix the source streams in row slices (p == NULL, sliced = 1): its rows
      * come through wsrc rows_get, a slice at a time; unit and role name it there.
      * Only matrices the forward pass uses as whole-row products are ever sliced. */
@@ -44,11 +50,41 @@ typedef struct model_layout {
     uint64_t trunk_bytes, experts_bytes;  /* totals as stored */
     /* Added by bind.c (appended; fields above unchanged). */
     int n_expert_parts;          /* tensors per expert (6 MXFP4, 3 plain) */
-    int expert_order[6];         /* roles (enum trole) of expert 0 by file offset */
+    int expert_order[6];         /* roles (enum trole) of expert 0 by file offset (the first 6) */
     int expert_order_uniform;    /* every expert stores its tensors in that order */
     int64_t n_unused;            /* checkpoint tensors the model does not use */
     uint64_t unused_bytes;
+    int wf;                      /* the formats the headers show (schema.h SW_*; model_wf) */
+    int expert_kinds[9];         /* kinds (enum tkind) of expert 0's tensors by file offset */
+    int expert_roles[9];         /* and their roles (FP8: 6 tensors, INT4: 9) */
 } model_layout;
+
+/* The weight formats a checkpoint stores (schema.h SW_*), read off its headers:
+ * expert 0 of the first MoE layer (MXFP4 `weight_packed` U8, INT4
+ * `weight_packed` I32, FP8 `weight` F8_E4M3, else plain) and the first trunk
+ * matrix that may be FP8. The binder then requires every tensor to match. */
+int model_wf(const cfg *c, const st_index *ix);
+/* The view of tensor t stored as dtype, before its bytes are placed (p NULL):
+ * matrices (rows, cols) with cols the logical input width; vectors (1, n);
+ * convs (P, conv_k). */
+static inline wt wt_view_of(const tspec *t, int dtype) {
+    wt v = {.dtype = dtype, .rows = t->shape[0], .cols = t->ndim > 1 ? t->shape[1] : t->shape[0],
+            .fmt = schema_kind_fmt(t->kind)};
+    if (t->kind == TK_VECTOR) { v.rows = 1; v.cols = t->numel; }
+    if (t->kind == TK_CONV) { v.rows = t->shape[0]; v.cols = t->shape[1] * t->shape[2]; }
+    if (t->kind == TK_PACKED) v.cols = t->shape[1] * 2;
+    if (t->kind == TK_I4_PACKED) v.cols = t->shape[1] * 8;
+    return v;
+}
+/* Puts the view of a record's tensor (kind) into roles[role]: a main tensor sets
+ * the view and keeps a companion's s already there; a companion scale sets s; an
+ * INT4 weight_shape adds nothing. Any order. */
+static inline void wt_put(wt *roles, int role, int kind, wt v) {
+    if (kind == TK_FP8_SCALE || kind == TK_I4_SCALE) { roles[role].s = v.p; return; }
+    if (kind == TK_I4_SHAPE) return;
+    v.s = roles[role].s;
+    roles[role] = v;
+}
 int model_bind_check(const cfg *c, const st_index *ix, model_layout *lay, sbuf *problems);
 /* The same, and lists checkpoint tensors the model does not use in *warnings
  * (grouped by name prefix; may be NULL). Unused tensors are not errors. Problem

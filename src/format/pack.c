@@ -52,6 +52,7 @@ wt pack_view(const void *p, int dtype, int ndim, const int64_t *shape, int role)
         w.cols = shape[1];
         /* MXFP4 packed codes: cols is the logical input width (model.h) */
         if (role == R_EXP_W1P || role == R_EXP_W2P || role == R_EXP_W3P) w.cols *= 2;
+        if (dtype == DT_I32) w.cols *= 8; /* INT4 words: likewise */
     } else {
         w.rows = shape[0];
         w.cols = shape[1] * shape[2];
@@ -84,7 +85,7 @@ static int collect_fn(void *ud, const tspec *t) {
         c->r->t = nt;
         c->cap = cap;
     }
-    c->r->t[c->r->n++] = (lt){.src = s, .role = t->role};
+    c->r->t[c->r->n++] = (lt){.src = s, .role = t->role, .kind = t->kind};
     return 0;
 }
 
@@ -110,7 +111,7 @@ int pack_layout_build(const cfg *c, const st_index *ix, layout *l, char *err, si
     rc = schema_walk(c, 0, collect_fn, &cl);
     for (int64_t L = 0; L < c->n_layers && !rc; L++) {
         cl = (collect){.c = c, .ix = ix, .r = &l->units[L], .missing = &missing};
-        rc = schema_walk_layer(c, L, collect_fn, &cl);
+        rc = schema_walk_layer(c, L, model_wf(c, ix), collect_fn, &cl);
     }
     if (!rc) {
         cl = (collect){.c = c, .ix = ix, .r = &l->units[c->n_layers], .cls_mask = (1 << TC_FINAL) | (1 << TC_LM_HEAD), .missing = &missing};
@@ -170,6 +171,9 @@ static int layout_blocks(layout *l, uint64_t bb, char *err, size_t errlen) {
     for (int64_t u = 0; u < l->n_units; u++)
         for (int i = 0; i < l->units[u].n; i++) {
             lt *x = &l->units[u].t[i];
+            /* a quantised matrix's scales are checked whole: their blocks would
+             * hang off the matrix's role, where its own blocks are (wt.vb) */
+            if (schema_is_companion(x->kind)) continue;
             if (!(x->blk_rows = pack_block_rows(x->src->ndim, x->src->shape[0], x->src->nbytes, bb))) continue;
             x->n_blk = (x->src->shape[0] + x->blk_rows - 1) / x->blk_rows;
             if (!(x->blk = base_calloc((size_t)x->n_blk, sizeof *x->blk, MEM_INDEX)))
@@ -383,10 +387,10 @@ typedef struct xrec {
     uint64_t off, nbytes;    /* contiguous run, or nbytes = 0 when scattered */
 } xrec;
 
-typedef struct xcollect { const st_index *ix; const st_tensor *t[8]; int n; } xcollect;
+typedef struct xcollect { const st_index *ix; const st_tensor *t[9]; int n; } xcollect;
 static int xcollect_fn(void *ud, const tspec *t) {
     xcollect *x = ud;
-    if (x->n < 8) x->t[x->n++] = st_find(x->ix, t->name);
+    if (x->n < 9) x->t[x->n++] = st_find(x->ix, t->name);
     return 0;
 }
 
@@ -404,12 +408,6 @@ static int xrec_cmp(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-static int experts_bf16(const cfg *c, const st_index *ix) {
-    char name[200];
-    schema_expert_w1_name(c, c->first_dense, 0, 0, name, sizeof name);
-    return st_find(ix, name) != NULL;
-}
-
 /* Hashes every expert in disk order; out[(L - first_dense) * n_experts + E]. The
  * experts stream through the same chunked reads as the trunk (large reads across
  * neighbouring experts, page-cache-resident chunks not read again), so memory
@@ -419,7 +417,7 @@ int pack_hash_experts(const cfg *c, const st_index *ix, uint64_t *out, const uin
                         pack_progress_fn progress, void *ud, uint64_t *bytes_done, char *err, size_t errlen) {
     const int64_t n_moe = c->n_layers - c->first_dense, NE = c->n_experts, n_all = n_moe * NE;
     if (n_moe <= 0) return STRATA_OK;
-    int bf16 = experts_bf16(c, ix);
+    int bf16 = model_wf(c, ix); /* the formats (SW_*) */
     xrec *recs = base_alloc((size_t)n_all * sizeof *recs, MEM_INDEX);
     if (!recs) return base_fail(err, errlen, STRATA_ENOMEM, "pack: out of memory");
     int rc = STRATA_OK;

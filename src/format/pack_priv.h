@@ -42,7 +42,7 @@ typedef void (*pack_progress_fn)(void *ud, const char *phase, uint64_t done, uin
 
 typedef struct lt {            /* one tensor while laying out */
     const st_tensor *src;
-    int role;
+    int role, kind;            /* kind: tspec's (a quantised matrix's parts share a role) */
     uint64_t off;              /* relative to the region */
     uint64_t xxh3;             /* of its bytes (pack_write_trunk) */
     int64_t blk_rows, n_blk;   /* row blocks with their own hashes (pack_block_rows; 0: none) */

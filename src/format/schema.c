@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "arch.h"
+#include "base.h"
 #include "st.h"
 
 static const char *k_role_names[R_COUNT] = {
@@ -40,12 +41,14 @@ typedef struct {
     void *ud;
     int rc;
     int pub;              /* the next tensor's published dtype + 1 (0: none) */
+    int wf;               /* formats (SW_*) */
     const char *pfx;      /* the architecture's body prefix (arch.h) */
     char lp[48];          /* pfx "layers" */
 } walker;
 
-static void walker_init(walker *w, const cfg *c, schema_fn fn, void *ud) {
+static void walker_init(walker *w, const cfg *c, int wf, schema_fn fn, void *ud) {
     memset(w, 0, sizeof *w);
+    w->wf = wf;
     w->fn = fn;
     w->ud = ud;
     w->pfx = arch_of(c)->pfx;
@@ -73,7 +76,44 @@ static int emit(walker *w, int cls, int kind, int role, int64_t L, int64_t E, in
     return w->rc;
 }
 
-#define MAT(role, r, c, ...) emit(w, TC_LAYER, TK_MATRIX, role, L, -1, 2, r, c, 0, __VA_ARGS__)
+/* A matrix (rows, cols) named `name` (ending in "weight") in format fmt (WF_*):
+ * plain, FP8 with its scale grid, or INT4 with its scales and shape, the
+ * companions' names and dtypes as the published checkpoints have them. */
+static void mat(walker *w, int cls, int role, int64_t L, int64_t E, int64_t r, int64_t c, int fmt, const char *name) {
+    const int pub = w->pub;
+    if (fmt == WF_FP8) {
+        w->pub = DT_F8_E4M3 + 1;
+        emit(w, cls, TK_FP8, role, L, E, 2, r, c, 0, "%s", name);
+        w->pub = DT_F32 + 1;
+        emit(w, cls, TK_FP8_SCALE, role, L, E, 2, (r + FP8_BLOCK - 1) / FP8_BLOCK, (c + FP8_BLOCK - 1) / FP8_BLOCK, 0,
+             "%s_scale_inv", name);
+    } else if (fmt == WF_INT4) {
+        w->pub = DT_I32 + 1;
+        emit(w, cls, TK_I4_PACKED, role, L, E, 2, r, c / 8, 0, "%s_packed", name);
+        w->pub = DT_BF16 + 1;
+        emit(w, cls, TK_I4_SCALE, role, L, E, 2, r, c / I4_GROUP, 0, "%s_scale", name);
+        w->pub = DT_I32 + 1;
+        emit(w, cls, TK_I4_SHAPE, role, L, E, 1, 2, 0, 0, "%s_shape", name);
+    } else {
+        emit(w, cls, TK_MATRIX, role, L, E, 2, r, c, 0, "%s", name);
+    }
+    w->pub = pub;
+}
+
+/* A trunk matrix: FP8 under SW_TRUNK_FP8 unless the published checkpoints keep
+ * it plain (the router gate: its scores pick experts). */
+static void trunk_mat(walker *w, int role, int64_t L, int64_t r, int64_t c, const char *fmt, ...) ST_PRINTF(6, 7);
+static void trunk_mat(walker *w, int role, int64_t L, int64_t r, int64_t c, const char *fmt, ...) {
+    if (w->rc) return;
+    char name[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(name, sizeof name, fmt, ap);
+    va_end(ap);
+    mat(w, TC_LAYER, role, L, -1, r, c, (w->wf & SW_TRUNK_FP8) && role != R_MOE_ROUTER ? WF_FP8 : WF_PLAIN, name);
+}
+
+#define MAT(role, r, c, ...) trunk_mat(w, role, L, r, c, __VA_ARGS__)
 #define VEC(role, n, ...) emit(w, TC_LAYER, TK_VECTOR, role, L, -1, 1, n, 0, 0, __VA_ARGS__)
 
 /* The KDA block's tensors: q/k/v with their convs, the decay's f_a/f_b, beta,
@@ -179,23 +219,27 @@ static void walk_layer(const cfg *c, int64_t L, walker *w) {
 
 /* One routed expert: w1 (gate), w2 (down), w3 (up); DeepSeek-V3 names them
  * mlp.experts.E.gate_proj / down_proj / up_proj. */
-static void walk_expert(const cfg *c, int64_t L, int64_t E, int bf16, walker *w) {
+static void walk_expert(const cfg *c, int64_t L, int64_t E, int wf, walker *w) {
     const int64_t I = c->moe_inter, Z = c->latent;
-    char tail[32];
+    char tail[32], name[160];
     static const struct { const char *w, *ds; int rp, rs, rb; } k[3] = {
         {"w1", "gate_proj", R_EXP_W1P, R_EXP_W1S, R_EXP_W1},
         {"w2", "down_proj", R_EXP_W2P, R_EXP_W2S, R_EXP_W2},
         {"w3", "up_proj", R_EXP_W3P, R_EXP_W3S, R_EXP_W3}};
+    const int ef = wf & SW_EXP_MASK;
     for (int i = 0; i < 3; i++) {
         int64_t rows = i == 1 ? Z : I, cols = i == 1 ? I : Z;
         const char *fmt = c->ds_names ? "%s.%lld.mlp.experts.%lld.%s" : "%s.%lld.block_sparse_moe.experts.%lld.%s";
-        if (bf16) {
-            snprintf(tail, sizeof tail, "%s.weight", c->ds_names ? k[i].ds : k[i].w);
-            emit(w, TC_EXPERT, TK_MATRIX, k[i].rb, L, E, 2, rows, cols, 0, fmt, w->lp, (long long)L, (long long)E, tail);
+        const char *nm = c->ds_names ? k[i].ds : k[i].w;
+        if (ef != SW_EXP_MXFP4) {
+            /* plain, FP8 and INT4 experts fill the plain roles (wt.fmt says which) */
+            snprintf(tail, sizeof tail, "%s.weight", nm);
+            snprintf(name, sizeof name, fmt, w->lp, (long long)L, (long long)E, tail);
+            mat(w, TC_EXPERT, k[i].rb, L, E, rows, cols, ef == SW_EXP_FP8 ? WF_FP8 : ef == SW_EXP_INT4 ? WF_INT4 : WF_PLAIN, name);
         } else {
-            snprintf(tail, sizeof tail, "%s.weight_packed", k[i].w);
+            snprintf(tail, sizeof tail, "%s.weight_packed", nm);
             emit(w, TC_EXPERT, TK_PACKED, k[i].rp, L, E, 2, rows, cols / 2, 0, fmt, w->lp, (long long)L, (long long)E, tail);
-            snprintf(tail, sizeof tail, "%s.weight_scale", k[i].w);
+            snprintf(tail, sizeof tail, "%s.weight_scale", nm);
             emit(w, TC_EXPERT, TK_SCALE, k[i].rs, L, E, 2, rows, cols / MXFP4_GROUP, 0, fmt, w->lp, (long long)L, (long long)E, tail);
         }
     }
@@ -212,28 +256,28 @@ static void walk_head(const cfg *c, walker *w) {
     emit(w, TC_LM_HEAD, TK_MATRIX, R_LM_HEAD, -1, -1, 2, c->vocab, c->hidden, 0, "%s", arch_of(c)->lm_head);
 }
 
-int schema_walk_layer(const cfg *c, int64_t L, schema_fn fn, void *ud) {
+int schema_walk_layer(const cfg *c, int64_t L, int wf, schema_fn fn, void *ud) {
     walker w;
-    walker_init(&w, c, fn, ud);
+    walker_init(&w, c, wf, fn, ud);
     walk_layer(c, L, &w);
     return w.rc;
 }
 
-int schema_walk_expert(const cfg *c, int64_t L, int64_t E, int experts_bf16, schema_fn fn, void *ud) {
+int schema_walk_expert(const cfg *c, int64_t L, int64_t E, int wf, schema_fn fn, void *ud) {
     walker w;
-    walker_init(&w, c, fn, ud);
-    walk_expert(c, L, E, experts_bf16, &w);
+    walker_init(&w, c, wf, fn, ud);
+    walk_expert(c, L, E, wf, &w);
     return w.rc;
 }
 
-int schema_walk(const cfg *c, int experts_bf16, schema_fn fn, void *ud) {
+int schema_walk(const cfg *c, int wf, schema_fn fn, void *ud) {
     walker w;
-    walker_init(&w, c, fn, ud);
+    walker_init(&w, c, wf, fn, ud);
     emit(&w, TC_EMBED, TK_MATRIX, R_EMBED, -1, -1, 2, c->vocab, c->hidden, 0, "%sembed_tokens.weight", w.pfx);
     for (int64_t L = 0; L < c->n_layers && !w.rc; L++) {
         walk_layer(c, L, &w);
         if (cfg_is_moe(c, L))
-            for (int64_t E = 0; E < c->n_experts && !w.rc; E++) walk_expert(c, L, E, experts_bf16, &w);
+            for (int64_t E = 0; E < c->n_experts && !w.rc; E++) walk_expert(c, L, E, wf, &w);
     }
     walk_head(c, &w);
     return w.rc;
@@ -256,7 +300,7 @@ void schema_expert_w1_name(const cfg *c, int64_t L, int64_t E, int packed, char 
 
 int schema_walk_head(const cfg *c, schema_fn fn, void *ud) {
     walker w;
-    walker_init(&w, c, fn, ud);
+    walker_init(&w, c, 0, fn, ud);
     walk_head(c, &w);
     return w.rc;
 }
@@ -269,19 +313,28 @@ typedef struct cen {
     uint64_t params, bytes; /* accumulators for one walk */
 } cen;
 
-/* Logical parameters of a tensor: packed MXFP4 codes hold two per byte, scales
- * are metadata, not parameters. */
+/* Logical parameters of a tensor: packed MXFP4 codes hold two per byte, INT4
+ * words eight; scales and shapes are metadata, not parameters. */
 static uint64_t tparams(const tspec *t) {
     if (t->kind == TK_PACKED) return (uint64_t)t->numel * 2;
-    if (t->kind == TK_SCALE) return 0;
+    if (t->kind == TK_I4_PACKED) return (uint64_t)t->numel * 8;
+    if (t->kind == TK_SCALE || schema_is_companion(t->kind)) return 0;
     return (uint64_t)t->numel;
+}
+
+/* Bytes of a tensor as stored: float tensors at bf16, the rest at their
+ * published dtype. */
+static uint64_t tbytes(const tspec *t) {
+    if (t->kind == TK_PACKED || t->kind == TK_SCALE) return (uint64_t)t->numel;
+    if (t->pub_dtype && t->kind != TK_MATRIX && t->kind != TK_VECTOR && t->kind != TK_CONV)
+        return (uint64_t)t->numel * st_dtype_size(t->pub_dtype - 1);
+    return (uint64_t)t->numel * 2;
 }
 
 static int cen_add(void *ud, const tspec *t) {
     cen *k = ud;
     k->params += tparams(t);
-    /* Experts are counted as stored (MXFP4 bytes), everything else at bf16. */
-    k->bytes += (t->kind == TK_PACKED || t->kind == TK_SCALE) ? (uint64_t)t->numel : (uint64_t)t->numel * 2;
+    k->bytes += tbytes(t);
     return 0;
 }
 
@@ -296,21 +349,21 @@ void schema_census(const cfg *c, cfg_census *o) {
     cfg tmp;
     memcpy(&tmp, c, sizeof tmp);
     tmp.n_layers = 0;
-    schema_walk(&tmp, 0, cen_add, &k);
+    schema_walk(&tmp, c->wf, cen_add, &k);
     o->params_embed = k.params;
     o->embed_bytes_bf16 = k.bytes;
     uint64_t active_experts = 0;
     for (int64_t L = 0; L < c->n_layers; L++) {
         if (c->is_mla[L]) o->n_mla++; else o->n_kda++;
         k.params = k.bytes = 0;
-        schema_walk_layer(c, L, cen_add, &k);
+        schema_walk_layer(c, L, c->wf, cen_add, &k);
         o->params_trunk += k.params;
         o->layer_bytes_bf16[L] = k.bytes;
         o->trunk_bytes_bf16 += k.bytes;
         if (!cfg_is_moe(c, L)) { o->n_dense++; continue; }
         o->n_moe++;
         k.params = k.bytes = 0;
-        schema_walk_expert(c, L, 0, c->moe_plain, cen_add, &k); /* Kimi Linear: bf16 experts */
+        schema_walk_expert(c, L, 0, c->wf, cen_add, &k);
         o->expert_bytes = k.bytes;
         o->params_experts += k.params * (uint64_t)c->n_experts;
         o->experts_bytes += k.bytes * (uint64_t)c->n_experts;

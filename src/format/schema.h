@@ -19,7 +19,28 @@ enum tkind {
     TK_CONV,    /* (P, 1, conv_k) float */
     TK_PACKED,  /* MXFP4 codes, U8 (rows, cols/2) */
     TK_SCALE,   /* MXFP4 E8M0 scales, U8 (rows, cols/32) */
+    /* A matrix stored quantised (schema_walk's wf): its main tensor, then its
+     * companions, all with the matrix's role (wt.fmt and wt.s in model.h). */
+    TK_FP8,      /* FP8 e4m3fn codes, F8_E4M3 (rows, cols): `weight` */
+    TK_FP8_SCALE,/* F32 (ceil(rows/128), ceil(cols/128)), multiplied: `weight_scale_inv` */
+    TK_I4_PACKED,/* I32 (rows, cols/8), 8 codes per word along the input, low nibble first: `weight_packed` */
+    TK_I4_SCALE, /* BF16 (rows, cols/32): `weight_scale` */
+    TK_I4_SHAPE, /* I32 or I64 [2] = {rows, cols}: `weight_shape` (checked, never computed with) */
 };
+
+/* Weight formats of a checkpoint (schema_walk's wf): how the routed experts are
+ * stored (wf & SW_EXP_MASK) and whether every eligible trunk matrix is FP8
+ * (SW_TRUNK_FP8: attention, dense MLP, shared experts and latent projections;
+ * never the embedding, lm_head, router gate or vectors). 0 and 1 are the old
+ * experts_bf16 flag (MXFP4, plain). */
+enum {
+    SW_EXP_MXFP4 = 0, SW_EXP_PLAIN = 1, SW_EXP_FP8 = 2, SW_EXP_INT4 = 3, SW_EXP_MASK = 3,
+    SW_TRUNK_FP8 = 4,
+};
+#define FP8_BLOCK 128 /* FP8 scale block: 128 x 128 weights */
+#define I4_GROUP 32   /* INT4 scale group: 32 inputs of a row */
+/* Formats of a matrix view (wt.fmt): how p's bytes decode, and what s holds. */
+enum wfmt { WF_PLAIN = 0, WF_FP8 = 1, WF_INT4 = 2 };
 
 /* Roles: which slot of a layer the tensor fills (append only). */
 enum trole {
@@ -57,14 +78,25 @@ typedef struct tspec {
 
 /* Calls fn for every tensor in canonical order: embed; per layer L the trunk
  * tensors then experts 0..n-1 (w1.packed, w1.scale, w2.packed, w2.scale, w3.packed,
- * w3.scale, the released order); final vectors; lm_head. experts_bf16 selects plain
- * `weight` experts instead of MXFP4. Stops and returns fn's value if non-zero. */
+ * w3.scale, the released order); final vectors; lm_head. wf (SW_*) selects the
+ * formats: MXFP4 or plain `weight` experts (the old experts_bf16 flag), FP8
+ * (`weight`, `weight_scale_inv`) or INT4 (`weight_packed`, `weight_scale`,
+ * `weight_shape`) experts, FP8 trunk matrices. Stops and returns fn's value if
+ * non-zero. */
 typedef int (*schema_fn)(void *ud, const tspec *t);
-int schema_walk(const cfg *c, int experts_bf16, schema_fn fn, void *ud);
+int schema_walk(const cfg *c, int wf, schema_fn fn, void *ud);
 
 /* Only the tensors of one layer's trunk (cls TC_LAYER), or of one expert. */
-int schema_walk_layer(const cfg *c, int64_t L, schema_fn fn, void *ud);
-int schema_walk_expert(const cfg *c, int64_t L, int64_t E, int experts_bf16, schema_fn fn, void *ud);
+int schema_walk_layer(const cfg *c, int64_t L, int wf, schema_fn fn, void *ud);
+int schema_walk_expert(const cfg *c, int64_t L, int64_t E, int wf, schema_fn fn, void *ud);
+/* Is kind a companion of a quantised matrix (its role's wt.s, or only checked)? */
+static inline int schema_is_companion(int kind) {
+    return kind == TK_FP8_SCALE || kind == TK_I4_SCALE || kind == TK_I4_SHAPE;
+}
+/* The matrix format a main kind stands for (WF_*). */
+static inline int schema_kind_fmt(int kind) {
+    return kind == TK_FP8 ? WF_FP8 : kind == TK_I4_PACKED ? WF_INT4 : WF_PLAIN;
+}
 /* Only the head pseudo-layer's tensors (TC_FINAL vectors, then lm_head). */
 int schema_walk_head(const cfg *c, schema_fn fn, void *ud);
 
@@ -75,8 +107,10 @@ const char *schema_role_name(int role);
  * or DeepSeek-V3's mlp.experts.E.gate_proj). Tells a checkpoint's expert format. */
 void schema_expert_w1_name(const cfg *c, int64_t L, int64_t E, int packed, char *buf, size_t n);
 
-/* The census of c: walks the schema (one expert per MoE layer stands for all). Trunk and embedding
- * bytes are at bf16 whatever the checkpoint stores; expert bytes are MXFP4.
+/* The census of c: walks the schema (one expert per MoE layer stands for all),
+ * with the formats c->wf declares (cfg.h). Embedding and plain trunk bytes are at
+ * bf16 whatever the checkpoint stores; FP8 trunk matrices and experts as stored
+ * (MXFP4, FP8 or INT4 with their scales; plain experts at bf16).
  * *out is all zeros if c does not pass cfg_validate. */
 void schema_census(const cfg *c, cfg_census *out);
 

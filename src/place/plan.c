@@ -136,7 +136,7 @@ static uint64_t plan_slices(place_plan *p, const cfg *c, uint64_t sb) {
     p->slice_pool_bytes = (uint64_t)p->n_slices * (sb + 2 * IO_ALIGN);
     for (int64_t u = 0; u < p->n_units; u++) {
         small_acc a = {p->slice_min_bytes, 0, u == c->n_layers};
-        if (u < c->n_layers) schema_walk_layer(c, u, small_fn, &a);
+        if (u < c->n_layers) schema_walk_layer(c, u, c->wf, small_fn, &a);
         else schema_walk_head(c, small_fn, &a);
         p->small_bytes[u] = a.bytes < p->unit_bytes[u] ? a.bytes : p->unit_bytes[u];
     }
@@ -314,7 +314,7 @@ static int64_t plan_units(place_plan *p, const cfg *c, const model_layout *lay, 
             continue;
         }
         if (u < c->n_layers) {
-            schema_walk_layer(c, u, count_fn, &n);
+            schema_walk_layer(c, u, c->wf, count_fn, &n);
             bytes = lay ? lay->layer_bytes[u] : k->layer_bytes_bf16[u];
         } else {
             n.n = 4;

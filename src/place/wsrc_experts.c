@@ -25,7 +25,7 @@ static int xg_fn(void *ud, const tspec *t) {
 int stream_expert_submit(stream *s, int sl, int64_t L, int64_t E) {
     xslot *x = &s->xs[sl];
     xg g = {.ix = s->ix};
-    schema_walk_expert(s->c, L, E, s->experts_bf16, xg_fn, &g);
+    schema_walk_expert(s->c, L, E, s->wf, xg_fn, &g);
     if (g.bad) return base_fail(s->err, sizeof s->err, STRATA_EFORMAT, "stream: layer %lld expert %lld: tensor missing", (long long)L, (long long)E);
     /* the checksum covers the tensors in schema order (pack.c hash_experts), also
      * when they are scattered: remember the order before stream_layout_inplace sorts */
@@ -149,7 +149,7 @@ static void expert_finish(stream *s, int sl) {
     for (int i = 0; i < x->n_t; i++) {
         wt v = x->t[i].view;
         v.p = buf + x->t[i].rel;
-        x->roles[x->t[i].role] = v;
+        wt_put(x->roles, x->t[i].role, x->t[i].kind, v);
     }
     cache_publish(s->xc, sl);
     prefetch_release(s, sl);

@@ -113,6 +113,9 @@ static int load_one(void *ud, const tspec *t) {
     int64_t numel = 1;
     for (int i = 0; i < st->ndim; i++) numel *= st->shape[i];
     int okdt = t->kind == TK_PACKED || t->kind == TK_SCALE ? st->dtype == DT_U8
+             : t->kind == TK_FP8 ? st->dtype == DT_F8_E4M3 : t->kind == TK_FP8_SCALE ? st->dtype == DT_F32
+             : t->kind == TK_I4_PACKED ? st->dtype == DT_I32 : t->kind == TK_I4_SCALE ? st->dtype == DT_BF16
+             : t->kind == TK_I4_SHAPE ? st->dtype == DT_I32 || st->dtype == DT_I64
              : st->dtype == DT_F32 || st->dtype == DT_BF16 || st->dtype == DT_F16;
     if (!okdt || numel != t->numel || st->nbytes != (uint64_t)numel * st_dtype_size(st->dtype))
         return base_fail(x->err, x->errlen, STRATA_EFORMAT, "resident: tensor %s has dtype %s and %lld elements, expected %lld",
@@ -139,15 +142,13 @@ static int load_one(void *ud, const tspec *t) {
                              "%s: %zu MXFP4 scale bytes are 255 (NaN in the MX spec): the checkpoint is defective "
                              "(strata inspect --scan lists every such tensor)", t->name, bad);
     }
-    wt v = {.p = p, .dtype = st->dtype, .rows = t->shape[0], .cols = t->ndim > 1 ? t->shape[1] : t->shape[0]};
-    if (t->kind == TK_VECTOR) { v.rows = 1; v.cols = t->numel; }
-    if (t->kind == TK_CONV) { v.rows = t->shape[0]; v.cols = t->shape[1] * t->shape[2]; }
-    if (t->kind == TK_PACKED) v.cols = t->shape[1] * 2;
+    wt v = wt_view_of(t, st->dtype);
+    v.p = p;
     wt *slot;
     if (t->cls == TC_EXPERT) slot = r->experts + (t->layer * r->n_experts + t->expert) * R_COUNT;
     else if (t->cls == TC_LAYER) slot = r->layers + t->layer * R_COUNT;
     else slot = r->layers + r->n_layers * R_COUNT; /* embed, final vectors, lm_head */
-    slot[t->role] = v;
+    wt_put(slot, t->role, t->kind, v);
     return 0;
 }
 
@@ -164,17 +165,8 @@ int wsrc_resident_open(wsrc **out, const cfg *c, const st_index *ix, char *err, 
     r->layers = base_calloc((size_t)(c->n_layers + 1) * R_COUNT, sizeof(wt), MEM_WEIGHTS);
     r->experts = base_calloc((size_t)(c->n_layers * c->n_experts) * R_COUNT, sizeof(wt), MEM_WEIGHTS);
     if (!r->layers || !r->experts) { rc = base_fail(err, errlen, STRATA_ENOMEM, "resident: out of memory"); goto fail; }
-    /* MXFP4 experts unless the first MoE layer's expert 0 has plain weights */
-    int bf16 = 0;
-    for (int64_t L = 0; L < c->n_layers; L++)
-        if (cfg_is_moe(c, L)) {
-            char name[160];
-            schema_expert_w1_name(c, L, 0, 0, name, sizeof name);
-            bf16 = st_find(ix, name) != NULL;
-            break;
-        }
     load_ctx x = {r, err, errlen};
-    rc = schema_walk(c, bf16, load_one, &x);
+    rc = schema_walk(c, model_wf(c, ix), load_one, &x);
     if (rc) goto fail;
     r->embed = r->layers + c->n_layers * R_COUNT + R_EMBED;
     *out = &r->base;

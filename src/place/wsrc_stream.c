@@ -205,12 +205,6 @@ static const wsrc_ops k_stream_ops = {
 
 /* ===================================================================== open */
 
-static int experts_are_bf16(const cfg *c, const st_index *ix) {
-    char name[200];
-    schema_expert_w1_name(c, c->first_dense, 0, 0, name, sizeof name);
-    return st_find(ix, name) != NULL;
-}
-
 /* The embedding region of the pack against its XXH3: the resident table as read
  * (buf, n), or, when rows are read one by one (a row cannot be checked alone), the
  * region streamed once through the row buffers in `chunk`-byte reads at open
@@ -314,6 +308,7 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
         rc = io_file_open(&s->files[i], i < st_n_shards(ix) ? st_shard_path(ix, i) : s->pk->trunk_path, err, errlen);
     if (rc) goto fail;
     if ((rc = io_ring_create(&s->xring, IO_DEPTH, 0, p->no_uring, err, errlen))) goto fail;
+    s->wf = model_wf(c, ix); /* the records' tensors (trunk units and experts) depend on it */
     /* trunk */
     s->n_units = c->n_layers + 1;
     s->arena_bytes = p->ring_bytes;
@@ -352,7 +347,6 @@ int place_open(wsrc **out, const cfg *c, const st_index *ix, const char *model_d
     /* experts */
     s->NE = c->n_experts;
     s->n_moe = p->n_moe > 0 ? c->n_layers - c->first_dense : 0; /* cache keys span every MoE layer */
-    s->experts_bf16 = experts_are_bf16(c, ix);
     s->xslot_bytes = p->expert_slot_bytes;
     if (s->n_moe > 0) {
         if ((rc = cache_create(&s->xc, s->n_moe * s->NE, p->n_expert_slots, p->expert_slot_bytes, p->cache_policy, s->n_moe, 1,

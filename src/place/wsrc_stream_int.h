@@ -32,7 +32,7 @@
 #include "wblk.h"
 
 #define SEG_GAP (64u << 10)   /* coalesce tensors closer than this into one read */
-#define MAX_XT 8              /* tensors of one expert */
+#define MAX_XT 9              /* tensors of one expert (INT4: 3 x packed, scale, shape) */
 #define EMB_BATCH 64          /* embedding rows in flight */
 #define PF_AHEAD 256          /* fresh expert slots kept faulted in ahead of use */
 #define CK_MAX 64              /* landed experts one stream_checks_begin takes */
@@ -49,7 +49,7 @@ typedef struct seg {
 } seg;
 
 typedef struct tref {
-    int16_t role;
+    int16_t role, kind;        /* kind: a quantised matrix's part (wt_put) */
     int32_t seg;
     uint64_t rel;              /* offset of the tensor's bytes in the buffer */
     wt view;                   /* p relative to the buffer start until bound */
@@ -167,7 +167,7 @@ typedef struct stream {
     cache *xc;
     xslot *xs;
     int64_t n_moe, NE;
-    int experts_bf16;
+    int wf;                    /* the checkpoint's weight formats (model_wf) */
     int64_t req_L;             /* layer of the open request (-1 none) */
     /* slot prefaulter (stream_prefault_main): fresh slots leave the free list from the
      * top index down; the thread keeps PF_AHEAD of them below the lowest used

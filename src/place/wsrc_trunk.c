@@ -32,13 +32,7 @@ void stream_io_leave_l(stream *s, uint64_t *counter, uint64_t bytes, uint64_t re
     pthread_mutex_unlock(&s->mu);
 }
 
-wt stream_view_of(const tspec *t, int dtype) {
-    wt v = {.dtype = dtype, .rows = t->shape[0], .cols = t->ndim > 1 ? t->shape[1] : t->shape[0]};
-    if (t->kind == TK_VECTOR) { v.rows = 1; v.cols = t->numel; }
-    if (t->kind == TK_CONV) { v.rows = t->shape[0]; v.cols = t->shape[1] * t->shape[2]; }
-    if (t->kind == TK_PACKED) v.cols = t->shape[1] * 2;
-    return v;
-}
+wt stream_view_of(const tspec *t, int dtype) { return wt_view_of(t, dtype); }
 
 /* ====================================================== building records */
 
@@ -109,6 +103,7 @@ uint64_t stream_layout_inplace(pend *p, int n, seg *segs, int max_seg, int *n_se
             buf += g->len;
         }
         t[i].role = (int16_t)p[i].role;
+        t[i].kind = (int16_t)p[i].kind;
         t[i].seg = ns - 1;
         t[i].rel = g->buf_off + (s->off - g->off);
         t[i].view = p[i].view;
@@ -150,7 +145,7 @@ static int build_sliced(stream *s, unit *x, int64_t u, gather *g, char *err, siz
             }
         }
         const uint64_t rb = t->nbytes / (uint64_t)(p->view.rows > 0 ? p->view.rows : 1);
-        if (p->kind == TK_MATRIX && place_sliceable_role(p->role) && t->nbytes > s->plan.slice_min_bytes && p->view.rows > 1 &&
+        if ((p->kind == TK_MATRIX || p->kind == TK_FP8) && place_sliceable_role(p->role) && t->nbytes > s->plan.slice_min_bytes && p->view.rows > 1 &&
             rb * (uint64_t)p->view.rows == t->nbytes) {
             bigt *b = &x->big[x->n_big++];
             b->role = (int16_t)p->role;
@@ -177,9 +172,10 @@ static int build_sliced(stream *s, unit *x, int64_t u, gather *g, char *err, siz
     if (!rc) {
         x->n_t = ns;
         x->buf_bytes = stream_layout_inplace(small, ns, x->segs, ns ? ns : 1, &x->n_seg, x->t);
-        for (int i = 0; i < ns && r; i++) { /* stream_layout_inplace sorted them: each one's checksum by role */
-            const pack_tensor *q = pt[x->t[i].role];
-            if (q->has_xxh3) x->sum[x->n_sum++] = (tsum){x->t[i].rel, q->nbytes, q->xxh3, r->off + q->off, q->name};
+        for (int i = 0; i < ns && r; i++) { /* stream_layout_inplace sorted them: each one's checksum by its pack offset */
+            const pack_tensor *q = NULL;
+            for (int j = 0; j < r->n_tensors && !q; j++) if (r->off + r->t[j].off == small[i].s->off) q = &r->t[j];
+            if (q && q->has_xxh3) x->sum[x->n_sum++] = (tsum){x->t[i].rel, q->nbytes, q->xxh3, r->off + q->off, q->name};
         }
         x->has_sum = 0;
     }
@@ -195,23 +191,25 @@ out:
  * as it lands. Every tensor needs its own checksum or blocks; else (a pack from
  * before them) the unit keeps the region's hash. */
 static int build_blocks(stream *s, unit *x, const pack_region *r, char *err, size_t errlen) {
-    int nb = 0;
-    const pack_tensor *pt[R_COUNT] = {0};
+    int nb = 0, rc = 0;
+    /* each tensor's record (by offset: a quantised matrix's parts share a role) */
+    const pack_tensor **pt = base_calloc((size_t)x->n_t + 1, sizeof *pt, MEM_SCRATCH);
+    if (!pt) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
     for (int i = 0; i < x->n_t; i++) {
         for (int j = 0; j < r->n_tensors; j++)
-            if (r->t[j].off == x->t[i].rel && r->t[j].role == x->t[i].role) { pt[x->t[i].role] = &r->t[j]; break; }
-        const pack_tensor *q = pt[x->t[i].role];
-        if (!q || (!q->n_blk && !q->has_xxh3)) return 0;
-        if (q->n_blk && (q->blk_rows < 1 || x->t[i].view.rows != q->shape[0] || q->nbytes % (uint64_t)q->shape[0])) return 0;
+            if (r->t[j].off == x->t[i].rel && r->t[j].role == x->t[i].role) { pt[i] = &r->t[j]; break; }
+        const pack_tensor *q = pt[i];
+        if (!q || (!q->n_blk && !q->has_xxh3)) goto out;
+        if (q->n_blk && (q->blk_rows < 1 || x->t[i].view.rows != q->shape[0] || q->nbytes % (uint64_t)q->shape[0])) goto out;
         nb += q->n_blk > 0;
     }
-    if (!nb) return 0;
+    if (!nb) goto out;
     x->wb = base_calloc((size_t)nb, sizeof *x->wb, MEM_INDEX);
     x->wb_t = base_calloc((size_t)nb, sizeof *x->wb_t, MEM_INDEX);
     x->sum = base_calloc((size_t)x->n_t + 1, sizeof *x->sum, MEM_INDEX);
-    if (!x->wb || !x->wb_t || !x->sum) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
+    if (!x->wb || !x->wb_t || !x->sum) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto out; }
     for (int i = 0; i < x->n_t; i++) {
-        const pack_tensor *q = pt[x->t[i].role];
+        const pack_tensor *q = pt[i];
         if (!q->n_blk) { x->sum[x->n_sum++] = (tsum){x->t[i].rel, q->nbytes, q->xxh3, r->off + q->off, q->name}; continue; }
         wblk *b = &x->wb[x->n_wb];
         x->wb_t[x->n_wb++] = (int16_t)i;
@@ -224,11 +222,13 @@ static int build_blocks(stream *s, unit *x, const pack_region *r, char *err, siz
         b->path = s->files[s->n_files - 1].path;
         b->off = r->off + q->off;
         b->done = base_calloc((size_t)b->n, sizeof *b->done, MEM_INDEX);
-        if (!b->done) return base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory");
+        if (!b->done) { rc = base_fail(err, errlen, STRATA_ENOMEM, "stream: out of memory"); goto out; }
         atomic_init(&b->bad, -1);
     }
     x->has_sum = 0;
-    return 0;
+out:
+    base_free(pt);
+    return rc;
 }
 
 /* Records of every trunk unit, from the pack or in place. */
@@ -244,7 +244,7 @@ int stream_build_units(stream *s, char *err, size_t errlen) {
         if (s->plan.absent[u]) continue; /* another stage's: no record, never read */
         g.n = 0;
         g.rc = 0;
-        if (u < c->n_layers) { g.cls_mask = 0; schema_walk_layer(c, u, gather_fn, &g); }
+        if (u < c->n_layers) { g.cls_mask = 0; schema_walk_layer(c, u, s->wf, gather_fn, &g); }
         else { g.cls_mask = (1 << TC_FINAL) | (1 << TC_LM_HEAD); schema_walk(c, 0, gather_fn, &g); }
         if ((rc = g.rc)) break;
         x->t = base_calloc((size_t)g.n + 1, sizeof *x->t, MEM_INDEX);
@@ -263,7 +263,7 @@ int stream_build_units(stream *s, char *err, size_t errlen) {
                 int k = -1;
                 for (int j = 0; j < r->n_tensors; j++) if (r->t[j].name == g.p[i].s->name) { k = j; break; }
                 if (k < 0) { rc = base_fail(err, errlen, STRATA_EFORMAT, "stream: pack lacks %s", g.p[i].s->name); break; }
-                x->t[i] = (tref){.role = (int16_t)g.p[i].role, .seg = 0, .rel = r->t[k].off, .view = g.p[i].view};
+                x->t[i] = (tref){.role = (int16_t)g.p[i].role, .kind = (int16_t)g.p[i].kind, .seg = 0, .rel = r->t[k].off, .view = g.p[i].view};
             }
             x->buf_bytes = r->nbytes;
             x->xxh3 = r->xxh3;
@@ -413,14 +413,14 @@ static void bind_unit(unit *x) {
     for (int i = 0; i < x->n_t; i++) {
         wt v = x->t[i].view;
         v.p = x->buf + x->t[i].rel;
-        x->roles[x->t[i].role] = v;
+        wt_put(x->roles, x->t[i].role, x->t[i].kind, v);
     }
     for (int k = 0; k < x->n_wb; k++) { /* read again: every block unchecked */
         const tref *t = &x->t[x->wb_t[k]];
         wblk_reset(&x->wb[k], x->buf + t->rel);
-        x->roles[t->role].vb = &x->wb[k];
+        if (!schema_is_companion(t->kind)) x->roles[t->role].vb = &x->wb[k];
     }
-    for (int i = 0; i < x->n_big; i++) x->roles[x->big[i].role] = x->big[i].view;
+    for (int i = 0; i < x->n_big; i++) wt_put(x->roles, x->big[i].role, TK_MATRIX, x->big[i].view); /* keeps an FP8 scale's s */
 }
 
 /* A sliced unit's whole tensors against their own checksums (read_record checks a

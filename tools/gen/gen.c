@@ -64,7 +64,8 @@ static int write_config(const char *dir, const cfg *c, const gen_opts *o, char *
     sbuf_printf(&b, "%.*s\n  \"strata_generator\": {\"tool\": \"strata gen-model\", \"version\": \"%s\", "
                     "\"preset\": \"%s\", \"seed\": %llu, \"sparse\": %s, \"experts\": \"%s\", \"trunk_dtype\": \"%s\"},",
                 (int)(root - js + 1), js, STRATA_VERSION, o->preset ? o->preset : "", (unsigned long long)o->seed,
-                o->sparse ? "true" : "false", o->experts_bf16 ? "bf16" : "mxfp4",
+                o->sparse ? "true" : "false",
+                o->weights == GEN_W_FP8 ? "fp8" : o->weights == GEN_W_INT4 ? "int4" : o->experts_bf16 ? "bf16" : "mxfp4",
                 o->trunk_dtype == GEN_TRUNK_MIXED ? "mixed" : o->trunk_dtype == GEN_TRUNK_F32 ? "f32" : "bf16");
     const char *after_tc = tc + strlen("\"text_config\": {\n");
     sbuf_printf(&b, "%.*s", (int)(after_tc - root - 1), root + 1);
@@ -386,9 +387,10 @@ static int publish(const char *tmp, const char *out, const char *parent, char *e
 static int check_cfg(const cfg *c, const gen_opts *o, char *err, size_t errlen) {
     int rc = cfg_validate(c, "gen-model config", err, errlen);
     if (rc) return rc;
-    if (!o->experts_bf16 && (c->latent % MXFP4_GROUP || c->moe_inter % MXFP4_GROUP))
+    if ((o->weights == GEN_W_INT4 || (!o->experts_bf16 && o->weights != GEN_W_FP8)) &&
+        (c->latent % MXFP4_GROUP || c->moe_inter % MXFP4_GROUP))
         return base_fail(err, errlen, STRATA_EINVAL,
-                         "gen: MXFP4 experts need routed_expert_hidden_size (%lld) and moe_intermediate_size (%lld) "
+                         "gen: MXFP4 and INT4 experts need routed_expert_hidden_size (%lld) and moe_intermediate_size (%lld) "
                          "to be multiples of %d", (long long)c->latent, (long long)c->moe_inter, MXFP4_GROUP);
     int64_t res = gen_n_reserved(c, o);
     if (res < 6 || c->vocab - res < 256)
@@ -415,7 +417,8 @@ static void final_cfg(cfg *w, const cfg *c, const gen_opts *o) {
         w->n_eos = 1;
         w->eos_ids[0] = ranks + 1;
     }
-    w->mxfp4_experts = !o->experts_bf16;
+    w->wf = gen_wf(c, o);
+    w->mxfp4_experts = (w->wf & SW_EXP_MASK) == SW_EXP_MXFP4;
     if (w->max_ctx <= 0) w->max_ctx = CFG_DEFAULT_CTX;
 }
 

@@ -42,6 +42,9 @@ typedef struct gen_opts {
     int64_t n_reserved;       /* special ids at the end of the vocab; 0 = auto (256, or 16 if vocab is small) */
     int trunk_dtype;          /* enum gen_trunk_dtype */
     int experts_bf16;         /* plain BF16 `weight` experts instead of MXFP4 */
+    int weights;              /* GEN_W_*: FP8 trunk and experts, or INT4 experts (strata_gen.h) */
+    int scales_pow2;          /* FP8 / INT4 scales are powers of two */
+    int dequantize;           /* write the FP8 / INT4 values as plain tensors (BF16 if pow2, else F32) */
     int sparse;               /* headers + holes, no data (metadata says so) */
     int force;                /* replace an existing OUT */
     const char *preset;       /* informational, recorded in metadata; may be NULL */
@@ -49,6 +52,9 @@ typedef struct gen_opts {
     void *progress_ud;
 } gen_opts;
 #define GEN_DEFAULT_SHARD (4ull << 30)
+enum { GEN_W_PRESET = 0, GEN_W_FP8 = 1, GEN_W_INT4 = 2 };
+/* The schema formats (schema.h SW_*) of the tensors o writes for c. */
+int gen_wf(const cfg *c, const gen_opts *o);
 
 /* Result numbers of one generation. */
 typedef struct gen_stats {

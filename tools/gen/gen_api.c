@@ -57,6 +57,9 @@ int strata_genmodel_write(const char *out_dir, const strata_genmodel_opts *go, s
     if (go->shard_bytes > 0) o.shard_bytes = go->shard_bytes;
     if (go->n_reserved) o.n_reserved = go->n_reserved;
     if (go->experts_bf16) o.experts_bf16 = 1;
+    if (go->weights) o.weights = go->weights;
+    if (go->scales_pow2) o.scales_pow2 = 1;
+    if (go->dequantize) o.dequantize = 1;
     if (go->trunk_dtype >= 0) o.trunk_dtype = go->trunk_dtype;
     o.force = go->force;
     o.sparse = go->sparse;

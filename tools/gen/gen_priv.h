@@ -69,6 +69,12 @@ typedef struct gitem {
     int16_t role;
     int8_t cls, kind, ndim, dtype;
     int8_t unit;        /* first tensor of a placement unit (never split across shards) */
+    /* A matrix quantised FP8 / INT4 (qfmt, WF_*), stored as its parts or, under
+     * gen_opts.dequantize, as plain values: the matrix's value stream (mseed, of
+     * its `weight` name), logical shape and scale kind. */
+    int8_t qfmt, pow2;
+    uint64_t mseed;
+    int64_t mrows, mcols;
 } gitem;
 
 typedef struct plan {
@@ -79,6 +85,7 @@ typedef struct plan {
     char *names;
     size_t nlen, ncap;
     uint64_t n_trunk;         /* trunk tensors seen, for the mixed-dtype rotation */
+    int64_t q_rows, q_cols;   /* logical shape of the last matrix (its companions follow it) */
     int n_shards;
     uint64_t *shard_data;     /* data bytes of each shard */
     size_t *shard_first;      /* first item of each shard; [n_shards] = n */

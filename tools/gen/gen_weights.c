@@ -27,6 +27,39 @@ void gen_plan_free(plan *p) {
     memset(p, 0, sizeof *p);
 }
 
+int gen_wf(const cfg *c, const gen_opts *o) {
+    (void)c;
+    int wf = o->experts_bf16 ? SW_EXP_PLAIN : SW_EXP_MXFP4;
+    if (o->dequantize) return o->weights == GEN_W_PRESET ? wf : SW_EXP_PLAIN; /* the twin: plain tensors */
+    if (o->weights == GEN_W_FP8) wf = SW_EXP_FP8 | SW_TRUNK_FP8;
+    if (o->weights == GEN_W_INT4) wf = SW_EXP_INT4;
+    return wf;
+}
+
+/* The format a matrix tensor's values go through: the stored one, or under
+ * --dequantize the one it would have been stored in (so the twin holds the same
+ * numbers). */
+static int quant_fmt(const tspec *ts, const gen_opts *o) {
+    int k = schema_kind_fmt(ts->kind);
+    if (k != WF_PLAIN || schema_is_companion(ts->kind)) return ts->kind == TK_FP8_SCALE ? WF_FP8 : k ? k : WF_INT4;
+    if (!o->dequantize || ts->kind != TK_MATRIX) return WF_PLAIN;
+    if (ts->cls == TC_EXPERT) return o->weights == GEN_W_FP8 ? WF_FP8 : o->weights == GEN_W_INT4 ? WF_INT4 : WF_PLAIN;
+    if (ts->cls == TC_LAYER && o->weights == GEN_W_FP8 && ts->role != R_MOE_ROUTER) return WF_FP8;
+    return WF_PLAIN;
+}
+
+/* The matrix name a part belongs to: "X.weight" of "X.weight_scale_inv" etc. */
+static size_t base_len(const char *name, int kind) {
+    static const char *const k_sfx[] = {"_scale_inv", "_packed", "_scale", "_shape"};
+    size_t n = strlen(name);
+    if (kind == TK_MATRIX || kind == TK_FP8) return n;
+    for (int i = 0; i < 4; i++) {
+        size_t k = strlen(k_sfx[i]);
+        if (n > k && !strcmp(name + n - k, k_sfx[i])) return n - k;
+    }
+    return n;
+}
+
 static int plan_add(void *ud, const tspec *ts) {
     plan *p = ud;
     if (p->n == p->cap) {
@@ -63,6 +96,20 @@ static int plan_add(void *ud, const tspec *ts) {
         static const int8_t k_rot[3] = {DT_BF16, DT_F32, DT_F16};
         t->dtype = k_rot[p->n_trunk++ % 3];
     } else t->dtype = p->o->trunk_dtype == GEN_TRUNK_F32 ? DT_F32 : DT_BF16;
+    t->qfmt = (int8_t)quant_fmt(ts, p->o);
+    if (t->qfmt) {
+        /* the twin (a plain tensor of quantised values): BF16 holds them exactly
+         * when the scales are powers of two, F32 always */
+        if (ts->kind == TK_MATRIX) t->dtype = p->o->scales_pow2 ? DT_BF16 : DT_F32;
+        t->pow2 = (int8_t)!!p->o->scales_pow2;
+        t->mseed = mix64(p->o->seed * GOLDEN ^ base_fnv1a(ts->name, base_len(ts->name, ts->kind), BASE_FNV_INIT));
+        if (!schema_is_companion(ts->kind)) {
+            p->q_rows = ts->shape[0];
+            p->q_cols = ts->kind == TK_I4_PACKED ? ts->shape[1] * 8 : ts->shape[1];
+        }
+        t->mrows = p->q_rows;
+        t->mcols = p->q_cols;
+    }
     t->nbytes = (uint64_t)ts->numel * stw_dtype_size(t->dtype);
     t->seed = mix64(p->o->seed * GOLDEN ^ base_fnv1a(ts->name, nl - 1, BASE_FNV_INIT));
     return 0;
@@ -122,9 +169,10 @@ int gen_plan_build(plan *p, const cfg *c, const gen_opts *o, char *err, size_t e
     p->o = o;
     int32_t *perm = NULL;
     gitem *tmp = NULL;
-    if (schema_walk(c, o->experts_bf16, plan_add, p) || p->oom || plan_extras(p, c) || p->oom) goto oom;
+    const int wf = gen_wf(c, o);
+    if (schema_walk(c, wf, plan_add, p) || p->oom || plan_extras(p, c) || p->oom) goto oom;
     /* Shuffle each layer's experts as whole runs of tensors. */
-    const int per = o->experts_bf16 ? 3 : 6;
+    const int ef = wf & SW_EXP_MASK, per = ef == SW_EXP_PLAIN ? 3 : ef == SW_EXP_INT4 ? 9 : 6;
     perm = base_alloc((size_t)(c->n_experts > 0 ? c->n_experts : 1) * sizeof *perm, MEM_MISC);
     tmp = base_alloc((size_t)(c->n_experts > 0 ? c->n_experts : 1) * per * sizeof *tmp, MEM_MISC);
     if (!perm || !tmp) goto oom;
@@ -330,6 +378,141 @@ static void gen_scales(const gitem *t, uint64_t e0, uint8_t *out, size_t n) {
     }
 }
 
+/* ============================================================= FP8 and INT4 */
+
+/* The e4m3fn code nearest x (ties to even), saturating at +-448: no NaN, no inf. */
+static uint8_t e4m3_enc(float x) {
+    const uint8_t s = signbit(x) ? 0x80 : 0;
+    const float a = fabsf(x);
+    if (!(a < 448.0f)) return s | 0x7E;
+    if (a < 0x1p-6f) return s | (uint8_t)(int)rintf(a * 512.0f); /* subnormal m * 2^-9; m = 8 is 2^-6 itself */
+    int ex;
+    frexpf(a, &ex);
+    int E = ex - 1, q = (int)rintf((ldexpf(a, -E) - 1.0f) * 8.0f); /* a = 1.q * 2^E */
+    if (q == 8) { q = 0; E++; }
+    return s | (uint8_t)((E + 7) << 3 | q);
+}
+
+/* Its value (every e4m3 value is an f32, so exact). */
+static float e4m3_dec(uint8_t b) {
+    const int e = (b >> 3) & 15, m = b & 7;
+    const float v = e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : (float)m * 0x1p-9f;
+    return b & 0x80 ? -v : v;
+}
+
+/* The std of the matrix's rows (r, or the biggest) from its recipe. */
+static float q_row_sd(const gitem *t, int64_t r) {
+    float gain, big;
+    int every;
+    mat_recipe(t->role, &gain, &every, &big);
+    const float sd = gain / sqrtf((float)t->mcols);
+    if (r < 0) return every ? sd * big : sd;
+    return big_row(t->mseed, (uint64_t)r, every) ? sd * big : sd;
+}
+
+/* A scale randomised by x0.75..1.25, or its nearest power of two (pow2). */
+static float q_scale_of(const gitem *t, float s, uint64_t k) {
+    s *= 0.75f + 0.5f * (float)unif_of(rnd_at(t->mseed ^ 0x5CA1E5CA1E5ull, k));
+    return t->pow2 ? exp2f(rintf(log2f(s))) : s;
+}
+
+/* FP8 block (br, bc): the biggest rows' std maps to 64, so codes keep their 3
+ * mantissa bits for every row and the big rows stay below 448. */
+static float fp8_scale(const gitem *t, uint64_t br, uint64_t bc) {
+    const uint64_t nbc = ((uint64_t)t->mcols + FP8_BLOCK - 1) / FP8_BLOCK;
+    return q_scale_of(t, q_row_sd(t, -1) / 64.0f, br * nbc + bc);
+}
+
+/* INT4 group g of row r: the row's std maps to 2.5 of the 7 steps; a bf16. */
+static float i4_scale(const gitem *t, uint64_t r, uint64_t g) {
+    float s = q_scale_of(t, q_row_sd(t, (int64_t)r) * 2.5f / 7.0f, r * ((uint64_t)t->mcols / I4_GROUP) + g);
+    return num_bf16_to_f32(num_f32_to_bf16(s)); /* exact for a power of two */
+}
+
+/* Elements e0 .. e0+n-1 of t's matrix (mrows, mcols) through its format: f[i]
+ * the dequantised value (FP8: e4m3 * scale in one f32 rounding; INT4: (q) *
+ * scale, exact), code[i] (may be NULL) the FP8 byte or the INT4 nibble q + 8. */
+static void q_values(const gitem *t, const cfg *c, uint64_t e0, float *f, uint8_t *code, size_t n) {
+    gitem m = *t;
+    m.kind = TK_MATRIX;
+    m.seed = t->mseed;
+    m.ndim = 2;
+    m.shape[0] = t->mrows;
+    m.shape[1] = t->mcols;
+    gen_floats(&m, c, e0, f, n);
+    const uint64_t cols = (uint64_t)t->mcols;
+    uint64_t key = UINT64_MAX;
+    float S = 1.0f;
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t e = e0 + i, r = e / cols, col = e % cols;
+        const uint64_t k = t->qfmt == WF_FP8 ? (r / FP8_BLOCK) << 32 | col / FP8_BLOCK : r << 32 | col / I4_GROUP;
+        if (k != key) {
+            key = k;
+            S = t->qfmt == WF_FP8 ? fp8_scale(t, r / FP8_BLOCK, col / FP8_BLOCK) : i4_scale(t, r, col / I4_GROUP);
+        }
+        if (t->qfmt == WF_FP8) {
+            const uint8_t b = e4m3_enc(f[i] / S);
+            f[i] = e4m3_dec(b) * S;
+            if (code) code[i] = b;
+        } else {
+            float q = rintf(f[i] / S);
+            q = q < -8.0f ? -8.0f : q > 7.0f ? 7.0f : q;
+            f[i] = q * S;
+            if (code) code[i] = (uint8_t)((int)q + 8);
+        }
+    }
+}
+
+/* The bytes of an FP8 / INT4 part from element pos (n elements). */
+static void gen_quant_part(const gitem *t, const cfg *c, uint64_t pos, uint8_t *dst, size_t n, float *tmp, size_t tmpn) {
+    switch (t->kind) {
+    case TK_FP8:
+        for (size_t done = 0; done < n;) {
+            const size_t k = n - done < tmpn ? n - done : tmpn;
+            q_values(t, c, pos + done, tmp, dst + done, k);
+            done += k;
+        }
+        return;
+    case TK_FP8_SCALE: {
+        const uint64_t nbc = ((uint64_t)t->mcols + FP8_BLOCK - 1) / FP8_BLOCK;
+        for (size_t i = 0; i < n; i++) {
+            const float s = fp8_scale(t, (pos + i) / nbc, (pos + i) % nbc);
+            memcpy(dst + 4 * i, &s, 4);
+        }
+        return;
+    }
+    case TK_I4_PACKED: {
+        uint8_t code[4096];
+        size_t words = tmpn / 8 < sizeof code / 8 ? tmpn / 8 : sizeof code / 8;
+        for (size_t done = 0; done < n;) {
+            const size_t k = n - done < words ? n - done : words;
+            q_values(t, c, (pos + done) * 8, tmp, code, k * 8); /* word w holds elements 8w .. 8w+7 */
+            for (size_t w = 0; w < k; w++) {
+                uint32_t u = 0;
+                for (int i = 0; i < 8; i++) u |= (uint32_t)code[8 * w + (size_t)i] << (4 * i); /* low nibble first */
+                memcpy(dst + 4 * (done + w), &u, 4);
+            }
+            done += k;
+        }
+        return;
+    }
+    case TK_I4_SCALE: {
+        const uint64_t ng = (uint64_t)t->mcols / I4_GROUP;
+        for (size_t i = 0; i < n; i++) {
+            const uint16_t h = num_f32_to_bf16(i4_scale(t, (pos + i) / ng, (pos + i) % ng));
+            memcpy(dst + 2 * i, &h, 2);
+        }
+        return;
+    }
+    default: /* TK_I4_SHAPE: {rows, cols} */
+        for (size_t i = 0; i < n; i++) {
+            const int32_t v = (int32_t)(pos + i == 0 ? t->mrows : t->mcols);
+            memcpy(dst + 4 * i, &v, 4);
+        }
+        return;
+    }
+}
+
 /* Writes the bytes of tensor t from element pos into dst (at most `space` bytes,
  * whole elements only). Returns the number of elements written. */
 static size_t gen_fill(const gitem *t, const cfg *c, uint64_t pos, uint8_t *dst, size_t space, float *tmp, size_t tmpn) {
@@ -352,9 +535,14 @@ static size_t gen_fill(const gitem *t, const cfg *c, uint64_t pos, uint8_t *dst,
         gen_scales(t, pos, dst, n);
         return n;
     }
+    if (t->kind != TK_MATRIX && t->qfmt) {
+        gen_quant_part(t, c, pos, dst, n, tmp, tmpn);
+        return n;
+    }
     for (size_t done = 0; done < n;) {
         size_t k = n - done < tmpn ? n - done : tmpn;
-        gen_floats(t, c, pos + done, tmp, k);
+        if (t->qfmt) q_values(t, c, pos + done, tmp, NULL, k); /* --dequantize: the quantised model's values */
+        else gen_floats(t, c, pos + done, tmp, k);
         uint8_t *d = dst + done * es;
         if (t->dtype == DT_F32) memcpy(d, tmp, k * 4);
         else if (t->dtype == DT_BF16)

@@ -1,0 +1,271 @@
+/*
+ * kern_x86q.c: FP8 e4m3fn (128 x 128 block scales) and INT4 pack-quantized (group
+ * 32) matmuls on AVX2 (the AVX-512 tables share them). kern.h's lane contract and
+ * kern_ref.c's weight values, bit for bit; where a path computes a weight another
+ * way, the comment says why it is the same f32.
+ *
+ * Walks as the MXFP4 ones: decode (T = 1) runs 4 rows a quarter of the range apart
+ * (four long sequential streams, each prefetching its next row), then the last < 4
+ * rows singly; prefill (T > 1) runs PANELS256, whose PREP decodes each 2-row x
+ * PAN_K weight tile to f32 once for all activations of the panel (the values the
+ * decode path multiplies with), then blk256 runs the f32 tile: per (row, t) the
+ * same lanes in the same order as T = 1.
+ */
+#include "kern.h"
+
+#if defined(__x86_64__)
+#include <float.h>
+#include <math.h>
+#include "kern_x86.h"
+
+/* ======================= FP8 ======================= */
+
+/* e4m3fn -> f16 bits: s << 15 | (b & 0x7F) << 7 is an f16 of exactly e4m3 / 256
+ * (exponent e -> f16 exponent e, bias 15 vs 7; e = 0 is an f16 subnormal, which
+ * vcvtph2ps widens exactly), so one sign-extension, shift and mask per 16 bytes
+ * and the hardware conversion decode 16 weights. The weight is then h * (256 S):
+ * the exact product h 256 S = e4m3 S rounded once, the reference's f32, whenever
+ * 256 S is exact, i.e. unless S is finite with |S| >= 2^120; such a block (never
+ * in a real checkpoint, but in the contract) multiplies (256 h) S instead, both
+ * steps exact but the last. The NaN codes S.1111.111 decode to +-1.875 (480 / 256),
+ * not NaN: decode scans each row's bytes once (a NaN weight makes the row's dot
+ * NaN, so the row's result becomes NaN), the prefill tile blends NaN in. */
+A256 INL __m256i fp8_h16(const uint8_t *p) {
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    return _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
+}
+
+/* 16 weights at p. SLOW: (pre h) sc with pre = 256 for a slow row (sc = S), 1 for
+ * a fast one (sc = 256 S); otherwise h sc. */
+A256 INL v16 fp8_w256(const uint8_t *p, __m256 sc, __m256 pre, int SLOW) {
+    const __m256i h = fp8_h16(p);
+    __m256 a = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), b = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    if (SLOW) { a = _mm256_mul_ps(a, pre); b = _mm256_mul_ps(b, pre); }
+    return (v16){_mm256_mul_ps(a, sc), _mm256_mul_ps(b, sc)};
+}
+
+static inline int fp8_slow(float s) { return isfinite(s) && fabsf(s) >= 0x1p120f; }
+
+/* Any NaN code (b & 0x7F == 0x7F) in n bytes: one and + unsigned max per 32. */
+A256 INL int fp8_has_nan(const uint8_t *p, int64_t n) {
+    const __m256i m7 = _mm256_set1_epi8(0x7F);
+    __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) {
+        a = _mm256_max_epu8(a, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i)), m7));
+        b = _mm256_max_epu8(b, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(p + i + 32)), m7));
+    }
+    int bad = _mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_max_epu8(a, b), m7)) != 0;
+    for (; i < n; i++) bad |= (p[i] & 0x7F) == 0x7F;
+    return bad;
+}
+
+/* Columns [k, k1) of one 128-column block for RB rows, full 16-column chunks. */
+A256 INL void fp8_span256(__m256 acc[4][2], const uint8_t *const wr[4], const __m256 sc[4], const __m256 pre[4],
+                          const float *X, int64_t k, int64_t k1, int RB, int SLOW) {
+    for (; k + 16 <= k1; k += 16) {
+        const __m256 xa = _mm256_loadu_ps(X + k), xb = _mm256_loadu_ps(X + k + 8);
+        UNROLL for (int i = 0; i < RB; i++) {
+            const v16 w = fp8_w256(wr[i] + k, sc[i], pre[i], SLOW);
+            acc[i][0] = _mm256_fmadd_ps(w.a, xa, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(w.b, xb, acc[i][1]);
+        }
+    }
+}
+
+/* Decode block: RB rows rs apart, each prefetching pf bytes ahead once per 64. */
+A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X, int64_t r,
+                        int64_t rs, int RB, int64_t pf) {
+    const int64_t nb = (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK, full = cols & ~(int64_t)15;
+    const uint8_t *wr[4];
+    const float *sr[4];
+    __m256 acc[4][2];
+    UNROLL for (int i = 0; i < RB; i++) {
+        wr[i] = W + (r + i * rs) * cols;
+        sr[i] = S + ((r + i * rs) / KERN_FP8_BLOCK) * nb;
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b * KERN_FP8_BLOCK < full; b++) {
+        const int64_t k0 = b * KERN_FP8_BLOCK, k1 = k0 + KERN_FP8_BLOCK < full ? k0 + KERN_FP8_BLOCK : full;
+        __m256 sc[4], pre[4];
+        int slow = 0;
+        UNROLL for (int i = 0; i < RB; i++) {
+            const float s = sr[i][b];
+            const int sl = fp8_slow(s);
+            slow |= sl;
+            sc[i] = _mm256_set1_ps(sl ? s : s * 256.0f);
+            pre[i] = _mm256_set1_ps(sl ? 256.0f : 1.0f);
+            _mm_prefetch((const char *)wr[i] + pf + k0, _MM_HINT_T0);
+            _mm_prefetch((const char *)wr[i] + pf + k0 + 64, _MM_HINT_T0);
+        }
+        if (slow) fp8_span256(acc, wr, sc, pre, X, k0, k1, RB, 1);
+        else fp8_span256(acc, wr, sc, pre, X, k0, k1, RB, 0);
+    }
+    if (full < cols) { /* tail: the contract's zero padding, weights by the reference's decode */
+        float xt[16] = {0};
+        memcpy(xt, X + full, (size_t)(cols - full) * 4);
+        const __m256 xa = _mm256_loadu_ps(xt), xb = _mm256_loadu_ps(xt + 8);
+        UNROLL for (int i = 0; i < RB; i++) {
+            float wt[16] = {0};
+            for (int64_t k = full; k < cols; k++) wt[k - full] = kern_e4m3_f32(wr[i][k]) * sr[i][k / KERN_FP8_BLOCK];
+            acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(wt), xa, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(_mm256_loadu_ps(wt + 8), xb, acc[i][1]);
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++)
+        Y[r + i * rs] = fp8_has_nan(wr[i], full) ? NAN : red256(acc[i][0], acc[i][1]);
+}
+
+/* Prefill tile: columns [k0, k0 + kn) of row r as f32 at dst (the decode path's
+ * values, NaN codes as NaN; kn - kn % 16 by vectors, the rest by the reference). */
+A256 INL void fp8_widen256(float *dst, const uint8_t *W, const float *S, int64_t cols, int64_t r, int64_t k0,
+                           int64_t kn) {
+    const int64_t nb = (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK;
+    const uint8_t *wr = W + r * cols + k0;
+    const float *sr = S + (r / KERN_FP8_BLOCK) * nb;
+    const __m256 nanpat = _mm256_set1_ps(1.875f), absm = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    int64_t c = 0;
+    for (; c + 16 <= kn; c += 16) {
+        const float s = sr[(k0 + c) / KERN_FP8_BLOCK];
+        const int sl = fp8_slow(s);
+        const __m256i h = fp8_h16(wr + c);
+        const __m256 ha = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), hb = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+        const __m256 pre = _mm256_set1_ps(sl ? 256.0f : 1.0f), sc = _mm256_set1_ps(sl ? s : s * 256.0f);
+        const __m256 na = _mm256_cmp_ps(_mm256_and_ps(ha, absm), nanpat, _CMP_EQ_OQ);
+        const __m256 nbm = _mm256_cmp_ps(_mm256_and_ps(hb, absm), nanpat, _CMP_EQ_OQ);
+        _mm256_store_ps(dst + c, _mm256_or_ps(_mm256_mul_ps(_mm256_mul_ps(ha, pre), sc), na));
+        _mm256_store_ps(dst + c + 8, _mm256_or_ps(_mm256_mul_ps(_mm256_mul_ps(hb, pre), sc), nbm));
+    }
+    for (; c < kn; c++) dst[c] = kern_e4m3_f32(wr[c]) * sr[(k0 + c) / KERN_FP8_BLOCK];
+}
+
+A256 void kern_x86_fp8_avx2(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                            int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    if (T == 1) {
+        const int64_t rs = (r1 - r0) / 4, pf = fp4_pf_rows(cols) * cols;
+        int64_t r = r0;
+        for (; r < r0 + rs; r++) fp8dec256(Y, W, S, cols, X, r, rs, 4, pf);
+        for (r = r0 + 4 * rs; r < r1; r++) fp8dec256(Y, W, S, cols, X, r, 1, 1, cols);
+        return;
+    }
+    float wt[2 * PAN_K] __attribute__((aligned(32)));
+#define PREP_Q(rbn, k0, k1) for (int i_ = 0; i_ < (rbn); i_++) fp8_widen256(wt + i_ * PAN_K, W, S, cols, r + i_, k0, (k1) - (k0))
+#define BLK_Q(RB, TB, k0, k1, st, sts) blk256(NULL, 0, wt, DT_F32, PAN_K, X + (k0), ldx, 0, 1, t, RB, TB, 0, (k1) - (k0), st, sts)
+    PANELS256(BLK_Q, PREP_Q)
+#undef PREP_Q
+}
+
+/* ======================= INT4 ======================= */
+
+/* 8 weights of one word: broadcast, lane i shifted left by 28 - 4i so nibble i
+ * is on top, then shifted down. Fast (0 < s < 2^124): the nibble c unsigned and
+ * w = fma(c, s, -8 s): c s and 8 s are exact, so the one rounding of their exact
+ * difference q s is q s itself (q = 0 gives +0 as 0 * s with s > 0). Otherwise
+ * (zero, negative, huge or non-finite scales; never a real checkpoint's) the
+ * reference's product: the word xor 0x88888888 makes each nibble's signed value
+ * q, sign-extended by the arithmetic shift, then (float)q * s. */
+A256 INL __m256 int4_w8(const int32_t *p, __m256 s, __m256 s8, int FAST) {
+    const __m256i sh = _mm256_setr_epi32(28, 24, 20, 16, 12, 8, 4, 0);
+    const __m256i v = _mm256_set1_epi32(*p);
+    if (FAST) return _mm256_fmsub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(_mm256_sllv_epi32(v, sh), 28)), s, s8);
+    const __m256i q = _mm256_srai_epi32(_mm256_sllv_epi32(_mm256_xor_si256(v, _mm256_set1_epi32((int)0x88888888u)), sh), 28);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), s);
+}
+
+static inline float bf16f(uint16_t h) {
+    union { uint32_t u; float f; } v;
+    v.u = (uint32_t)h << 16;
+    return v.f;
+}
+
+/* One 32-group (4 words: words 0 and 2 feed lanes 0-7, 1 and 3 lanes 8-15). */
+A256 INL void int4_group256(__m256 acc[4][2], const int32_t *const wr[4], const __m256 s[4], const __m256 s8[4],
+                            const float *x, int64_t g, int RB, int FAST) {
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m256 xa = _mm256_loadu_ps(x + h * 16), xb = _mm256_loadu_ps(x + h * 16 + 8);
+        UNROLL for (int i = 0; i < RB; i++) {
+            acc[i][0] = _mm256_fmadd_ps(int4_w8(wr[i] + g * 4 + h * 2, s[i], s8[i], FAST), xa, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(int4_w8(wr[i] + g * 4 + h * 2 + 1, s[i], s8[i], FAST), xb, acc[i][1]);
+        }
+    }
+}
+
+/* Decode block; FAST: every scale of the call takes the fast decoder (checked
+ * once per call by int4_all_fast, so the group loop has no branch). Unrolled by 4
+ * groups: one 64-byte line per row and iteration, one prefetch pf bytes ahead. */
+A256 INL void int4dec256(float *Y, const int32_t *Wp, const uint16_t *S, int64_t cols, const float *X, int64_t r,
+                         int64_t rs, int RB, int64_t pf, int FAST) {
+    const int64_t ng = cols / KERN_INT4_GROUP;
+    const int32_t *wr[4];
+    const uint16_t *sr[4];
+    __m256 acc[4][2];
+    UNROLL for (int i = 0; i < RB; i++) {
+        wr[i] = Wp + (r + i * rs) * (cols / 8);
+        sr[i] = S + (r + i * rs) * ng;
+        acc[i][0] = acc[i][1] = _mm256_setzero_ps();
+    }
+#define INT4_GROUP(G)                                                                \
+    do {                                                                             \
+        __m256 s[4], s8[4];                                                          \
+        UNROLL for (int i = 0; i < RB; i++) {                                        \
+            s[i] = _mm256_set1_ps(bf16f(sr[i][G]));                                  \
+            s8[i] = _mm256_mul_ps(s[i], _mm256_set1_ps(8.0f));                       \
+        }                                                                            \
+        int4_group256(acc, wr, s, s8, X + (G) * 32, G, RB, FAST);                    \
+    } while (0)
+    int64_t g = 0;
+    for (; g + 4 <= ng; g += 4) {
+        UNROLL for (int i = 0; i < RB; i++) _mm_prefetch((const char *)wr[i] + pf + g * 16, _MM_HINT_T0);
+        INT4_GROUP(g);
+        INT4_GROUP(g + 1);
+        INT4_GROUP(g + 2);
+        INT4_GROUP(g + 3);
+    }
+    for (; g < ng; g++) INT4_GROUP(g);
+#undef INT4_GROUP
+    UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red256(acc[i][0], acc[i][1]);
+}
+
+/* Whether every scale of rows [r0, r1) takes the fast decoder (0 < s < 2^124 as
+ * bf16 bits: sign clear, nonzero, exponent field below 127 + 124). */
+A256 INL int int4_all_fast(const uint16_t *S, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (S[i] == 0 || S[i] >= (uint16_t)((127 + 124) << 7)) return 0;
+    return 1;
+}
+
+/* Prefill tile row: columns [k0, k0 + kn) of row r as f32 (kn a multiple of 32). */
+A256 INL void int4_widen256(float *dst, const int32_t *Wp, const uint16_t *S, int64_t cols, int64_t r, int64_t k0,
+                            int64_t kn) {
+    const int32_t *wr = Wp + r * (cols / 8) + k0 / 8;
+    const uint16_t *sr = S + r * (cols / KERN_INT4_GROUP) + k0 / KERN_INT4_GROUP;
+    for (int64_t c = 0; c < kn; c += 8) {
+        const __m256 s = _mm256_set1_ps(bf16f(sr[c / KERN_INT4_GROUP]));
+        _mm256_store_ps(dst + c, int4_w8(wr + c / 8, s, s, 0));
+    }
+}
+
+A256 void kern_x86_int4_avx2(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
+                             const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    ST_ASSERT(cols % KERN_INT4_GROUP == 0);
+    if (T == 1) {
+        const int64_t rs = (r1 - r0) / 4, rb = cols / 2, pf = fp4_pf_rows(rb) * rb;
+        int64_t r = r0;
+        const int64_t ng = cols / KERN_INT4_GROUP;
+        if (int4_all_fast(S + r0 * ng, (r1 - r0) * ng)) {
+            for (; r < r0 + rs; r++) int4dec256(Y, Wp, S, cols, X, r, rs, 4, pf, 1);
+            for (r = r0 + 4 * rs; r < r1; r++) int4dec256(Y, Wp, S, cols, X, r, 1, 1, rb, 1);
+        } else {
+            for (; r < r0 + rs; r++) int4dec256(Y, Wp, S, cols, X, r, rs, 4, pf, 0);
+            for (r = r0 + 4 * rs; r < r1; r++) int4dec256(Y, Wp, S, cols, X, r, 1, 1, rb, 0);
+        }
+        return;
+    }
+    float wt[2 * PAN_K] __attribute__((aligned(32)));
+#define PREP_Q(rbn, k0, k1) for (int i_ = 0; i_ < (rbn); i_++) int4_widen256(wt + i_ * PAN_K, Wp, S, cols, r + i_, k0, (k1) - (k0))
+    PANELS256(BLK_Q, PREP_Q)
+#undef PREP_Q
+#undef BLK_Q
+}
+
+#endif
