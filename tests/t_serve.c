@@ -67,6 +67,20 @@ TEST(serve_request) {
                           "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"seed\":-5,\"stop\":[\"a\",\"b\"],\"n\":1,"
                           "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"max_completion_tokens\":9,"
                           "\"frequency_penalty\":0,\"logprobs\":false,\"user\":\"u\",\"reasoning_effort\":\"none\",\"max_tokens\":null}", NULL) == 200);
+    /* what clients send by default (issue 42, item 7): accepted */
+    CHECK(parse_status(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"text\"},\"tools\":[],"
+                          "\"tool_choice\":\"none\",\"parallel_tool_calls\":true,\"store\":false,\"metadata\":{\"a\":\"b\"},\"user\":\"u\","
+                          "\"reasoning_effort\":\"medium\",\"n\":3,\"logprobs\":true,\"top_logprobs\":20}", NULL) == 200);
+    CHECK(parse_status(P, "{\"prompt\":\"x\",\"logprobs\":5,\"n\":2}", NULL) == 200);
+    {
+        request r;
+        req_error e;
+        const char *b0 = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"minimal\",\"logprobs\":true,\"top_logprobs\":3}";
+        CHECK(request_parse(&r, C, (const uint8_t *)b0, strlen(b0), &e) == 0 && r.effort == STRATA_CHAT_THINK_LOW && r.go.logprobs == 1 &&
+              r.go.top_logprobs == 3 && !r.has_seed && r.n == 1);
+        request_free(&r);
+        CHECK(req_effort("medium") == STRATA_CHAT_THINK_HIGH && req_effort("none") == STRATA_CHAT_THINK_OFF && req_effort("max") == STRATA_CHAT_THINK_MAX);
+    }
     {
         request r;
         req_error e;
@@ -95,13 +109,17 @@ TEST(serve_request) {
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", "max_tokens", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1.5}", "max_tokens", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":true}", "max_tokens", 400},
-        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}", "n", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", "n", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":21,\"logprobs\":true}", "top_logprobs", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs", 400},
+        {REQ_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":6}", "logprobs", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"json_object\"}}", "response_format", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":0.5}", "presence_penalty", 400},
-        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", "logprobs", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"\"]}", "stop", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{\"include_usage\":true}}", "stream_options", 400},
-        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"medium\"}", "reasoning_effort", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}", "reasoning_effort", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", "tools", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temprature\":1}", "temprature", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.role", 400},
@@ -364,7 +382,7 @@ TEST(serve_http) {
     static const char *const bad[] = {
         "{", "nope", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", "{\"messages\":1e999999}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":123456789012345678901234567890}",
-        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":600}", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":600}", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":5}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         CHECK_MSG(post(s.port, "/v1/chat/completions", KEY, bad[i], &b) == 400 && is_error(&b, NULL), "%s -> %s", bad[i], b.p ? b.p : "");
