@@ -364,6 +364,7 @@ static void slot_start(sched *s, int i, job *j) {
 }
 
 static void publish_gauges(sched *s) { metrics_gauges(s->mt, s->n_queued, s->n_active, s->o.parallel); }
+static void progress(sched *s);
 
 /* At a step boundary (s->mu held): drop cancelled and failed jobs, admit queued
  * ones (a group when it has a slot for each member). */
@@ -403,6 +404,7 @@ static void boundary(sched *s) {
         if (j->n_group > 1 && !j->pre && !j->finished) group_fork(s, j); /* a one-token prompt: no pass before */
     }
     publish_gauges(s);
+    progress(s);
 }
 
 /* After a step (s->mu held): each job's prompt progress, and the requests'
