@@ -1,8 +1,8 @@
 /*
  * strata_serve.h: the OpenAI-compatible HTTP server (`strata serve`, src/serve/)
  * as one call, a client of strata.h like the CLI: POST /v1/chat/completions,
- * /v1/completions, /tokenize, /detokenize; GET /v1/models, /health, /metrics
- * and / (a chat page). Every running request advances in the same engine step,
+ * /v1/completions, /v1/messages (Anthropic's API), /tokenize, /detokenize; GET
+ * /v1/models, /slots, /health, /metrics and / (a chat page). Every running request advances in the same engine step,
  * so all of them share each weight read.
  *
  *     strata_model_open(&m, dir, ...);                       // no weights yet

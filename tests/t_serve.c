@@ -345,7 +345,8 @@ static int node_ready(void) {
     if (t_run("node --version && npm --version", &out) != 0) {
         CHECK_MSG(0, "node/npm not found (needed for the openai client tests): %s", out);
         rc = -1;
-    } else if (!base_is_dir("tests/serve/node_modules/openai") || !base_is_dir("tests/serve/node_modules/puppeteer-core")) {
+    } else if (!base_is_dir("tests/serve/node_modules/openai") || !base_is_dir("tests/serve/node_modules/puppeteer-core") ||
+               !base_is_dir("tests/serve/node_modules/@anthropic-ai/sdk")) {
         base_free(out);
         out = NULL;
         if (t_run("npm ci --prefix tests/serve --no-audit --no-fund --loglevel=error", &out) != 0) {
@@ -945,6 +946,12 @@ TEST(serve_choices) {
     if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
     check_logprobs_vs_dump(s.port, dir);
     check_n_choices(s.port);
+    if (!node_ready()) { /* POST /v1/messages with the official @anthropic-ai/sdk */
+        char cmd[512], *out = NULL;
+        snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/anthropic.mjs %d %s kimi-k3", s.port, KEY);
+        CHECK_MSG(t_run(cmd, &out) == 0 && strstr(out, "ALL OK"), "anthropic.mjs: %s", out);
+        base_free(out);
+    }
     req_buf b;
     /* aliases: listed, named in answers, accepted */
     CHECK(http(s.port, "GET", "/v1/models", KEY, NULL, 0, &b) == 200 && strstr(b.p, "\"id\":\"kimi-k3\"") && strstr(b.p, "\"id\":\"serve_tiny\""));

@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <string.h>
 #include <time.h>
+#include "anthropic.h"
 #include "oai.h"
 #include "page.h"
 
@@ -120,7 +121,8 @@ static json_t *error_json(const req_error *e) {
 }
 
 static enum MHD_Result respond_error(http_server *h, struct MHD_Connection *mc, const char *endpoint, const req_error *e) {
-    return respond_json(h, mc, endpoint, e->status, error_json(e));
+    const int anth = !strcmp(endpoint, "/v1/messages"); /* Anthropic's clients read their own shape */
+    return respond_json(h, mc, endpoint, e->status, anth ? anth_error_json(e) : error_json(e));
 }
 
 /* Constant-time comparison of the bearer token with the key. */
@@ -417,6 +419,8 @@ typedef struct stream {
     int ended[REQ_MAX_N];      /* finish chunk sent */
     size_t sent_content[REQ_MAX_N], sent_reasoning[REQ_MAX_N], sent_lp[REQ_MAX_N], text_off[REQ_MAX_N];
     unsigned seen_ver;
+    int anth;                  /* /v1/messages: Anthropic's events */
+    anth_stream as;
     double t_last;             /* when something was last sent (the progress comments) */
     req_buf out;
     size_t out_off;
@@ -503,6 +507,16 @@ static void stream_collect(stream *st) {
         }
     }
     st->seen_ver = lead->ver;
+    if (st->anth) {
+        st->stage = 1;
+        anth_stream_events(&st->as, lead, st->id, st->model, &st->out);
+        if (st->as.done) {
+            st->stage = 2;
+            metrics_request(st->h->mt, "/v1/messages", lead->err_status ? lead->err_status : 200);
+        }
+        pthread_mutex_unlock(&lead->mu);
+        return;
+    }
     pthread_mutex_unlock(&lead->mu);
     if (st->stage == 0) {
         st->stage = 1;
@@ -568,7 +582,7 @@ static void stream_free(void *cls) {
     stream *st = cls;
     if (st->stage != 2) { /* the client went away before the end */
         sched_cancel(st->h->s, st->jobs[0]);
-        metrics_request(st->h->mt, st->kind == REQ_CHAT ? "/v1/chat/completions" : "/v1/completions", 499);
+        metrics_request(st->h->mt, st->anth ? "/v1/messages" : st->kind == REQ_CHAT ? "/v1/chat/completions" : "/v1/completions", 499);
     }
     release_jobs(st->h, st->jobs, st->n);
     req_buf_free(&st->out);
@@ -627,10 +641,11 @@ static int wait_jobs(http_server *h, struct MHD_Connection *mc, job *const *jobs
 static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, conn *k) {
     request r;
     req_error e;
-    const int kind = k->route == R_CHAT ? REQ_CHAT : REQ_COMPLETION;
-    if (request_parse(&r, kind, (const uint8_t *)k->body.p, k->body.n, &e)) return respond_error(h, mc, k->endpoint, &e);
+    const int anth = k->route == R_MESSAGES, kind = k->route == R_COMPL ? REQ_COMPLETION : REQ_CHAT;
+    if (anth ? anth_parse(&r, (const uint8_t *)k->body.p, k->body.n, &e) : request_parse(&r, kind, (const uint8_t *)k->body.p, k->body.n, &e))
+        return respond_error(h, mc, k->endpoint, &e);
     char id[48], model[256];
-    new_id(h, kind == REQ_CHAT ? "chatcmpl" : "cmpl", id, sizeof id);
+    new_id(h, anth ? "msg" : kind == REQ_CHAT ? "chatcmpl" : "cmpl", id, sizeof id);
     snprintf(model, sizeof model, "%s", r.model ? r.model : h->c.model_ids[0]);
     job *jobs[REQ_MAX_N];
     int n = 0;
@@ -657,7 +672,7 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
             return respond_error(h, mc, k->endpoint, &e);
         }
         *st = (stream){.h = h, .mc = mc, .n = n, .kind = kind, .include_usage = include_usage, .created = (long long)time(NULL),
-                       .seed = seed, .t_last = strata_now()};
+                       .seed = seed, .t_last = strata_now(), .anth = anth};
         memcpy(st->jobs, jobs, (size_t)n * sizeof *jobs);
         snprintf(st->id, sizeof st->id, "%s", id);
         snprintf(st->model, sizeof st->model, "%s", model);
@@ -682,9 +697,9 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
             req_fail(&e, jobs[i]->err_status, jobs[i]->err_status < 500 ? "invalid_request_error" : "server_error", NULL, NULL, "%s",
                      jobs[i]->err_msg);
             status = e.status;
-            out = error_json(&e);
+            out = anth ? anth_error_json(&e) : error_json(&e);
         }
-    if (!out) out = answer_json(h, kind, jobs, n, id, model, seed);
+    if (!out) out = anth ? anth_message_json(jobs[0], id, model) : answer_json(h, kind, jobs, n, id, model, seed);
     release_jobs(h, jobs, n);
     return respond_json(h, mc, k->endpoint, status, out);
 }
@@ -894,10 +909,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         return respond_error(h, mc, k->endpoint, &e);
     }
     if (k->route == R_TOKENIZE || k->route == R_DETOKENIZE) return do_tokenize(h, mc, k);
-    if (k->route == R_MESSAGES) {
-        req_fail(&e, 404, "invalid_request_error", "not_found", NULL, "POST /v1/messages is not implemented yet");
-        return respond_error(h, mc, k->endpoint, &e);
-    }
     return do_generate(h, mc, k);
 }
 

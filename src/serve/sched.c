@@ -54,6 +54,7 @@ job *job_new(void) {
     j->slot = -1;
     j->n_group = 1;
     j->notify = j;
+    j->stop_hit = -1;
     return j;
 }
 
@@ -165,7 +166,7 @@ static int job_text(job *j, const char *p, size_t n) {
     for (int k = 0; k < j->n_stop; k++) {
         const size_t L = j->stop_len[k];
         for (size_t i = 0; i + L <= j->pend.n && i < cut; i++)
-            if (!memcmp(j->pend.p + i, j->stop[k], L)) { cut = i; hit = 1; break; }
+            if (!memcmp(j->pend.p + i, j->stop[k], L)) { cut = i; hit = 1; j->stop_hit = k; break; }
     }
     if (!hit) {
         /* hold back the longest tail that is a proper prefix of a stop string */

@@ -73,6 +73,7 @@ typedef struct job {
     unsigned ver;                 /* bumped on any change of this job or (leader) its group */
     int finished;                 /* no more text will come */
     const char *finish_reason;    /* "stop" | "length" (NULL when failed or cancelled) */
+    int stop_hit;                 /* with "stop": the stop string matched (-1: an end id); set before finished */
     int err_status;               /* != 0: the job failed (HTTP status), err_msg says why */
     char err_msg[256];
     atomic_int cancelled;         /* set by the waiter (client gone); honoured at the next step */
