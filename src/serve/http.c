@@ -591,31 +591,6 @@ static void stream_free(void *cls) {
 
 /* ===== endpoints ===== */
 
-/* The whole answer of a non-streaming request (every job finished). */
-static json_t *answer_json(http_server *h, int kind, job *const *jobs, int n, const char *id, const char *model, uint64_t seed) {
-    char fp[64];
-    fingerprint(h, fp, sizeof fp);
-    json_t *choices = json_array();
-    for (int k = 0; k < n; k++) {
-        const job *j = jobs[k];
-        size_t off = 0;
-        json_t *lp = j->go.logprobs ? oai_logprobs(h->tk, kind, j->lp, j->n_lp, &off) : json_null(), *choice;
-        if (kind == REQ_CHAT) {
-            json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->content.p ? j->content.p : "", j->content.n);
-            if (j->thinking)
-                json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
-            choice = json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs", lp, "finish_reason", j->finish_reason);
-        } else {
-            choice = json_pack("{s:s%,s:i,s:o,s:s}", "text", j->content.p ? j->content.p : "", j->content.n, "index", k,
-                               "logprobs", lp, "finish_reason", j->finish_reason);
-        }
-        json_array_append_new(choices, choice);
-    }
-    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:I,s:o,s:o}", "id", id, "object", kind == REQ_CHAT ? "chat.completion" : "text_completion",
-                     "created", (json_int_t)time(NULL), "model", model, "system_fingerprint", fp, "seed", (json_int_t)seed,
-                     "choices", choices, "usage", oai_usage(jobs, n));
-}
-
 /* Waits until every job finished (0) or the client went away (-1, cancelled). */
 static int wait_jobs(http_server *h, struct MHD_Connection *mc, job *const *jobs, int n) {
     job *lead = jobs[0];
@@ -699,7 +674,11 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
             status = e.status;
             out = anth ? anth_error_json(&e) : error_json(&e);
         }
-    if (!out) out = anth ? anth_message_json(jobs[0], id, model) : answer_json(h, kind, jobs, n, id, model, seed);
+    if (!out) {
+        char fp[64];
+        fingerprint(h, fp, sizeof fp);
+        out = anth ? anth_message_json(jobs[0], id, model) : oai_answer(h->tk, kind, jobs, n, id, model, fp, seed);
+    }
     release_jobs(h, jobs, n);
     return respond_json(h, mc, k->endpoint, status, out);
 }

@@ -5,6 +5,7 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
 
 json_t *oai_usage(job *const *jobs, int n) {
     int64_t gen = 0, reasoning = 0;
@@ -69,4 +70,27 @@ json_t *oai_logprobs(const strata_tokenizer *tk, int kind, const lp_ent *e, size
         *text_off += len;
     }
     return json_pack("{s:o,s:o,s:o,s:o}", "tokens", toks, "token_logprobs", lps, "top_logprobs", tops, "text_offset", offs);
+}
+
+json_t *oai_answer(const strata_tokenizer *tk, int kind, job *const *jobs, int n, const char *id, const char *model, const char *fp,
+                   uint64_t seed) {
+    json_t *choices = json_array();
+    for (int k = 0; k < n; k++) {
+        const job *j = jobs[k];
+        size_t off = 0;
+        json_t *lp = j->go.logprobs ? oai_logprobs(tk, kind, j->lp, j->n_lp, &off) : json_null(), *choice;
+        if (kind == REQ_CHAT) {
+            json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->content.p ? j->content.p : "", j->content.n);
+            if (j->thinking)
+                json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
+            choice = json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs", lp, "finish_reason", j->finish_reason);
+        } else {
+            choice = json_pack("{s:s%,s:i,s:o,s:s}", "text", j->content.p ? j->content.p : "", j->content.n, "index", k,
+                               "logprobs", lp, "finish_reason", j->finish_reason);
+        }
+        json_array_append_new(choices, choice);
+    }
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:I,s:o,s:o}", "id", id, "object", kind == REQ_CHAT ? "chat.completion" : "text_completion",
+                     "created", (json_int_t)time(NULL), "model", model, "system_fingerprint", fp, "seed", (json_int_t)seed,
+                     "choices", choices, "usage", oai_usage(jobs, n));
 }

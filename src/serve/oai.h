@@ -19,4 +19,10 @@ json_t *oai_usage(job *const *jobs, int n);
  * "text_offset"} with offsets from *text_off (advanced past them). */
 json_t *oai_logprobs(const strata_tokenizer *tk, int kind, const lp_ent *e, size_t n, size_t *text_off);
 
+/* The whole answer of a non-streaming chat or completion request (every job
+ * finished): id, object, created, model, system_fingerprint fp, seed, one
+ * choice per job (its index), usage. */
+json_t *oai_answer(const strata_tokenizer *tk, int kind, job *const *jobs, int n, const char *id, const char *model, const char *fp,
+                   uint64_t seed);
+
 #endif
