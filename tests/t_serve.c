@@ -25,6 +25,16 @@
  *                  while the slot is busy, a dropped stream frees its slot at
  *                  once, a partial request times out without holding the slot,
  *                  SIGTERM with a stream in flight.
+ *   serve_choices: issue 42: logprobs equal the log-softmax of `strata run
+ *                  --dump-logits`; n = 3 with seed s equals single requests with
+ *                  s, s+1, s+2 (texts and logprobs, bit for bit), streamed
+ *                  indexes; aliases, created / system_fingerprint / seed,
+ *                  reasoning_tokens, CORS preflight, 415 without --cors,
+ *                  x-api-key; POST /v1/messages with @anthropic-ai/sdk
+ *                  (tests/serve/anthropic.mjs).
+ *   serve_progress: a long prompt's ": prefill" comments, /slots and the
+ *                  strata_prefill_* metrics; a hang-up during the prompt frees
+ *                  the slot.
  * Every wait is bounded; the server is always killed at the end.
  */
 #include <arpa/inet.h>
