@@ -14,6 +14,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <jansson.h>
 #include "cli.h"
 #include "model_open.h"
 #include "strata.h"
@@ -27,7 +28,8 @@ static void usage(FILE *f) {
         "usage: strata serve MODEL_DIR [options]\n"
         "\n"
         "OpenAI-compatible HTTP server: POST /v1/chat/completions, /v1/completions,\n"
-        "/tokenize, /detokenize; GET /v1/models, /health, /metrics, / (a chat page).\n"
+        "/v1/messages (Anthropic), /tokenize, /detokenize; GET /v1/models, /slots,\n"
+        "/health, /metrics, / (a chat page).\n"
         "Every running request advances in the same engine step (one weight pass).\n"
         "\n"
         "  --host ADDR          numeric address to listen on (default 127.0.0.1)\n"
@@ -57,6 +59,13 @@ static void usage(FILE *f) {
         "  --cache-dir-gb X     bound on the snapshot files in DIR (default 8)\n"
         "  --prefix-every N     prompt positions between snapshots (default 256)\n"
         "  --no-prefix          no prefix reuse\n"
+        "  --alias NAME         another model id requests may name and /v1/models lists;\n"
+        "                       repeatable; the first is the id answers carry (default: the\n"
+        "                       directory's name, which is always served)\n"
+        "  --cors ORIGIN        answer CORS preflights and let pages from ORIGIN (or *) read\n"
+        "                       answers; without it POSTs not declared JSON are refused (415)\n"
+        "  --progress-interval S  while a prompt is evaluated, a streaming request gets an SSE\n"
+        "                       comment ': prefill DONE/TOTAL' every S seconds (default 5; 0 off)\n"
         "  --spec K             speculative decoding for every request: up to K tokens drafted\n"
         "                       from the text's own n-grams, verified in the same step as the\n"
         "                       other sequences' rows; output identical (default 0: off)\n",
@@ -74,6 +83,10 @@ typedef struct serve_opts {
     double prefix_gb, cache_dir_gb; /* prefix_gb < 0: auto */
     const char *cache_dir;
     int no_prefix;
+    const char *aliases[16];
+    int n_aliases;
+    const char *cors;
+    double progress_s;
     app_opts ao;              /* the shared flags (opts.h) */
 } serve_opts;
 
@@ -81,6 +94,12 @@ static int nonempty_flag(void *field, const char *v) { return *v ? (*(const char
 static int max_body_flag(void *field, const char *v) {
     uint64_t *b = field;
     return strata_parse_size(v, b) || *b < 64 || *b > ((uint64_t)1 << 30);
+}
+static int alias_flag(void *field, const char *v) {
+    serve_opts *o = (serve_opts *)((char *)field - offsetof(serve_opts, aliases));
+    if (!*v || o->n_aliases >= 16) return 1;
+    o->aliases[o->n_aliases++] = v;
+    return 0;
 }
 static int prefix_gb_flag(void *field, const char *v) {
     if (!strcmp(v, "auto")) { *(double *)field = -1; return 0; }
@@ -106,6 +125,9 @@ static const opt_row k_serve_flags[] = {
     {.flag = "--cache-dir-gb", .kind = OPT_F64, .off = S(cache_dir_gb), .flo = 0.001, .fhi = 1e6, .what = "GB > 0"},
     {.flag = "--prefix-every", .kind = OPT_I64, .off = S(prefix_every), .ilo = 1, .ihi = (int64_t)1 << 32, .what = "an integer >= 1"},
     {.flag = "--no-prefix", .kind = OPT_FLAG, .off = S(no_prefix)},
+    {.flag = "--alias", .kind = OPT_FN, .off = S(aliases), .fn = alias_flag, .what = "a name (at most 16)"},
+    {.flag = "--cors", .kind = OPT_FN, .off = S(cors), .fn = nonempty_flag, .what = "an origin, or *"},
+    {.flag = "--progress-interval", .kind = OPT_F64, .off = S(progress_s), .flo = 0, .fhi = 3600, .what = "0..3600 seconds"},
 };
 #undef S
 
@@ -123,6 +145,7 @@ static int parse_args(int argc, char **argv, serve_opts *o) {
     o->max_body = 1 << 20;
     o->prefix_gb = -1;
     o->cache_dir_gb = 8;
+    o->progress_s = 5;
     int rc = opts_parse(argc, argv, &o->ao, usage, k_serve_flags, sizeof k_serve_flags / sizeof *k_serve_flags, o, &o->model_dir);
     if (rc) return rc;
     if (o->api_key && o->api_key_file) return cli_usage_error(CMD, "--api-key and --api-key-file are exclusive");
@@ -163,6 +186,32 @@ static void model_name(const char *dir_in, char *out, size_t cap) {
     while (b > 0 && dir[b - 1] != '/') b--;
     snprintf(out, cap, "%.*s", (int)(len - b), dir + b);
     free(real); /* from libc's malloc */
+}
+
+/* Sampling defaults of requests that set none: generation_config.json's
+ * temperature and top_p when the model has one (else greedy, top_p 1). */
+static int gen_config(const char *dir, strata_serve_opts *sv) {
+    char path[4096], err[512];
+    snprintf(path, sizeof path, "%s/generation_config.json", dir);
+    if (!strata_is_file(path)) return 0;
+    uint8_t *buf;
+    size_t len;
+    struct json_t *j = NULL;
+    int rc = strata_read_file(path, 1 << 20, &buf, &len, err, sizeof err);
+    if (!rc) {
+        rc = strata_json_parse(&j, buf, len, path, err, sizeof err);
+        strata_free(buf);
+    }
+    double t = -1, p = -1;
+    if (!rc && j) {
+        strata_json_num(json_object_get(j, "temperature"), &t);
+        strata_json_num(json_object_get(j, "top_p"), &p);
+        json_decref(j);
+    }
+    if (rc) { fprintf(stderr, "strata serve: %s\n", err); return -1; }
+    if (t >= 0 && strata_param_check(STRATA_PARAM_TEMP, t, err, sizeof err) == 0) sv->default_temp = t;
+    if (p > 0 && strata_param_check(STRATA_PARAM_TOP_P, p, err, sizeof err) == 0) sv->default_top_p = p;
+    return 0;
 }
 
 int cmd_serve(int argc, char **argv) {
@@ -226,6 +275,11 @@ int cmd_serve(int argc, char **argv) {
     sv.ctx = ctx;
     sv.grace_s = (double)o.grace;
     sv.cache_dir = o.cache_dir;
+    sv.aliases = o.aliases;
+    sv.n_aliases = o.n_aliases;
+    sv.cors = o.cors;
+    sv.progress_s = o.progress_s;
+    if (gen_config(o.model_dir, &sv)) goto out;
     sv.print_stages = mo_cluster.print_stages;
     const char *delay = getenv("STRATA_SERVE_STEP_MS");
     int64_t d;

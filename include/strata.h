@@ -329,6 +329,10 @@ const char *strata_seq_errmsg(const strata_seq *s);
  * refuses it; a read that fails after that (an I/O error, the file replaced
  * between the two passes) leaves the sequence empty, and the message says so. */
 int strata_seq_save(strata_seq *s, const char *path, char *err, size_t errlen);
+/* dst becomes an exact copy of src (position, token history, KDA conv and
+ * recurrent state, MLA cache rows): both continue bit-identically. Both of one
+ * model; STRATA_EINVAL for a broken src or a model spread over a cluster. */
+int strata_seq_copy(strata_seq *dst, strata_seq *src, char *err, size_t errlen);
 int strata_seq_load(strata_seq *s, const char *path, char *err, size_t errlen);
 
 /* Prefix reuse. A model loaded with a prefix cache keeps snapshots of sequences'
@@ -425,7 +429,12 @@ typedef struct strata_gen_opts {
      * same mask (a draft outside it is never what the draw chose), so output bits
      * are the same with and without speculation, alone or batched. */
     const struct strata_grammar *grammar;
+    /* Log-probabilities (strata_gen_logprob): 1: each sampled token's, and the
+     * top_logprobs (0..STRATA_MAX_TOP_LOGPROBS) likeliest alternatives'. */
+    int logprobs;
+    int top_logprobs;
 } strata_gen_opts;
+#define STRATA_MAX_TOP_LOGPROBS 20
 strata_gen_opts strata_gen_opts_default(void);
 
 /* Called for each generated token: its id, the text it completes (may be empty
@@ -450,6 +459,14 @@ void *strata_gen_user(const strata_gen *g);
 uint64_t strata_gen_logits_hash(const strata_gen *g);  /* FNV-1a of every logits row produced */
 /* Prompt tokens restored from the prefix cache instead of evaluated (<= n_prompt - 1). */
 int64_t strata_gen_reused(const strata_gen *g);
+/* Inside the token callback (opts.logprobs): the log-probability of the token
+ * just reported and of the top_logprobs likeliest ids (prob desc, id asc) into
+ * top_ids / top_lp (room for top_logprobs); returns how many were written, or -1
+ * without opts.logprobs. The distribution is the log-softmax of the logits the
+ * sampler chose from after the repetition penalty and any token mask, before
+ * temperature, top-k, top-p and min-p (so a greedy draw's token is the top one).
+ * A masked-out id's value is -inf. */
+int strata_gen_logprob(const strata_gen *g, double *lp, int32_t *top_ids, double *top_lp);
 /* Speculation counts: tokens drafted, drafted tokens accepted, verification steps. */
 void strata_gen_spec_stats(const strata_gen *g, int64_t *drafted, int64_t *accepted, int64_t *verifies);
 

@@ -1,8 +1,8 @@
 /*
  * strata_serve.h: the OpenAI-compatible HTTP server (`strata serve`, src/serve/)
  * as one call, a client of strata.h like the CLI: POST /v1/chat/completions,
- * /v1/completions, /tokenize, /detokenize; GET /v1/models, /health, /metrics
- * and / (a chat page). Every running request advances in the same engine step,
+ * /v1/completions, /v1/messages (Anthropic's API), /tokenize, /detokenize; GET
+ * /v1/models, /slots, /health, /metrics and / (a chat page). Every running request advances in the same engine step,
  * so all of them share each weight read.
  *
  *     strata_model_open(&m, dir, ...);                       // no weights yet
@@ -25,6 +25,16 @@ typedef struct strata_serve_opts {
     int port;                /* 0 = any free port (the listening line names it) */
     const char *api_key;     /* NULL: no key; else Authorization: Bearer KEY (not for /health, /metrics, /) */
     const char *model_name;  /* what /v1/models lists and requests may name */
+    const char *const *aliases; /* (n_aliases) more names for it (--alias); the first is the default */
+    int n_aliases;
+    const char *cors;        /* NULL: no CORS, and POST bodies not declared JSON are refused (415);
+                                else OPTIONS preflights are answered and every answer carries
+                                Access-Control-Allow-Origin: cors */
+    double default_temp;     /* requests without "temperature" (< 0: greedy); the model's
+                                generation_config.json sets it in `strata serve` */
+    double default_top_p;    /* requests without "top_p" (< 0: 1) */
+    double progress_s;       /* a streaming request's ": prefill DONE/TOTAL" comment interval
+                                while its prompt is evaluated (0: none); default 5 */
     size_t max_body;         /* largest request body, bytes */
     int timeout_s;           /* seconds a connection may stay silent */
     int request_timeout_s;   /* seconds a request's headers and body may take to arrive */
@@ -42,7 +52,8 @@ typedef struct strata_serve_opts {
 } strata_serve_opts;
 
 /* host 127.0.0.1, port 8080, parallel 4, queue 64, ctx 4096, max_body 1 MiB,
- * timeout 30 s, request timeout 60 s, max_conns parallel + queue + 128 (set
+ * timeout 30 s, request timeout 60 s, progress comments every 5 s, no default
+ * temperature / top_p (-1), max_conns parallel + queue + 128 (set
  * from the defaults), 32 per address, grace 10 s. */
 strata_serve_opts strata_serve_opts_default(void);
 

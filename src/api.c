@@ -104,6 +104,10 @@ struct strata_gen {
     sampler *sm;
     jg_matcher *jm;           /* opts.grammar's document so far (NULL: unconstrained) */
     tok_stream *ts;
+    /* opts.logprobs: the last reported token's log-probability and the top ones */
+    double lp, lp_top[STRATA_MAX_TOP_LOGPROBS];
+    int32_t lp_ids[STRATA_MAX_TOP_LOGPROBS];
+    int n_lp;
     uint64_t lhash;
     void *user;
 };
@@ -553,6 +557,30 @@ const char *strata_seq_errmsg(const strata_seq *s) { return session_errmsg(s->s)
 int strata_seq_save(strata_seq *s, const char *path, char *err, size_t errlen) { return session_save(s->s, path, err, errlen); }
 int strata_seq_load(strata_seq *s, const char *path, char *err, size_t errlen) { return session_load(s->s, path, err, errlen); }
 
+int strata_seq_copy(strata_seq *dst, strata_seq *src, char *err, size_t errlen) {
+    strata_model *m = src->m;
+    if (dst->m != m) return base_fail(err, errlen, STRATA_EINVAL, "seq_copy: the sequences belong to different models");
+    if (dst == src) return 0;
+    if (m->cl) return base_fail(err, errlen, STRATA_EINVAL, "seq_copy: a cluster's sequences live on its ranks; not copied");
+    if (session_broken(src->s)) return base_fail(err, errlen, STRATA_EINVAL, "seq_copy: the source sequence failed earlier");
+    /* the regions a prefix snapshot copies (session_parts) are the whole state */
+    const int maxp = (int)m->c.n_layers + 2;
+    session_part *a = base_alloc(2 * (size_t)maxp * sizeof *a, MEM_SCRATCH), *b = a ? a + maxp : NULL;
+    if (!a) return base_fail(err, errlen, STRATA_ENOMEM, "seq_copy: out of memory");
+    const int64_t pos = session_pos(src->s);
+    session_reset(dst->s);
+    const int na = session_parts(src->s, pos, a, maxp), nb = session_parts(dst->s, pos, b, maxp);
+    int rc = na < 0 || na != nb ? base_fail(err, errlen, STRATA_EINVAL, "seq_copy: position %lld does not fit the target", (long long)pos) : 0;
+    for (int i = 0; !rc && i < na; i++) {
+        if (a[i].n != b[i].n) rc = base_fail(err, errlen, STRATA_EINVAL, "seq_copy: the sequences' layouts differ");
+        else memcpy(b[i].p, a[i].p, a[i].n);
+    }
+    base_free(a);
+    if (rc) return rc;
+    session_restored(dst->s, pos);
+    return 0;
+}
+
 int strata_seq_prefix_store(strata_seq *s, char *err, size_t errlen) {
     strata_model *m = s->m;
     if (!m->px) return base_fail(err, errlen, STRATA_EINVAL, "%s: the model was loaded without a prefix cache", m->dir);
@@ -636,6 +664,8 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
     if (o->n_draft_ids < 0 || (o->n_draft_ids && !o->draft_ids)) return base_fail(err, errlen, STRATA_EINVAL, "bad draft ids");
     if (o->n_stop_ids < 0 || o->n_stop_ids > 16 || (o->n_stop_ids && !o->stop_ids))
         return base_fail(err, errlen, STRATA_EINVAL, "stop ids: at most 16");
+    if (o->top_logprobs < 0 || o->top_logprobs > STRATA_MAX_TOP_LOGPROBS)
+        return base_fail(err, errlen, STRATA_EINVAL, "top_logprobs must be in [0, %d]", STRATA_MAX_TOP_LOGPROBS);
     for (int64_t i = 0; i < n_prompt; i++)
         if (prompt[i] < 0 || prompt[i] >= m->c.vocab)
             return base_fail(err, errlen, STRATA_EINVAL, "prompt id %d at %lld outside the vocabulary [0, %lld)", prompt[i],
@@ -708,6 +738,13 @@ void strata_gen_spec_stats(const strata_gen *g, int64_t *drafted, int64_t *accep
     *verifies = g->n_verifies;
 }
 
+int strata_gen_logprob(const strata_gen *g, double *lp, int32_t *top_ids, double *top_lp) {
+    if (!g->o.logprobs) return -1;
+    *lp = g->lp;
+    for (int i = 0; i < g->n_lp; i++) { top_ids[i] = g->lp_ids[i]; top_lp[i] = g->lp_top[i]; }
+    return g->n_lp;
+}
+
 /* Samples g's next token from its logits row, reports it, and decides whether g
  * goes on. The draw depends only on (seed, position). */
 static void gen_emit(strata_model *m, strata_gen *g, const float *lg, int64_t pos, strata_token_fn cb, void *ud) {
@@ -724,6 +761,7 @@ static void gen_emit(strata_model *m, strata_gen *g, const float *lg, int64_t po
     }
     const int32_t id = sampler_next_masked_at(g->sm, lg, allow, session_tokens(s), pos, pos);
     if (g->jm) jgram_matcher_accept(g->jm, id);
+    if (g->o.logprobs) g->n_lp = sampler_logprobs(g->sm, id, g->o.top_logprobs, &g->lp, g->lp_ids, g->lp_top);
     base_mem_guard(0);
     g->out[g->n_out++] = id;
     int is_stop = 0;

@@ -738,3 +738,39 @@ TEST(api_public_boundary) {
     CHECK(strata_json_int(NULL, &v) == -1);
     json_decref(j);
 }
+
+/* strata_seq_copy: a copy continues bit-identically to its source (and to a
+ * fresh sequence fed the same ids); another model's sequence is refused. */
+TEST(api_seq_copy) {
+    const char *d1 = api_model("tiny", "tiny", 11, 1), *d2 = api_model("tiny_s2", "tiny", 12, 0);
+    if (!d1 || !d2) { CHECK(0); return; }
+    char err[1024];
+    strata_model *m = load(d1, 0, 8, 1, 3, 32), *m2 = load(d2, 0, 8, 1, 1, 32);
+    if (!m || !m2) { CHECK(0); strata_model_close(m); strata_model_close(m2); return; }
+    strata_seq *a, *b, *c, *o;
+    CHECK(strata_seq_create(m, &a, err, sizeof err) == 0 && strata_seq_create(m, &b, err, sizeof err) == 0 &&
+          strata_seq_create(m, &c, err, sizeof err) == 0 && strata_seq_create(m2, &o, err, sizeof err) == 0);
+    strata_model_info info;
+    strata_model_get_info(m, &info);
+    const int64_t V = info.vocab;
+    float *l = base_alloc((size_t)V * 3 * sizeof(float), MEM_MISC);
+    const int32_t toks[7] = {4, 8, 15, 16, 23, 42, 99};
+    strata_row rr[7];
+    for (int i = 0; i < 5; i++) rr[i] = (strata_row){a, toks[i], 0};
+    CHECK(strata_step(m, rr, 5, NULL, err, sizeof err) == 0);
+    CHECK(strata_seq_copy(b, a, err, sizeof err) == 0 && strata_seq_pos(b) == 5 && !memcmp(strata_seq_tokens(b), toks, 5 * sizeof(int32_t)));
+    /* a and its copy take different paths in one step; c is fed everything from empty */
+    strata_row two[2] = {{a, toks[5], 1}, {b, toks[5], 1}};
+    CHECK(strata_step(m, two, 2, l, err, sizeof err) == 0);
+    for (int i = 0; i < 6; i++) rr[i] = (strata_row){c, toks[i], i == 5};
+    CHECK(strata_step(m, rr, 6, l + 2 * V, err, sizeof err) == 0);
+    CHECK(!memcmp(l, l + V, (size_t)V * sizeof(float)) && !memcmp(l, l + 2 * V, (size_t)V * sizeof(float)));
+    CHECK(strata_seq_copy(o, a, err, sizeof err) == STRATA_EINVAL && strstr(err, "different models"));
+    strata_seq_free(a);
+    strata_seq_free(b);
+    strata_seq_free(c);
+    strata_seq_free(o);
+    base_free(l);
+    strata_model_close(m);
+    strata_model_close(m2);
+}

@@ -27,10 +27,21 @@
  *                  while the slot is busy, a dropped stream frees its slot at
  *                  once, a partial request times out without holding the slot,
  *                  SIGTERM with a stream in flight.
+ *   serve_choices: issue 42: logprobs equal the log-softmax of `strata run
+ *                  --dump-logits`; n = 3 with seed s equals single requests with
+ *                  s, s+1, s+2 (texts and logprobs, bit for bit), streamed
+ *                  indexes; aliases, created / system_fingerprint / seed,
+ *                  reasoning_tokens, CORS preflight, 415 without --cors,
+ *                  x-api-key; POST /v1/messages with @anthropic-ai/sdk
+ *                  (tests/serve/anthropic.mjs).
+ *   serve_progress: a long prompt's ": prefill" comments, /slots and the
+ *                  strata_prefill_* metrics; a hang-up during the prompt frees
+ *                  the slot.
  * Every wait is bounded; the server is always killed at the end.
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <math.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -69,6 +80,20 @@ TEST(serve_request) {
                           "\"temperature\":0.5,\"top_p\":0.9,\"top_k\":-1,\"min_p\":0.1,\"seed\":-5,\"stop\":[\"a\",\"b\"],\"n\":1,"
                           "\"stream\":true,\"stream_options\":{\"include_usage\":true},\"max_completion_tokens\":9,"
                           "\"frequency_penalty\":0,\"logprobs\":false,\"user\":\"u\",\"reasoning_effort\":\"none\",\"max_tokens\":null}", NULL) == 200);
+    /* what clients send by default (issue 42, item 7): accepted */
+    CHECK(parse_status(C, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"response_format\":{\"type\":\"text\"},\"tools\":[],"
+                          "\"tool_choice\":\"none\",\"parallel_tool_calls\":true,\"store\":false,\"metadata\":{\"a\":\"b\"},\"user\":\"u\","
+                          "\"reasoning_effort\":\"medium\",\"n\":3,\"logprobs\":true,\"top_logprobs\":20}", NULL) == 200);
+    CHECK(parse_status(P, "{\"prompt\":\"x\",\"logprobs\":5,\"n\":2}", NULL) == 200);
+    {
+        request r;
+        req_error e;
+        const char *b0 = "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"minimal\",\"logprobs\":true,\"top_logprobs\":3}";
+        CHECK(request_parse(&r, C, (const uint8_t *)b0, strlen(b0), &e) == 0 && r.effort == STRATA_CHAT_THINK_LOW && r.go.logprobs == 1 &&
+              r.go.top_logprobs == 3 && !r.has_seed && r.n == 1);
+        request_free(&r);
+        CHECK(req_effort("medium") == STRATA_CHAT_THINK_HIGH && req_effort("none") == STRATA_CHAT_THINK_OFF && req_effort("max") == STRATA_CHAT_THINK_MAX);
+    }
     {
         request r;
         req_error e;
@@ -97,13 +122,17 @@ TEST(serve_request) {
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}", "max_tokens", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":1.5}", "max_tokens", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":true}", "max_tokens", 400},
-        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":3}", "n", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":17}", "n", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":21,\"logprobs\":true}", "top_logprobs", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_logprobs\":2}", "top_logprobs", 400},
+        {REQ_COMPLETION, "{\"prompt\":\"x\",\"logprobs\":6}", "logprobs", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"response_format\":{\"type\":\"xml\"}}", "response_format", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"presence_penalty\":0.5}", "presence_penalty", 400},
-        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":true}", "logprobs", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logprobs\":1}", "logprobs", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"a\",\"b\",\"c\",\"d\",\"e\"]}", "stop", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"\"]}", "stop", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stream_options\":{\"include_usage\":true}}", "stream_options", 400},
-        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"medium\"}", "reasoning_effort", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}", "reasoning_effort", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", "tools", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temprature\":1}", "temprature", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.role", 400},
@@ -329,7 +358,7 @@ static int node_ready(void) {
         CHECK_MSG(0, "node/npm not found (needed for the openai client tests): %s", out);
         rc = -1;
     } else if (!base_is_dir("tests/serve/node_modules/openai") || !base_is_dir("tests/serve/node_modules/puppeteer-core") ||
-               !base_is_dir("tests/serve/node_modules/ajv")) {
+               !base_is_dir("tests/serve/node_modules/ajv") || !base_is_dir("tests/serve/node_modules/@anthropic-ai/sdk")) {
         base_free(out);
         out = NULL;
         if (t_run("npm ci --prefix tests/serve --no-audit --no-fund --loglevel=error", &out) != 0) {
@@ -367,7 +396,7 @@ TEST(serve_http) {
     static const char *const bad[] = {
         "{", "nope", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xc3\x28\"}]}", "{\"messages\":1e999999}",
         "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":123456789012345678901234567890}",
-        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":600}", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}",
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":600}", "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":5}",
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         CHECK_MSG(post(s.port, "/v1/chat/completions", KEY, bad[i], &b) == 400 && is_error(&b, NULL), "%s -> %s", bad[i], b.p ? b.p : "");
@@ -838,5 +867,210 @@ TEST(serve_slow_clients) {
     if (f1 >= 0) close(f1);
     if (f2 >= 0) close(f2);
     req_buf_free(&rq);
+    CHECK(server_stop(&s) == 0);
+}
+
+/* ===== issue 42: logprobs, n, prefill progress, compatibility ===== */
+
+/* The parsed JSON body of an answer (NULL when it is not JSON). */
+static json_t *answer(const req_buf *b) {
+    const char *t = body_of(b);
+    return jsonx_load((const uint8_t *)t, strlen(t), "answer", NULL, 0);
+}
+
+/* Completions logprobs == the log-softmax of `strata run --dump-logits` (greedy):
+ * the chosen token's value and the top alternative's. */
+static void check_logprobs_vs_dump(int port, const char *dir) {
+    char cmd[1600], *out = NULL;
+    char dump[700];
+    snprintf(dump, sizeof dump, "%s/lp.f32", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 5,17,42,7 --gen 6 --temp 0 --dump-logits %s --print-ids", t_strata(), dir, dump);
+    CHECK_MSG(t_run(cmd, &out) == 0, "run: %s", out);
+    base_free(out);
+    uint8_t *raw = NULL;
+    size_t len = 0;
+    CHECK(base_read_file(dump, 1 << 26, &raw, &len, NULL, 0) == 0);
+    req_buf b;
+    CHECK(post(port, "/v1/completions", KEY, "{\"prompt\":[5,17,42,7],\"max_tokens\":6,\"temperature\":0,\"logprobs\":3}", &b) == 200);
+    json_t *j = answer(&b), *lp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
+    json_t *vals = json_object_get(lp, "token_logprobs");
+    const size_t V = 512, steps = raw ? len / (V * sizeof(float)) : 0;
+    CHECK(json_array_size(vals) >= 1 && steps >= json_array_size(vals));
+    for (size_t i = 0; i < json_array_size(vals) && i < steps; i++) {
+        const float *x = (const float *)raw + i * V;
+        double mx = -INFINITY, sum = 0;
+        size_t am = 0;
+        for (size_t v = 0; v < V; v++) if (x[v] > mx) { mx = x[v]; am = v; }
+        for (size_t v = 0; v < V; v++) sum += exp((double)x[v] - mx);
+        const double want = (double)x[am] - mx - log(sum);
+        const double got = json_real_value(json_array_get(vals, i));
+        CHECK_MSG(fabs(got - want) <= 1e-6 * (1 + fabs(want)), "step %zu: logprob %.9f, log-softmax of the dump %.9f", i, got, want);
+        json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), i);
+        CHECK(json_object_size(top) >= 1);
+    }
+    json_decref(j);
+    req_buf_free(&b);
+    base_free(raw);
+}
+
+/* n = 3 with seed s == three single requests with seeds s, s+1, s+2: texts and
+ * every token's logprob, bit for bit; usage counts the prompt once. */
+static void check_n_choices(int port) {
+    const char *base = "\"messages\":[{\"role\":\"user\",\"content\":\"tell me\"}],\"max_tokens\":8,\"temperature\":1,"
+                       "\"reasoning_effort\":\"none\",\"logprobs\":true";
+    char body[512];
+    req_buf b;
+    snprintf(body, sizeof body, "{%s,\"n\":3,\"seed\":41}", base);
+    CHECK(post(port, "/v1/chat/completions", KEY, body, &b) == 200);
+    json_t *all = answer(&b);
+    req_buf_free(&b);
+    json_t *ch = json_object_get(all, "choices");
+    CHECK(json_array_size(ch) == 3 && json_integer_value(json_object_get(all, "seed")) == 41);
+    int64_t completion = 0;
+    for (int k = 0; k < 3; k++) {
+        snprintf(body, sizeof body, "{%s,\"seed\":%d}", base, 41 + k);
+        CHECK(post(port, "/v1/chat/completions", KEY, body, &b) == 200);
+        json_t *one = answer(&b), *c1 = json_array_get(json_object_get(one, "choices"), 0), *cn = json_array_get(ch, (size_t)k);
+        CHECK(json_integer_value(json_object_get(cn, "index")) == k);
+        char *a = json_dumps(json_object_get(c1, "logprobs"), JSON_COMPACT), *z = json_dumps(json_object_get(cn, "logprobs"), JSON_COMPACT);
+        CHECK_MSG(a && z && !strcmp(a, z), "choice %d differs from the single request with seed %d", k, 41 + k);
+        CHECK(json_equal(json_object_get(c1, "message"), json_object_get(cn, "message")));
+        completion += json_integer_value(json_object_get(json_object_get(one, "usage"), "completion_tokens"));
+        CHECK(json_integer_value(json_object_get(json_object_get(one, "usage"), "prompt_tokens")) ==
+              json_integer_value(json_object_get(json_object_get(all, "usage"), "prompt_tokens")));
+        base_free(a);
+        base_free(z);
+        json_decref(one);
+        req_buf_free(&b);
+    }
+    CHECK(json_integer_value(json_object_get(json_object_get(all, "usage"), "completion_tokens")) == completion);
+    json_decref(all);
+    /* streamed: every chunk's choice carries its index, each index finishes */
+    snprintf(body, sizeof body, "{%s,\"n\":2,\"seed\":41,\"stream\":true}", base);
+    CHECK(post(port, "/v1/chat/completions", KEY, body, &b) == 200);
+    CHECK(b.p && strstr(b.p, "\"index\":1,\"delta\"") && strstr(b.p, "data: [DONE]"));
+    int fin = 0;
+    for (const char *p = b.p; p && (p = strstr(p, "\"finish_reason\":\"")); p++) fin++;
+    CHECK(fin == 2);
+    req_buf_free(&b);
+}
+
+TEST(serve_choices) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    server s;
+    const char *const args[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--alias", "kimi-k3", "--cors", "https://app.example",
+                                NULL};
+    CHECK(server_start(&s, dir, NULL, args) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    check_logprobs_vs_dump(s.port, dir);
+    check_n_choices(s.port);
+    if (!node_ready()) { /* POST /v1/messages with the official @anthropic-ai/sdk */
+        char cmd[512], *out = NULL;
+        snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/anthropic.mjs %d %s kimi-k3", s.port, KEY);
+        CHECK_MSG(t_run(cmd, &out) == 0 && strstr(out, "ALL OK"), "anthropic.mjs: %s", out);
+        base_free(out);
+    }
+    req_buf b;
+    /* aliases: listed, named in answers, accepted */
+    CHECK(http(s.port, "GET", "/v1/models", KEY, NULL, 0, &b) == 200 && strstr(b.p, "\"id\":\"kimi-k3\"") && strstr(b.p, "\"id\":\"serve_tiny\""));
+    req_buf_free(&b);
+    CHECK(post(s.port, "/v1/chat/completions", KEY, "{\"model\":\"kimi-k3\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2}", &b) == 200);
+    {
+        json_t *j = answer(&b);
+        CHECK(!strcmp(json_string_value(json_object_get(j, "model")) ? json_string_value(json_object_get(j, "model")) : "", "kimi-k3"));
+        CHECK(json_integer_value(json_object_get(j, "created")) > 0 && json_is_string(json_object_get(j, "system_fingerprint")) &&
+              json_is_integer(json_object_get(j, "seed")));
+        CHECK(json_is_integer(json_object_get(json_object_get(json_object_get(j, "usage"), "completion_tokens_details"), "reasoning_tokens")));
+        json_decref(j);
+    }
+    CHECK(strstr(b.p, "Access-Control-Allow-Origin: https://app.example") != NULL);
+    req_buf_free(&b);
+    /* a preflight */
+    CHECK(http(s.port, "OPTIONS", "/v1/chat/completions", NULL, NULL, 0, &b) == 204 && strstr(b.p, "Access-Control-Allow-Methods") &&
+          strstr(b.p, "Access-Control-Allow-Headers"));
+    req_buf_free(&b);
+    CHECK(server_stop(&s) == 0);
+
+    /* without --cors: a form post is refused; x-api-key is a key too */
+    const char *const args2[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "512", NULL};
+    CHECK(server_start(&s, dir, NULL, args2) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    {
+        int fd = sock_open(s.port);
+        const char *body = "{\"prompt\":\"x\",\"max_tokens\":1}";
+        char rq[512];
+        snprintf(rq, sizeof rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-api-key: %s\r\n"
+                                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: %zu\r\n\r\n%s", KEY, strlen(body), body);
+        memset(&b, 0, sizeof b);
+        CHECK(fd >= 0 && sock_send(fd, rq, strlen(rq)) == 0);
+        sock_read(fd, &b, NULL, 20);
+        CHECK(b.p && !strncmp(b.p, "HTTP/1.1 415", 12) && is_error(&b, NULL));
+        req_buf_free(&b);
+        if (fd >= 0) close(fd);
+        fd = sock_open(s.port);
+        snprintf(rq, sizeof rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-api-key: %s\r\n"
+                                "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", KEY, strlen(body), body);
+        CHECK(fd >= 0 && sock_send(fd, rq, strlen(rq)) == 0);
+        sock_read(fd, &b, NULL, 20);
+        CHECK(b.p && !strncmp(b.p, "HTTP/1.1 200", 12));
+        req_buf_free(&b);
+        if (fd >= 0) close(fd);
+    }
+    CHECK(server_stop(&s) == 0);
+}
+
+/* A streaming request with a long prompt (8 passes of 64 rows, slowed) gets
+ * ": prefill DONE/TOTAL" comments; /slots and /metrics show its progress; a
+ * client that hangs up during the prompt frees its slot. */
+TEST(serve_progress) {
+    const char *dir = serve_model();
+    CHECK(dir != NULL);
+    if (!dir) return;
+    server s;
+    const char *const args[] = {"--parallel", "1", "--api-key", KEY, "--ctx", "512", "--progress-interval", "0.1", "--no-prefix", NULL};
+    CHECK(server_start(&s, dir, "150", args) == 0);
+    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    req_buf body = {0};
+    req_buf_add(&body, "{\"prompt\":[", 11);
+    for (int i = 0; i < 480; i++) req_buf_addf(&body, "%s%d", i ? "," : "", 1 + i % 300);
+    req_buf_add(&body, "],\"max_tokens\":2,\"stream\":true}", 31);
+    for (int round = 0; round < 2; round++) {
+        int fd = sock_open(s.port);
+        req_buf rq = {0}, got = {0}, b;
+        req_buf_addf(&rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
+                          "Content-Length: %zu\r\n\r\n", KEY, body.n);
+        req_buf_add(&rq, body.p, body.n);
+        CHECK(fd >= 0 && sock_send(fd, rq.p, rq.n) == 0);
+        sock_read(fd, &got, ": prefill ", 20);
+        CHECK_MSG(got.p && strstr(got.p, ": prefill ") && strstr(got.p, "/480\n\n"), "no progress comment: %s", got.p ? got.p : "");
+        CHECK(http(s.port, "GET", "/slots", KEY, NULL, 0, &b) == 200 && strstr(b.p, "\"state\":\"prefill\"") &&
+              strstr(b.p, "\"prompt_tokens\":480"));
+        req_buf_free(&b);
+        CHECK(http(s.port, "GET", "/metrics", NULL, NULL, 0, &b) == 200 && strstr(b.p, "strata_prefill_tokens{of=\"total\"} 480"));
+        req_buf_free(&b);
+        if (round == 0) {
+            sock_read(fd, &got, "data: [DONE]", 30); /* the whole answer */
+            CHECK(got.p && strstr(got.p, "data: [DONE]"));
+        } else {
+            close(fd); /* hang up during the prompt: the slot is free at the next pass */
+            fd = -1;
+            int freed = 0;
+            for (int i = 0; i < 200 && !freed; i++) {
+                CHECK(http(s.port, "GET", "/slots", KEY, NULL, 0, &b) == 200);
+                freed = b.p && strstr(b.p, "\"slots\":[]") != NULL;
+                req_buf_free(&b);
+                if (!freed) usleep(50000);
+            }
+            CHECK_MSG(freed, "the cancelled request still holds its slot");
+            CHECK(http(s.port, "GET", "/metrics", NULL, NULL, 0, &b) == 200 && strstr(b.p, "status=\"499\""));
+            req_buf_free(&b);
+        }
+        if (fd >= 0) close(fd);
+        req_buf_free(&rq);
+        req_buf_free(&got);
+    }
+    req_buf_free(&body);
     CHECK(server_stop(&s) == 0);
 }

@@ -64,6 +64,28 @@ int32_t sampler_next_masked_at(sampler *s, const float *logits, const uint64_t *
 
 const float *sampler_logits(const sampler *s) { return s->work; }
 
+int sampler_logprobs(const sampler *s, int32_t id, int k, double *lp, int32_t *top_ids, double *top_lp) {
+    const float *w = s->work;
+    const int64_t V = s->n;
+    double mx = -INFINITY;
+    for (int64_t i = 0; i < V; i++) if (w[i] > mx) mx = w[i];
+    double sum = 0;
+    if (isfinite(mx)) for (int64_t i = 0; i < V; i++) sum += exp((double)w[i] - mx);
+    /* every id masked (all -inf): every log-probability is -inf */
+    const double lse = isfinite(mx) ? mx + log(sum) : INFINITY;
+    *lp = (double)w[id] - lse;
+    int n = 0;
+    for (int64_t i = 0; i < V && k > 0; i++) {
+        const float x = w[i];
+        if (x != x || (n == k && !(x > w[top_ids[n - 1]]))) continue; /* ties keep the lower id */
+        int at = n < k ? n++ : n - 1;
+        while (at > 0 && x > w[top_ids[at - 1]]) { top_ids[at] = top_ids[at - 1]; at--; }
+        top_ids[at] = (int32_t)i;
+    }
+    for (int i = 0; i < n; i++) top_lp[i] = (double)w[top_ids[i]] - lse;
+    return n;
+}
+
 int32_t sample_argmax(const float *x, int64_t n) {
     int64_t best = 0;
     for (int64_t i = 1; i < n; i++)

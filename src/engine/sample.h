@@ -50,9 +50,15 @@ int32_t sampler_next_at(sampler *s, const float *logits, const int32_t *hist, in
 int32_t sampler_next_masked(sampler *s, const float *logits, const uint64_t *allow, const int32_t *hist, int64_t n_hist);
 int32_t sampler_next_masked_at(sampler *s, const float *logits, const uint64_t *allow, const int32_t *hist, int64_t n_hist,
                                int64_t pos);
-/* The logits of the last draw after the penalty and the mask, before the
- * temperature (n_vocab floats, valid until the next draw). */
+/* The logits of the last draw after the repetition penalty and the mask, before
+ * the temperature: n_vocab floats in the sampler's work array, valid until the
+ * next draw. Log-probabilities are the log-softmax of these, so they describe the
+ * distribution the draw chose from before temp/top-k/top-p/min-p. */
 const float *sampler_logits(const sampler *s);
+/* The log-softmax of sampler_logits (in double) at id into *lp, and at the k
+ * likeliest ids (value desc, id asc) into top_ids / top_lp; returns how many
+ * (min(k, n_vocab)). No allocation: three passes over the vocabulary. */
+int sampler_logprobs(const sampler *s, int32_t id, int k, double *lp, int32_t *top_ids, double *top_lp);
 
 /* Index of the largest value, ties to the lowest index (NaN never wins). */
 int32_t sample_argmax(const float *x, int64_t n);

@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <string.h>
 #include <time.h>
+#include "anthropic.h"
+#include "oai.h"
 #include "page.h"
 
 #define WAIT_SLICE_MS 25 /* how often a waiting thread looks at its socket */
@@ -53,9 +55,10 @@ struct http_server {
     int port;
     atomic_uint_fast64_t next_id;
     atomic_int inflight;       /* admitted generation requests whose response is not yet sent */
+    atomic_uint_fast64_t seed_state; /* the seeds drawn for requests without one */
 };
 
-enum { R_NONE, R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS, R_PAGE };
+enum { R_NONE, R_CHAT, R_COMPL, R_MODELS, R_MODEL, R_TOKENIZE, R_DETOKENIZE, R_HEALTH, R_METRICS, R_PAGE, R_SLOTS, R_MESSAGES };
 
 typedef struct conn {
     int route;
@@ -66,12 +69,20 @@ typedef struct conn {
 
 /* ===== small helpers ===== */
 
+/* --cors ORIGIN: every answer names the origin it may be read from. */
+static void cors_headers(const http_server *h, struct MHD_Response *r) {
+    if (!h->c.cors) return;
+    MHD_add_response_header(r, "Access-Control-Allow-Origin", h->c.cors);
+    MHD_add_response_header(r, "Vary", "Origin");
+}
+
 static enum MHD_Result respond_hdr(http_server *h, struct MHD_Connection *mc, const char *endpoint, int status,
                                    const char *ctype, const char *body, size_t len, const char *hname, const char *hval) {
     struct MHD_Response *r = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!r) return MHD_NO;
     MHD_add_response_header(r, "Content-Type", ctype);
     if (hname) MHD_add_response_header(r, hname, hval);
+    cors_headers(h, r);
     if (status == 429 || status == 503) MHD_add_response_header(r, "Retry-After", "1");
     if (status == 401) MHD_add_response_header(r, "WWW-Authenticate", "Bearer");
     enum MHD_Result ok = MHD_queue_response(mc, (unsigned)status, r);
@@ -110,7 +121,8 @@ static json_t *error_json(const req_error *e) {
 }
 
 static enum MHD_Result respond_error(http_server *h, struct MHD_Connection *mc, const char *endpoint, const req_error *e) {
-    return respond_json(h, mc, endpoint, e->status, error_json(e));
+    const int anth = !strcmp(endpoint, "/v1/messages"); /* Anthropic's clients read their own shape */
+    return respond_json(h, mc, endpoint, e->status, anth ? anth_error_json(e) : error_json(e));
 }
 
 /* Constant-time comparison of the bearer token with the key. */
@@ -118,8 +130,11 @@ static int key_ok(const http_server *h, struct MHD_Connection *mc) {
     const char *want = h->c.api_key;
     if (!want || !*want) return 1;
     const char *auth = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Authorization");
-    if (!auth || strncasecmp(auth, "Bearer ", 7)) return 0;
-    const char *got = auth + 7;
+    const char *xkey = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "x-api-key"); /* Anthropic's clients */
+    const char *got;
+    if (auth && !strncasecmp(auth, "Bearer ", 7)) got = auth + 7;
+    else if (xkey) got = xkey;
+    else return 0;
     const size_t gl = strlen(got), wl = strlen(want);
     unsigned diff = gl != wl;
     for (size_t i = 0; i < wl; i++) diff |= (unsigned char)want[i] ^ (unsigned char)(i < gl ? got[i] : 0);
@@ -149,10 +164,17 @@ static void new_id(http_server *h, const char *prefix, char *out, size_t n) {
     snprintf(out, n, "%s-%llx%04llx", prefix, (unsigned long long)time(NULL), (unsigned long long)(k & 0xffff));
 }
 
+/* 1 when name is one of the served model ids (--alias). */
+static int model_known(const http_server *h, const char *name) {
+    for (int i = 0; i < h->c.n_models; i++)
+        if (!strcmp(name, h->c.model_ids[i])) return 1;
+    return 0;
+}
+
 static int model_ok(const http_server *h, const request *r, req_error *e) {
-    if (!r->model || !strcmp(r->model, h->c.model_id)) return 0;
+    if (!r->model || model_known(h, r->model)) return 0;
     return req_fail(e, 404, "invalid_request_error", "model_not_found", "model",
-                    "the model '%.200s' does not exist; this server serves '%.200s'", r->model, h->c.model_id);
+                    "the model '%.200s' does not exist; this server serves '%.200s'", r->model, h->c.model_ids[0]);
 }
 
 /* ===== slow clients: deadline, per-address and total limits (http.h) ===== */
@@ -330,32 +352,61 @@ static int build_prompt(http_server *h, const request *r, job *j, req_error *e) 
     return 0;
 }
 
-static job *make_job(http_server *h, request *r, req_error *e) {
-    job *j = job_new();
-    if (!j) { req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory"); return NULL; }
-    j->kind = r->kind;
-    if (build_prompt(h, r, j, e)) { job_release(NULL, j); return NULL; }
-    strata_gen_opts go = r->go;
-    go.max_tokens = r->max_tokens ? r->max_tokens : h->c.ctx - j->n_prompt;
-    go.stop_at_end = 1;
-    go.grammar = r->grammar; /* the job owns it now */
-    r->grammar = NULL;
-    j->go = go;
-    for (int i = 0; i < r->n_stop; i++) {
-        memcpy(j->stop[i], r->stop[i], r->stop_len[i]);
-        j->stop[i][r->stop_len[i]] = 0;
-        j->stop_len[i] = r->stop_len[i];
-    }
-    j->n_stop = r->n_stop;
-    return j;
+/* A request's seed: its own, or one drawn from the server's random source
+ * (returned in the answer, so any answer can be reproduced). */
+static uint64_t draw_seed(http_server *h) {
+    uint64_t x = atomic_fetch_add(&h->seed_state, 0x9E3779B97F4A7C15ULL);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return (x ^ (x >> 31)) & (((uint64_t)1 << 53) - 1); /* exact in a JSON double too */
 }
 
-/* OpenAI's usage, with the prompt tokens the prefix cache restored as
- * prompt_tokens_details.cached_tokens. */
-static json_t *usage_json(const job *j) {
-    return json_pack("{s:I,s:I,s:I,s:{s:I}}", "prompt_tokens", (json_int_t)j->n_prompt, "completion_tokens", (json_int_t)j->n_gen,
-                     "total_tokens", (json_int_t)(j->n_prompt + j->n_gen), "prompt_tokens_details", "cached_tokens",
-                     (json_int_t)j->n_cached);
+/* The jobs of r: one per choice, each with seed + index; *n set. */
+static int make_jobs(http_server *h, request *r, const char *rid, job **jobs, int *n, uint64_t *seed, req_error *e) {
+    *n = 0;
+    *seed = r->has_seed ? r->go.seed : draw_seed(h);
+    for (int k = 0; k < r->n; k++) {
+        job *j = job_new();
+        if (!j) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+        jobs[(*n)++] = j;
+        j->kind = r->kind;
+        snprintf(j->rid, sizeof j->rid, "%s", rid);
+        if (k == 0 && build_prompt(h, r, j, e)) return -1;
+        if (k) {
+            j->thinking = jobs[0]->thinking;
+            j->n_prompt = jobs[0]->n_prompt; /* members use the leader's prompt */
+        }
+        strata_gen_opts go = r->go;
+        if (!r->has_temp && h->c.default_temp >= 0) go.temp = h->c.default_temp;
+        if (!r->has_top_p && h->c.default_top_p > 0) go.top_p = h->c.default_top_p;
+        go.max_tokens = r->max_tokens ? r->max_tokens : h->c.ctx - jobs[0]->n_prompt;
+        go.stop_at_end = 1;
+        go.seed = *seed + (uint64_t)k;
+        /* the leader owns the grammar; members borrow it once grouped (a member
+         * holds its leader until it is destroyed: sched.c job_destroy) */
+        go.grammar = k ? NULL : r->grammar;
+        if (!k) r->grammar = NULL;
+        j->go = go;
+        for (int i = 0; i < r->n_stop; i++) {
+            memcpy(j->stop[i], r->stop[i], r->stop_len[i]);
+            j->stop[i][r->stop_len[i]] = 0;
+            j->stop_len[i] = r->stop_len[i];
+        }
+        j->n_stop = r->n_stop;
+    }
+    if (*n > 1 && job_group(jobs, *n)) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    for (int k = 1; k < *n; k++) jobs[k]->go.grammar = jobs[0]->go.grammar;
+    return 0;
+}
+
+static void release_jobs(http_server *h, job **jobs, int n) {
+    for (int k = n - 1; k >= 0; k--) job_release(h->s, jobs[k]);
+}
+
+/* The model identity as OpenAI's system_fingerprint ("" while loading). */
+static void fingerprint(http_server *h, char *out, size_t n) {
+    if (sched_state(h->s) == 1) snprintf(out, n, "strata-%s-%016llx", STRATA_VERSION, (unsigned long long)sched_info(h->s)->identity);
+    else snprintf(out, n, "strata-%s", STRATA_VERSION);
 }
 
 /* ===== streaming ===== */
@@ -363,19 +414,26 @@ static json_t *usage_json(const job *j) {
 typedef struct stream {
     http_server *h;
     struct MHD_Connection *mc;
-    job *j;
-    int kind, include_usage, thinking;
-    char id[48];
+    job *jobs[REQ_MAX_N];
+    int n;
+    int kind, include_usage;
+    char id[48], model[256], fp[64];
     long long created;
-    int stage;                 /* 0 role chunk next, 1 text, 2 done ([DONE] queued) */
-    size_t sent_content, sent_reasoning;
+    uint64_t seed;
+    int stage;                 /* 0 role chunks next, 1 text, 2 done ([DONE] queued) */
+    int ended[REQ_MAX_N];      /* finish chunk sent */
+    size_t sent_content[REQ_MAX_N], sent_reasoning[REQ_MAX_N], sent_lp[REQ_MAX_N], text_off[REQ_MAX_N];
+    unsigned seen_ver;
+    int anth;                  /* /v1/messages: Anthropic's events */
+    anth_stream as;
+    double t_last;             /* when something was last sent (the progress comments) */
     req_buf out;
     size_t out_off;
 } stream;
 
 static json_t *chunk_base(const stream *st) {
-    return json_pack("{s:s,s:s,s:I,s:s}", "id", st->id, "object", st->kind == REQ_CHAT ? "chat.completion.chunk" : "text_completion",
-                     "created", (json_int_t)st->created, "model", st->h->c.model_id);
+    return json_pack("{s:s,s:s,s:I,s:s,s:s,s:I}", "id", st->id, "object", st->kind == REQ_CHAT ? "chat.completion.chunk" : "text_completion",
+                     "created", (json_int_t)st->created, "model", st->model, "system_fingerprint", st->fp, "seed", (json_int_t)st->seed);
 }
 
 static void emit(stream *st, json_t *chunk) {
@@ -387,80 +445,123 @@ static void emit(stream *st, json_t *chunk) {
     req_buf_add(&st->out, txt, strlen(txt));
     req_buf_add(&st->out, "\n\n", 2);
     strata_free(txt);
+    st->t_last = strata_now();
 }
 
-/* One chunk carrying delta text (chat: content or reasoning_content) or the finish reason. */
-static void emit_choice(stream *st, const char *field, const char *text, size_t len, const char *finish) {
+/* One chunk of choice k carrying delta text (chat: content or reasoning_content),
+ * its new logprobs (lp, stolen; NULL: null) or the finish reason. */
+static void emit_choice(stream *st, int k, const char *field, const char *text, size_t len, json_t *lp, const char *finish) {
     json_t *c = chunk_base(st), *choice;
+    if (!lp) lp = json_null();
     if (st->kind == REQ_CHAT) {
         json_t *delta = json_object();
         if (field) json_object_set_new(delta, field, json_stringn(text, len));
-        choice = json_pack("{s:i,s:o,s:n,s:o}", "index", 0, "delta", delta, "logprobs",
+        choice = json_pack("{s:i,s:o,s:o,s:o}", "index", k, "delta", delta, "logprobs", lp,
                            "finish_reason", finish ? json_string(finish) : json_null());
     } else {
-        choice = json_pack("{s:s%,s:i,s:n,s:o}", "text", field ? text : "", field ? len : (size_t)0, "index", 0, "logprobs",
+        choice = json_pack("{s:s%,s:i,s:o,s:o}", "text", field ? text : "", field ? len : (size_t)0, "index", k, "logprobs", lp,
                            "finish_reason", finish ? json_string(finish) : json_null());
     }
     json_object_set_new(c, "choices", json_pack("[o]", choice));
     emit(st, c);
 }
 
-/* Moves whatever the job has produced since the last call into st->out. */
+/* Choice k's new text and logprobs into st->out (its mutex held). */
+static void collect_one(stream *st, int k) {
+    job *j = st->jobs[k];
+    json_t *lp = NULL;
+    if (j->go.logprobs && j->n_lp > st->sent_lp[k] && (j->content.n > st->sent_content[k] || j->finished)) {
+        lp = oai_logprobs(st->h->tk, st->kind, j->lp + st->sent_lp[k], j->n_lp - st->sent_lp[k], &st->text_off[k]);
+        st->sent_lp[k] = j->n_lp;
+    }
+    if (j->reasoning.n > st->sent_reasoning[k]) {
+        emit_choice(st, k, "reasoning_content", j->reasoning.p + st->sent_reasoning[k], j->reasoning.n - st->sent_reasoning[k], NULL, NULL);
+        st->sent_reasoning[k] = j->reasoning.n;
+    }
+    if (j->content.n > st->sent_content[k] || lp) {
+        emit_choice(st, k, st->kind == REQ_CHAT ? "content" : "text", j->content.p ? j->content.p + st->sent_content[k] : "",
+                    j->content.n - st->sent_content[k], lp, NULL);
+        st->sent_content[k] = j->content.n;
+    }
+    if (j->finished && !st->ended[k]) {
+        st->ended[k] = 1;
+        if (!j->err_status) emit_choice(st, k, NULL, NULL, 0, NULL, j->finish_reason);
+    }
+}
+
+/* Moves whatever the jobs have produced since the last call into st->out;
+ * while the prompt is evaluated, a comment line every progress interval. */
 static void stream_collect(stream *st) {
-    job *j = st->j;
-    pthread_mutex_lock(&j->mu);
-    for (;;) {
-        const int fresh = j->content.n > st->sent_content || j->reasoning.n > st->sent_reasoning;
-        if (fresh || j->finished || st->stage == 0) break;
-        wait_slice(j);
+    job *lead = st->jobs[0];
+    pthread_mutex_lock(&lead->mu);
+    while (st->stage != 0 && lead->ver == st->seen_ver) {
+        wait_slice(lead);
         if (peer_gone(st->mc)) {
-            pthread_mutex_unlock(&j->mu);
-            sched_cancel(st->h->s, j);
+            pthread_mutex_unlock(&lead->mu);
+            sched_cancel(st->h->s, lead);
             st->out.oom = 1; /* the caller ends the stream with an error */
             return;
         }
+        const double now = strata_now();
+        if (st->h->c.progress_s > 0 && now - st->t_last >= st->h->c.progress_s && lead->prompt_done < lead->n_prompt && lead->n_gen == 0) {
+            /* an SSE comment: clients skip it, proxies and idle timers see bytes */
+            req_buf_addf(&st->out, ": prefill %lld/%lld\n\n", (long long)lead->prompt_done, (long long)lead->n_prompt);
+            st->t_last = now;
+            pthread_mutex_unlock(&lead->mu);
+            return;
+        }
     }
-    const int finished = j->finished;
+    st->seen_ver = lead->ver;
+    if (st->anth) {
+        st->stage = 1;
+        anth_stream_events(&st->as, lead, st->id, st->model, &st->out);
+        if (st->as.done) {
+            st->stage = 2;
+            metrics_request(st->h->mt, "/v1/messages", lead->err_status ? lead->err_status : 200);
+        }
+        pthread_mutex_unlock(&lead->mu);
+        return;
+    }
+    pthread_mutex_unlock(&lead->mu);
     if (st->stage == 0) {
         st->stage = 1;
-        if (st->kind == REQ_CHAT) {
+        for (int k = 0; k < st->n && st->kind == REQ_CHAT; k++) {
             json_t *c = chunk_base(st);
-            json_t *choice = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", 0, "delta", "role", "assistant", "content", "",
+            json_t *choice = json_pack("{s:i,s:{s:s,s:s},s:n,s:n}", "index", k, "delta", "role", "assistant", "content", "",
                                        "logprobs", "finish_reason");
             json_object_set_new(c, "choices", json_pack("[o]", choice));
             emit(st, c);
         }
     }
-    if (j->reasoning.n > st->sent_reasoning) {
-        emit_choice(st, "reasoning_content", j->reasoning.p + st->sent_reasoning, j->reasoning.n - st->sent_reasoning, NULL);
-        st->sent_reasoning = j->reasoning.n;
+    int all = 1, failed = -1;
+    for (int k = 0; k < st->n; k++) {
+        job *j = st->jobs[k];
+        pthread_mutex_lock(&j->mu);
+        collect_one(st, k);
+        all &= j->finished;
+        if (j->finished && j->err_status && failed < 0) failed = k;
+        pthread_mutex_unlock(&j->mu);
     }
-    if (j->content.n > st->sent_content) {
-        emit_choice(st, st->kind == REQ_CHAT ? "content" : "text", j->content.p + st->sent_content, j->content.n - st->sent_content, NULL);
-        st->sent_content = j->content.n;
+    if (!all && failed < 0) return;
+    if (failed >= 0) {
+        job *j = st->jobs[failed];
+        req_error e;
+        req_fail(&e, j->err_status, "server_error", NULL, NULL, "%s", j->err_msg);
+        json_t *ej = error_json(&e);
+        char *txt = ej ? json_dumps(ej, JSON_COMPACT) : NULL;
+        json_decref(ej);
+        if (txt) { req_buf_addf(&st->out, "data: %s\n\n", txt); strata_free(txt); }
+        if (!all) sched_cancel(st->h->s, lead);
+    } else if (st->include_usage) {
+        json_t *c = chunk_base(st);
+        json_object_set_new(c, "choices", json_array());
+        json_object_set_new(c, "usage", oai_usage(st->jobs, st->n));
+        emit(st, c);
     }
-    if (finished) {
-        if (j->err_status) {
-            req_error e;
-            req_fail(&e, j->err_status, "server_error", NULL, NULL, "%s", j->err_msg);
-            json_t *ej = error_json(&e);
-            char *txt = ej ? json_dumps(ej, JSON_COMPACT) : NULL;
-            json_decref(ej);
-            if (txt) { req_buf_addf(&st->out, "data: %s\n\n", txt); strata_free(txt); }
-        } else {
-            emit_choice(st, NULL, NULL, 0, j->finish_reason);
-            if (st->include_usage) {
-                json_t *c = chunk_base(st);
-                json_object_set_new(c, "choices", json_array());
-                json_object_set_new(c, "usage", usage_json(j));
-                emit(st, c);
-            }
-        }
-        req_buf_add(&st->out, "data: [DONE]\n\n", 14);
-        st->stage = 2;
-        metrics_request(st->h->mt, st->kind == REQ_CHAT ? "/v1/chat/completions" : "/v1/completions", j->err_status ? j->err_status : 200);
-    }
-    pthread_mutex_unlock(&j->mu);
+    req_buf_add(&st->out, "data: [DONE]\n\n", 14);
+    st->stage = 2;
+    metrics_request(st->h->mt, st->kind == REQ_CHAT ? "/v1/chat/completions" : "/v1/completions",
+                    failed >= 0 ? st->jobs[failed]->err_status : 200);
 }
 
 static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
@@ -485,24 +586,52 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max) {
 static void stream_free(void *cls) {
     stream *st = cls;
     if (st->stage != 2) { /* the client went away before the end */
-        sched_cancel(st->h->s, st->j);
-        metrics_request(st->h->mt, st->kind == REQ_CHAT ? "/v1/chat/completions" : "/v1/completions", 499);
+        sched_cancel(st->h->s, st->jobs[0]);
+        metrics_request(st->h->mt, st->anth ? "/v1/messages" : st->kind == REQ_CHAT ? "/v1/chat/completions" : "/v1/completions", 499);
     }
-    job_release(st->h->s, st->j);
+    release_jobs(st->h, st->jobs, st->n);
     req_buf_free(&st->out);
     strata_free(st);
 }
 
 /* ===== endpoints ===== */
 
+/* Waits until every job finished (0) or the client went away (-1, cancelled). */
+static int wait_jobs(http_server *h, struct MHD_Connection *mc, job *const *jobs, int n) {
+    job *lead = jobs[0];
+    for (;;) {
+        int all = 1;
+        for (int k = 0; k < n; k++) {
+            pthread_mutex_lock(&jobs[k]->mu);
+            all &= jobs[k]->finished;
+            pthread_mutex_unlock(&jobs[k]->mu);
+        }
+        if (all) return 0;
+        pthread_mutex_lock(&lead->mu);
+        const unsigned v = lead->ver;
+        while (lead->ver == v && !peer_gone(mc)) wait_slice(lead);
+        pthread_mutex_unlock(&lead->mu);
+        if (peer_gone(mc)) {
+            sched_cancel(h->s, lead);
+            return -1;
+        }
+    }
+}
+
 static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, conn *k) {
     request r;
     req_error e;
-    const int kind = k->route == R_CHAT ? REQ_CHAT : REQ_COMPLETION;
-    if (request_parse(&r, kind, (const uint8_t *)k->body.p, k->body.n, &e)) return respond_error(h, mc, k->endpoint, &e);
-    job *j = NULL;
-    if (model_ok(h, &r, &e) || !(j = make_job(h, &r, &e)) || sched_submit(h->s, j, &e)) {
-        job_release(NULL, j);
+    const int anth = k->route == R_MESSAGES, kind = k->route == R_COMPL ? REQ_COMPLETION : REQ_CHAT;
+    if (anth ? anth_parse(&r, (const uint8_t *)k->body.p, k->body.n, &e) : request_parse(&r, kind, (const uint8_t *)k->body.p, k->body.n, &e))
+        return respond_error(h, mc, k->endpoint, &e);
+    char id[48], model[256];
+    new_id(h, anth ? "msg" : kind == REQ_CHAT ? "chatcmpl" : "cmpl", id, sizeof id);
+    snprintf(model, sizeof model, "%s", r.model ? r.model : h->c.model_ids[0]);
+    job *jobs[REQ_MAX_N];
+    int n = 0;
+    uint64_t seed = 0;
+    if (model_ok(h, &r, &e) || make_jobs(h, &r, id, jobs, &n, &seed, &e) || sched_submit(h->s, jobs[0], &e)) {
+        release_jobs(h, jobs, n);
         request_free(&r);
         return respond_error(h, mc, k->endpoint, &e);
     }
@@ -512,62 +641,50 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
     atomic_fetch_add(&h->inflight, 1);
     const int stream_mode = r.stream, include_usage = r.include_usage;
     request_free(&r);
-    char id[48];
-    new_id(h, kind == REQ_CHAT ? "chatcmpl" : "cmpl", id, sizeof id);
     if (stream_mode) {
         stream *st = strata_calloc(1, sizeof *st);
         struct MHD_Response *resp = st ? MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, st, stream_free) : NULL;
         if (!resp) {
             strata_free(st);
-            sched_cancel(h->s, j);
-            job_release(h->s, j);
+            sched_cancel(h->s, jobs[0]);
+            release_jobs(h, jobs, n);
             req_fail(&e, 500, "server_error", "out_of_memory", NULL, "out of memory");
             return respond_error(h, mc, k->endpoint, &e);
         }
-        *st = (stream){.h = h, .mc = mc, .j = j, .kind = kind, .include_usage = include_usage, .thinking = j->thinking,
-                       .created = (long long)time(NULL)};
+        *st = (stream){.h = h, .mc = mc, .n = n, .kind = kind, .include_usage = include_usage, .created = (long long)time(NULL),
+                       .seed = seed, .t_last = strata_now(), .anth = anth};
+        memcpy(st->jobs, jobs, (size_t)n * sizeof *jobs);
         snprintf(st->id, sizeof st->id, "%s", id);
+        snprintf(st->model, sizeof st->model, "%s", model);
+        fingerprint(h, st->fp, sizeof st->fp);
         MHD_add_response_header(resp, "Content-Type", "text/event-stream");
         MHD_add_response_header(resp, "Cache-Control", "no-cache");
+        cors_headers(h, resp);
         enum MHD_Result ok = MHD_queue_response(mc, 200, resp);
         MHD_destroy_response(resp);
         return ok;
     }
-    /* wait for the whole answer, watching the socket */
-    pthread_mutex_lock(&j->mu);
-    while (!j->finished) {
-        wait_slice(j);
-        if (!j->finished && peer_gone(mc)) {
-            pthread_mutex_unlock(&j->mu);
-            sched_cancel(h->s, j);
-            job_release(h->s, j);
-            metrics_request(h->mt, k->endpoint, 499);
-            return MHD_NO; /* closes the connection */
-        }
+    if (wait_jobs(h, mc, jobs, n)) {
+        release_jobs(h, jobs, n);
+        metrics_request(h->mt, k->endpoint, 499);
+        return MHD_NO; /* closes the connection */
     }
-    pthread_mutex_unlock(&j->mu);
     MHD_set_connection_option(mc, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)h->c.timeout_s);
-    json_t *out;
+    json_t *out = NULL;
     int status = 200;
-    if (j->err_status) {
-        req_fail(&e, j->err_status, j->err_status < 500 ? "invalid_request_error" : "server_error", NULL, NULL, "%s", j->err_msg);
-        status = e.status;
-        out = error_json(&e);
-    } else {
-        json_t *choice;
-        if (kind == REQ_CHAT) {
-            json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->content.p ? j->content.p : "", j->content.n);
-            if (j->thinking)
-                json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
-            choice = json_pack("{s:i,s:o,s:n,s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", j->finish_reason);
-        } else {
-            choice = json_pack("{s:s%,s:i,s:n,s:s}", "text", j->content.p ? j->content.p : "", j->content.n, "index", 0,
-                               "logprobs", "finish_reason", j->finish_reason);
+    for (int i = 0; i < n && !out; i++)
+        if (jobs[i]->err_status) {
+            req_fail(&e, jobs[i]->err_status, jobs[i]->err_status < 500 ? "invalid_request_error" : "server_error", NULL, NULL, "%s",
+                     jobs[i]->err_msg);
+            status = e.status;
+            out = anth ? anth_error_json(&e) : error_json(&e);
         }
-        out = json_pack("{s:s,s:s,s:I,s:s,s:[o],s:o}", "id", id, "object", kind == REQ_CHAT ? "chat.completion" : "text_completion",
-                        "created", (json_int_t)time(NULL), "model", h->c.model_id, "choices", choice, "usage", usage_json(j));
+    if (!out) {
+        char fp[64];
+        fingerprint(h, fp, sizeof fp);
+        out = anth ? anth_message_json(jobs[0], id, model) : oai_answer(h->tk, kind, jobs, n, id, model, fp, seed);
     }
-    job_release(h->s, j);
+    release_jobs(h, jobs, n);
     return respond_json(h, mc, k->endpoint, status, out);
 }
 
@@ -614,8 +731,8 @@ static enum MHD_Result do_tokenize(http_server *h, struct MHD_Connection *mc, co
     return respond_json(h, mc, k->endpoint, 200, out);
 }
 
-static json_t *model_json(const http_server *h) {
-    return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", h->c.model_id, "object", "model", "created", (json_int_t)0, "owned_by", "strata",
+static json_t *model_json(const http_server *h, const char *id) {
+    return json_pack("{s:s,s:s,s:I,s:s,s:I}", "id", id, "object", "model", "created", (json_int_t)0, "owned_by", "strata",
                      "max_model_len", (json_int_t)h->c.ctx);
 }
 
@@ -636,7 +753,8 @@ static int route(const char *method, const char *url, const char **endpoint, int
     static const struct { const char *path, *method; int r; } k_routes[] = {
         {"/v1/chat/completions", "POST", R_CHAT}, {"/v1/completions", "POST", R_COMPL}, {"/v1/models", "GET", R_MODELS},
         {"/tokenize", "POST", R_TOKENIZE},        {"/detokenize", "POST", R_DETOKENIZE}, {"/health", "GET", R_HEALTH},
-        {"/metrics", "GET", R_METRICS},           {"/", "GET", R_PAGE},
+        {"/metrics", "GET", R_METRICS},           {"/", "GET", R_PAGE},                  {"/slots", "GET", R_SLOTS},
+        {"/v1/messages", "POST", R_MESSAGES},
     };
     *method_ok = 1;
     for (size_t i = 0; i < sizeof k_routes / sizeof *k_routes; i++)
@@ -668,6 +786,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         int method_ok;
         const char *allow = NULL;
         k->route = route(method, url, &k->endpoint, &method_ok, &allow);
+        if (h->c.cors && !strcmp(method, "OPTIONS") && k->route != R_NONE) { /* a CORS preflight */
+            struct MHD_Response *r = MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+            if (!r) return MHD_NO;
+            cors_headers(h, r);
+            MHD_add_response_header(r, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            MHD_add_response_header(r, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version, anthropic-beta");
+            MHD_add_response_header(r, "Access-Control-Max-Age", "86400");
+            enum MHD_Result ok = MHD_queue_response(mc, 204, r);
+            MHD_destroy_response(r);
+            metrics_request(h->mt, k->endpoint, 204);
+            return ok;
+        }
         /* headers over HTTP_MAX_HEADER: 431 here, as JSON (the connection's
          * memory pool is larger, so libmicrohttpd's own HTML 431 only comes
          * for headers near HTTP_POOL_BYTES) */
@@ -704,6 +834,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
             req_fail(&e, 401, "invalid_request_error", "invalid_api_key", NULL, "a valid API key is required (Authorization: Bearer KEY)");
             return respond_error(h, mc, k->endpoint, &e);
         }
+        /* a body that is not declared JSON: a browser's form post from another
+         * site needs no preflight, so without --cors it is refused */
+        const char *ct = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Type");
+        if (!h->c.cors && !strcmp(method, "POST") && ct && strncasecmp(ct, "application/json", 16)) {
+            req_fail(&e, 415, "invalid_request_error", "unsupported_media_type", NULL,
+                     "the body must be JSON (Content-Type: application/json; got '%.100s')", ct);
+            return respond_error(h, mc, k->endpoint, &e);
+        }
         const char *cl = MHD_lookup_connection_value(mc, MHD_HEADER_KIND, "Content-Length");
         int64_t n;
         if (cl && (strata_parse_i64(cl, 0, INT64_MAX, &n) || (uint64_t)n > h->c.max_body)) {
@@ -733,14 +871,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *mc, const ch
         req_buf_free(&b);
         return ok;
     }
-    case R_MODELS:
-        return respond_json(h, mc, k->endpoint, 200, json_pack("{s:s,s:[o]}", "object", "list", "data", model_json(h)));
+    case R_MODELS: {
+        json_t *a = json_array();
+        for (int i = 0; i < h->c.n_models; i++) json_array_append_new(a, model_json(h, h->c.model_ids[i]));
+        return respond_json(h, mc, k->endpoint, 200, json_pack("{s:s,s:o}", "object", "list", "data", a));
+    }
     case R_MODEL:
-        if (strcmp(url + 11, h->c.model_id)) {
+        if (!model_known(h, url + 11)) {
             req_fail(&e, 404, "invalid_request_error", "model_not_found", "model", "the model '%.200s' does not exist", url + 11);
             return respond_error(h, mc, k->endpoint, &e);
         }
-        return respond_json(h, mc, k->endpoint, 200, model_json(h));
+        return respond_json(h, mc, k->endpoint, 200, model_json(h, url + 11));
+    case R_SLOTS:
+        if (state != 1) break;
+        return respond_json(h, mc, k->endpoint, 200, sched_slots_json(h->s));
     default:
         break;
     }
@@ -790,6 +934,7 @@ int http_start(http_server **out, const http_cfg *c, sched *s, strata_tokenizer 
     atomic_init(&h->next_id, 1);
     atomic_init(&h->inflight, 0);
     atomic_init(&h->reaper_stop, 0);
+    atomic_init(&h->seed_state, (uint64_t)time(NULL) * 0x2545F4914F6CDD1DULL ^ (uint64_t)getpid() ^ (uint64_t)(uintptr_t)h);
     pthread_mutex_init(&h->cmu, NULL);
     h->d = MHD_start_daemon(flags, (uint16_t)c->port, NULL, NULL, on_request, h,
                             MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,

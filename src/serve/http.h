@@ -40,7 +40,11 @@ typedef struct http_cfg {
     const char *host;        /* numeric IPv4 or IPv6 address */
     int port;                /* 0 = any free port (http_port says which) */
     const char *api_key;     /* NULL or "": no key needed */
-    const char *model_id;    /* what /v1/models lists and requests may name */
+    const char *const *model_ids; /* (n_models) what /v1/models lists and requests may name; [0] is the default */
+    int n_models;
+    const char *cors;        /* NULL: no CORS; else the Access-Control-Allow-Origin of every answer */
+    double progress_s;
+    double default_temp, default_top_p; /* for requests without them; < 0: none */       /* seconds between a stream's ": prefill DONE/TOTAL" comments (0: none) */
     size_t max_body;         /* bytes */
     int timeout_s;           /* idle / slow-request timeout (silence) */
     int request_timeout_s;   /* a request's headers and body must all arrive within this */

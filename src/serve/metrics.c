@@ -28,6 +28,7 @@ struct metrics {
     uint64_t spec_drafted, spec_accepted, spec_verifies;
     double step_seconds;
     int queued, active, parallel;
+    int64_t prefill_reqs, prefill_done, prefill_total; /* after the last step */
     strata_stats st;
     hist ttft, itl, rows;
 };
@@ -107,6 +108,14 @@ void metrics_gauges(metrics *mt, int queued, int active, int parallel) {
     mt->queued = queued;
     mt->active = active;
     mt->parallel = parallel;
+    pthread_mutex_unlock(&mt->mu);
+}
+
+void metrics_prefill(metrics *mt, int64_t requests, int64_t done, int64_t total) {
+    pthread_mutex_lock(&mt->mu);
+    mt->prefill_reqs = requests;
+    mt->prefill_done = done;
+    mt->prefill_total = total;
     pthread_mutex_unlock(&mt->mu);
 }
 
@@ -196,6 +205,12 @@ void metrics_render(metrics *mt, req_buf *b) {
                  (unsigned long long)mt->rejected_queue, (unsigned long long)mt->rejected_draining,
                  (unsigned long long)mt->prompt_tokens, (unsigned long long)mt->completion_tokens, mt->queued, mt->active,
                  mt->parallel, (unsigned long long)mt->steps, mt->step_seconds);
+    req_buf_addf(b,
+                 "# HELP strata_prefill_requests Requests evaluating their prompt now.\n"
+                 "# TYPE strata_prefill_requests gauge\nstrata_prefill_requests %lld\n"
+                 "# HELP strata_prefill_tokens Prompt tokens of the requests evaluating their prompt, by progress.\n"
+                 "# TYPE strata_prefill_tokens gauge\nstrata_prefill_tokens{of=\"done\"} %lld\nstrata_prefill_tokens{of=\"total\"} %lld\n",
+                 (long long)mt->prefill_reqs, (long long)mt->prefill_done, (long long)mt->prefill_total);
     stats_render(b, &mt->st);
     req_buf_addf(b,
                  "# HELP strata_spec_drafted_tokens_total Tokens drafted for speculative decoding (finished requests).\n"

@@ -21,6 +21,8 @@ void metrics_ttft(metrics *mt, double seconds);
 void metrics_itl(metrics *mt, double seconds);
 /* One engine step: rows evaluated, wall seconds. */
 void metrics_step(metrics *mt, int64_t rows, double seconds);
+/* Requests still evaluating their prompt after a step: how many, prompt tokens done and in all. */
+void metrics_prefill(metrics *mt, int64_t requests, int64_t done, int64_t total);
 void metrics_gauges(metrics *mt, int queued, int active, int parallel);
 void metrics_model(metrics *mt, const strata_stats *st);
 void metrics_rejected(metrics *mt, const char *why); /* "queue_full", "draining", ... */

@@ -112,6 +112,16 @@ size_t req_utf8_valid_prefix(const char *s, size_t n) {
 
 /* ===== field helpers ===== */
 
+int req_effort(const char *v) {
+    static const struct { const char *name; int effort; } k_map[] = {
+        {"none", STRATA_CHAT_THINK_OFF}, {"minimal", STRATA_CHAT_THINK_LOW}, {"low", STRATA_CHAT_THINK_LOW},
+        {"medium", STRATA_CHAT_THINK_HIGH}, {"high", STRATA_CHAT_THINK_HIGH}, {"max", STRATA_CHAT_THINK_MAX},
+    };
+    for (size_t i = 0; i < sizeof k_map / sizeof *k_map; i++)
+        if (!strcmp(v, k_map[i].name)) return k_map[i].effort;
+    return -1;
+}
+
 /* A string field without NUL bytes (strata_chat_render takes C strings). */
 static int get_cstr(const json_t *v, const char *name, const char **out, req_error *e) {
     if (!json_is_string(v)) return BAD(e, name, "'%s' must be a string", name);
@@ -291,8 +301,10 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
         if (get_int(f, key, 1, (int64_t)1 << 32, &x, e)) return -1;
         if (!strcmp(key, "max_completion_tokens") || !r->max_tokens) r->max_tokens = x;
     } else if (!strcmp(key, "temperature")) {
+        r->has_temp = 1;
         return get_param(f, key, STRATA_PARAM_TEMP, &r->go.temp, e);
     } else if (!strcmp(key, "top_p")) {
+        r->has_top_p = 1;
         return get_param(f, key, STRATA_PARAM_TOP_P, &r->go.top_p, e);
     } else if (!strcmp(key, "top_k")) {
         /* -1: off, as 0 (the clients' convention) */
@@ -308,9 +320,13 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
     } else if (!strcmp(key, "seed")) {
         if (get_int(f, key, INT64_MIN, INT64_MAX, &x, e)) return -1;
         r->go.seed = (uint64_t)x;
+        r->has_seed = 1;
     } else if (!strcmp(key, "stop")) {
         return parse_stop(r, f, e);
-    } else if (!strcmp(key, "n") || !strcmp(key, "best_of")) {
+    } else if (!strcmp(key, "n")) {
+        if (get_int(f, key, 1, REQ_MAX_N, &x, e)) return -1;
+        r->n = (int)x;
+    } else if (!strcmp(key, "best_of")) {
         if (get_int(f, key, 1, INT32_MAX, &x, e)) return -1;
         if (x != 1) return UNSUPPORTED(e, key, "'%s': only 1 is supported", key);
     } else if (!strcmp(key, "stream")) {
@@ -327,9 +343,22 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
         double d = 0;
         if (get_num(f, key, -2, 2, &d, e)) return -1;
         if (d != 0) return UNSUPPORTED(e, key, "'%s' is not supported (only 0)", key);
-    } else if (!strcmp(key, "logprobs") || !strcmp(key, "top_logprobs") || !strcmp(key, "echo")) {
-        if (json_is_false(f) || (json_is_integer(f) && json_integer_value(f) == 0 && strcmp(key, "echo"))) return 0;
-        return UNSUPPORTED(e, key, "'%s' is not supported", key);
+    } else if (!strcmp(key, "logprobs") && r->kind == REQ_CHAT) {
+        return get_bool(f, key, &r->go.logprobs, e);
+    } else if (!strcmp(key, "top_logprobs") && r->kind == REQ_CHAT) {
+        if (get_int(f, key, 0, STRATA_MAX_TOP_LOGPROBS, &x, e)) return -1;
+        r->go.top_logprobs = (int)x;
+    } else if (!strcmp(key, "logprobs")) { /* completions: the legacy integer */
+        if (get_int(f, key, 0, 5, &x, e)) return -1;
+        r->go.logprobs = 1;
+        r->go.top_logprobs = (int)x;
+    } else if (!strcmp(key, "echo")) {
+        if (!json_is_false(f)) return UNSUPPORTED(e, key, "'%s' is not supported", key);
+    } else if (!strcmp(key, "store") || !strcmp(key, "parallel_tool_calls")) {
+        int b;
+        return get_bool(f, key, &b, e); /* accepted and ignored: nothing is stored; no tools yet */
+    } else if (!strcmp(key, "metadata")) {
+        if (!json_is_object(f)) return BAD(e, key, "'metadata' must be an object");
     } else if (!strcmp(key, "logit_bias")) {
         if (!json_is_object(f) || json_object_size(f)) return UNSUPPORTED(e, key, "'logit_bias' is not supported");
     } else if (!strcmp(key, "user")) {
@@ -394,6 +423,7 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
     r->go = strata_gen_opts_default();
     r->go.seed = REQ_DEFAULT_SEED;
     r->effort = REQ_DEFAULT_EFFORT;
+    r->n = 1;
     /* all white space: jansson would say "line -1 column -1" */
     size_t k = 0;
     while (k < len && (body[k] == ' ' || body[k] == '\t' || body[k] == '\r' || body[k] == '\n')) k++;
@@ -442,15 +472,21 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
         } else if (kind == REQ_CHAT && !strcmp(key, "reasoning_effort")) {
             const char *v;
             if ((rc = get_cstr(f, key, &v, e))) break;
-            r->effort = !strcmp(v, "none") ? STRATA_CHAT_THINK_OFF : strata_chat_effort_parse(v);
-            if (r->effort < 0 || !strcmp(v, "off")) {
-                rc = BAD(e, key, "'reasoning_effort' must be low, high, max or none (K3 has no '%s')", v);
+            if ((r->effort = req_effort(v)) < 0) {
+                rc = BAD(e, key, "'reasoning_effort' must be none, minimal, low, medium, high or max (got '%s')", v);
                 break;
             }
         } else if ((kind == REQ_CHAT || kind == REQ_COMPLETION) && !strcmp(key, "response_format")) {
             if ((rc = parse_response_format(r, f, e))) break;
-        } else if (kind == REQ_CHAT && (!strcmp(key, "tools") || !strcmp(key, "tool_choice") || !strcmp(key, "functions") ||
-                                        !strcmp(key, "parallel_tool_calls"))) {
+        } else if (kind == REQ_CHAT && !strcmp(key, "tools")) {
+            if (!json_is_array(f)) { rc = BAD(e, key, "'tools' must be an array"); break; }
+            if (json_array_size(f)) { rc = UNSUPPORTED(e, key, "'tools' is not supported (only an empty list)"); break; }
+        } else if (kind == REQ_CHAT && !strcmp(key, "tool_choice")) {
+            if (!json_is_string(f) || (strcmp(json_string_value(f), "none") && strcmp(json_string_value(f), "auto"))) {
+                rc = UNSUPPORTED(e, key, "'tool_choice' is not supported (only \"none\" or \"auto\" without tools)");
+                break;
+            }
+        } else if (kind == REQ_CHAT && !strcmp(key, "functions")) {
             rc = UNSUPPORTED(e, key, "'%s' is not supported", key);
             break;
         } else if (kind == REQ_COMPLETION && !strcmp(key, "prompt")) {
@@ -468,6 +504,8 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
         const char *need = kind == REQ_CHAT ? "messages" : kind == REQ_COMPLETION ? "prompt" : kind == REQ_TOKENIZE ? "content" : "tokens";
         rc = BAD(e, need, "'%s' is required", need);
     }
+    if (!rc && r->go.top_logprobs && !r->go.logprobs)
+        rc = BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
     if (!rc && r->include_usage && !r->stream)
         rc = BAD(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
     if (rc) { request_free(r); return -1; }

@@ -64,6 +64,9 @@ typedef struct request {
     size_t stop_len[REQ_MAX_STOP];
     int n_stop;
     int stream, include_usage;
+    int n;                    /* choices (1 ..  REQ_MAX_N) */
+    int has_seed;             /* 0: the server draws one (and returns it) */
+    int has_temp, has_top_p;  /* 0: the server's defaults (generation_config.json) apply */
     int effort;               /* STRATA_CHAT_THINK_* (chat) */
     int parse_special;        /* tokenize: special-token text becomes its id */
     strata_grammar *grammar;  /* response_format json_object / json_schema, compiled (owned;
@@ -71,8 +74,12 @@ typedef struct request {
                                * the think channel, so the whole reply is the document */
 } request;
 
-#define REQ_DEFAULT_SEED 0      /* a request without `seed` still draws reproducibly */
-#define REQ_DEFAULT_EFFORT 3    /* STRATA_CHAT_THINK_MAX, as `strata chat` */
+#define REQ_DEFAULT_SEED 0      /* go.seed before the server draws one (has_seed 0) */
+#define REQ_DEFAULT_EFFORT 2    /* STRATA_CHAT_THINK_HIGH: what "medium", OpenAI's default, maps to */
+#define REQ_MAX_N 16            /* choices per request (the server also caps them at --parallel) */
+/* OpenAI's / Anthropic's effort names -> STRATA_CHAT_THINK_* (the nearest level
+ * K3 has: off, low, high, max), or -1. */
+int req_effort(const char *name);
 
 /* Parses and validates body as a request of kind. 0, or -1 with e filled (the
  * request is then empty; request_free is still safe). */

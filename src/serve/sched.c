@@ -37,6 +37,7 @@ struct sched {
     int64_t *drafted;                /* (parallel) drafted tokens before a step */
     int32_t end_ids[SCHED_MAX_END];
     int n_end;
+    strata_chat_ids ci;              /* the tokenizer's control ids (chat logprobs) */
     strata_model_info info;          /* after the load */
     strata_stats st_load;
 };
@@ -49,14 +50,22 @@ job *job_new(void) {
     pthread_mutex_init(&j->mu, NULL);
     pthread_cond_init(&j->cv, NULL);
     atomic_init(&j->cancelled, 0);
-    j->refs = 1;
+    atomic_init(&j->refs, 1);
     j->slot = -1;
+    j->n_group = 1;
+    j->notify = j;
+    j->stop_hit = -1;
     return j;
 }
 
+static void job_unref(job *j);
+
 static void job_destroy(job *j) {
+    if (j->notify != j) job_unref(j->notify); /* a member's hold on its leader */
+    strata_free(j->group);
+    strata_free(j->lp);
     strata_gen_free(j->g);
-    strata_grammar_free((strata_grammar *)j->go.grammar);
+    if (j->notify == j) strata_grammar_free((strata_grammar *)j->go.grammar); /* members borrow the leader's */
     strata_chat_follow_close(j->follow);
     strata_detok_close(j->ts);
     req_buf_free(&j->pend);
@@ -68,13 +77,38 @@ static void job_destroy(job *j) {
     strata_free(j);
 }
 
+static void job_unref(job *j) {
+    if (atomic_fetch_sub(&j->refs, 1) == 1) job_destroy(j);
+}
+
 void job_release(sched *s, job *j) {
-    if (!j) return;
-    int last;
-    if (s) pthread_mutex_lock(&s->mu);
-    last = --j->refs == 0;
-    if (s) pthread_mutex_unlock(&s->mu);
-    if (last) job_destroy(j);
+    (void)s;
+    if (j) job_unref(j);
+}
+
+int job_group(job **jobs, int n) {
+    job *lead = jobs[0];
+    lead->group = strata_calloc((size_t)n, sizeof *lead->group);
+    if (!lead->group) return -1;
+    for (int k = 0; k < n; k++) {
+        lead->group[k] = jobs[k];
+        jobs[k]->index = k;
+        jobs[k]->n_group = n;
+        if (k) {
+            jobs[k]->notify = lead;
+            atomic_fetch_add(&lead->refs, 1);
+        }
+    }
+    return 0;
+}
+
+/* After a change of j (its mu released): wakes whoever waits on j's group. */
+static void job_notify(job *j) {
+    job *w = j->notify;
+    pthread_mutex_lock(&w->mu);
+    w->ver++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
 }
 
 /* Marks j finished (reason "stop"/"length"), or failed with status and message. */
@@ -90,6 +124,7 @@ static void job_end(job *j, const char *reason, int status, const char *msg) {
     }
     pthread_cond_broadcast(&j->cv);
     pthread_mutex_unlock(&j->mu);
+    job_notify(j);
 }
 
 /* Publishes text of a channel (1 = reasoning, 0 = response/plain). */
@@ -98,6 +133,25 @@ static void job_publish(job *j, int reasoning, const char *p, size_t n) {
     pthread_mutex_lock(&j->mu);
     req_buf_add_utf8(reasoning ? &j->reasoning : &j->content, p, n);
     pthread_cond_broadcast(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    job_notify(j);
+}
+
+/* Records the log-probabilities of the token just sampled (inside the token
+ * callback). Grows amortised, like the text buffers; an allocation failure
+ * drops the entry (the text goes on). */
+static void job_logprob(job *j, strata_gen *g, int32_t id) {
+    lp_ent e;
+    e.id = id;
+    e.n_top = strata_gen_logprob(g, &e.lp, e.top_ids, e.top_lp);
+    if (e.n_top < 0) return;
+    pthread_mutex_lock(&j->mu);
+    if (j->n_lp == j->cap_lp) {
+        const size_t cap = j->cap_lp ? 2 * j->cap_lp : 16;
+        lp_ent *p = strata_realloc(j->lp, cap * sizeof *p);
+        if (p) { j->lp = p; j->cap_lp = cap; }
+    }
+    if (j->n_lp < j->cap_lp) j->lp[j->n_lp++] = e;
     pthread_mutex_unlock(&j->mu);
 }
 
@@ -113,7 +167,7 @@ static int job_text(job *j, const char *p, size_t n) {
     for (int k = 0; k < j->n_stop; k++) {
         const size_t L = j->stop_len[k];
         for (size_t i = 0; i + L <= j->pend.n && i < cut; i++)
-            if (!memcmp(j->pend.p + i, j->stop[k], L)) { cut = i; hit = 1; break; }
+            if (!memcmp(j->pend.p + i, j->stop[k], L)) { cut = i; hit = 1; j->stop_hit = k; break; }
     }
     if (!hit) {
         /* hold back the longest tail that is a proper prefix of a stop string */
@@ -145,10 +199,32 @@ static int is_end_id(const sched *s, int32_t id) {
     return 0;
 }
 
+/* The chat logprobs list the response channel's tokens: a channel tag's ids
+ * are recorded while the tag is open and taken back when it closes the
+ * response (a broken tag is text, and stays). */
+static void chat_logprob(sched *s, job *j, strata_gen *g, int32_t id, int ch_before, int ch_after, int rc) {
+    const strata_chat_ids *ci = &s->ci;
+    if (id == ci->open || id == ci->close) {
+        if (ch_before == STRATA_CHAT_CH_RESPONSE && !j->in_tag) { j->in_tag = 1; j->lp_mark = j->n_lp; }
+        return;
+    }
+    if (j->in_tag && id == ci->sep) {
+        j->in_tag = 0;
+        if (ch_after != STRATA_CHAT_CH_RESPONSE) {
+            pthread_mutex_lock(&j->mu);
+            j->n_lp = j->lp_mark;
+            pthread_mutex_unlock(&j->mu);
+        }
+        return;
+    }
+    if (rc == STRATA_EFORMAT) j->in_tag = 0;
+    if (ch_before == STRATA_CHAT_CH_RESPONSE && rc != 1 && id != ci->eos && id != ci->eom && id != ci->sep) job_logprob(j, g, id);
+}
+
 static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size_t len, const float *logits) {
     step_ctx *c = ud;
     job *j = strata_gen_user(g);
-    if (id < 0 || j->finished) return;
+    if (id < 0 || j->finished || j->pre) return; /* pre: the leader's prompt pass samples nothing kept */
     j->n_gen++;
     if (j->n_gen == 1) metrics_ttft(c->s->mt, c->now - j->t_submit);
     else metrics_itl(c->s->mt, c->now - j->t_prev);
@@ -158,12 +234,20 @@ static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size
     int ch = STRATA_CHAT_CH_RESPONSE, hit = 0, ended = 0;
     if (j->kind == REQ_CHAT) {
         /* a broken channel tag comes back as text in the current channel */
-        ended = strata_chat_follow_push(j->follow, id, &ch, &p, &n) == 1;
-    } else if (!is_end_id(c->s, id) && strata_detok_push(j->ts, id, &p, &n)) {
-        n = 0;
+        const int rc = strata_chat_follow_push(j->follow, id, &ch, &p, &n);
+        ended = rc == 1;
+        if (j->go.logprobs) chat_logprob(c->s, j, g, id, j->ch_last, ch, rc);
+        j->ch_last = ch;
+    } else {
+        if (j->go.logprobs) job_logprob(j, g, id);
+        if (!is_end_id(c->s, id) && strata_detok_push(j->ts, id, &p, &n)) n = 0;
     }
-    if (ch == STRATA_CHAT_CH_THINK) job_publish(j, 1, (const char *)p, n);
-    else hit = job_text(j, (const char *)p, n);
+    if (ch == STRATA_CHAT_CH_THINK) {
+        j->n_reasoning++;
+        job_publish(j, 1, (const char *)p, n);
+    } else {
+        hit = job_text(j, (const char *)p, n);
+    }
     if (hit) {
         job_end(j, "stop", 0, NULL);
     } else if (ended) { /* the turn is over even if its end id is not a stop id */
@@ -199,38 +283,96 @@ static void slot_clear(sched *s, int i) {
     j->g = NULL;
     s->slot[i] = NULL;
     s->n_active--;
-    if (--j->refs == 0) job_destroy(j);
+    job_unref(j);
 }
 
-/* Starts job j in free slot i: its generator over the slot's sequence. */
+/* Ends every unfinished member of j's group (j itself for one choice). */
+static void group_fail(job *j, int status, const char *msg) {
+    job *lead = j->notify;
+    const int n = lead->group ? lead->n_group : 1;
+    for (int k = 0; k < n; k++) job_end(lead->group ? lead->group[k] : lead, NULL, status, msg);
+}
+
+/* A generator for j over slot i's sequence: prompt[0, n), continuing the
+ * sequence (a member after its copy) or from empty. */
+static int job_gen(sched *s, job *j, const int32_t *prompt, int64_t n, const strata_gen_opts *go, int cont, char *err, size_t errlen) {
+    int rc = strata_gen_create(&j->g, s->seqs[j->slot], prompt, n, go, cont, err, errlen);
+    if (rc) return rc;
+    j->n_gen_prompt = n;
+    strata_gen_set_user(j->g, j);
+    return 0;
+}
+
+/* The leader's prompt (but its last token) is in: every member's sequence
+ * becomes a copy of the leader's and evaluates the last token itself, so each
+ * choice is what a single request with its seed gives (batch invariance). With
+ * a one-token prompt (no pass before) every member starts from empty. */
+static void group_fork(sched *s, job *lead) {
+    char err[512];
+    const int cont = lead->pre;
+    if (lead->pre) {
+        strata_gen_free(lead->g);
+        lead->g = NULL;
+        lead->pre = 0;
+    }
+    for (int k = 0; k < lead->n_group; k++) {
+        job *j = lead->group[k];
+        if (j->finished || j->slot < 0) continue;
+        int rc = 0;
+        if (cont && k) rc = strata_seq_copy(s->seqs[j->slot], s->seqs[lead->slot], err, sizeof err);
+        if (!rc && cont) rc = job_gen(s, j, lead->prompt + lead->n_prompt - 1, 1, &j->go, 1, err, sizeof err);
+        else if (!rc) rc = job_gen(s, j, lead->prompt, lead->n_prompt, &j->go, 0, err, sizeof err);
+        if (rc) { job_end(j, NULL, 500, err); continue; }
+        j->prompt_base = cont ? lead->n_prompt - 1 : 0;
+    }
+}
+
+/* Starts job j in free slot i: its generator over the slot's sequence (a
+ * group's leader: the prompt pass of the group; members wait for it). */
 static void slot_start(sched *s, int i, job *j) {
     char err[512];
     int rc = 0;
     if (j->kind == REQ_CHAT) rc = strata_chat_follow_open((strata_chat_follow **)&j->follow, s->tk, j->thinking, err, sizeof err);
     else if (strata_detok_open(&j->ts, s->tk)) rc = strata_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
     j->go.spec = s->o.spec;
-    if (!rc) rc = strata_gen_create(&j->g, s->seqs[i], j->prompt, j->n_prompt, &j->go, 0, err, sizeof err);
+    j->ch_last = j->thinking ? STRATA_CHAT_CH_THINK : STRATA_CHAT_CH_RESPONSE;
     s->slot[i] = j;
     s->n_active++;
-    if (rc) {
-        job_end(j, NULL, rc == STRATA_EINVAL ? 400 : 500, err);
-        slot_clear(s, i);
+    j->slot = i;
+    if (j->index > 0) { /* a member: its leader forks it */
+        if (rc) job_end(j, NULL, 500, err);
         return;
     }
-    j->slot = i;
-    strata_gen_set_user(j->g, j);
+    if (!rc && j->n_group > 1 && j->n_prompt > 1) {
+        strata_gen_opts pre = j->go;
+        pre.max_tokens = 1;
+        pre.stop_at_end = 0;
+        pre.logprobs = pre.top_logprobs = 0;
+        pre.spec = 0;
+        rc = job_gen(s, j, j->prompt, j->n_prompt - 1, &pre, 0, err, sizeof err);
+        j->pre = !rc;
+    } else if (!rc && j->n_group == 1) {
+        rc = job_gen(s, j, j->prompt, j->n_prompt, &j->go, 0, err, sizeof err);
+    }
+    if (rc) {
+        group_fail(j, rc == STRATA_EINVAL ? 400 : 500, err);
+        return;
+    }
     pthread_mutex_lock(&j->mu);
-    j->n_cached = strata_gen_reused(j->g);
+    j->n_cached = j->g ? strata_gen_reused(j->g) : 0;
+    j->prompt_done = j->n_cached;
     pthread_mutex_unlock(&j->mu);
     metrics_tokens(s->mt, j->n_prompt, 0);
 }
 
 static void publish_gauges(sched *s) { metrics_gauges(s->mt, s->n_queued, s->n_active, s->o.parallel); }
+static void progress(sched *s);
 
-/* At a step boundary (s->mu held): drop cancelled jobs, admit queued ones. */
+/* At a step boundary (s->mu held): drop cancelled and failed jobs, admit queued
+ * ones (a group when it has a slot for each member). */
 static void boundary(sched *s) {
     for (int i = 0; i < s->o.parallel; i++)
-        if (s->slot[i] && (atomic_load(&s->slot[i]->cancelled) || s->cancel_all)) {
+        if (s->slot[i] && (atomic_load(&s->slot[i]->cancelled) || s->cancel_all || (s->slot[i]->finished && !s->slot[i]->g))) {
             job_end(s->slot[i], NULL, s->cancel_all ? 503 : 499, s->cancel_all ? "the server is shutting down" : "cancelled");
             slot_clear(s, i);
         }
@@ -239,24 +381,48 @@ static void boundary(sched *s) {
         if (atomic_load(&j->cancelled) || s->cancel_all) {
             *pp = j->next;
             s->n_queued--;
-            job_end(j, NULL, s->cancel_all ? 503 : 499, s->cancel_all ? "the server is shutting down" : "cancelled");
-            if (--j->refs == 0) job_destroy(j);
+            for (int k = 0; k < j->n_group; k++) {
+                job *m = j->group ? j->group[k] : j;
+                job_end(m, NULL, s->cancel_all ? 503 : 499, s->cancel_all ? "the server is shutting down" : "cancelled");
+                if (m != j) job_unref(m);
+            }
+            job_unref(j);
         } else {
             pp = &j->next;
         }
     }
     s->q_tail = NULL;
     for (job *j = s->q_head; j; j = j->next) s->q_tail = j;
-    for (int i = 0; i < s->o.parallel && s->q_head; i++) {
-        if (s->slot[i]) continue;
+    while (s->q_head && s->q_head->n_group <= s->o.parallel - s->n_active) {
         job *j = s->q_head;
         s->q_head = j->next;
         if (!s->q_head) s->q_tail = NULL;
         s->n_queued--;
         j->next = NULL;
-        slot_start(s, i, j);
+        for (int k = 0, i = 0; k < j->n_group; k++) {
+            while (s->slot[i]) i++;
+            slot_start(s, i, j->group ? j->group[k] : j);
+        }
+        if (j->n_group > 1 && !j->pre && !j->finished) group_fork(s, j); /* a one-token prompt: no pass before */
     }
     publish_gauges(s);
+    progress(s);
+}
+
+/* After a step (s->mu held): each job's prompt progress, and the requests'
+ * total for /metrics. */
+static void progress(sched *s) {
+    int64_t done = 0, total = 0, n = 0;
+    for (int i = 0; i < s->o.parallel; i++) {
+        job *j = s->slot[i];
+        if (!j || !j->g) continue;
+        const int64_t d = j->prompt_base + strata_gen_prefilled(j->g);
+        pthread_mutex_lock(&j->mu);
+        j->prompt_done = d;
+        pthread_mutex_unlock(&j->mu);
+        if (d < j->n_prompt && j->index == 0) { done += d; total += j->n_prompt; n++; }
+    }
+    metrics_prefill(s->mt, n, done, total);
 }
 
 static void step_delay(int ms) {
@@ -272,6 +438,7 @@ static int load(sched *s) {
     for (int i = 0; i < s->o.parallel; i++)
         if ((rc = strata_seq_create(s->m, &s->seqs[i], err, sizeof err))) goto fail;
     s->n_end = strata_end_ids(s->m, s->end_ids, SCHED_MAX_END);
+    if (strata_chat_ids_get(s->tk, &s->ci, err, sizeof err)) memset(&s->ci, 0xff, sizeof s->ci); /* no chat format: -1 ids */
     strata_model_get_info(s->m, &s->info);
     strata_model_get_stats(s->m, &s->st_load);
     return 0;
@@ -303,7 +470,7 @@ static void *engine_main(void *arg) {
         }
         int n = 0;
         for (int i = 0; i < s->o.parallel; i++)
-            if (s->slot[i]) {
+            if (s->slot[i] && s->slot[i]->g) {
                 int64_t a, v;
                 s->fed[n] = strata_gen_prefilled(s->slot[i]->g);
                 strata_gen_spec_stats(s->slot[i]->g, &s->drafted[n], &a, &v);
@@ -325,7 +492,7 @@ static void *engine_main(void *arg) {
             const job *j = strata_gen_user(g);
             int64_t d, a, v;
             strata_gen_spec_stats(g, &d, &a, &v);
-            rows += strata_gen_prefilled(g) - s->fed[k] + (s->fed[k] == j->n_prompt) + d - s->drafted[k];
+            rows += strata_gen_prefilled(g) - s->fed[k] + (s->fed[k] == j->n_gen_prompt) + d - s->drafted[k];
         }
         metrics_step(s->mt, rows, dt);
         strata_model_get_stats(s->m, &st);
@@ -339,6 +506,11 @@ static void *engine_main(void *arg) {
                 job_end(j, NULL, 500, err);
             } else if (j->finished) {
                 /* ended inside the step (stop string, end of turn) */
+            } else if (!j->g) {
+                continue; /* a member waiting for its leader's prompt */
+            } else if (j->pre) {
+                if (strata_gen_done(j->g)) group_fork(s, j);
+                continue;
             } else if (strata_gen_done(j->g)) {
                 job_flush(j);
                 job_end(j, strata_gen_stopped(j->g) ? "stop" : "length", 0, NULL);
@@ -348,6 +520,7 @@ static void *engine_main(void *arg) {
             metrics_tokens(s->mt, 0, j->n_gen);
             slot_clear(s, i);
         }
+        progress(s);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
@@ -416,9 +589,15 @@ int sched_submit(sched *s, job *j, req_error *e) {
                           s->n_active, s->n_queued, s->o.queue_max);
         }
     }
+    if (!rc && j->n_group > s->o.parallel)
+        rc = req_fail(e, 400, "invalid_request_error", "invalid_value", "n", "'n' is %d; this server generates at most %d sequences at once (--parallel)",
+                      j->n_group, s->o.parallel);
     if (!rc) {
-        j->refs++;
-        j->t_submit = strata_now();
+        for (int k = 0; k < j->n_group; k++) {
+            job *m = j->group ? j->group[k] : j;
+            atomic_fetch_add(&m->refs, 1);
+            m->t_submit = strata_now();
+        }
         j->next = NULL;
         if (s->q_tail) s->q_tail->next = j;
         else s->q_head = j;
@@ -433,6 +612,7 @@ int sched_submit(sched *s, job *j, req_error *e) {
 
 void sched_cancel(sched *s, job *j) {
     atomic_store(&j->cancelled, 1);
+    for (int k = 0; j->group && k < j->n_group; k++) atomic_store(&j->group[k]->cancelled, 1);
     pthread_mutex_lock(&s->mu);
     pthread_cond_signal(&s->cv);
     pthread_mutex_unlock(&s->mu);
@@ -477,4 +657,25 @@ void sched_free(sched *s) {
     pthread_cond_destroy(&s->cv);
     pthread_mutex_destroy(&s->mu);
     strata_free(s);
+}
+
+json_t *sched_slots_json(sched *s) {
+    json_t *a = json_array();
+    pthread_mutex_lock(&s->mu);
+    for (int i = 0; i < s->o.parallel; i++) {
+        job *j = s->slot[i];
+        if (!j) continue;
+        pthread_mutex_lock(&j->mu);
+        const char *state = j->finished ? "finishing" : !j->g ? "waiting" : (j->pre || j->prompt_done < j->n_prompt) ? "prefill" : "generating";
+        json_array_append_new(a, json_pack("{s:i,s:s,s:i,s:s,s:I,s:I,s:I}", "slot", i, "id", j->rid, "choice", j->index, "state", state,
+                                           "prompt_tokens", (json_int_t)j->n_prompt, "prompt_done", (json_int_t)j->prompt_done,
+                                           "generated", (json_int_t)j->n_gen));
+        pthread_mutex_unlock(&j->mu);
+    }
+    for (job *j = s->q_head; j; j = j->next)
+        json_array_append_new(a, json_pack("{s:n,s:s,s:i,s:s,s:I,s:I,s:I}", "slot", "id", j->rid, "choice", 0, "state", "queued",
+                                           "prompt_tokens", (json_int_t)j->n_prompt, "prompt_done", (json_int_t)0, "generated", (json_int_t)0));
+    const int parallel = s->o.parallel, active = s->n_active, queued = s->n_queued;
+    pthread_mutex_unlock(&s->mu);
+    return json_pack("{s:i,s:i,s:i,s:o}", "parallel", parallel, "active", active, "queued", queued, "slots", a);
 }

@@ -30,9 +30,27 @@
 #include "request.h"
 #include "strata.h"
 
+/* One generated token's log-probability and its likeliest alternatives
+ * (strata_gen_logprob: after penalties and masks, before temperature). */
+typedef struct lp_ent {
+    int32_t id;
+    int n_top;
+    double lp;
+    int32_t top_ids[STRATA_MAX_TOP_LOGPROBS];
+    double top_lp[STRATA_MAX_TOP_LOGPROBS];
+} lp_ent;
+
 typedef struct job {
     /* set by the submitter; read-only once submitted */
     int kind;                     /* REQ_CHAT or REQ_COMPLETION */
+    char rid[48];                 /* the response id ("chatcmpl-..."), for /slots */
+    /* n > 1 (one prompt, n choices): group[0] (the leader) is queued and holds
+     * every member's reference; the leader evaluates the prompt but its last
+     * token, the members' sequences are copied from it, then each member
+     * continues with its own seed (seed + index). NULL / 1 / 0 for one choice. */
+    struct job **group;
+    int n_group, index;
+    struct job *notify;           /* whose ver / cv a change of this job bumps (the leader; itself alone) */
     int thinking;                 /* chat: the generation prompt opened the think channel */
     int32_t *prompt;              /* (n_prompt) counted */
     int64_t n_prompt;
@@ -48,27 +66,42 @@ typedef struct job {
     req_buf content, reasoning;   /* UTF-8-clean text so far */
     int64_t n_gen;                /* completion tokens */
     int64_t n_cached;             /* prompt tokens restored from the prefix cache */
+    int64_t n_reasoning;          /* completion tokens of the think channel */
+    int64_t prompt_done;          /* prompt tokens evaluated (or restored) so far */
+    lp_ent *lp;                   /* (n_lp) chat: the response channel's tokens; completions: every token */
+    size_t n_lp, cap_lp;
+    unsigned ver;                 /* bumped on any change of this job or (leader) its group */
     int finished;                 /* no more text will come */
     const char *finish_reason;    /* "stop" | "length" (NULL when failed or cancelled) */
+    int stop_hit;                 /* with "stop": the stop string matched (-1: an end id); set before finished */
     int err_status;               /* != 0: the job failed (HTTP status), err_msg says why */
     char err_msg[256];
     atomic_int cancelled;         /* set by the waiter (client gone); honoured at the next step */
 
     /* engine thread only */
     strata_gen *g;
+    int pre;                      /* the leader's prompt-but-last-token generator runs */
+    int64_t prompt_base;          /* prompt tokens before g's own prompt (continuing members) */
+    int64_t n_gen_prompt;         /* g's own prompt length */
+    int ch_last;                  /* chat: the channel after the previous token */
+    int in_tag;                   /* chat logprobs: inside a channel tag opened in the response */
+    size_t lp_mark;               /* n_lp when that tag opened */
     int slot;
     void *follow;                 /* strata_chat_follow (chat) */
     strata_detok *ts;               /* plain text (completions) */
     req_buf pend;                 /* response text held back for stop matching */
     double t_prev;                /* time of the previous token */
     struct job *next;             /* queue link */
-    int refs;                     /* under the scheduler's lock */
+    atomic_int refs;              /* a member holds one of its leader's */
 } job;
 
 typedef struct sched sched;
 
 /* A job with one reference (the caller's). NULL on allocation failure. */
 job *job_new(void);
+/* Makes jobs[0 .. n) one group (n > 1) of choices of jobs[0]'s prompt; each
+ * member's go.seed is set by the caller. sched_submit(jobs[0]) queues them all. */
+int job_group(job **jobs, int n);
 /* Drops the caller's reference (after submit the engine holds its own). */
 void job_release(sched *s, job *j);
 
@@ -97,8 +130,12 @@ const strata_stats *sched_load_stats(sched *s);
 /* Queues j (the scheduler takes its own reference). 0, or -1 with e: 503 while
  * loading or draining, 429 when the queue is full (e->code "queue_full"). */
 int sched_submit(sched *s, job *j, req_error *e);
-/* The waiter is gone: j leaves at the next step boundary (or the queue). */
+/* The waiter is gone: j (and its group) leaves at the next step boundary (or the queue). */
 void sched_cancel(sched *s, job *j);
+/* The active and queued requests as JSON (GET /slots): {"parallel", "slots": [{
+ * "slot", "id", "state" ("prefill" | "generating" | "waiting" | "queued"),
+ * "prompt_tokens", "prompt_done", "generated", "choice"}]}. */
+struct json_t *sched_slots_json(sched *s);
 /* Stops admitting (submit -> 503), lets queued and running jobs finish for up to
  * grace_s seconds, cancels the rest, and stops the engine thread. */
 void sched_shutdown(sched *s, double grace_s);

@@ -31,6 +31,8 @@ strata_serve_opts strata_serve_opts_default(void) {
     o.max_conns = o.parallel + o.queue + 128;
     o.max_conns_per_addr = 32;
     o.grace_s = 10;
+    o.progress_s = 5;
+    o.default_temp = o.default_top_p = -1;
     return o;
 }
 
@@ -98,15 +100,25 @@ int strata_serve_run(strata_model *m, const strata_model_opts *mo, strata_tokeni
     http_server *h = NULL;
     if (!(mt = metrics_create())) { fprintf(stderr, "strata serve: out of memory\n"); rc = STRATA_ENOMEM; goto out; }
     if ((rc = sched_create(&s, m, mo, tk, &sopt, mt, err, sizeof err))) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
-    http_cfg hc = {o->host, o->port, o->api_key, o->model_name, o->max_body, o->timeout_s, o->request_timeout_s,
-                   o->max_conns, o->max_conns_per_addr, o->ctx, info.vocab};
+    /* the served ids: the aliases (the first is the answers' default), then the directory's name */
+    const char *ids[65];
+    int n_ids = 0;
+    for (int i = 0; i < o->n_aliases && n_ids < 64; i++) ids[n_ids++] = o->aliases[i];
+    ids[n_ids++] = o->model_name;
+    http_cfg hc = {.host = o->host, .port = o->port, .api_key = o->api_key, .model_ids = ids, .n_models = n_ids, .cors = o->cors,
+                   .progress_s = o->progress_s, .default_temp = o->default_temp, .default_top_p = o->default_top_p, .max_body = o->max_body, .timeout_s = o->timeout_s,
+                   .request_timeout_s = o->request_timeout_s, .max_conns = o->max_conns, .max_conns_per_addr = o->max_conns_per_addr,
+                   .ctx = o->ctx, .vocab = info.vocab};
     if ((rc = http_start(&h, &hc, s, tk, mt, err, sizeof err))) {
         fprintf(stderr, "strata serve: %s\n", err);
         *refused = 1;
         goto out;
     }
     fprintf(stderr, "strata serve: listening on http://%s%s%s:%d (model '%s'; loading)\n", strchr(o->host, ':') ? "[" : "",
-            o->host, strchr(o->host, ':') ? "]" : "", http_port(h), o->model_name);
+            o->host, strchr(o->host, ':') ? "]" : "", http_port(h), ids[0]);
+    if ((!o->api_key || !*o->api_key) && strcmp(o->host, "127.0.0.1") && strcmp(o->host, "::1"))
+        fprintf(stderr, "strata serve: warning: listening on %s without an API key: anyone who can reach it can use the model "
+                        "(--api-key, or --host 127.0.0.1)\n", o->host);
     if ((rc = sched_start(s, err, sizeof err))) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
     if ((rc = wait_signal(s, o, mo, &sigs, refused))) goto out;
     http_quiesce(h);

@@ -150,10 +150,10 @@ console.log('ok stop strings');
 // errors arrive as typed exceptions with the OpenAI error shape
 await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), temperature: 5 }), OpenAI.BadRequestError, 400, 'temperature', 'temperature');
 await expectError(() => client.chat.completions.create({ model, messages: [] }), OpenAI.BadRequestError, 400, 'empty messages', 'messages');
-await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), n: 2 }), OpenAI.BadRequestError, 400, 'n=2', 'n');
+await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), n: 17 }), OpenAI.BadRequestError, 400, 'n=17', 'n');
 await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), presence_penalty: 1 }), OpenAI.BadRequestError, 400, 'presence_penalty', 'presence_penalty');
-await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), logprobs: true }), OpenAI.BadRequestError, 400, 'logprobs', 'logprobs');
-await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), reasoning_effort: 'medium' }), OpenAI.BadRequestError, 400, 'reasoning_effort', 'reasoning_effort');
+await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), logprobs: true, top_logprobs: 21 }), OpenAI.BadRequestError, 400, 'top_logprobs', 'top_logprobs');
+await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), reasoning_effort: 'extreme' }), OpenAI.BadRequestError, 400, 'reasoning_effort', 'reasoning_effort');
 await expectError(() => client.chat.completions.create({ model, messages: msgs('x'), max_tokens: 100000000 }), OpenAI.BadRequestError, 400, 'max_tokens over the context', 'max_tokens');
 await expectError(() => client.chat.completions.create({ model: 'no-such-model', messages: msgs('x') }), OpenAI.NotFoundError, 404, 'unknown model', 'model');
 await expectError(() => client.completions.create({ model, prompt: [1, 2, 999999] }), OpenAI.BadRequestError, 400, 'id outside the vocabulary', 'prompt');
@@ -162,6 +162,29 @@ const bad = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: key + '
 await expectError(() => bad.models.list(), OpenAI.AuthenticationError, 401, 'wrong key');
 await expectError(() => bad.chat.completions.create({ model, messages: msgs('x') }), OpenAI.AuthenticationError, 401, 'wrong key (chat)');
 console.log('ok errors');
+
+// what clients send by default is accepted (issue 42); n choices and logprobs, streamed and not
+{
+  const r = await client.chat.completions.create({ model, messages: msgs('x'), max_tokens: 4, response_format: { type: 'text' }, tools: [],
+    tool_choice: 'none', parallel_tool_calls: true, store: false, metadata: { k: 'v' }, user: 'u', reasoning_effort: 'medium',
+    n: 2, seed: 9, temperature: 0.8, logprobs: true, top_logprobs: 2 });
+  check(r.choices.length === 2 && r.choices[1].index === 1 && r.seed === 9 && typeof r.system_fingerprint === 'string', 'n = 2 answer', r);
+  check(r.usage.completion_tokens_details && isNum(r.usage.completion_tokens_details.reasoning_tokens), 'reasoning_tokens', r.usage);
+  const s = await client.chat.completions.create({ model, messages: msgs('x'), max_tokens: 4, n: 2, seed: 9, temperature: 0.8,
+    reasoning_effort: 'medium', stream: true });
+  const got = ['', ''], rsn = ['', ''];
+  for await (const ch of s) for (const c of ch.choices) {
+    got[c.index] += c.delta.content ?? '';
+    rsn[c.index] += c.delta.reasoning_content ?? '';
+  }
+  for (const k of [0, 1]) check(got[k] === r.choices[k].message.content && rsn[k] === r.choices[k].message.reasoning_content,
+                                'n = 2 stream equals the answer', [got, rsn, r.choices]);
+  const c = await client.completions.create({ model, prompt: 'Once', max_tokens: 3, temperature: 0, logprobs: 2 });
+  const lp = c.choices[0].logprobs;
+  check(lp && lp.tokens.length === 3 && lp.token_logprobs.every((x) => x <= 0) && lp.top_logprobs[0][lp.tokens[0]] === lp.token_logprobs[0],
+        'completion logprobs: greedy picks the top one', lp);
+}
+console.log('ok compatibility, n, logprobs');
 
 // concurrent streams: each equal to its solo result (batch invariance end to end)
 {
