@@ -287,7 +287,7 @@ static int build_prompt(http_server *h, const request *r, job *j, req_error *e) 
     if (r->kind == REQ_CHAT) {
         strata_chat_msg *m = strata_calloc(r->n_msgs, sizeof *m);
         if (!m) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
-        for (size_t i = 0; i < r->n_msgs; i++) m[i] = (strata_chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning};
+        for (size_t i = 0; i < r->n_msgs; i++) m[i] = (strata_chat_msg){.role = r->msgs[i].role, .content = r->msgs[i].content, .reasoning = r->msgs[i].reasoning};
         int rc = strata_chat_render(h->tk, m, r->n_msgs, r->effort, STRATA_CHAT_GEN, &ids, &n, &cap, err, sizeof err);
         strata_free(m);
         if (rc) { strata_free(ids); return req_fail(e, rc == STRATA_EINVAL ? 400 : 500, rc == STRATA_EINVAL ? "invalid_request_error" : "server_error", NULL, "messages", "%s", err); }
