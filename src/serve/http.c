@@ -287,11 +287,30 @@ static int build_prompt(http_server *h, const request *r, job *j, req_error *e) 
     if (r->kind == REQ_CHAT) {
         strata_chat_msg *m = strata_calloc(r->n_msgs, sizeof *m);
         if (!m) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
-        for (size_t i = 0; i < r->n_msgs; i++) m[i] = (strata_chat_msg){.role = r->msgs[i].role, .content = r->msgs[i].content, .reasoning = r->msgs[i].reasoning};
-        int rc = strata_chat_render(h->tk, m, r->n_msgs, r->effort, STRATA_CHAT_GEN, &ids, &n, &cap, err, sizeof err);
+        size_t calls = 0;
+        for (size_t i = 0; i < r->n_msgs; i++) {
+            const req_msg *q = &r->msgs[i];
+            m[i] = (strata_chat_msg){.role = q->role, .content = q->content, .reasoning = q->reasoning, .calls = q->calls,
+                                     .n_calls = q->n_calls, .call_of = q->call_of};
+            calls += q->n_calls;
+        }
+        const strata_chat_tools tools = {r->tools, r->n_tools, r->tool_choice, r->tool_choice_name, r->parallel_tools};
+        int rc = strata_chat_render_tools(h->tk, m, r->n_msgs, &tools, r->effort, STRATA_CHAT_GEN, &ids, &n, &cap, err, sizeof err);
         strata_free(m);
         if (rc) { strata_free(ids); return req_fail(e, rc == STRATA_EINVAL ? 400 : 500, rc == STRATA_EINVAL ? "invalid_request_error" : "server_error", NULL, "messages", "%s", err); }
-        j->thinking = r->effort != STRATA_CHAT_THINK_OFF;
+        j->thinking = j->follow_from = r->effort != STRATA_CHAT_THINK_OFF;
+        if (r->n_tools && r->tool_choice != STRATA_CHAT_TOOLS_NONE) {
+            strata_chat_ids ci;
+            const int forced = r->tool_choice == STRATA_CHAT_TOOLS_REQUIRED || r->tool_choice == STRATA_CHAT_TOOLS_NAMED;
+            rc = strata_chat_ids_get(h->tk, &ci, err, sizeof err);
+            if (!rc) rc = strata_tool_parser_open(&j->tp, ci.fmt, &tools, calls, err, sizeof err);
+            if (rc) { strata_free(ids); return req_fail(e, 500, "server_error", NULL, NULL, "%s", err); }
+            if (forced && ci.fmt == STRATA_CHAT_FMT_XTML) j->follow_from = 2; /* the prefill opened the tools channel */
+        }
+        /* call ids: the same request gets the same ids (FNV-1a of the prompt) */
+        uint64_t hsh = 1469598103934665603ull;
+        for (size_t i = 0; i < n; i++) hsh = (hsh ^ (uint32_t)ids[i]) * 1099511628211ull;
+        snprintf(j->call_id, sizeof j->call_id, "call_%016llx", (unsigned long long)hsh);
     } else if (r->has_ids) {
         if (r->n_ids) {
             ids = strata_alloc(r->n_ids * sizeof *ids);
@@ -366,7 +385,7 @@ typedef struct stream {
     char id[48];
     long long created;
     int stage;                 /* 0 role chunk next, 1 text, 2 done ([DONE] queued) */
-    size_t sent_content, sent_reasoning;
+    size_t sent_content, sent_reasoning, sent_calls;
     req_buf out;
     size_t out_off;
 } stream;
@@ -408,7 +427,7 @@ static void stream_collect(stream *st) {
     job *j = st->j;
     pthread_mutex_lock(&j->mu);
     for (;;) {
-        const int fresh = j->content.n > st->sent_content || j->reasoning.n > st->sent_reasoning;
+        const int fresh = j->content.n > st->sent_content || j->reasoning.n > st->sent_reasoning || j->n_calls > st->sent_calls;
         if (fresh || j->finished || st->stage == 0) break;
         wait_slice(j);
         if (peer_gone(st->mc)) {
@@ -436,6 +455,20 @@ static void stream_collect(stream *st) {
     if (j->content.n > st->sent_content) {
         emit_choice(st, st->kind == REQ_CHAT ? "content" : "text", j->content.p + st->sent_content, j->content.n - st->sent_content, NULL);
         st->sent_content = j->content.n;
+    }
+    for (; st->sent_calls < j->n_calls; st->sent_calls++) { /* a call: its head, then its arguments */
+        const size_t i = st->sent_calls;
+        char cid[64];
+        snprintf(cid, sizeof cid, "%s_%zu", j->call_id, i);
+        for (int part = 0; part < 2; part++) {
+            json_t *c = chunk_base(st);
+            json_t *call = part ? json_pack("{s:I,s:{s:s}}", "index", (json_int_t)i, "function", "arguments", j->call_args[i])
+                                : json_pack("{s:I,s:s,s:s,s:{s:s,s:s}}", "index", (json_int_t)i, "id", cid, "type", "function",
+                                            "function", "name", j->call_name[i], "arguments", "");
+            json_t *choice = json_pack("{s:i,s:{s:[o]},s:n,s:n}", "index", 0, "delta", "tool_calls", call, "logprobs", "finish_reason");
+            json_object_set_new(c, "choices", json_pack("[o]", choice));
+            emit(st, c);
+        }
     }
     if (finished) {
         if (j->err_status) {
@@ -555,6 +588,17 @@ static enum MHD_Result do_generate(http_server *h, struct MHD_Connection *mc, co
         json_t *choice;
         if (kind == REQ_CHAT) {
             json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->content.p ? j->content.p : "", j->content.n);
+            if (j->n_calls) {
+                json_t *a = json_array();
+                for (size_t i = 0; i < j->n_calls; i++) {
+                    char cid[64];
+                    snprintf(cid, sizeof cid, "%s_%zu", j->call_id, i);
+                    json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", cid, "type", "function", "function",
+                                                       "name", j->call_name[i], "arguments", j->call_args[i]));
+                }
+                json_object_set_new(msg, "tool_calls", a);
+                if (!j->content.n) json_object_set_new(msg, "content", json_null());
+            }
             if (j->thinking)
                 json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
             choice = json_pack("{s:i,s:o,s:n,s:s}", "index", 0, "message", msg, "logprobs", "finish_reason", j->finish_reason);
