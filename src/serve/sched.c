@@ -138,11 +138,14 @@ static int job_text(job *j, const char *p, size_t n) {
 
 static void job_flush(job *j);
 
+/* A copy with invalid UTF-8 replaced (a forced call's arguments are whatever
+ * the model wrote, and JSON strings must be UTF-8). */
 static char *dup_text(const char *s) {
-    size_t n = strlen(s);
-    char *d = strata_alloc(n + 1);
-    if (d) memcpy(d, s, n + 1);
-    return d;
+    req_buf b = {0};
+    req_buf_add_utf8(&b, s, strlen(s));
+    req_buf_add(&b, "", 0);
+    if (b.oom) { req_buf_free(&b); return NULL; }
+    return b.p;
 }
 
 /* Publishes the tool calls the parser has handed out since the last time. */
