@@ -37,19 +37,13 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tok.h"
+#include "tools.h"
 
 /* CHAT_TOOL: a tool's result (tools.h says how each format renders it). */
 enum chat_role { CHAT_SYSTEM = 0, CHAT_USER = 1, CHAT_ASSISTANT = 2, CHAT_TOOL = 3 };
 /* CHAT_THINK_OFF: no effort message, no think channel (reasoning of earlier
  * assistant turns is dropped, as the official encoder does). */
 enum chat_effort { CHAT_THINK_OFF = 0, CHAT_THINK_LOW = 1, CHAT_THINK_HIGH = 2, CHAT_THINK_MAX = 3 };
-
-/* One tool call of an assistant turn, independent of any API's JSON shape (the
- * OpenAI and Anthropic front ends both fill it). */
-typedef struct chat_call {
-    const char *name;      /* a declared tool's name */
-    const char *args;      /* the arguments as JSON text (an object, normally; any text renders) */
-} chat_call;
 
 typedef struct chat_msg {
     int role;              /* CHAT_* */
@@ -61,23 +55,6 @@ typedef struct chat_msg {
                             * every call of the earlier assistant messages in order */
 } chat_msg;
 
-/* A declared tool: its JSON-schema parameters as JSON text (NULL: none). */
-typedef struct chat_tool {
-    const char *name;        /* [A-Za-z0-9_-]{1,64} */
-    const char *description; /* NULL: none */
-    const char *parameters;  /* NULL: none */
-} chat_tool;
-
-/* tool_choice: AUTO lets the model choose; NONE declares the tools but reads no
- * calls; REQUIRED and NAMED force a call by prefilling its opening. */
-enum { CHAT_TOOLS_AUTO = 0, CHAT_TOOLS_NONE = 1, CHAT_TOOLS_REQUIRED = 2, CHAT_TOOLS_NAMED = 3 };
-typedef struct chat_tools {
-    const chat_tool *tools;  /* (n_tools) */
-    size_t n_tools;
-    int choice;              /* CHAT_TOOLS_* */
-    const char *choice_name; /* NAMED: the tool */
-    int parallel;            /* 0: at most one call per turn */
-} chat_tools;
 
 /* "low" | "high" | "max" | "off" -> CHAT_THINK_*, or -1 ("medium" included). */
 int chat_effort_parse(const char *s);
@@ -85,8 +62,7 @@ const char *chat_effort_name(int effort);
 const char *chat_role_name(int role);
 int chat_role_parse(const char *s); /* "system" | "user" | "assistant" | "tool" -> CHAT_*, or -1 */
 
-/* CHAT_FMT_DSV3: DeepSeek-V3's format (its tool parts live in tools.c). */
-enum chat_fmt { CHAT_FMT_XTML = 0, CHAT_FMT_K2 = 1, CHAT_FMT_DSV3 = 2 };
+/* The chat formats (enum chat_fmt) and the tool types are tools.h's. */
 
 /* The control ids of a Kimi tokenizer and the format they define. eom ends a
  * message (<|end_of_msg|> or <|im_end|>); the markers of the other format are -1. */

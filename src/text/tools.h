@@ -31,7 +31,35 @@
 #define STRATA_TOOLS_H
 
 #include <stddef.h>
-#include "chat.h"
+
+/* The chat formats (chat.h renders their messages); CHAT_FMT_DSV3 is
+ * DeepSeek-V3's, whose tool parts live here. */
+enum chat_fmt { CHAT_FMT_XTML = 0, CHAT_FMT_K2 = 1, CHAT_FMT_DSV3 = 2 };
+
+/* One tool call of an assistant turn, independent of any API's JSON shape (the
+ * OpenAI and Anthropic front ends both fill it). */
+typedef struct chat_call {
+    const char *name;      /* a declared tool's name */
+    const char *args;      /* the arguments as JSON text (an object, normally; any text renders) */
+} chat_call;
+
+/* A declared tool: its JSON-schema parameters as JSON text (NULL: none). */
+typedef struct chat_tool {
+    const char *name;        /* [A-Za-z0-9_-]{1,64} */
+    const char *description; /* NULL: none */
+    const char *parameters;  /* NULL: none */
+} chat_tool;
+
+/* tool_choice: AUTO lets the model choose; NONE declares the tools but reads no
+ * calls; REQUIRED and NAMED force a call by prefilling its opening. */
+enum { CHAT_TOOLS_AUTO = 0, CHAT_TOOLS_NONE = 1, CHAT_TOOLS_REQUIRED = 2, CHAT_TOOLS_NAMED = 3 };
+typedef struct chat_tools {
+    const chat_tool *tools;  /* (n_tools) */
+    size_t n_tools;
+    int choice;              /* CHAT_TOOLS_* */
+    const char *choice_name; /* NAMED: the tool */
+    int parallel;            /* 0: at most one call per turn */
+} chat_tools;
 
 #define TOOLS_MAX_NAME 64            /* bytes of a tool name (OpenAI's limit) */
 #define TOOLS_MAX_CALL_BYTES (4u << 20) /* one call's text; longer is not a call */
