@@ -165,7 +165,7 @@ static int feed(chat_state *r, const strata_chat_msg *msgs, size_t n, int effort
 /* The preamble: thinking-effort message and --system, evaluated from empty. */
 static int preamble(chat_state *r, const chat_opts *o) {
     strata_seq_reset(r->s);
-    strata_chat_msg sys = {STRATA_CHAT_SYSTEM, o->system, NULL};
+    strata_chat_msg sys = {.role = STRATA_CHAT_SYSTEM, .content = o->system};
     return feed(r, &sys, o->system ? 1 : 0, o->effort, 0, 1);
 }
 
@@ -342,7 +342,7 @@ int cmd_chat(int argc, char **argv) {
             }
             continue;
         }
-        strata_chat_msg m = {STRATA_CHAT_USER, r.line, NULL};
+        strata_chat_msg m = {.role = STRATA_CHAT_USER, .content = r.line};
         rc = feed(&r, &m, 1, o.effort, STRATA_CHAT_GEN | STRATA_CHAT_CONTINUE, 0);
         if (rc < 0) goto out;
         if (rc > 0) { r.n_refused++; continue; } /* said why; the chat goes on */

@@ -660,7 +660,7 @@ const uint8_t *strata_tokenizer_token_bytes(const strata_tokenizer *t, int32_t i
  * reply streamed id by id into its think and response channels. Control markers
  * are encoded as special tokens, every text piece with special tokens disabled,
  * so text typed by a user can never become a control id. */
-enum strata_chat_role { STRATA_CHAT_SYSTEM = 0, STRATA_CHAT_USER = 1, STRATA_CHAT_ASSISTANT = 2 };
+enum strata_chat_role { STRATA_CHAT_SYSTEM = 0, STRATA_CHAT_USER = 1, STRATA_CHAT_ASSISTANT = 2, STRATA_CHAT_TOOL = 3 };
 /* OFF: no thinking-effort message and no think channel (reasoning of earlier
  * assistant turns is dropped, as the official encoder does). */
 enum strata_chat_effort { STRATA_CHAT_THINK_OFF = 0, STRATA_CHAT_THINK_LOW = 1, STRATA_CHAT_THINK_HIGH = 2,
@@ -668,18 +668,45 @@ enum strata_chat_effort { STRATA_CHAT_THINK_OFF = 0, STRATA_CHAT_THINK_LOW = 1, 
 /* Render flags: GEN appends the generation prompt; CONTINUE renders a
  * continuation of a conversation already rendered (no thinking-effort message). */
 enum { STRATA_CHAT_GEN = 1, STRATA_CHAT_CONTINUE = 2 };
-/* The channel a followed reply's text belongs to. */
-enum { STRATA_CHAT_CH_NONE = 0, STRATA_CHAT_CH_THINK = 1, STRATA_CHAT_CH_RESPONSE = 2 };
+/* The channel a followed reply's text belongs to. TOOLS: K3's tools channel,
+ * its tags spelled as text (for strata_tool_parser). */
+enum { STRATA_CHAT_CH_NONE = 0, STRATA_CHAT_CH_THINK = 1, STRATA_CHAT_CH_RESPONSE = 2, STRATA_CHAT_CH_TOOLS = 3 };
+
+/* One tool call of an assistant turn (no API's JSON shape: any front end fills it). */
+typedef struct strata_chat_call {
+    const char *name;      /* the tool */
+    const char *args;      /* its arguments as JSON text (an object; any text renders) */
+} strata_chat_call;
 
 typedef struct strata_chat_msg {
-    int role;              /* STRATA_CHAT_SYSTEM, _USER, _ASSISTANT */
+    int role;              /* STRATA_CHAT_SYSTEM, _USER, _ASSISTANT, _TOOL */
     const char *content;   /* UTF-8, NUL-terminated, not NULL */
     const char *reasoning; /* assistant only; NULL renders an empty think channel */
+    const strata_chat_call *calls; /* assistant only: its tool calls (n_calls) */
+    size_t n_calls;
+    size_t call_of;        /* _TOOL: the call it answers, numbered 0, 1, ... over every
+                            * call of the earlier assistant messages in order */
 } strata_chat_msg;
 
-/* The chat formats: Kimi K3's XTML and Kimi K2 / Kimi Linear's <|im_*|> format;
- * the tokenizer's own special tokens say which one a model uses. */
-enum { STRATA_CHAT_FMT_XTML = 0, STRATA_CHAT_FMT_K2 = 1 };
+/* A declared tool (name [A-Za-z0-9_-]{1,64}; description and the JSON-schema
+ * parameters as JSON text may be NULL). */
+typedef struct strata_chat_tool {
+    const char *name, *description, *parameters;
+} strata_chat_tool;
+/* tool_choice: AUTO the model chooses; NONE the tools are declared but no call is
+ * read; REQUIRED / NAMED force a call (the generation prompt opens it). */
+enum { STRATA_CHAT_TOOLS_AUTO = 0, STRATA_CHAT_TOOLS_NONE = 1, STRATA_CHAT_TOOLS_REQUIRED = 2, STRATA_CHAT_TOOLS_NAMED = 3 };
+typedef struct strata_chat_tools {
+    const strata_chat_tool *tools; /* (n_tools) */
+    size_t n_tools;
+    int choice;                    /* STRATA_CHAT_TOOLS_* */
+    const char *choice_name;       /* NAMED: the tool */
+    int parallel;                  /* 0: at most one call per turn */
+} strata_chat_tools;
+
+/* The chat formats: Kimi K3's XTML, Kimi K2 / Kimi Linear's <|im_*|> format and
+ * DeepSeek-V3's; the tokenizer's own special tokens say which one a model uses. */
+enum { STRATA_CHAT_FMT_XTML = 0, STRATA_CHAT_FMT_K2 = 1, STRATA_CHAT_FMT_DSV3 = 2 };
 /* The control ids of a Kimi tokenizer: eom ends a message (<|end_of_msg|> or
  * <|im_end|>); the markers of the other format, and bos/eos when absent, are -1. */
 typedef struct strata_chat_ids {
@@ -703,10 +730,34 @@ int strata_chat_ids_get(const strata_tokenizer *t, strata_chat_ids *out, char *e
  * t lacks the control tokens, STRATA_ENOMEM / STRATA_EBUDGET. */
 int strata_chat_render(strata_tokenizer *t, const strata_chat_msg *msgs, size_t n_msgs, int effort, int flags,
                        int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen);
+/* The same with declared tools (NULL: none): their declaration, the tool_choice
+ * option and, for a forced choice with STRATA_CHAT_GEN, the call's opening after
+ * the generation prompt (follow such a reply with thinking = 2 on K3). */
+int strata_chat_render_tools(strata_tokenizer *t, const strata_chat_msg *msgs, size_t n_msgs,
+                             const strata_chat_tools *tools, int effort, int flags, int32_t **ids, size_t *n,
+                             size_t *cap, char *err, size_t errlen);
+
+/* Tool calls in generated text, streamed: feed the reply's response (and tools
+ * channel) text; content comes back, calls are kept once complete and well
+ * formed (a declared name, arguments a JSON object); a call that is not comes
+ * back as content, at the latest at flush. With a forced choice the first call
+ * is always kept (named after the nearest declared tool, its arguments as
+ * written). fmt: STRATA_CHAT_FMT_*; calls_before: the calls in the history. */
+typedef struct strata_tool_parser strata_tool_parser;
+int strata_tool_parser_open(strata_tool_parser **out, int fmt, const strata_chat_tools *tools, size_t calls_before,
+                            char *err, size_t errlen);
+/* *content / *n: content to show (valid until the next call). STRATA_ENOMEM. */
+int strata_tool_parser_push(strata_tool_parser *p, const char *s, size_t n, const char **content, size_t *content_n);
+/* The end of the turn: held text comes out (a truncated call as content). */
+int strata_tool_parser_flush(strata_tool_parser *p, const char **content, size_t *content_n);
+size_t strata_tool_parser_n_calls(const strata_tool_parser *p);
+const strata_chat_call *strata_tool_parser_call(const strata_tool_parser *p, size_t i);
+int strata_tool_parser_done(const strata_tool_parser *p); /* 1: parallel off and a call kept */
+void strata_tool_parser_close(strata_tool_parser *p);     /* accepts NULL */
 
 /* Following a reply while it is generated, one id at a time, with streaming
  * UTF-8 decoding. thinking: whether the generation prompt opened the think
- * channel. */
+ * channel; 2: a forced call's prefill opened K3's tools channel. */
 typedef struct strata_chat_follow strata_chat_follow;
 int strata_chat_follow_open(strata_chat_follow **out, const strata_tokenizer *t, int thinking, char *err,
                             size_t errlen);

@@ -8,6 +8,7 @@
 #include "chat.h"
 #include "strata.h"
 #include "tok.h"
+#include "tools.h"
 
 _Static_assert((int)STRATA_CHAT_SYSTEM == (int)CHAT_SYSTEM && (int)STRATA_CHAT_USER == (int)CHAT_USER &&
                    (int)STRATA_CHAT_ASSISTANT == (int)CHAT_ASSISTANT, "public roles are chat.h's");
@@ -20,8 +21,27 @@ _Static_assert((int)STRATA_CHAT_CH_NONE == (int)CHAT_CH_NONE && (int)STRATA_CHAT
                    (int)STRATA_CHAT_CH_RESPONSE == (int)CHAT_CH_RESPONSE, "public channels are chat.h's");
 _Static_assert(sizeof(strata_chat_msg) == sizeof(chat_msg) && offsetof(strata_chat_msg, role) == offsetof(chat_msg, role) &&
                    offsetof(strata_chat_msg, content) == offsetof(chat_msg, content) &&
-                   offsetof(strata_chat_msg, reasoning) == offsetof(chat_msg, reasoning),
+                   offsetof(strata_chat_msg, reasoning) == offsetof(chat_msg, reasoning) &&
+                   offsetof(strata_chat_msg, calls) == offsetof(chat_msg, calls) &&
+                   offsetof(strata_chat_msg, n_calls) == offsetof(chat_msg, n_calls) &&
+                   offsetof(strata_chat_msg, call_of) == offsetof(chat_msg, call_of),
                "strata_chat_msg is laid out as chat_msg");
+_Static_assert(sizeof(strata_chat_call) == sizeof(chat_call) && offsetof(strata_chat_call, args) == offsetof(chat_call, args),
+               "strata_chat_call is laid out as chat_call");
+_Static_assert(sizeof(strata_chat_tool) == sizeof(chat_tool) &&
+                   offsetof(strata_chat_tool, description) == offsetof(chat_tool, description) &&
+                   offsetof(strata_chat_tool, parameters) == offsetof(chat_tool, parameters),
+               "strata_chat_tool is laid out as chat_tool");
+_Static_assert(sizeof(strata_chat_tools) == sizeof(chat_tools) && offsetof(strata_chat_tools, n_tools) == offsetof(chat_tools, n_tools) &&
+                   offsetof(strata_chat_tools, choice) == offsetof(chat_tools, choice) &&
+                   offsetof(strata_chat_tools, choice_name) == offsetof(chat_tools, choice_name) &&
+                   offsetof(strata_chat_tools, parallel) == offsetof(chat_tools, parallel),
+               "strata_chat_tools is laid out as chat_tools");
+_Static_assert((int)STRATA_CHAT_TOOL == (int)CHAT_TOOL && (int)STRATA_CHAT_CH_TOOLS == (int)CHAT_CH_TOOLS &&
+                   (int)STRATA_CHAT_FMT_DSV3 == (int)CHAT_FMT_DSV3 && (int)STRATA_CHAT_TOOLS_AUTO == (int)CHAT_TOOLS_AUTO &&
+                   (int)STRATA_CHAT_TOOLS_NONE == (int)CHAT_TOOLS_NONE &&
+                   (int)STRATA_CHAT_TOOLS_REQUIRED == (int)CHAT_TOOLS_REQUIRED &&
+                   (int)STRATA_CHAT_TOOLS_NAMED == (int)CHAT_TOOLS_NAMED, "public tool constants are chat.h's");
 _Static_assert((int)STRATA_CHAT_FMT_XTML == (int)CHAT_FMT_XTML && (int)STRATA_CHAT_FMT_K2 == (int)CHAT_FMT_K2,
                "public chat formats are chat.h's");
 _Static_assert(sizeof(strata_chat_ids) == sizeof(chat_ids) && offsetof(strata_chat_ids, fmt) == offsetof(chat_ids, fmt) &&
@@ -46,6 +66,31 @@ int strata_chat_render(strata_tokenizer *t, const strata_chat_msg *msgs, size_t 
                        int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen) {
     return chat_render(T(t), (const chat_msg *)msgs, n_msgs, effort, flags, ids, n, cap, err, errlen);
 }
+
+int strata_chat_render_tools(strata_tokenizer *t, const strata_chat_msg *msgs, size_t n_msgs,
+                             const strata_chat_tools *tools, int effort, int flags, int32_t **ids, size_t *n,
+                             size_t *cap, char *err, size_t errlen) {
+    return chat_render_tools(T(t), (const chat_msg *)msgs, n_msgs, (const chat_tools *)tools, effort, flags, ids, n, cap,
+                             err, errlen);
+}
+
+/* A strata_tool_parser is a tools_parser. */
+int strata_tool_parser_open(strata_tool_parser **out, int fmt, const strata_chat_tools *tools, size_t calls_before,
+                            char *err, size_t errlen) {
+    return tools_parser_open((tools_parser **)out, fmt, (const chat_tools *)tools, calls_before, err, errlen);
+}
+int strata_tool_parser_push(strata_tool_parser *p, const char *s, size_t n, const char **content, size_t *content_n) {
+    return tools_parser_push((tools_parser *)p, s, n, content, content_n);
+}
+int strata_tool_parser_flush(strata_tool_parser *p, const char **content, size_t *content_n) {
+    return tools_parser_flush((tools_parser *)p, content, content_n);
+}
+size_t strata_tool_parser_n_calls(const strata_tool_parser *p) { return tools_parser_n_calls((const tools_parser *)p); }
+const strata_chat_call *strata_tool_parser_call(const strata_tool_parser *p, size_t i) {
+    return (const strata_chat_call *)tools_parser_call((const tools_parser *)p, i);
+}
+int strata_tool_parser_done(const strata_tool_parser *p) { return tools_parser_done((const tools_parser *)p); }
+void strata_tool_parser_close(strata_tool_parser *p) { tools_parser_close((tools_parser *)p); }
 
 /* A strata_chat_follow is a chat_follow. */
 int strata_chat_follow_open(strata_chat_follow **out, const strata_tokenizer *t, int thinking, char *err,

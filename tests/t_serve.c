@@ -135,7 +135,11 @@ TEST(serve_request) {
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"reasoning_effort\":\"extreme\"}", "reasoning_effort", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[{}]}", "tools", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temprature\":1}", "temprature", 400},
-        {REQ_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.role", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", "messages.tool_call_id", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"function\",\"content\":\"x\"}]}", "messages.role", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"a\",\"function\":{\"name\":\"a b\"}}]}]}",
+         "messages.tool_calls.function.name", 400},
+        {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":[],\"tool_choice\":\"required\"}", "tool_choice", 400},
         {REQ_CHAT, "{\"messages\":[{\"content\":\"x\"}]}", "messages.role", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"a\\u0000b\"}]}", "messages.content", 400},
         {REQ_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\"}]}]}", "messages.content", 400},
@@ -1073,4 +1077,30 @@ TEST(serve_progress) {
     }
     req_buf_free(&body);
     CHECK(server_stop(&s) == 0);
+}
+
+/* Tool calls through the official client (tests/serve/tools.mjs) on K3's XTML
+ * (tiny) and the Kimi K2 format (kimi-linear-tiny): the tool loop streamed and
+ * not, a named choice, parallel calls, garbage as content, refusals. */
+TEST(serve_tools) {
+    static const char *const presets[][2] = {{"serve_tools_k3", "tiny"}, {"serve_tools_kl", "kimi-linear-tiny"}};
+    if (node_ready()) return;
+    for (int i = 0; i < 2; i++) {
+        const char *dir = t_model(presets[i][0], presets[i][1], 5, 0);
+        CHECK(dir != NULL);
+        if (!dir) continue;
+        server s;
+        static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "2048", NULL};
+        CHECK(server_start(&s, dir, NULL, args) == 0);
+        if (s.port && !wait_health(s.port)) {
+            char cmd[512], *out = NULL;
+            snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, presets[i][0]);
+            int rc = t_run(cmd, &out);
+            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "tools.mjs on %s: %s", presets[i][1], out);
+            base_free(out);
+        } else {
+            CHECK(0);
+        }
+        CHECK(server_stop(&s) == 0);
+    }
 }

@@ -301,6 +301,23 @@ static void *reaper_main(void *arg) {
 
 /* ===== generation: request -> job ===== */
 
+/* A chat job's tool-call parser (when r declares tools and does not say "none")
+ * and where its channel follower starts (2: a forced call's prefill opened K3's
+ * tools channel). Every choice of a request has its own. */
+static int open_tools(http_server *h, const request *r, job *j, char *err, size_t errlen) {
+    j->follow_from = r->effort != STRATA_CHAT_THINK_OFF;
+    if (!r->n_tools || r->tool_choice == STRATA_CHAT_TOOLS_NONE) return 0;
+    size_t calls = 0;
+    for (size_t i = 0; i < r->n_msgs; i++) calls += r->msgs[i].n_calls;
+    const strata_chat_tools tools = {r->tools, r->n_tools, r->tool_choice, r->tool_choice_name, r->parallel_tools};
+    const int forced = r->tool_choice == STRATA_CHAT_TOOLS_REQUIRED || r->tool_choice == STRATA_CHAT_TOOLS_NAMED;
+    strata_chat_ids ci;
+    int rc = strata_chat_ids_get(h->tk, &ci, err, errlen);
+    if (!rc) rc = strata_tool_parser_open(&j->tp, ci.fmt, &tools, calls, err, errlen);
+    if (!rc && forced && ci.fmt == STRATA_CHAT_FMT_XTML) j->follow_from = 2;
+    return rc;
+}
+
 /* Prompt ids of r (chat: the K3 template with the generation prompt). */
 static int build_prompt(http_server *h, const request *r, job *j, req_error *e) {
     char err[512];
@@ -309,11 +326,21 @@ static int build_prompt(http_server *h, const request *r, job *j, req_error *e) 
     if (r->kind == REQ_CHAT) {
         strata_chat_msg *m = strata_calloc(r->n_msgs, sizeof *m);
         if (!m) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
-        for (size_t i = 0; i < r->n_msgs; i++) m[i] = (strata_chat_msg){r->msgs[i].role, r->msgs[i].content, r->msgs[i].reasoning};
-        int rc = strata_chat_render(h->tk, m, r->n_msgs, r->effort, STRATA_CHAT_GEN, &ids, &n, &cap, err, sizeof err);
+        for (size_t i = 0; i < r->n_msgs; i++) {
+            const req_msg *q = &r->msgs[i];
+            m[i] = (strata_chat_msg){.role = q->role, .content = q->content, .reasoning = q->reasoning, .calls = q->calls,
+                                     .n_calls = q->n_calls, .call_of = q->call_of};
+        }
+        const strata_chat_tools tools = {r->tools, r->n_tools, r->tool_choice, r->tool_choice_name, r->parallel_tools};
+        int rc = strata_chat_render_tools(h->tk, m, r->n_msgs, &tools, r->effort, STRATA_CHAT_GEN, &ids, &n, &cap, err, sizeof err);
         strata_free(m);
         if (rc) { strata_free(ids); return req_fail(e, rc == STRATA_EINVAL ? 400 : 500, rc == STRATA_EINVAL ? "invalid_request_error" : "server_error", NULL, "messages", "%s", err); }
         j->thinking = r->effort != STRATA_CHAT_THINK_OFF;
+        if ((rc = open_tools(h, r, j, err, sizeof err))) { strata_free(ids); return req_fail(e, 500, "server_error", NULL, NULL, "%s", err); }
+        /* call ids: the same request gets the same ids (FNV-1a of the prompt) */
+        uint64_t hsh = 1469598103934665603ull;
+        for (size_t i = 0; i < n; i++) hsh = (hsh ^ (uint32_t)ids[i]) * 1099511628211ull;
+        snprintf(j->call_id, sizeof j->call_id, "call_%016llx", (unsigned long long)hsh);
     } else if (r->has_ids) {
         if (r->n_ids) {
             ids = strata_alloc(r->n_ids * sizeof *ids);
@@ -373,8 +400,12 @@ static int make_jobs(http_server *h, request *r, const char *rid, job **jobs, in
         snprintf(j->rid, sizeof j->rid, "%s", rid);
         if (k == 0 && build_prompt(h, r, j, e)) return -1;
         if (k) {
+            char err[512];
             j->thinking = jobs[0]->thinking;
             j->n_prompt = jobs[0]->n_prompt; /* members use the leader's prompt */
+            snprintf(j->call_id, sizeof j->call_id, "%.32s-%d", jobs[0]->call_id, k & 0xff);
+            if (r->kind == REQ_CHAT && open_tools(h, r, j, err, sizeof err))
+                return req_fail(e, 500, "server_error", NULL, NULL, "%s", err);
         }
         strata_gen_opts go = r->go;
         if (!r->has_temp && h->c.default_temp >= 0) go.temp = h->c.default_temp;
@@ -423,6 +454,7 @@ typedef struct stream {
     int stage;                 /* 0 role chunks next, 1 text, 2 done ([DONE] queued) */
     int ended[REQ_MAX_N];      /* finish chunk sent */
     size_t sent_content[REQ_MAX_N], sent_reasoning[REQ_MAX_N], sent_lp[REQ_MAX_N], text_off[REQ_MAX_N];
+    size_t sent_calls[REQ_MAX_N]; /* tool calls streamed (each whole: its head, then its arguments) */
     unsigned seen_ver;
     int anth;                  /* /v1/messages: Anthropic's events */
     anth_stream as;
@@ -482,6 +514,20 @@ static void collect_one(stream *st, int k) {
         emit_choice(st, k, st->kind == REQ_CHAT ? "content" : "text", j->content.p ? j->content.p + st->sent_content[k] : "",
                     j->content.n - st->sent_content[k], lp, NULL);
         st->sent_content[k] = j->content.n;
+    }
+    for (; st->sent_calls[k] < j->n_calls; st->sent_calls[k]++) {
+        const size_t i = st->sent_calls[k];
+        char cid[64];
+        snprintf(cid, sizeof cid, "%s_%zu", j->call_id, i);
+        for (int part = 0; part < 2; part++) {
+            json_t *c = chunk_base(st);
+            json_t *call = part ? json_pack("{s:I,s:{s:s}}", "index", (json_int_t)i, "function", "arguments", j->call_args[i])
+                                : json_pack("{s:I,s:s,s:s,s:{s:s,s:s}}", "index", (json_int_t)i, "id", cid, "type", "function",
+                                            "function", "name", j->call_name[i], "arguments", "");
+            json_t *choice = json_pack("{s:i,s:{s:[o]},s:n,s:n}", "index", k, "delta", "tool_calls", call, "logprobs", "finish_reason");
+            json_object_set_new(c, "choices", json_pack("[o]", choice));
+            emit(st, c);
+        }
     }
     if (j->finished && !st->ended[k]) {
         st->ended[k] = 1;

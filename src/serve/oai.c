@@ -81,6 +81,17 @@ json_t *oai_answer(const strata_tokenizer *tk, int kind, job *const *jobs, int n
         json_t *lp = j->go.logprobs ? oai_logprobs(tk, kind, j->lp, j->n_lp, &off) : json_null(), *choice;
         if (kind == REQ_CHAT) {
             json_t *msg = json_pack("{s:s,s:s%}", "role", "assistant", "content", j->content.p ? j->content.p : "", j->content.n);
+            if (j->n_calls) {
+                json_t *a = json_array();
+                for (size_t i = 0; i < j->n_calls; i++) {
+                    char cid[64];
+                    snprintf(cid, sizeof cid, "%s_%zu", j->call_id, i);
+                    json_array_append_new(a, json_pack("{s:s,s:s,s:{s:s,s:s}}", "id", cid, "type", "function", "function",
+                                                       "name", j->call_name[i], "arguments", j->call_args[i]));
+                }
+                json_object_set_new(msg, "tool_calls", a);
+                if (!j->content.n) json_object_set_new(msg, "content", json_null());
+            }
             if (j->thinking)
                 json_object_set_new(msg, "reasoning_content", json_stringn(j->reasoning.p ? j->reasoning.p : "", j->reasoning.n));
             choice = json_pack("{s:i,s:o,s:o,s:s}", "index", k, "message", msg, "logprobs", lp, "finish_reason", j->finish_reason);

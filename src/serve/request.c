@@ -195,6 +195,81 @@ static int get_content(request *r, const json_t *v, const char *name, const char
     return 0;
 }
 
+#define OOM(e) req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory")
+
+/* Keeps a string the request owns (freed with it). */
+static int own(request *r, char *s, req_error *e) {
+    char **np = s ? strata_realloc(r->parts, (r->n_parts + 1) * sizeof *np) : NULL;
+    if (!np) { strata_free(s); return OOM(e); }
+    r->parts = np;
+    r->parts[r->n_parts++] = s;
+    return 0;
+}
+
+/* A tool name as OpenAI allows it: [A-Za-z0-9_-]{1,64}. */
+static int name_ok(const char *s) {
+    size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
+    return n >= 1 && n <= 64 && !s[n];
+}
+
+/* An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}]. */
+static int parse_calls(request *r, req_msg *o, size_t i, const json_t *v, req_error *e) {
+    if (json_is_null(v)) return 0;
+    if (!json_is_array(v)) return BAD(e, "messages.tool_calls", "messages[%zu].tool_calls must be an array", i);
+    const size_t n = json_array_size(v);
+    if (n > REQ_MAX_CALLS) return BAD(e, "messages.tool_calls", "messages[%zu].tool_calls has more than %d calls", i, REQ_MAX_CALLS);
+    if (!n) return 0;
+    o->calls = strata_calloc(n, sizeof *o->calls);
+    o->call_ids = strata_calloc(n, sizeof *o->call_ids);
+    if (!o->calls || !o->call_ids) return OOM(e);
+    for (size_t k = 0; k < n; k++) {
+        const json_t *c = json_array_get(v, k), *fn = json_object_get(c, "function");
+        const char *key;
+        json_t *f;
+        if (!json_is_object(c) || !json_is_object(fn))
+            return BAD(e, "messages.tool_calls", "messages[%zu].tool_calls[%zu] must be an object with a 'function' object", i, k);
+        json_object_foreach((json_t *)c, key, f) {
+            if (!strcmp(key, "id")) {
+                if (get_cstr(f, "messages.tool_calls.id", &o->call_ids[k], e)) return -1;
+            } else if (!strcmp(key, "type")) {
+                if (!json_is_string(f) || strcmp(json_string_value(f), "function"))
+                    return BAD(e, "messages.tool_calls.type", "messages[%zu].tool_calls[%zu].type must be \"function\"", i, k);
+            } else if (strcmp(key, "function")) {
+                return BAD(e, "messages.tool_calls", "messages[%zu].tool_calls[%zu]: unknown field '%s'", i, k, key);
+            }
+        }
+        json_object_foreach((json_t *)fn, key, f) {
+            if (!strcmp(key, "name")) {
+                if (get_cstr(f, "messages.tool_calls.function.name", &o->calls[k].name, e)) return -1;
+            } else if (!strcmp(key, "arguments")) {
+                if (get_cstr(f, "messages.tool_calls.function.arguments", &o->calls[k].args, e)) return -1;
+            } else {
+                return BAD(e, "messages.tool_calls", "messages[%zu].tool_calls[%zu].function: unknown field '%s'", i, k, key);
+            }
+        }
+        if (!o->calls[k].name || !name_ok(o->calls[k].name))
+            return BAD(e, "messages.tool_calls.function.name",
+                       "messages[%zu].tool_calls[%zu].function.name must be 1-64 of A-Z a-z 0-9 _ -", i, k);
+        if (!o->calls[k].args) o->calls[k].args = "{}";
+        if (!o->call_ids[k]) return BAD(e, "messages.tool_calls.id", "messages[%zu].tool_calls[%zu] has no 'id'", i, k);
+    }
+    o->n_calls = n;
+    return 0;
+}
+
+/* A tool message's tool_call_id -> the number of the call it answers. */
+static int resolve_call(request *r, size_t i, const char *id, req_error *e) {
+    size_t g = 0, found = (size_t)-1;
+    for (size_t m = 0; m < i; m++)
+        for (size_t k = 0; k < r->msgs[m].n_calls; k++, g++)
+            if (!strcmp(r->msgs[m].call_ids[k], id)) found = g; /* the latest call with that id */
+    if (found == (size_t)-1)
+        return BAD(e, "messages.tool_call_id", "messages[%zu].tool_call_id '%.64s' names no tool call of an earlier assistant message",
+                   i, id);
+    r->msgs[i].call_of = found;
+    return 0;
+}
+
 static int parse_messages(request *r, const json_t *v, req_error *e) {
     if (!json_is_array(v) || json_array_size(v) == 0) return BAD(e, "messages", "'messages' must be a non-empty array");
     if (json_array_size(v) > REQ_MAX_MSGS) return BAD(e, "messages", "'messages' has more than %d entries", REQ_MAX_MSGS);
@@ -208,6 +283,7 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
         json_t *f;
         req_msg *o = &r->msgs[r->n_msgs];
         int have_role = 0;
+        const char *call_id = NULL;
         o->content = "";
         json_object_foreach(m, key, f) {
             if (!strcmp(key, "role")) {
@@ -215,7 +291,7 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
                 if (get_cstr(f, "messages.role", &role, e)) return -1;
                 if (!strcmp(role, "developer")) role = "system";
                 if ((o->role = strata_chat_role_parse(role)) < 0)
-                    return BAD(e, "messages.role", "messages[%zu].role '%s' is not one of system, developer, user, assistant", i, role);
+                    return BAD(e, "messages.role", "messages[%zu].role '%s' is not one of system, developer, user, assistant, tool", i, role);
                 have_role = 1;
             } else if (!strcmp(key, "content")) {
                 if (get_content(r, f, "messages.content", &o->content, e)) return -1;
@@ -223,9 +299,12 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
                 if (!json_is_null(f) && get_cstr(f, "messages.reasoning_content", &o->reasoning, e)) return -1;
             } else if (!strcmp(key, "name")) {
                 if (!json_is_string(f)) return BAD(e, "messages.name", "messages[%zu].name must be a string", i);
-            } else if (!strcmp(key, "tool_calls") || !strcmp(key, "tool_call_id") || !strcmp(key, "function_call")) {
-                if (!json_is_null(f) && !(json_is_array(f) && json_array_size(f) == 0))
-                    return UNSUPPORTED(e, "messages", "messages[%zu].%s: tools are not supported", i, key);
+            } else if (!strcmp(key, "tool_calls")) {
+                if (parse_calls(r, o, i, f, e)) return -1;
+            } else if (!strcmp(key, "tool_call_id")) {
+                if (!json_is_null(f) && get_cstr(f, "messages.tool_call_id", &call_id, e)) return -1;
+            } else if (!strcmp(key, "function_call")) {
+                if (!json_is_null(f)) return UNSUPPORTED(e, "messages", "messages[%zu].function_call: use tool_calls", i);
             } else {
                 return BAD(e, "messages", "messages[%zu]: unknown field '%s'", i, key);
             }
@@ -233,8 +312,72 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
         if (!have_role) return BAD(e, "messages.role", "messages[%zu] has no 'role'", i);
         if (o->reasoning && o->role != STRATA_CHAT_ASSISTANT)
             return BAD(e, "messages.reasoning_content", "messages[%zu]: reasoning_content only on assistant messages", i);
+        if (o->n_calls && o->role != STRATA_CHAT_ASSISTANT)
+            return BAD(e, "messages.tool_calls", "messages[%zu]: tool_calls only on assistant messages", i);
+        if (o->role == STRATA_CHAT_TOOL && !call_id)
+            return BAD(e, "messages.tool_call_id", "messages[%zu] (tool) has no 'tool_call_id'", i);
+        if (o->role == STRATA_CHAT_TOOL && resolve_call(r, i, call_id, e)) return -1;
         r->n_msgs++;
     }
+    return 0;
+}
+
+/* tools: [{"type": "function", "function": {name, description?, parameters?, strict?}}] */
+static int parse_tools(request *r, const json_t *v, req_error *e) {
+    if (!json_is_array(v)) return BAD(e, "tools", "'tools' must be an array");
+    const size_t n = json_array_size(v);
+    if (n > REQ_MAX_TOOLS) return BAD(e, "tools", "'tools' has more than %d entries", REQ_MAX_TOOLS);
+    if (!n) return 0;
+    if (!(r->tools = strata_calloc(n, sizeof *r->tools))) return OOM(e);
+    for (size_t i = 0; i < n; i++) {
+        const json_t *t = json_array_get(v, i), *fn = json_object_get(t, "function"), *type = json_object_get(t, "type");
+        if (!json_is_object(t) || !json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_object(fn))
+            return BAD(e, "tools", "tools[%zu] must be {\"type\": \"function\", \"function\": {...}}", i);
+        if (json_object_size(t) != 2) return BAD(e, "tools", "tools[%zu]: only 'type' and 'function' are known", i);
+        strata_chat_tool *o = &r->tools[i];
+        const char *key;
+        json_t *f;
+        json_object_foreach((json_t *)fn, key, f) {
+            if (json_is_null(f)) continue;
+            if (!strcmp(key, "name")) {
+                if (get_cstr(f, "tools.function.name", &o->name, e)) return -1;
+            } else if (!strcmp(key, "description")) {
+                if (get_cstr(f, "tools.function.description", &o->description, e)) return -1;
+            } else if (!strcmp(key, "parameters")) {
+                if (!json_is_object(f)) return BAD(e, "tools.function.parameters", "tools[%zu].function.parameters must be a JSON schema object", i);
+                char *d = json_dumps(f, JSON_COMPACT);
+                if (own(r, d, e)) return -1;
+                o->parameters = d;
+            } else if (!strcmp(key, "strict")) {
+                int b;
+                if (get_bool(f, "tools.function.strict", &b, e)) return -1;
+            } else {
+                return BAD(e, "tools.function", "tools[%zu].function: unknown field '%s'", i, key);
+            }
+        }
+        if (!o->name || !name_ok(o->name))
+            return BAD(e, "tools.function.name", "tools[%zu].function.name must be 1-64 of A-Z a-z 0-9 _ -", i);
+        for (size_t k = 0; k < i; k++)
+            if (!strcmp(r->tools[k].name, o->name)) return BAD(e, "tools.function.name", "tools[%zu]: '%s' is declared twice", i, o->name);
+    }
+    r->n_tools = n;
+    return 0;
+}
+
+/* tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}} */
+static int parse_tool_choice(request *r, const json_t *v, req_error *e) {
+    static const char *const k_choices[] = {"auto", "none", "required"};
+    if (json_is_string(v)) {
+        for (int i = 0; i < 3; i++)
+            if (!strcmp(json_string_value(v), k_choices[i])) { r->tool_choice = i; return 0; }
+        return BAD(e, "tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    }
+    const json_t *fn = json_object_get(v, "function"), *type = json_object_get(v, "type");
+    if (!json_is_object(v) || !json_is_string(type) || strcmp(json_string_value(type), "function") || !json_is_object(fn) ||
+        !json_is_string(json_object_get(fn, "name")))
+        return BAD(e, "tool_choice", "'tool_choice' must be auto, none, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    r->tool_choice = STRATA_CHAT_TOOLS_NAMED;
+    r->tool_choice_name = json_string_value(json_object_get(fn, "name"));
     return 0;
 }
 
@@ -424,6 +567,7 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
     r->go.seed = REQ_DEFAULT_SEED;
     r->effort = REQ_DEFAULT_EFFORT;
     r->n = 1;
+    r->parallel_tools = 1;
     /* all white space: jansson would say "line -1 column -1" */
     size_t k = 0;
     while (k < len && (body[k] == ' ' || body[k] == '\t' || body[k] == '\r' || body[k] == '\n')) k++;
@@ -479,13 +623,11 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
         } else if ((kind == REQ_CHAT || kind == REQ_COMPLETION) && !strcmp(key, "response_format")) {
             if ((rc = parse_response_format(r, f, e))) break;
         } else if (kind == REQ_CHAT && !strcmp(key, "tools")) {
-            if (!json_is_array(f)) { rc = BAD(e, key, "'tools' must be an array"); break; }
-            if (json_array_size(f)) { rc = UNSUPPORTED(e, key, "'tools' is not supported (only an empty list)"); break; }
+            if ((rc = parse_tools(r, f, e))) break;
         } else if (kind == REQ_CHAT && !strcmp(key, "tool_choice")) {
-            if (!json_is_string(f) || (strcmp(json_string_value(f), "none") && strcmp(json_string_value(f), "auto"))) {
-                rc = UNSUPPORTED(e, key, "'tool_choice' is not supported (only \"none\" or \"auto\" without tools)");
-                break;
-            }
+            if ((rc = parse_tool_choice(r, f, e))) break;
+        } else if (kind == REQ_CHAT && !strcmp(key, "parallel_tool_calls")) {
+            if ((rc = get_bool(f, key, &r->parallel_tools, e))) break;
         } else if (kind == REQ_CHAT && !strcmp(key, "functions")) {
             rc = UNSUPPORTED(e, key, "'%s' is not supported", key);
             break;
@@ -506,6 +648,13 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
     }
     if (!rc && r->go.top_logprobs && !r->go.logprobs)
         rc = BAD(e, "top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    if (!rc && (r->tool_choice == STRATA_CHAT_TOOLS_REQUIRED || r->tool_choice == STRATA_CHAT_TOOLS_NAMED) && !r->n_tools)
+        rc = BAD(e, "tool_choice", "'tool_choice' %s needs 'tools'", r->tool_choice_name ? "names a tool: it" : "required");
+    if (!rc && r->tool_choice == STRATA_CHAT_TOOLS_NAMED) {
+        size_t t = 0;
+        while (t < r->n_tools && strcmp(r->tools[t].name, r->tool_choice_name)) t++;
+        if (t == r->n_tools) rc = BAD(e, "tool_choice", "'tool_choice' names '%.64s', which 'tools' does not declare", r->tool_choice_name);
+    }
     if (!rc && r->include_usage && !r->stream)
         rc = BAD(e, "stream_options", "'stream_options' is only allowed when 'stream' is true");
     if (rc) { request_free(r); return -1; }
@@ -517,7 +666,12 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
 void request_free(request *r) {
     for (size_t i = 0; i < r->n_parts; i++) strata_free(r->parts[i]);
     strata_free(r->parts);
+    for (size_t i = 0; r->msgs && i < r->n_msgs + 1 && i < json_array_size(json_object_get(r->root, "messages")); i++) {
+        strata_free(r->msgs[i].calls);
+        strata_free(r->msgs[i].call_ids);
+    }
     strata_free(r->msgs);
+    strata_free(r->tools);
     strata_free(r->ids);
     strata_grammar_free(r->grammar);
     json_decref(r->root);

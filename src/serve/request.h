@@ -23,6 +23,8 @@ enum { REQ_CHAT = 1, REQ_COMPLETION = 2, REQ_TOKENIZE = 3, REQ_DETOKENIZE = 4 };
 #define REQ_MAX_STOP 4          /* OpenAI's limit on stop strings */
 #define REQ_MAX_STOP_BYTES 256  /* per stop string */
 #define REQ_MAX_MSGS 4096
+#define REQ_MAX_TOOLS 128       /* declared tools per request */
+#define REQ_MAX_CALLS 128       /* tool calls per assistant message */
 
 /* An error answer: HTTP status and the OpenAI error object fields. */
 typedef struct req_error {
@@ -39,9 +41,13 @@ int req_fail(req_error *e, int status, const char *type, const char *code, const
     STRATA_PRINTF(6, 7);
 
 typedef struct req_msg {
-    int role;              /* STRATA_CHAT_SYSTEM, STRATA_CHAT_USER, STRATA_CHAT_ASSISTANT */
+    int role;              /* STRATA_CHAT_SYSTEM, _USER, _ASSISTANT, _TOOL */
     const char *content;   /* NUL-terminated (no NUL inside), into the request's JSON or its own copy */
     const char *reasoning; /* assistant reasoning_content, or NULL */
+    strata_chat_call *calls; /* assistant tool_calls (n_calls, counted); strings into the JSON */
+    const char **call_ids;   /* (n_calls) their ids, counted */
+    size_t n_calls;
+    size_t call_of;        /* tool: the call its tool_call_id names (strata_chat_msg.call_of) */
 } req_msg;
 
 typedef struct request {
@@ -68,6 +74,11 @@ typedef struct request {
     int has_seed;             /* 0: the server draws one (and returns it) */
     int has_temp, has_top_p;  /* 0: the server's defaults (generation_config.json) apply */
     int effort;               /* STRATA_CHAT_THINK_* (chat) */
+    strata_chat_tool *tools;  /* (n_tools) declared tools, counted; parameters in parts */
+    size_t n_tools;
+    int tool_choice;          /* STRATA_CHAT_TOOLS_* */
+    const char *tool_choice_name;
+    int parallel_tools;       /* parallel_tool_calls (default true) */
     int parse_special;        /* tokenize: special-token text becomes its id */
     strata_grammar *grammar;  /* response_format json_object / json_schema, compiled (owned;
                                * the job takes it), else NULL; chat then renders without

@@ -68,6 +68,13 @@ static void job_destroy(job *j) {
     if (j->notify == j) strata_grammar_free((strata_grammar *)j->go.grammar); /* members borrow the leader's */
     strata_chat_follow_close(j->follow);
     strata_detok_close(j->ts);
+    strata_tool_parser_close(j->tp);
+    for (size_t i = 0; i < j->n_calls; i++) {
+        strata_free(j->call_name[i]);
+        strata_free(j->call_args[i]);
+    }
+    strata_free(j->call_name);
+    strata_free(j->call_args);
     req_buf_free(&j->pend);
     req_buf_free(&j->content);
     req_buf_free(&j->reasoning);
@@ -116,7 +123,7 @@ static void job_end(job *j, const char *reason, int status, const char *msg) {
     pthread_mutex_lock(&j->mu);
     if (!j->finished) {
         j->finished = 1;
-        j->finish_reason = reason;
+        j->finish_reason = reason && j->n_calls ? "tool_calls" : reason;
         if (status) {
             j->err_status = status;
             snprintf(j->err_msg, sizeof j->err_msg, "%.250s", msg ? msg : "failed");
@@ -186,6 +193,53 @@ static int job_text(job *j, const char *p, size_t n) {
 
 static void job_flush(job *j);
 
+/* A copy with invalid UTF-8 replaced (a forced call's arguments are whatever
+ * the model wrote, and JSON strings must be UTF-8). */
+static char *dup_text(const char *s) {
+    req_buf b = {0};
+    req_buf_add_utf8(&b, s, strlen(s));
+    req_buf_add(&b, "", 0);
+    if (b.oom) { req_buf_free(&b); return NULL; }
+    return b.p;
+}
+
+/* Publishes the tool calls the parser has handed out since the last time. */
+static void job_calls(job *j) {
+    const size_t n = strata_tool_parser_n_calls(j->tp);
+    if (n == j->n_calls) return;
+    pthread_mutex_lock(&j->mu);
+    for (size_t i = j->n_calls; i < n; i++) {
+        if (i == j->cap_calls) {
+            size_t cap = j->cap_calls ? j->cap_calls * 2 : 4;
+            char **a = strata_realloc(j->call_name, cap * sizeof *a);
+            if (a) j->call_name = a;
+            char **b = a ? strata_realloc(j->call_args, cap * sizeof *b) : NULL;
+            if (b) j->call_args = b;
+            if (!a || !b) break;
+            j->cap_calls = cap;
+        }
+        const strata_chat_call *c = strata_tool_parser_call(j->tp, i);
+        char *name = dup_text(c->name), *args = dup_text(c->args);
+        if (!name || !args) { strata_free(name); strata_free(args); break; }
+        j->call_name[i] = name;
+        j->call_args[i] = args;
+        j->n_calls = i + 1;
+    }
+    pthread_mutex_unlock(&j->mu);
+    job_notify(j);
+}
+
+/* Reply text (response or tools channel): through the tool-call parser when the
+ * request declared tools, then the stop strings. 1: a stop string matched. */
+static int job_reply(job *j, const char *p, size_t n) {
+    if (!j->tp) return job_text(j, p, n);
+    const char *c;
+    size_t cn;
+    if (strata_tool_parser_push(j->tp, p, n, &c, &cn)) return 0;
+    job_calls(j);
+    return job_text(j, c, cn);
+}
+
 /* ===== the token callback (engine thread, during strata_gen_step) ===== */
 
 typedef struct step_ctx {
@@ -246,11 +300,11 @@ static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size
         j->n_reasoning++;
         job_publish(j, 1, (const char *)p, n);
     } else {
-        hit = job_text(j, (const char *)p, n);
+        hit = job_reply(j, (const char *)p, n);
     }
     if (hit) {
         job_end(j, "stop", 0, NULL);
-    } else if (ended) { /* the turn is over even if its end id is not a stop id */
+    } else if (ended || (j->tp && strata_tool_parser_done(j->tp))) { /* the turn is over even if its end id is not a stop id */
         job_flush(j);
         job_end(j, "stop", 0, NULL);
     }
@@ -264,7 +318,15 @@ static void job_flush(job *j) {
     if (j->kind == REQ_CHAT && j->follow) strata_chat_follow_flush(j->follow, &ch, &p, &n);
     else if (j->ts) strata_detok_flush(j->ts, &p, &n);
     if (ch == STRATA_CHAT_CH_THINK) job_publish(j, 1, (const char *)p, n);
-    else if (n && job_text(j, (const char *)p, n)) return;
+    else if (n && job_reply(j, (const char *)p, n)) return;
+    if (j->tp) { /* a call cut off comes back as content (or as the forced call) */
+        const char *c;
+        size_t cn;
+        if (!strata_tool_parser_flush(j->tp, &c, &cn)) {
+            job_calls(j);
+            if (cn && job_text(j, c, cn)) return;
+        }
+    }
     job_publish(j, 0, j->pend.p, j->pend.n);
     j->pend.n = 0;
 }
@@ -332,7 +394,7 @@ static void group_fork(sched *s, job *lead) {
 static void slot_start(sched *s, int i, job *j) {
     char err[512];
     int rc = 0;
-    if (j->kind == REQ_CHAT) rc = strata_chat_follow_open((strata_chat_follow **)&j->follow, s->tk, j->thinking, err, sizeof err);
+    if (j->kind == REQ_CHAT) rc = strata_chat_follow_open((strata_chat_follow **)&j->follow, s->tk, j->follow_from, err, sizeof err);
     else if (strata_detok_open(&j->ts, s->tk)) rc = strata_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
     j->go.spec = s->o.spec;
     j->ch_last = j->thinking ? STRATA_CHAT_CH_THINK : STRATA_CHAT_CH_RESPONSE;

@@ -52,6 +52,7 @@ typedef struct job {
     int n_group, index;
     struct job *notify;           /* whose ver / cv a change of this job bumps (the leader; itself alone) */
     int thinking;                 /* chat: the generation prompt opened the think channel */
+    int follow_from;              /* chat: the follower's start (thinking, or 2: a forced call's tools channel) */
     int32_t *prompt;              /* (n_prompt) counted */
     int64_t n_prompt;
     strata_gen_opts go;           /* go.grammar: the job's own (freed with the job) */
@@ -59,11 +60,14 @@ typedef struct job {
     size_t stop_len[REQ_MAX_STOP];
     int n_stop;
     double t_submit;
+    char call_id[40];             /* tool calls' id prefix ("call_" + the prompt's hash) */
 
     /* engine -> waiter, under mu; cv is broadcast on every change */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     req_buf content, reasoning;   /* UTF-8-clean text so far */
+    char **call_name, **call_args; /* (n_calls, cap_calls) tool calls handed out, counted */
+    size_t n_calls, cap_calls;
     int64_t n_gen;                /* completion tokens */
     int64_t n_cached;             /* prompt tokens restored from the prefix cache */
     int64_t n_reasoning;          /* completion tokens of the think channel */
@@ -72,7 +76,7 @@ typedef struct job {
     size_t n_lp, cap_lp;
     unsigned ver;                 /* bumped on any change of this job or (leader) its group */
     int finished;                 /* no more text will come */
-    const char *finish_reason;    /* "stop" | "length" (NULL when failed or cancelled) */
+    const char *finish_reason;    /* "stop" | "length" | "tool_calls" (NULL when failed or cancelled) */
     int stop_hit;                 /* with "stop": the stop string matched (-1: an end id); set before finished */
     int err_status;               /* != 0: the job failed (HTTP status), err_msg says why */
     char err_msg[256];
@@ -89,6 +93,7 @@ typedef struct job {
     int slot;
     void *follow;                 /* strata_chat_follow (chat) */
     strata_detok *ts;               /* plain text (completions) */
+    strata_tool_parser *tp;       /* chat with tools (set by the submitter): calls in the reply */
     req_buf pend;                 /* response text held back for stop matching */
     double t_prev;                /* time of the previous token */
     struct job *next;             /* queue link */

@@ -12,6 +12,7 @@
 
 #include <string.h>
 #include "base.h"
+#include "tools.h"
 
 static const char k_effort_body[] =
     "`thinking_effort` guides on how much to think in your thinking channel (not including the response channel), "
@@ -19,7 +20,7 @@ static const char k_effort_body[] =
     "Now the system is invoked with `thinking_effort=%s`.";
 
 static const char *const k_efforts[] = {"off", "low", "high", "max"};
-static const char *const k_roles[] = {"system", "user", "assistant"};
+static const char *const k_roles[] = {"system", "user", "assistant", "tool"};
 
 int chat_effort_parse(const char *s) {
     for (int i = 0; i < 4; i++)
@@ -28,10 +29,10 @@ int chat_effort_parse(const char *s) {
 }
 
 const char *chat_effort_name(int effort) { return effort >= 0 && effort < 4 ? k_efforts[effort] : "?"; }
-const char *chat_role_name(int role) { return role >= 0 && role < 3 ? k_roles[role] : "?"; }
+const char *chat_role_name(int role) { return role >= 0 && role < 4 ? k_roles[role] : "?"; }
 
 int chat_role_parse(const char *s) {
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (!strcmp(s, k_roles[i])) return i;
     return -1;
 }
@@ -113,8 +114,31 @@ static void close_tag(emitter *e, const char *tag) {
 
 /* Kimi K2 / Kimi Linear: <|im_ROLE|>ROLE<|im_middle|>CONTENT<|im_end|> per message,
  * the default system message first when the conversation has none. */
-static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, int flags) {
+static void tool_seg(void *ud, const char *s, size_t n, int special) { seg(ud, s, n, special); }
+
+/* The call a tool message answers: its name, its index in its message. */
+static const chat_call *answered(const chat_msg *msgs, size_t upto, size_t call_of, size_t *index) {
+    size_t g = 0;
+    for (size_t i = 0; i < upto; i++) {
+        if (msgs[i].role != CHAT_ASSISTANT) continue;
+        if (call_of < g + msgs[i].n_calls) { *index = call_of - g; return &msgs[i].calls[call_of - g]; }
+        g += msgs[i].n_calls;
+    }
+    return NULL;
+}
+
+/* A tool message (validated by render) and the calls before message i. */
+static void render_result(emitter *e, const chat_msg *msgs, size_t n_msgs, size_t i) {
+    size_t index = 0;
+    const chat_call *c = answered(msgs, i, msgs[i].call_of, &index);
+    const int first = i == 0 || msgs[i - 1].role != CHAT_TOOL, last = i + 1 == n_msgs || msgs[i + 1].role != CHAT_TOOL;
+    if (!e->rc) e->rc = tools_emit_result(e->fmt, c->name, index, msgs[i].call_of, msgs[i].content, first, last, tool_seg, e);
+}
+
+static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int flags) {
     static const char *const k_markers[] = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>"};
+    size_t calls = 0;
+    if (!(flags & CHAT_CONTINUE) && !e->rc) e->rc = tools_emit_declare(e->fmt, tools, tool_seg, e);
     if (!(flags & CHAT_CONTINUE) && (n_msgs == 0 || msgs[0].role != CHAT_SYSTEM)) {
         ctl(e, "<|im_system|>");
         txt(e, "system");
@@ -123,34 +147,70 @@ static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, int flags
         ctl(e, "<|im_end|>");
     }
     for (size_t i = 0; i < n_msgs; i++) {
+        if (msgs[i].role == CHAT_TOOL) { render_result(e, msgs, n_msgs, i); continue; }
         ctl(e, k_markers[msgs[i].role]);
         txt(e, chat_role_name(msgs[i].role));
         ctl(e, "<|im_middle|>");
         txt(e, msgs[i].content);
+        if (msgs[i].n_calls && !e->rc) e->rc = tools_emit_calls(e->fmt, msgs[i].calls, msgs[i].n_calls, calls, tool_seg, e);
+        calls += msgs[i].n_calls;
         ctl(e, "<|im_end|>");
     }
     if (flags & CHAT_GEN) {
         ctl(e, "<|im_assistant|>");
         txt(e, "assistant");
         ctl(e, "<|im_middle|>");
+        if (!e->rc) e->rc = tools_emit_prefill(e->fmt, tools, calls, tool_seg, e);
     }
 }
 
-static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, int flags, char *err, size_t errlen) {
+static int forced(const chat_tools *tools) {
+    return tools && tools->n_tools && (tools->choice == CHAT_TOOLS_REQUIRED || tools->choice == CHAT_TOOLS_NAMED);
+}
+
+/* Tools, calls and results are consistent (the renderer trusts them after). */
+static int check_tools(const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, char *err, size_t errlen) {
+    for (size_t i = 0; tools && i < tools->n_tools; i++)
+        if (!tools->tools[i].name || !tools_name_ok(tools->tools[i].name))
+            return base_fail(err, errlen, STRATA_EINVAL, "chat: tool %zu: the name must be 1-64 of A-Z a-z 0-9 _ -", i + 1);
+    if (forced(tools) && tools->choice == CHAT_TOOLS_NAMED && (!tools->choice_name || !tools_name_ok(tools->choice_name)))
+        return base_fail(err, errlen, STRATA_EINVAL, "chat: tool_choice names no valid tool");
+    size_t calls = 0;
+    for (size_t i = 0; i < n_msgs; i++) {
+        const chat_msg *m = &msgs[i];
+        if (m->n_calls && (m->role != CHAT_ASSISTANT || !m->calls))
+            return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu (%s) has tool calls; only assistant turns may",
+                             i + 1, chat_role_name(m->role));
+        for (size_t k = 0; k < m->n_calls; k++)
+            if (!m->calls[k].name || !*m->calls[k].name || strstr(m->calls[k].name, "\"") || strchr(m->calls[k].name, '\n'))
+                return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu: tool call %zu has no usable name", i + 1, k + 1);
+        if (m->role == CHAT_TOOL && m->call_of >= calls)
+            return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu (tool) answers call %zu; there are %zu before it",
+                             i + 1, m->call_of + 1, calls);
+        calls += m->n_calls;
+    }
+    return STRATA_OK;
+}
+
+static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int effort, int flags,
+                  char *err, size_t errlen) {
     if (effort < CHAT_THINK_OFF || effort > CHAT_THINK_MAX)
         return base_fail(err, errlen, STRATA_EINVAL, "chat: thinking effort must be off, low, high or max");
     for (size_t i = 0; i < n_msgs; i++) {
-        if (msgs[i].role < CHAT_SYSTEM || msgs[i].role > CHAT_ASSISTANT || !msgs[i].content)
+        if (msgs[i].role < CHAT_SYSTEM || msgs[i].role > CHAT_TOOL || !msgs[i].content)
             return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu has a bad role or no content", i + 1);
         if (msgs[i].reasoning && msgs[i].role != CHAT_ASSISTANT)
             return base_fail(err, errlen, STRATA_EINVAL, "chat: message %zu (%s) has reasoning; only assistant turns may",
                              i + 1, chat_role_name(msgs[i].role));
     }
+    int rc = check_tools(msgs, n_msgs, tools, err, errlen);
+    if (rc) return rc;
     if (e->fmt == CHAT_FMT_K2) {
-        render_k2(e, msgs, n_msgs, flags);
+        render_k2(e, msgs, n_msgs, tools, flags);
         if (e->rc) return base_fail(err, errlen, e->rc, "chat: rendering failed: %s", strata_errstr(e->rc));
         return STRATA_OK;
     }
+    if (!(flags & CHAT_CONTINUE) && !e->rc) e->rc = tools_emit_declare(e->fmt, tools, tool_seg, e);
     if (effort != CHAT_THINK_OFF && !(flags & CHAT_CONTINUE)) {
         char body[sizeof k_effort_body + 8];
         snprintf(body, sizeof body, k_effort_body, chat_effort_name(effort));
@@ -159,9 +219,11 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
         close_tag(e, "message");
         ctl(e, "<|end_of_msg|>");
     }
+    size_t calls = 0;
     for (size_t i = 0; i < n_msgs; i++) {
         const chat_msg *m = &msgs[i];
         char attrs[64];
+        if (m->role == CHAT_TOOL) { render_result(e, msgs, n_msgs, i); continue; }
         snprintf(attrs, sizeof attrs, " role=\"%s\"", chat_role_name(m->role));
         open_tag(e, "message", attrs);
         if (m->role == CHAT_ASSISTANT) {
@@ -173,6 +235,8 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
             open_tag(e, "response", NULL);
             txt(e, m->content);
             close_tag(e, "response");
+            if (m->n_calls && !e->rc) e->rc = tools_emit_calls(e->fmt, m->calls, m->n_calls, calls, tool_seg, e);
+            calls += m->n_calls;
         } else {
             txt(e, m->content);
         }
@@ -180,8 +244,17 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
         ctl(e, "<|end_of_msg|>");
     }
     if (flags & CHAT_GEN) {
+        if (!e->rc) e->rc = tools_emit_choice(e->fmt, tools, tool_seg, e);
         open_tag(e, "message", " role=\"assistant\"");
         open_tag(e, effort != CHAT_THINK_OFF ? "think" : "response", NULL);
+        if (forced(tools)) { /* the call opens the tools channel: the channels before it stay empty */
+            if (effort != CHAT_THINK_OFF) {
+                close_tag(e, "think");
+                open_tag(e, "response", NULL);
+            }
+            close_tag(e, "response");
+            if (!e->rc) e->rc = tools_emit_prefill(e->fmt, tools, calls, tool_seg, e);
+        }
     }
     if (e->rc) return base_fail(err, errlen, e->rc, "chat: rendering failed: %s", strata_errstr(e->rc));
     return STRATA_OK;
@@ -189,11 +262,16 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
 
 int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int flags, int32_t **ids, size_t *n,
                 size_t *cap, char *err, size_t errlen) {
+    return chat_render_tools(t, msgs, n_msgs, NULL, effort, flags, ids, n, cap, err, errlen);
+}
+
+int chat_render_tools(tok *t, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int effort, int flags,
+                      int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen) {
     chat_ids c;
     int rc = chat_ids_init(&c, t, err, errlen);
     if (rc) return rc;
     emitter e = {.fmt = c.fmt, .t = t, .ids = ids, .n = n, .cap = cap};
-    return render(&e, msgs, n_msgs, effort, flags, err, errlen);
+    return render(&e, msgs, n_msgs, tools, effort, flags, err, errlen);
 }
 
 int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int flags, char **out, size_t *len, char *err,
@@ -203,8 +281,14 @@ int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int flags,
 
 int chat_render_text_fmt(int fmt, const chat_msg *msgs, size_t n_msgs, int effort, int flags, char **out, size_t *len,
                          char *err, size_t errlen) {
+    return chat_render_text_tools(fmt, msgs, n_msgs, NULL, effort, flags, out, len, err, errlen);
+}
+
+int chat_render_text_tools(int fmt, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int effort, int flags,
+                           char **out, size_t *len, char *err, size_t errlen) {
     emitter e = {.fmt = fmt};
-    int rc = render(&e, msgs, n_msgs, effort, flags, err, errlen);
+    int rc = fmt == CHAT_FMT_DSV3 ? base_fail(err, errlen, STRATA_EINVAL, "chat: DeepSeek-V3 messages are not rendered here")
+                                  : render(&e, msgs, n_msgs, tools, effort, flags, err, errlen);
     if (!rc && !e.txt) {
         e.txt = base_alloc(1, MEM_TOK);
         if (!e.txt) rc = base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
@@ -253,7 +337,7 @@ void chat_reply_free(chat_reply *r) {
     memset(r, 0, sizeof *r);
 }
 
-enum { P_THINK, P_AFTER_THINK, P_RESPONSE, P_AFTER_RESPONSE, P_CLOSED };
+enum { P_THINK, P_AFTER_THINK, P_RESPONSE, P_AFTER_RESPONSE, P_CLOSED, P_TOOLS };
 
 int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, chat_reply *out, char *err,
                      size_t errlen) {
@@ -355,7 +439,7 @@ int chat_follow_open(chat_follow **out, const tok *t, int thinking, char *err, s
     if (!rc && tok_stream_open(&f->ts, t)) rc = base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
     if (rc) { chat_follow_close(f); return rc; }
     f->t = t;
-    f->st = thinking && f->c.fmt != CHAT_FMT_K2 ? P_THINK : P_RESPONSE;
+    f->st = f->c.fmt == CHAT_FMT_K2 ? P_RESPONSE : thinking == 2 ? P_TOOLS : thinking ? P_THINK : P_RESPONSE;
     *out = f;
     return STRATA_OK;
 }
@@ -370,7 +454,8 @@ void chat_follow_close(chat_follow *f) {
 int chat_follow_closed(const chat_follow *f) { return f->closed; }
 
 static int follow_channel(const chat_follow *f) {
-    return f->st == P_THINK ? CHAT_CH_THINK : f->st == P_RESPONSE ? CHAT_CH_RESPONSE : CHAT_CH_NONE;
+    return f->st == P_THINK ? CHAT_CH_THINK : f->st == P_RESPONSE ? CHAT_CH_RESPONSE : f->st == P_TOOLS ? CHAT_CH_TOOLS
+                                                                                                       : CHAT_CH_NONE;
 }
 
 /* A tag that turned out not to be one: its ids are shown as text (specials as
@@ -398,7 +483,7 @@ int chat_follow_push(chat_follow *f, int32_t id, int *channel, const uint8_t **p
             if (f->n_tag > FOLLOW_TAG_MAX || tok_is_special(f->t, id)) {
                 f->tag[f->n_tag++] = id;
                 follow_replay(f, p, n);
-                return STRATA_EFORMAT;
+                return f->st == P_TOOLS ? 0 : STRATA_EFORMAT; /* the tools channel is text for its parser */
             }
             f->tag[f->n_tag++] = id;
             return 0;
@@ -412,12 +497,20 @@ int chat_follow_push(chat_follow *f, int32_t id, int *channel, const uint8_t **p
             else if (is_open && f->st == P_AFTER_THINK && !strcmp(name.s, "response")) next = P_RESPONSE;
             else if (!is_open && f->st == P_RESPONSE && !strcmp(name.s, "response")) next = P_AFTER_RESPONSE;
             else if (!is_open && f->st == P_AFTER_RESPONSE && !strcmp(name.s, "message")) next = P_CLOSED;
+            else if (is_open && (f->st == P_AFTER_RESPONSE || f->st == P_AFTER_THINK) && !strcmp(name.s, "tools"))
+                next = P_TOOLS;
+            else if (!is_open && f->st == P_TOOLS && !strcmp(name.s, "tools")) next = P_AFTER_RESPONSE;
         }
         base_free(name.s);
-        if (next < 0) {
+        const int tools_tag = next == P_TOOLS || f->st == P_TOOLS;
+        if (next < 0 || tools_tag) { /* a tag of the tools channel (or not a tag): its text */
+            const int was = f->st;
             f->tag[f->n_tag++] = id;
+            if (next == P_TOOLS) f->st = P_TOOLS;
+            *channel = follow_channel(f);
             follow_replay(f, p, n);
-            return STRATA_EFORMAT;
+            if (next >= 0) f->st = next;
+            return next >= 0 || was == P_TOOLS ? 0 : STRATA_EFORMAT;
         }
         f->n_tag = 0;
         f->st = next;
@@ -436,6 +529,7 @@ int chat_follow_push(chat_follow *f, int32_t id, int *channel, const uint8_t **p
         return 0;
     }
     if (tok_stream_push(f->ts, id, p, n)) return STRATA_EINVAL;
+    if (f->st == P_TOOLS) return 0;
     return tok_is_special(f->t, id) || (f->st != P_THINK && f->st != P_RESPONSE) ? STRATA_EFORMAT : 0;
 }
 

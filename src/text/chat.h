@@ -37,8 +37,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "tok.h"
+#include "tools.h"
 
-enum chat_role { CHAT_SYSTEM = 0, CHAT_USER = 1, CHAT_ASSISTANT = 2 };
+/* CHAT_TOOL: a tool's result (tools.h says how each format renders it). */
+enum chat_role { CHAT_SYSTEM = 0, CHAT_USER = 1, CHAT_ASSISTANT = 2, CHAT_TOOL = 3 };
 /* CHAT_THINK_OFF: no effort message, no think channel (reasoning of earlier
  * assistant turns is dropped, as the official encoder does). */
 enum chat_effort { CHAT_THINK_OFF = 0, CHAT_THINK_LOW = 1, CHAT_THINK_HIGH = 2, CHAT_THINK_MAX = 3 };
@@ -47,15 +49,20 @@ typedef struct chat_msg {
     int role;              /* CHAT_* */
     const char *content;   /* UTF-8 text, NUL-terminated, not NULL */
     const char *reasoning; /* assistant only; NULL renders an empty think channel */
+    const chat_call *calls; /* assistant only: its tool calls in order (n_calls) */
+    size_t n_calls;
+    size_t call_of;        /* CHAT_TOOL: the call it answers, numbered 0, 1, ... over
+                            * every call of the earlier assistant messages in order */
 } chat_msg;
+
 
 /* "low" | "high" | "max" | "off" -> CHAT_THINK_*, or -1 ("medium" included). */
 int chat_effort_parse(const char *s);
 const char *chat_effort_name(int effort);
 const char *chat_role_name(int role);
-int chat_role_parse(const char *s); /* "system" | "user" | "assistant" -> CHAT_*, or -1 */
+int chat_role_parse(const char *s); /* "system" | "user" | "assistant" | "tool" -> CHAT_*, or -1 */
 
-enum chat_fmt { CHAT_FMT_XTML = 0, CHAT_FMT_K2 = 1 };
+/* The chat formats (enum chat_fmt) and the tool types are tools.h's. */
 
 /* The control ids of a Kimi tokenizer and the format they define. eom ends a
  * message (<|end_of_msg|> or <|im_end|>); the markers of the other format are -1. */
@@ -80,6 +87,12 @@ enum { CHAT_GEN = 1, CHAT_CONTINUE = 2 };
  * message, STRATA_EFORMAT if t lacks the control tokens, ENOMEM/EBUDGET. */
 int chat_render(tok *t, const chat_msg *msgs, size_t n_msgs, int effort, int flags,
                 int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen);
+/* The same with declared tools (NULL or n_tools 0: none): the declaration
+ * before the messages, the tool_choice option after them, and with CHAT_GEN and a
+ * forced choice the opening of the call after the generation prompt
+ * (tools_prefill). */
+int chat_render_tools(tok *t, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int effort, int flags,
+                      int32_t **ids, size_t *n, size_t *cap, char *err, size_t errlen);
 /* The same conversation as text (control markers spelled out) in the XTML
  * format (chat_render_text_fmt: in fmt). *out is MEM_TOK, NUL-terminated, caller
  * base_free()s it. */
@@ -87,6 +100,8 @@ int chat_render_text_fmt(int fmt, const chat_msg *msgs, size_t n_msgs, int effor
                          char **out, size_t *len, char *err, size_t errlen);
 int chat_render_text(const chat_msg *msgs, size_t n_msgs, int effort, int flags,
                      char **out, size_t *len, char *err, size_t errlen);
+int chat_render_text_tools(int fmt, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int effort, int flags,
+                           char **out, size_t *len, char *err, size_t errlen);
 
 /* A generated assistant turn, parsed. Strings are MEM_TOK, NUL-terminated; free
  * with chat_reply_free. */
@@ -112,9 +127,13 @@ void chat_reply_free(chat_reply *r);
 
 /* Following a reply while it is generated (the REPL): the same state machine as
  * chat_parse_reply, one id at a time, with streaming UTF-8 decode. */
-enum { CHAT_CH_NONE = 0, CHAT_CH_THINK = 1, CHAT_CH_RESPONSE = 2 };
+enum { CHAT_CH_NONE = 0, CHAT_CH_THINK = 1, CHAT_CH_RESPONSE = 2, CHAT_CH_TOOLS = 3 };
 typedef struct chat_follow chat_follow;
-/* thinking: whether the generation prompt opened the think channel. MEM_TOK. */
+/* thinking: whether the generation prompt opened the think channel; 2: it
+ * opened the tools channel (a forced call's prefill, XTML). The tools channel's
+ * text comes out with its tags spelled ("<|open|>call tool=...<|sep|>"),
+ * from its opening tag to its closing one, for the tool-call parser (tools.h).
+ * MEM_TOK. */
 int chat_follow_open(chat_follow **out, const tok *t, int thinking, char *err, size_t errlen);
 /* Feeds one generated id. *channel and *p / *n give text to show (valid until the
  * next call; may be empty). Returns 1 when the turn has ended (an end id), 0 to go
