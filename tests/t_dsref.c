@@ -93,9 +93,9 @@ static void budgets_below_size(const char *name, const char *gen_args) {
     for (int i = 0; i < 3; i++) ds_check(dir, budgets[i], 1);
 }
 
-TEST(ds_budgets_below_size) {
+TEST(ds_quant_budgets_below_size) {
     if (!engine_has_ds()) {
-        fprintf(stderr, "  (ds_budgets_below_size: skipped, the engine has no DeepSeek-V3 architecture yet)\n");
+        fprintf(stderr, "  (ds_quant_budgets_below_size: skipped, the engine has no DeepSeek-V3 architecture yet)\n");
         return;
     }
     /* ~110 MB: 160 FP8 experts of [256, 256] x 3 MoE layers (+ the MTP layer, never read) */

@@ -67,6 +67,10 @@ typedef struct cfg {
     int64_t yarn_orig_ctx; /* rope_scaling.original_max_position_embeddings */
     int64_t n_group, topk_group; /* group-limited routing (n_group > 1): keep topk_group groups */
     int64_t n_mtp;     /* num_nextn_predict_layers: MTP layers after the last, never read */
+    /* The first MTP layer is bound (strata_model_opts.mtp, cfg_bind_mtp): it is layer
+     * n_layers - 1, so it is planned, placed and streamed as a layer; the model's
+     * own layers are the first cfg_main_layers(c). 0: never read. */
+    int mtp;
 } cfg;
 enum cfg_arch { ARCH_K3 = 0, ARCH_KIMI_LINEAR = 1, ARCH_DEEPSEEK_V3 = 2, ARCH_KIMI_K2 = 3, ARCH_KIMI_K25 = 4 };
 #define CFG_DEFAULT_CTX 131072
@@ -84,6 +88,11 @@ int cfg_validate(const cfg *c, const char *what, char *err, size_t errlen);
 char *cfg_to_json(const cfg *c);
 
 static inline int cfg_is_moe(const cfg *c, int64_t L) { return L >= c->first_dense; }
+/* The model's own layers (the MTP layer, when bound, comes after them). */
+static inline int64_t cfg_main_layers(const cfg *c) { return c->n_layers - (c->mtp ? 1 : 0); }
+/* Binds the first MTP layer (c->n_mtp >= 1, not bound yet): one more layer, MLA
+ * and MoE, after the model's own. 0, or -1 when the config has none or no room. */
+int cfg_bind_mtp(cfg *c);
 
 /* Census: parameter and byte counts by class, for planning and `inspect`
  * (computed by schema_census, schema.h: it walks the tensors). */

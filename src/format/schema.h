@@ -41,6 +41,10 @@ enum trole {
     /* KDA low-rank output gate (cfg kda_g_lowrank): g_a (D, hidden), g_b (P, D).
      * A direct MLA q_proj (q_lora == 0) fills R_MLA_QB with (NH * qh, hidden). */
     R_KDA_GA, R_KDA_GB,
+    /* DeepSeek-V3's MTP layer (cfg mtp): enorm, hnorm (hidden), eh_proj (hidden,
+     * 2 hidden), shared_head.norm (hidden); its embedding and head copies are never
+     * bound (the model's own serve) */
+    R_MTP_ENORM, R_MTP_HNORM, R_MTP_EH, R_MTP_HEAD_NORM,
     R_COUNT
 };
 

@@ -208,6 +208,7 @@ static void slot_start(sched *s, int i, job *j) {
     if (j->kind == REQ_CHAT) rc = strata_chat_follow_open((strata_chat_follow **)&j->follow, s->tk, j->thinking, err, sizeof err);
     else if (strata_detok_open(&j->ts, s->tk)) rc = strata_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
     j->go.spec = s->o.spec;
+    j->go.mtp_draft = s->o.mtp_draft;
     if (!rc) rc = strata_gen_create(&j->g, s->seqs[i], j->prompt, j->n_prompt, &j->go, 0, err, sizeof err);
     s->slot[i] = j;
     s->n_active++;
