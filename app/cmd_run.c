@@ -129,7 +129,8 @@ static int parse_args(int argc, char **argv, run_opts *o) {
     if (o->batch_text && !o->batch) return cli_usage_error(CMD, "--batch-text needs --batch");
     if (o->parallel && !o->batch) return cli_usage_error(CMD, "--parallel needs --batch");
     if (o->draft_ids && !o->ao.spec) return cli_usage_error(CMD, "--draft-ids needs --spec K");
-    if (o->draft_ids && o->ao.go.self_draft) return cli_usage_error(CMD, "--draft-ids and --draft self exclude each other");
+    if (o->draft_ids && (o->ao.go.self_draft || o->ao.go.mtp_draft))
+        return cli_usage_error(CMD, "--draft-ids and --draft %s exclude each other", o->ao.go.self_draft ? "self" : "mtp");
     if (o->json_schema && o->json_object) return cli_usage_error(CMD, "--json-schema and --json-object exclude each other");
     if ((o->json_schema || o->json_object) && o->ignore_eos)
         return cli_usage_error(CMD, "--json-schema / --json-object end the document with an end id; --ignore-eos excludes them");
@@ -617,7 +618,7 @@ static int run_json(run_state *r, uint64_t lhash, uint64_t rss, int64_t n_prompt
         strata_model_get_stats(r->m.m, &ss);
         json_t *sp = json_object_get(j, "speculation");
         if (sp) {
-            json_object_set_new(sp, "draft_source", json_string(r->o->ao.go.self_draft ? "self" : r->o->draft_ids ? "ids" : "ngram"));
+            json_object_set_new(sp, "draft_source", json_string(r->o->ao.go.self_draft ? "self" : r->o->ao.go.mtp_draft ? "mtp" : r->o->draft_ids ? "ids" : "ngram"));
             json_object_set_new(sp, "self_draft_passes", json_integer((json_int_t)ss.draft_passes));
             json_object_set_new(sp, "self_draft_layers_run",
                                 json_real(ss.draft_layers ? (double)ss.draft_layers_run / (double)ss.draft_layers : 0.0));

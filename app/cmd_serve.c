@@ -68,7 +68,9 @@ static void usage(FILE *f) {
         "                       comment ': prefill DONE/TOTAL' every S seconds (default 5; 0 off)\n"
         "  --spec K             speculative decoding for every request: up to K tokens drafted\n"
         "                       from the text's own n-grams, verified in the same step as the\n"
-        "                       other sequences' rows; output identical (default 0: off)\n",
+        "                       other sequences' rows; output identical (default 0: off)\n"
+        "  --draft ngram|mtp    with --spec: the drafts' source, the text's n-grams (default) or the\n"
+        "                       model's multi-token-prediction layer (DeepSeek-V3)\n",
         SERVE_DEFAULT_CTX);
     opts_help(f, OPT_SERVE, OPT_HELP_PLACE);
     fputs("\n"
@@ -272,6 +274,7 @@ int cmd_serve(int argc, char **argv) {
     sv.parallel = (int)o.parallel;
     sv.queue = (int)o.queue;
     sv.spec = (int)o.ao.spec;
+    sv.mtp_draft = o.ao.mtp;
     sv.ctx = ctx;
     sv.grace_s = (double)o.grace;
     sv.cache_dir = o.cache_dir;

@@ -58,10 +58,12 @@ const opt_row opts_shared[] = {
     {.flag = "--spec", .kind = OPT_PARAM, .off = A(spec), .cmds = ALL & ~OPT_PLAN, .param = STRATA_PARAM_SPEC, .help_in = GEN, .group = OPT_HELP_GEN,
      .help = "  --spec K             speculative decoding: verify up to K drafted tokens with each token in\n"
              "                       one pass; the output is identical to decoding without it\n"},
-    {.flag = "--draft", .kind = OPT_DRAFT, .off = A(go.self_draft), .cmds = GEN, .what = "ngram or self", .help_in = GEN, .group = OPT_HELP_GEN,
-     .help = "  --draft SRC          with --spec: ngram (default: recent n-grams of the text) or self: the\n"
+    {.flag = "--draft", .kind = OPT_DRAFT, .off = A(go.self_draft), .cmds = GEN | OPT_SERVE, .what = "ngram, self or mtp",
+     .help_in = GEN, .group = OPT_HELP_GEN,
+     .help = "  --draft SRC          with --spec: ngram (default: recent n-grams of the text), self: the\n"
              "                       model itself on what is already in RAM (pinned layers, cached experts;\n"
-             "                       the rest skipped), no disk reads\n"},
+             "                       the rest skipped), no disk reads, or mtp: the model's multi-token-\n"
+             "                       prediction layer (DeepSeek-V3), loaded and run as one more layer\n"},
 };
 const size_t opts_n_shared = sizeof opts_shared / sizeof *opts_shared;
 
@@ -105,8 +107,9 @@ static int take_value(app_opts *o, const opt_row *r, void *field, const char *v)
         if (!r->fn(field, v)) return 0;
         break;
     case OPT_DRAFT:
-        if (strcmp(v, "self") && strcmp(v, "ngram")) break;
+        if (strcmp(v, "self") && strcmp(v, "ngram") && strcmp(v, "mtp")) break;
         o->go.self_draft = !strcmp(v, "self");
+        o->go.mtp_draft = o->mtp = !strcmp(v, "mtp");
         o->draft_given = 1;
         return 0;
     case OPT_RAM_GB:
@@ -176,6 +179,7 @@ void opts_model(const app_opts *o, int64_t ctx, int max_seqs, strata_model_opts 
     so->no_verify = o->no_verify;
     so->no_prefetch = o->no_prefetch;
     so->router = o->router;
+    so->mtp = o->mtp;
     so->no_preload = o->no_preload;
     so->spec = (int)o->spec;
     so->prefix_ram = o->prefix_ram;

@@ -29,6 +29,7 @@ typedef struct app_opts {
     const char *pack_dir, *ram_flag; /* ram_flag: --ram-gb or --ram, whichever was given */
     uint64_t ram_bytes;
     int have_ram, plan_only, no_verify, no_prefetch, no_preload, draft_given;
+    int mtp; /* --draft mtp: the model's MTP layer bound (strata_model_opts.mtp) */
     int router;                /* strata_model_opts.router (--router unbiased|hf) */
     int64_t threads, chunk, ctx, gen, spec; /* 0: the command's default */
     uint64_t prefix_ram, prefix_dir_bytes;  /* strata_model_opts.prefix_* (serve; 0: none) */

@@ -108,6 +108,13 @@ typedef struct strata_model_opts {
      * computes them. Part of the model's identity: states and prefix files of one
      * convention never load under the other. */
     int router;
+    /* 1: bind the model's multi-token-prediction layer (DeepSeek-V3's
+     * `model.layers.<num_hidden_layers>.*`; num_nextn_predict_layers >= 1) so that
+     * generators can draft with it (strata_gen_opts.mtp_draft). It is planned and
+     * streamed as one more layer and runs in every step (its own latent cache per
+     * sequence); the model's output is the same bits with it. Refused, naming them,
+     * when the config has none or its tensors are missing. 0: never read. */
+    int mtp;
 } strata_model_opts;
 
 #define STRATA_ROUTER_DEFAULT 0  /* unbiased */
@@ -135,6 +142,8 @@ typedef struct strata_model_info {
     int max_seqs, n_threads;
     int placed;                /* 1: planned placement (budget or pack); 0: resident */
     int has_tokenizer;
+    int mtp;                   /* 1: the MTP layer is bound (strata_model_opts.mtp; n_layers and
+                                  n_mla count the model's own layers, the byte counts include it) */
     const char *kernel;        /* kernel table in use ("avx512", ...) */
     double load_s;             /* seconds to open the weights */
     uint64_t mla_cache_bytes_per_pos, seq_bytes, engine_bytes;
@@ -413,6 +422,10 @@ typedef struct strata_gen_opts {
      * pass that reads nothing from disk; n-grams where the placement cannot
      * (strata_model_info.can_self_draft 0: a resident model, or a streamed head). */
     int self_draft;
+    /* 1: drafts from the MTP layer (the model loaded with strata_model_opts.mtp):
+     * the first from the model's last hidden state and the sampled token, the
+     * next ones chained on the MTP's own output. Excludes self_draft. */
+    int mtp_draft;
     /* Ids that also end the generation (at most 16, copied at create), besides
      * the model's end ids when stop_at_end: a chat front-end's end-of-message. */
     const int32_t *stop_ids;

@@ -43,6 +43,7 @@ typedef struct strata_serve_opts {
     int parallel;            /* sequences generated together (mo->max_seqs) */
     int queue;               /* requests waiting for a sequence; beyond: 429 */
     int spec;                /* speculative drafts per request (0 = off; mo->spec) */
+    int mtp_draft;           /* 1: drafts from the MTP layer (the model loaded with strata_model_opts.mtp) */
     int64_t ctx;             /* positions per sequence (mo->ctx) */
     double grace_s;          /* on SIGTERM/SIGINT, seconds to let requests finish */
     const char *cache_dir;   /* named in the ready line (mo->prefix_dir) */

@@ -63,7 +63,7 @@ struct strata_model {
     strata_gen **gown;        /* (rows) the generator of each row */
     float *glogits;           /* (max_out, vocab) */
     infer_row *irows;         /* (rows) strata_step's rows in engine form */
-    strata_gen **gdec, **gself; /* (rows) a generator step's decoding / self-drafting generators */
+    strata_gen **gdec, **gself, **gmtp; /* (rows) a generator step's decoding / self-drafting / MTP-drafting generators */
     prefix_cache *px;         /* NULL: no prefix cache */
     int64_t px_every;         /* prompt positions between snapshots */
     strata_cluster *cl;       /* the cluster this model is spread over (cluster.h), or NULL */
@@ -95,6 +95,7 @@ struct strata_gen {
     int spec_k, spec_fail, spec_off; /* current draft length, rejections in a row, steps left switched off */
     int64_t n_drafted, n_accepted, n_verifies;
     int self_pending;         /* n_drafts are to come from a self-draft this step */
+    int mtp_pending;          /* ... from the MTP layer */
     int32_t stop_ids[16];     /* opts.stop_ids */
     int n_stop_ids;
     /* prefix cache */
@@ -242,6 +243,34 @@ static int api_plan(strata_model *m, const strata_model_opts *o, uint64_t extra,
     return place_plan_compute(&m->c, &m->lay, m->dir, &po, &m->plan, err, errlen);
 }
 
+/* strata_model_opts.mtp: the MTP layer becomes the model's last layer (cfg
+ * mtp), its tensors checked as the others (a missing one is named). */
+static int api_bind_mtp(strata_model *m, char *err, size_t errlen) {
+    if (m->c.mtp) return 0;
+    if (m->c.n_mtp < 1 || !m->c.no_kda)
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: --draft mtp: the model has no multi-token-prediction layer "
+                         "(num_nextn_predict_layers is 0 or absent)", m->dir);
+    if (m->o.cluster) return base_fail(err, errlen, STRATA_EINVAL, "%s: --draft mtp: not with a cluster", m->dir);
+    cfg c = m->c;
+    if (cfg_bind_mtp(&c)) return base_fail(err, errlen, STRATA_EINVAL, "%s: --draft mtp: too many layers", m->dir);
+    sbuf pb = {0};
+    int rc = model_bind_check(&c, m->ix, &m->lay, &pb);
+    if (rc) {
+        if (rc == STRATA_ENOMEM) base_fail(err, errlen, rc, "%s: out of memory checking the MTP layer", m->dir);
+        else base_fail(err, errlen, rc, "%s: --draft mtp: the MTP layer (layer %lld) does not match the config (%d problems):\n%s",
+                       m->dir, (long long)m->c.n_layers, pb.n, pb.s ? pb.s : "");
+        sbuf_free(&pb);
+        /* the layout as it was (the checkpoint without its MTP layer binds) */
+        sbuf p2 = {0};
+        model_bind_check(&m->c, m->ix, &m->lay, &p2);
+        sbuf_free(&p2);
+        return rc;
+    }
+    sbuf_free(&pb);
+    m->c = c;
+    return 0;
+}
+
 int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, size_t errlen) {
     strata_model_opts d = strata_model_opts_default();
     if (!o) o = &d;
@@ -260,6 +289,7 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     m->max_out = m->max_seqs * (int64_t)(m->spec + 1);
     if (m->max_out > m->rows) m->max_out = m->rows;
     int rc;
+    if (o->mtp && (rc = api_bind_mtp(m, err, errlen))) return rc;
     m->stage = (cluster_stage){0, m->c.n_layers, 1};
     if (o->cluster) {
         m->cl = o->cluster;
@@ -328,8 +358,9 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     m->irows = base_alloc((size_t)m->rows * sizeof *m->irows, MEM_SCRATCH);
     m->gdec = base_alloc((size_t)m->rows * sizeof *m->gdec, MEM_SCRATCH);
     m->gself = base_alloc((size_t)m->rows * sizeof *m->gself, MEM_SCRATCH);
+    m->gmtp = base_alloc((size_t)m->rows * sizeof *m->gmtp, MEM_SCRATCH);
     m->glogits = base_alloc((size_t)m->max_out * (size_t)m->c.vocab * sizeof(float), MEM_SCRATCH);
-    if (!m->grows || !m->gown || !m->irows || !m->gdec || !m->gself || !m->glogits)
+    if (!m->grows || !m->gown || !m->irows || !m->gdec || !m->gself || !m->gmtp || !m->glogits)
         return base_fail(err, errlen, STRATA_ENOMEM, "%s: cannot allocate the step buffers", m->dir);
     m->loaded = 1;
     return 0;
@@ -343,6 +374,7 @@ void strata_model_close(strata_model *m) {
     base_free(m->irows);
     base_free(m->gdec);
     base_free(m->gself);
+    base_free(m->gmtp);
     base_free(m->glogits);
     prefix_close(m->px);
     engine_free(m->e);
@@ -381,8 +413,9 @@ static void placement_name(const strata_model *m, char *buf, size_t n) {
 
 void strata_model_get_info(const strata_model *m, strata_model_info *o) {
     memset(o, 0, sizeof *o);
-    o->n_layers = m->c.n_layers;
-    o->n_mla = m->c.n_mla;
+    o->n_layers = cfg_main_layers(&m->c);
+    o->n_mla = m->c.n_mla - m->c.mtp;
+    o->mtp = m->c.mtp;
     o->vocab = m->c.vocab;
     o->hidden = m->c.hidden;
     o->model_max_ctx = m->c.max_ctx;
@@ -662,6 +695,10 @@ int strata_gen_create(strata_gen **out, strata_seq *seq, const int32_t *prompt, 
     if (o->spec < 0 || o->spec > m->spec)
         return base_fail(err, errlen, STRATA_EINVAL, "spec %d: the model was loaded for at most %d drafted tokens", o->spec, m->spec);
     if (o->n_draft_ids < 0 || (o->n_draft_ids && !o->draft_ids)) return base_fail(err, errlen, STRATA_EINVAL, "bad draft ids");
+    if (o->mtp_draft && !m->c.mtp)
+        return base_fail(err, errlen, STRATA_EINVAL, "MTP drafts: the model was loaded without its MTP layer (strata_model_opts.mtp)");
+    if (o->mtp_draft && (o->self_draft || o->n_draft_ids))
+        return base_fail(err, errlen, STRATA_EINVAL, "MTP drafts exclude self drafts and draft ids");
     if (o->n_stop_ids < 0 || o->n_stop_ids > 16 || (o->n_stop_ids && !o->stop_ids))
         return base_fail(err, errlen, STRATA_EINVAL, "stop ids: at most 16");
     if (o->top_logprobs < 0 || o->top_logprobs > STRATA_MAX_TOP_LOGPROBS)
@@ -868,6 +905,34 @@ static void self_draft(strata_model *m, strata_gen **gens, int n) {
     }
 }
 
+/* MTP drafts for gens[0 .. n) (each with n_drafts tokens wanted): depth k runs
+ * the MTP layer once for every sequence still drafting (one row each: the
+ * sampled token, then the last draft), each draft the greedy choice of its
+ * logits. A failed pass keeps the drafts made before it. */
+static void mtp_draft(strata_model *m, strata_gen **gens, int n) {
+    const int64_t V = m->c.vocab;
+    for (int64_t k = 0;; k++) {
+        int64_t nr = 0;
+        for (int i = 0; i < n; i++) {
+            strata_gen *g = gens[i];
+            if (g->mtp_pending && g->n_drafts > k) m->irows[nr++] = (infer_row){g->seq->s, k == 0 ? g->next : g->drafts[k - 1], 1};
+        }
+        if (!nr) break;
+        const int rc = engine_mtp_step(m->e, m->irows, nr, k, m->glogits);
+        int64_t r = 0;
+        for (int i = 0; i < n; i++) {
+            strata_gen *g = gens[i];
+            if (!g->mtp_pending || g->n_drafts <= k) continue;
+            if (rc) { g->n_drafts = k; continue; }
+            const float *lg = m->glogits + r++ * V;
+            int32_t best = 0;
+            for (int64_t v = 1; v < V; v++) if (lg[v] > lg[best]) best = (int32_t)v;
+            g->drafts[k] = best;
+        }
+    }
+    for (int i = 0; i < n; i++) gens[i]->mtp_pending = 0;
+}
+
 /* After a verification: the draft length follows the acceptance, starting at
  * one token and doubling while every draft is accepted; two verifications in a
  * row that accept nothing switch speculation off for 64 steps (then one token is
@@ -911,12 +976,13 @@ int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_toke
     int64_t nr = 0, n_out = 0;
     /* decode rows first: each running stream advances every step, with its
      * drafted tokens when it speculates */
-    int n_dec = 0, n_self = 0, can_self = -1;
+    int n_dec = 0, n_self = 0, n_mtp = 0, can_self = -1;
     for (int i = 0; i < n && nr < m->rows && n_out < m->max_out; i++) {
         strata_gen *g = gens[i];
         if (g->done || !g->has_next) continue;
         g->n_drafts = 0;
         g->self_pending = 0;
+        g->mtp_pending = 0;
         if (g->o.spec > 0 && g->spec_off > 0) g->spec_off--;
         else if (g->o.spec > 0) {
             int64_t room = m->rows - nr - 1, lr = m->max_out - n_out - 1;
@@ -926,7 +992,13 @@ int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_toke
             if (left_ctx < room) room = left_ctx;
             if (g->spec_k < room) room = g->spec_k;
             if (g->o.self_draft && room > 0 && can_self < 0) can_self = self_draft_useful(m) && engine_can_draft(m->e);
-            if (g->o.self_draft && room > 0 && can_self == 1) {
+            if (g->o.mtp_draft) {
+                if (room > 0 && session_mtp_ready(g->seq->s)) {
+                    g->n_drafts = room;
+                    g->mtp_pending = 1;
+                    m->gmtp[n_mtp++] = g;
+                }
+            } else if (g->o.self_draft && room > 0 && can_self == 1) {
                 g->n_drafts = room;
                 g->self_pending = 1;
                 m->gself[n_self++] = g;
@@ -939,6 +1011,7 @@ int strata_gen_step(strata_model *m, strata_gen *const *gens, int n, strata_toke
         n_out += 1 + g->n_drafts;
     }
     if (n_self) self_draft(m, m->gself, n_self);
+    if (n_mtp) mtp_draft(m, m->gmtp, n_mtp);
     nr = n_out = 0;
     for (int i = 0; i < n_dec; i++) {
         strata_gen *g = m->gdec[i];

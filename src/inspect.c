@@ -147,7 +147,7 @@ static void print_config(const report *r, FILE *out) {
                c->yarn_beta_fast, c->yarn_beta_slow, c->yarn_mscale, c->yarn_mscale_all_dim, arch_mla_scale(c),
                (long long)c->n_group, (long long)c->topk_group, c->kv_norm_eps);
         if (c->n_mtp)
-            fprintf(out, "  MTP: %lld layer(s) after the last (%slayers.%lld.*): skipped, never read\n", (long long)c->n_mtp,
+            fprintf(out, "  MTP: %lld layer(s) after the last (%slayers.%lld.*): skipped, never read (but by --draft mtp)\n", (long long)c->n_mtp,
                    arch_of(c)->pfx, (long long)c->n_layers);
     } else if (c->kda_softplus)
         fprintf(out, "  KDA: %lld heads x %lld, short conv %lld, gate -exp(A_log) softplus (no lower bound)\n",

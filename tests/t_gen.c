@@ -190,8 +190,16 @@ static void check_dir(const char *preset, const char *dir) {
     /* nothing but schema tensors */
     size_t n_schema = 0;
     schema_walk(&c, o.experts_bf16, count_tensor, &n_schema);
-    /* plus, for DeepSeek-V3, the MTP layer's 7 and K2.5's 2 vision tensors (never read) */
-    const size_t n_extra = (size_t)(c.no_kda ? 7 * c.n_mtp : 0) + (c.arch == ARCH_KIMI_K25 ? 2 : 0);
+    /* plus, for DeepSeek-V3, the MTP layer (as cfg mtp binds it, with its experts)
+     * and its embedding and head copies, and K2.5's 2 vision tensors (never read) */
+    size_t n_extra = (size_t)(c.arch == ARCH_KIMI_K25 ? 2 : 0);
+    if (c.no_kda && c.n_mtp) {
+        cfg x = c;
+        CHECK(cfg_bind_mtp(&x) == 0);
+        size_t n_mtp = 0;
+        schema_walk(&x, o.experts_bf16, count_tensor, &n_mtp);
+        n_extra += n_mtp - n_schema + 2;
+    }
     CHECK_MSG(st_count(ix) == n_schema + n_extra, "%s: %zu tensors, %zu expected", preset, st_count(ix), n_schema + n_extra);
     model_layout *lay = base_calloc(1, sizeof *lay, MEM_MISC);
     sbuf pb = {0};

@@ -13,6 +13,7 @@
  *   dense.c    the dense SiTU-GLU FFN
  *   moe.c      Stable LatentMoE: router, expert union, streamed experts, combine
  *   guess.c    expert reads a layer ahead (guesses of the next layer's routing)
+ *   mtp.c      DeepSeek-V3's multi-token-prediction layer as a draft (cfg mtp)
  *
  * A new architecture block is a new file with a `<block>_layer(e, L, W)` entry
  * point declared here, called from the layer loop (infer.c layers_run): it reads
@@ -69,6 +70,8 @@ struct engine {
     int64_t T, n_grp, n_out;
     session **g_s;             /* (chunk) the sequence of each group */
     int64_t *g_r0;             /* (chunk + 1) first row of each group; g_r0[n_grp] = T */
+    int64_t *g_pos;            /* (chunk) position of each group's first row (its sequence's
+                                  pos in a step; the MTP layer's own rows lag one behind) */
     int32_t *ids;              /* (chunk) token of each row */
     int32_t *outr;             /* (chunk) rows whose logits are wanted, ascending */
     struct infer_row *rowbuf;  /* (chunk) rows of session_eval's passes */
@@ -117,6 +120,10 @@ struct engine {
     int64_t L0, L1;            /* layers this engine computes (a pipeline stage: [L0, L1)) */
     const struct engine_link *link; /* first stage of a pipeline: the other stages, else NULL */
     int32_t *g_slot;           /* (chunk) link slot of each group's sequence */
+    /* the MTP layer (cfg mtp, mtp.c): layer n_main, after the model's own */
+    int64_t n_main;            /* the model's own layers: cfg_main_layers */
+    int mtp;                   /* the MTP layer is bound and this engine runs it (no pipeline) */
+    float *mtp_x;              /* (chunk, 2 hidden) its inputs: [embedding of t+1 | hidden of t] */
 };
 
 struct session {
@@ -136,6 +143,15 @@ struct session {
     int64_t spec_pos0, spec_n;
     float *spec_snap;  /* n_kda x kda_floats */
     float *spec_rec;   /* spec_rows x n_kda x rec_floats */
+    /* the MTP layer (engine mtp): its latent cache is the last MLA layer's; rows
+     * [0, mtp_pos) hold what it computed from the main model's final hidden state
+     * at each position and the token after it (mtp_pos is pos - 1 or pos: the last
+     * position's successor is sampled after its step). mtp_ring: the final hidden
+     * state of the last mtp_cap positions (position q in row q % mtp_cap), enough
+     * for any speculation's kept prefix; mtp_ch: the MTP's own output at the last
+     * draft depth (mtp_depth, -1: none since the last step), fed to the next */
+    int64_t mtp_pos, mtp_cap, mtp_depth;
+    float *mtp_ring, *mtp_ch;
 };
 
 /* ======================================================================= */
@@ -234,6 +250,14 @@ void attnres_row(float *out, float *const *src, int64_t nsrc, int64_t t, int64_t
  * is done, now or owed to L1's first attention job; guess_attach: makes that job
  * run it (guess_run, from mm.c) first. No guess ever changes a value of the pass. */
 void guess_predict(engine *e, int64_t L1, int64_t ranks, int early, int task);
+/* The MTP layer over the rows of a step that has just run (mtp.c), before the
+ * sequences advance: each sequence's rows whose next token the step holds, and
+ * its pending row (the position before the step's first), into its MTP cache;
+ * the final hidden states kept (mtp_ring). Reads res[0] (the main stream after
+ * the last layer; the head has run) and leaves it overwritten. */
+int mtp_pass(engine *e);
+/* Unit L's matrices checked as they were used (infer.c); 0 or the failure. */
+int infer_unit_check(engine *e, const wt *W, int64_t L);
 void guess_owe(engine *e, int64_t L1, int64_t L_end);
 void guess_attach(engine *e, mm_job *j);
 void guess_run(engine *e);

@@ -84,6 +84,8 @@ static void engine_carve(engine *e, carve *cv_) {
     e->mla_i = CVI(cv_, c->n_layers);
     e->g_s = (session **)cv(cv_, (size_t)T * sizeof(session *));
     e->g_r0 = (int64_t *)cv(cv_, (size_t)(T + 1) * sizeof(int64_t));
+    e->g_pos = (int64_t *)cv(cv_, (size_t)T * sizeof(int64_t));
+    if (e->mtp) e->mtp_x = CVF(cv_, T * 2 * Hd);
     e->g_slot = CVI(cv_, T);
     e->ids = CVI(cv_, T);
     e->outr = CVI(cv_, T);
@@ -163,8 +165,9 @@ static void engine_carve(engine *e, carve *cv_) {
 
 static void engine_dims(engine *e, const cfg *c, int64_t chunk, int n_threads, int64_t lo, int64_t hi) {
     memset(e, 0, sizeof *e);
+    e->n_main = cfg_main_layers(c);
     e->L0 = lo > 0 ? lo : 0;
-    e->L1 = hi > 0 && hi < c->n_layers ? hi : c->n_layers;
+    e->L1 = hi > 0 && hi < e->n_main ? hi : e->n_main;
     e->c = c;
     e->chunk = chunk > 0 ? chunk : INFER_DEFAULT_CHUNK;
     e->n_threads = n_threads > 0 ? n_threads : pool_default_threads();
@@ -178,6 +181,9 @@ static void engine_dims(engine *e, const cfg *c, int64_t chunk, int n_threads, i
         e->n_mla += c->is_mla[L] ? 1 : 0;
         e->n_kda += c->is_mla[L] ? 0 : 1;
     }
+    /* the MTP layer runs beside a whole model only (not in a pipeline stage) */
+    e->mtp = c->mtp && e->L0 == 0 && e->L1 == e->n_main;
+    e->n_mla += e->mtp;
 }
 
 uint64_t infer_engine_bytes(const cfg *c, int64_t prefill_chunk, int n_threads) {
@@ -201,9 +207,13 @@ static uint64_t session_state_bytes(const cfg *c, int64_t max_ctx) {
            (uint64_t)max_ctx * sizeof(int32_t);
 }
 
+/* The MTP layer's hidden rows per sequence: the ring (spec_rows + 1) and the
+ * chain row; infer_session_bytes counts two, infer_session_spec_bytes the rest. */
+static uint64_t mtp_rows_bytes(const cfg *c, int64_t rows) { return c->mtp ? (uint64_t)rows * (uint64_t)c->hidden * sizeof(float) : 0; }
+
 uint64_t infer_session_bytes(const cfg *c, int64_t max_ctx) {
     return (uint64_t)sizeof(session) + session_state_bytes(c, max_ctx) +
-           (uint64_t)max_ctx * infer_mla_cache_bytes_per_pos(c);
+           (uint64_t)max_ctx * infer_mla_cache_bytes_per_pos(c) + mtp_rows_bytes(c, 2);
 }
 
 uint64_t infer_session_bytes_range(const cfg *c, int64_t max_ctx, int64_t lo, int64_t hi) {
@@ -246,7 +256,7 @@ int engine_create(engine **out, const cfg *c, wsrc *w, const engine_opts *o, cha
     engine_carve(e, &k2);
     int64_t ik = 0, im = 0;
     for (int64_t L = 0; L < c->n_layers; L++) {
-        const int own = L >= e->L0 && L < e->L1;
+        const int own = (L >= e->L0 && L < e->L1) || (e->mtp && L == e->n_main);
         e->kda_i[L] = !own || c->is_mla[L] ? -1 : (int32_t)ik++;
         e->mla_i[L] = own && c->is_mla[L] ? (int32_t)im++ : -1;
     }
@@ -305,6 +315,12 @@ int session_create(session **out, engine *e, int64_t max_ctx, char *err, size_t 
         s->cache = base_alloc((size_t)cb, MEM_KV);
         if (!s->cache) goto oom;
     }
+    if (e->mtp) {
+        s->mtp_cap = e->spec_rows + 1;
+        s->mtp_ring = base_alloc((size_t)((s->mtp_cap + 1) * c->hidden) * sizeof(float), MEM_STATE);
+        if (!s->mtp_ring) goto oom;
+        s->mtp_ch = s->mtp_ring + s->mtp_cap * c->hidden;
+    }
     if (e->spec_rows > 0 && e->n_kda > 0) {
         s->spec_snap = base_alloc((size_t)(e->n_kda * kda_floats(c)) * sizeof(float), MEM_STATE);
         s->spec_rec = base_alloc((size_t)(e->spec_rows * e->n_kda * rec_floats(c)) * sizeof(float), MEM_STATE);
@@ -330,6 +346,7 @@ void session_free(session *s) {
     base_free(s->cache);
     base_free(s->spec_snap);
     base_free(s->spec_rec);
+    base_free(s->mtp_ring);
     base_free(s);
 }
 
@@ -340,6 +357,8 @@ void session_reset(session *s) {
     s->spec_n = 0;
     s->broken = 0;
     s->err[0] = 0;
+    s->mtp_pos = 0;
+    s->mtp_depth = -1;
     memset(s->kda, 0, (size_t)s->e->n_kda * (size_t)kda_floats(s->e->c) * sizeof(float));
     /* the cache is written before it is read (positions < pos only): no clear needed */
 }
@@ -391,7 +410,7 @@ static int nonfinite_fail(engine *e, int64_t row, const char *where) {
  * product hashed are hashed now, and a mismatch in any block of the unit is the
  * pass's error, before anything the layer computed leaves it (a corrupt weight
  * must never surface as output, nor as a non-finite value blamed on the layer). */
-static int unit_check(engine *e, const wt *W, int64_t L) {
+int infer_unit_check(engine *e, const wt *W, int64_t L) {
     if (e->draft) return 0;
     for (int r = 0; r < R_COUNT; r++) {
         if (!W[r].vb) continue;
@@ -418,7 +437,7 @@ static int ffn_step(engine *e, int64_t L, int64_t L1, const wt *W, float **src, 
     e->pnsrc = n_src;
     int rc = cfg_is_moe(c, L) ? moe_layer(e, L, W) : dense_layer(e, L, W);
     if (!rc) rc = e->wrc;
-    if (unit_check(e, W, L)) rc = STRATA_ECORRUPT;
+    if (infer_unit_check(e, W, L)) rc = STRATA_ECORRUPT;
     if (rc) { LPUT(L); return rc; }
     for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
     guess_owe(e, L + 1, L1);
@@ -462,7 +481,7 @@ static int layers_run_plain(engine *e, int64_t L0, int64_t L1) {
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, P + t * Hd, nin, Hd, c->rms_eps);
         rc = c->is_mla[L] ? mla_layer(e, L, W) : kda_layer(e, L, W);
         if (!rc) rc = e->wrc;
-        if (rc) { if (unit_check(e, W, L)) rc = STRATA_ECORRUPT; LPUT(L); return rc; }
+        if (rc) { if (infer_unit_check(e, W, L)) rc = STRATA_ECORRUPT; LPUT(L); return rc; }
         for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, P + t * Hd, npost, Hd, c->rms_eps);
         if ((rc = ffn_step(e, L, L1, W, src, 1, P))) return rc;
@@ -532,7 +551,7 @@ static int layers_run(engine *e, int64_t L0, int64_t L1) {
         for (int64_t t = 0; t < T; t++) rmsnorm(e->xn + t * Hd, e->h + t * Hd, nin, Hd, c->rms_eps);
         rc = c->is_mla[L] ? mla_layer(e, L, W) : kda_layer(e, L, W);
         if (!rc) rc = e->wrc; /* a sliced weight's read failed: its message is in e->err */
-        if (rc) { if (unit_check(e, W, L)) rc = STRATA_ECORRUPT; LPUT(L); return rc; }
+        if (rc) { if (infer_unit_check(e, W, L)) rc = STRATA_ECORRUPT; LPUT(L); return rc; }
         if (P_empty) { memcpy(P, e->y, (size_t)(T * Hd) * sizeof(float)); P_empty = 0; }
         else for (int64_t i = 0; i < T * Hd; i++) P[i] += e->y[i];
         /* 6-8: FFN on RMSNorm(AttnRes([B..., P]; f_mlp)), added to P */
@@ -545,32 +564,44 @@ static int layers_run(engine *e, int64_t L0, int64_t L1) {
     return 0;
 }
 
+static int head_run(engine *e, float *logits);
+
 /* One pass over the e->T rows set up by engine_step (groups, ids, outr): the
  * embedding, this engine's layers, the other stages' (through the link), then
  * the head. Writes e->n_out rows of logits (the rows e->outr, in order) when
- * e->n_out > 0. */
+ * e->n_out > 0. Then the MTP layer over the pass (cfg mtp; never in a draft). */
 static int forward_pass(engine *e, float *logits) {
     const cfg *c = e->c;
     wsrc *w = e->w;
     const int64_t Hd = c->hidden;
     float *const *res = e->res;
-    float *src[CFG_MAX_LAYERS + 2];
     int rc = w->ops->embed_rows(w, (int)e->T, e->ids, res[0]);
     if (rc) return wfail(e, rc, "embed_rows");
     if ((rc = layers_run(e, 0, e->L1))) return rc;
-    const int64_t nb = infer_blocks_before(c, c->n_layers);
-    float *P = res[nb];
-    if (e->L1 < c->n_layers) {
+    if (e->L1 < e->n_main) {
         if (!e->link) return efail(e, STRATA_EINVAL, "infer: layers %lld.. belong to no stage", (long long)e->L1);
         for (int64_t g = 0; g < e->n_grp; g++) e->g_slot[g] = e->g_s[g]->slot;
         const engine_pass p = {e->T, e->n_grp, e->g_slot, e->g_r0, e->ids, res[0], e->chunk * Hd, Hd,
-                               infer_blocks_before(c, e->L1), nb};
+                               infer_blocks_before(c, e->L1), infer_blocks_before(c, e->n_main)};
         rc = e->link->pass(e->link->ud, &p, e->err, sizeof e->err);
         if (rc) return rc;
     }
-    if (e->n_out == 0) return 0;
-    /* head: output AttnRes, final norm, lm_head, for the rows that want logits */
+    if (e->n_out > 0 && (rc = head_run(e, logits))) return rc;
+    return e->mtp && !e->draft ? mtp_pass(e) : 0;
+}
+
+/* The head: output AttnRes, final norm, lm_head, for the rows that want logits
+ * (the last unit, c->n_layers). */
+static int head_run(engine *e, float *logits) {
+    const cfg *c = e->c;
+    wsrc *w = e->w;
+    const int64_t Hd = c->hidden;
+    float *const *res = e->res;
+    float *src[CFG_MAX_LAYERS + 2];
+    const int64_t nb = infer_blocks_before(c, e->n_main);
+    float *P = res[nb];
     const wt *W;
+    int rc;
     if (e->draft) {
         if (w->ops->layer_peek(w, c->n_layers, &W)) return efail(e, STRATA_EINVAL, "infer: draft pass: the head is not in RAM");
     } else {
@@ -599,7 +630,7 @@ static int forward_pass(engine *e, float *logits) {
     mm_add(&j, &W[R_LM_HEAD], c->vocab, Hd, e->xn, Hd, logits, c->vocab, "lm_head");
     if (j.bad) { LPUT(c->n_layers); return efail(e, STRATA_EFORMAT, "infer: %s", j.what); }
     mm_run(e, &j);
-    rc = unit_check(e, W, c->n_layers);
+    rc = infer_unit_check(e, W, c->n_layers);
     LPUT(c->n_layers);
     if (rc) return rc;
     if (e->wrc) return e->wrc;
@@ -655,6 +686,7 @@ static int step_run(engine *e, const infer_row *rows, int64_t n, float *logits, 
         if (rows[i].logits) e->outr[e->n_out++] = (int32_t)i;
     }
     e->g_r0[e->n_grp] = n;
+    for (int64_t g = 0; g < e->n_grp; g++) e->g_pos[g] = e->g_s[g]->pos;
     e->f.pr_L1 = -1;
     /* the source may check the experts that land during the pass on this pass's
      * threads (wsrc_experts.c reap_experts), never outside it */
@@ -662,10 +694,11 @@ static int step_run(engine *e, const infer_row *rows, int64_t n, float *logits, 
     int rc = stage ? layers_run(e, e->L0, e->L1) : forward_pass(e, logits);
     if (e->w->ops->use_pool) e->w->ops->use_pool(e->w, NULL);
     if (rc) return rc;
-    for (int64_t g = 0; g < e->n_grp; g++) {
-        session *s = e->g_s[g];
-        for (int64_t i = e->g_r0[g]; i < e->g_r0[g + 1]; i++) s->ids[s->pos++] = rows[i].id;
-        if (s->spec_on) s->spec_n += e->g_r0[g + 1] - e->g_r0[g];
+    /* from the rows: the MTP layer's pass (mtp_pass) leaves groups of its own */
+    for (int64_t i = 0; i < n; i++) {
+        session *s = rows[i].s;
+        s->ids[s->pos++] = rows[i].id;
+        if (s->spec_on) s->spec_n++;
     }
     return 0;
 }
@@ -711,9 +744,9 @@ int engine_can_draft(const engine *e) {
     const wsrc_ops *o = e->w->ops;
     const wt *W;
     if (!o->draft_mode || !o->layer_peek || !o->expert_resident) return 0;
-    if (e->link || e->L0 > 0 || e->L1 < e->c->n_layers) return 0; /* a pipeline stage: layers live elsewhere */
+    if (e->link || e->L0 > 0 || e->L1 < e->n_main) return 0; /* a pipeline stage: layers live elsewhere */
     if (o->layer_peek(e->w, e->c->n_layers, &W)) return 0; /* the head streams */
-    for (int64_t L = 0; L < e->c->n_layers; L++) if (!o->layer_peek(e->w, L, &W)) return 1;
+    for (int64_t L = 0; L < e->n_main; L++) if (!o->layer_peek(e->w, L, &W)) return 1;
     return 0;
 }
 
@@ -765,6 +798,10 @@ int session_spec_end(session *s, int64_t keep) {
     if (keep < 0 || keep > s->spec_n) return sfail(s, STRATA_EINVAL, "infer: cannot keep %lld of %lld rows", (long long)keep, (long long)s->spec_n);
     s->spec_on = 0;
     if (s->slot >= 0) e->link->seq_event(e->link->ud, s->slot, ENGINE_EV_SPEC_END, keep);
+    /* the MTP rows past the kept ones are rewritten when their positions come again */
+    const int64_t last = s->spec_pos0 + keep - 1;
+    if (e->mtp && s->mtp_pos > last) s->mtp_pos = last > 0 ? last : 0;
+    s->mtp_depth = -1;
     if (keep == s->spec_n) return 0;
     const int64_t P = e->P, D = c->kda_head_dim, NHk = c->kda_heads, ck = c->conv_k, kf = kda_floats(c), rf = rec_floats(c);
     float *o = e->thr; /* D floats of scratch: no pass is running */
@@ -798,18 +835,25 @@ uint64_t infer_session_spec_bytes(const cfg *c, int64_t spec_rows) {
     int64_t n_mla = 0;
     for (int64_t L = 0; L < c->n_layers; L++) n_mla += c->is_mla[L] ? 1 : 0;
     const uint64_t n_kda = (uint64_t)(c->n_layers - n_mla);
-    return n_kda * ((uint64_t)kda_floats(c) + (uint64_t)spec_rows * (uint64_t)rec_floats(c)) * sizeof(float);
+    return n_kda * ((uint64_t)kda_floats(c) + (uint64_t)spec_rows * (uint64_t)rec_floats(c)) * sizeof(float) +
+           mtp_rows_bytes(c, spec_rows);
 }
 
 /* The state of s's first pos positions as regions (see infer.h). */
+/* The ring row of the final hidden state at position q (q >= 0; row 0 for -1). */
+static float *mtp_hidden(const session *s, int64_t q) { return s->mtp_ring + (q > 0 ? q % s->mtp_cap : 0) * s->e->c->hidden; }
+
 int session_parts(session *s, int64_t pos, session_part *parts, int max) {
     engine *e = s->e;
-    if (pos < 0 || pos > s->max_ctx || max < 2 + (int)e->n_mla) return -1;
+    if (pos < 0 || pos > s->max_ctx || max < 2 + (int)e->n_mla + e->mtp) return -1;
     int n = 0;
     parts[n++] = (session_part){s->ids, (size_t)pos * sizeof(int32_t)};
     parts[n++] = (session_part){s->kda, (size_t)e->n_kda * (size_t)kda_floats(e->c) * sizeof(float)};
     for (int64_t i = 0; i < e->n_mla; i++)
         parts[n++] = (session_part){s->cache + i * s->max_ctx * e->C, (size_t)(pos * e->C) * sizeof(float)};
+    /* the MTP layer's pending row: the final hidden state at pos - 1 (its cache
+     * row pos - 1 is recomputed from it: session_restored) */
+    if (e->mtp) parts[n++] = (session_part){mtp_hidden(s, pos - 1), pos > 0 ? (size_t)e->c->hidden * sizeof(float) : 0};
     return n;
 }
 
@@ -817,6 +861,8 @@ int session_broken(const session *s) { return s->broken; }
 
 void session_restored(session *s, int64_t pos) {
     s->pos = pos;
+    s->mtp_pos = pos > 0 ? pos - 1 : 0;
+    s->mtp_depth = -1;
     s->spec_on = 0;
     s->spec_n = 0;
     s->broken = 0;
@@ -882,6 +928,10 @@ uint64_t infer_cfg_fingerprint(const cfg *c) {
         h = base_fnv1a(d, sizeof d, h);
         h = base_fnv1a(a, sizeof a, h);
     }
+    if (c->mtp) { /* the MTP layer's cache and hidden row are part of the state */
+        const int64_t m = c->mtp;
+        h = base_fnv1a(&m, sizeof m, h);
+    }
     return h;
 }
 
@@ -898,7 +948,7 @@ int session_save(session *s, const char *path, char *err, size_t errlen) {
     engine *e = s->e;
     const cfg *c = e->c;
     if (s->broken) return base_fail(err, errlen, STRATA_EINVAL, "infer: cannot save a failed session");
-    if (e->L0 != 0 || e->L1 != c->n_layers)
+    if (e->L0 != 0 || e->L1 != e->n_main)
         return base_fail(err, errlen, STRATA_EINVAL, "infer: state files are not supported across ranks (this process holds layers %lld-%lld)",
                          (long long)e->L0, (long long)e->L1 - 1);
     char tmp[4096];
@@ -923,6 +973,7 @@ int session_save(session *s, const char *path, char *err, size_t errlen) {
     ws_put(&w, s->kda, (size_t)e->n_kda * (size_t)kda_floats(c) * sizeof(float));
     for (int64_t i = 0; i < e->n_mla; i++)
         ws_put(&w, s->cache + i * s->max_ctx * e->C, (size_t)(pos * e->C) * sizeof(float));
+    if (e->mtp && pos > 0) ws_put(&w, mtp_hidden(s, pos - 1), (size_t)c->hidden * sizeof(float));
     uint64_t h = w.h;
     ws_put(&w, &h, 8);
     if (!w.err_no && vfs_fsync(fd)) w.err_no = errno;
@@ -1014,6 +1065,7 @@ static int load_pass(session *s, int fd, const char *path, int apply, int64_t *p
     rs_take(&r, apply ? s->kda : NULL, (size_t)e->n_kda * (size_t)kda_floats(c) * sizeof(float), "KDA state");
     for (int64_t i = 0; i < e->n_mla; i++)
         rs_take(&r, apply ? s->cache + i * s->max_ctx * e->C : NULL, (size_t)(pos * e->C) * sizeof(float), "MLA cache");
+    if (e->mtp && pos > 0) rs_take(&r, apply ? mtp_hidden(s, pos - 1) : NULL, (size_t)c->hidden * sizeof(float), "MTP hidden state");
     uint64_t want = r.h;
     rs_raw(&r, &h, 8);
     if (r.err_no) return base_fail(err, errlen, STRATA_EIO, "%s: read failed: %s", path, strerror(r.err_no));
@@ -1042,7 +1094,7 @@ static int load_pass(session *s, int fd, const char *path, int apply, int64_t *p
  * session, then reads it in: a bad file leaves the session exactly as it was. */
 int session_load(session *s, const char *path, char *err, size_t errlen) {
     const cfg *c = s->e->c;
-    if (s->e->L0 != 0 || s->e->L1 != c->n_layers)
+    if (s->e->L0 != 0 || s->e->L1 != s->e->n_main)
         return base_fail(err, errlen, STRATA_EINVAL, "infer: state files are not supported across ranks (this process holds layers %lld-%lld)",
                          (long long)s->e->L0, (long long)s->e->L1 - 1);
     int fd = vfs_open(path, O_RDONLY | O_CLOEXEC, 0);
@@ -1073,7 +1125,7 @@ int session_load(session *s, const char *path, char *err, size_t errlen) {
             size_t k = strlen(err ? err : "");
             if (err && k + 1 < errlen) snprintf(err + k, errlen - k, " (the session was reset)");
         } else {
-            s->pos = pos;
+            session_restored(s, pos);
         }
     }
     close(fd);

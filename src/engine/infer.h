@@ -159,16 +159,35 @@ const char *session_errmsg(const session *s);   /* last error ("" if none) */
  * and position cut back), without reading a weight. */
 int session_spec_begin(session *s);
 int session_spec_end(session *s, int64_t keep);
+/* MTP drafts (cfg mtp: DeepSeek-V3's multi-token-prediction layer bound as layer
+ * cfg_main_layers(c)). Every step also runs the MTP layer over its rows (its own
+ * latent cache, one position behind the sequence: the last row's successor is
+ * not known yet), never changing the step's logits or state. engine_mtp_step
+ * then drafts: rows hold one sequence each (distinct) and the token after its
+ * position pos - 1 + depth: depth 0 the token sampled from the last step's
+ * logits, depth d > 0 the draft of depth d - 1 (the calls in depth order, no
+ * step between them). The MTP predicts the token after that one from the main
+ * model's final hidden state at pos - 1 (depth 0) or its own output of the
+ * previous depth (chained drafts, as DeepSeek's and vLLM's MTP drafts),
+ * writing one vocab-sized row of logits per row. The rows it writes past the
+ * sequence's last position are rewritten by the next step; the sequence itself
+ * (tokens, position, main state) is untouched. A sequence restored from a
+ * snapshot or a state file drafts at once (the hidden row travels with it). */
+int engine_has_mtp(const engine *e);
+/* 1 when s can draft at depth 0 now: a position evaluated, room for the row. */
+int session_mtp_ready(const session *s);
+int engine_mtp_step(engine *e, const infer_row *rows, int64_t n, int64_t depth, float *logits);
 /* Bytes session_create adds per sequence for spec_rows (snapshot + records). */
 uint64_t infer_session_spec_bytes(const cfg *c, int64_t spec_rows);
 
 /* A sequence's state at a position as memory regions, for snapshots (the prefix
  * cache): ids[pos] (int32), the KDA block of every KDA layer (conv history and
- * recurrent state at pos, one region), then each MLA layer's latent rows [0, pos).
+ * recurrent state at pos, one region), then each MLA layer's latent rows [0, pos)
+ * (the MTP layer's last), then with cfg mtp the final hidden state at pos - 1.
  * Copying the regions out while s is at pos takes a snapshot; writing them back
  * (into any sequence of the engine with max_ctx >= pos) and then calling
  * session_restored(s, pos) makes that sequence continue exactly as the original
- * did from pos. Returns the number of regions (2 + MLA layers), or -1 when pos is
+ * did from pos. Returns the number of regions (2 + MLA layers, + 1 with cfg mtp), or -1 when pos is
  * outside [0, max_ctx] or max is too small. */
 typedef struct session_part { void *p; size_t n; } session_part;
 int session_parts(session *s, int64_t pos, session_part *parts, int max);
@@ -182,6 +201,7 @@ void session_mark_broken(session *s, const char *why);
  *   "STRS" magic, u32 version (1), u64 config fingerprint (infer_cfg_fingerprint),
  *   i64 pos, i32 ids[pos], for each KDA layer in order: f32 conv[3][conv_k-1][P],
  *   f32 S[heads][D][D]; for each MLA layer in order: f32 cache[pos][kv_lora+rope];
+ *   with cfg mtp (pos > 0) f32 hidden[hidden], the final hidden state at pos - 1;
  *   u64 fnv1a of everything before it.
  * Only occupied positions are stored, so a file loads into a session of any
  * max_ctx >= pos. save writes path.tmp.PID, fsyncs and renames. load refuses a

@@ -48,7 +48,7 @@ static void mla_heads_fn(void *ctx, int64_t j0, int64_t j1, int tid) {
         const int64_t g = jj / NH, h = jj % NH, r0 = e->g_r0[g], T = e->g_r0[g + 1] - r0;
         const session *sq = e->g_s[g];
         const float *cache = mla_cache(sq, x->mi);
-        const int64_t pos0 = sq->pos;
+        const int64_t pos0 = e->g_pos[g];
         const int64_t rk = h * (nope + vh);
         const uint8_t *wk = (const uint8_t *)x->kvb->p + (size_t)(rk * R) * esz; /* W_k[h] (nope, R) */
         for (int64_t t = 0; t < T; t++) {
@@ -130,7 +130,7 @@ static void rope_q(engine *e, const double *f, double *cs, double *sn) {
     const double ms = arch_rope_mscale(c);
     for (int64_t g = 0; g < e->n_grp; g++)
         for (int64_t t = e->g_r0[g]; t < e->g_r0[g + 1]; t++) {
-            rope_tab(f, half, e->g_s[g]->pos + t - e->g_r0[g], ms, cs, sn);
+            rope_tab(f, half, e->g_pos[g] + t - e->g_r0[g], ms, cs, sn);
             for (int64_t h = 0; h < NH; h++) rope_apply(e->m.q + (t * NH + h) * e->qh + c->qk_nope, cs, sn, half);
         }
 }
@@ -185,7 +185,7 @@ int mla_layer(engine *e, int64_t L, const wt *W) {
             if (qlora) rmsnorm(e->m.qa + t * c->q_lora, e->m.qa + t * c->q_lora, qan, c->q_lora, qa_eps);
             /* the cache row: normed latent, then the rope slot, as is (NoPE) or
              * rotated to its position (mla_rope) */
-            const int64_t pos = sq->pos + t - e->g_r0[g];
+            const int64_t pos = e->g_pos[g] + t - e->g_r0[g];
             float *row = cache + pos * C;
             rmsnorm(row, e->m.kva + t * C, kvn, R, kv_eps);
             memcpy(row + R, e->m.kva + t * C + R, (size_t)c->qk_rope * sizeof(float));

@@ -19,7 +19,6 @@
 #include <strings.h>
 #include "arch.h"
 #include "base.h"
-#include "schema.h"
 #include "jsonx.h"
 
 /* Widths above this are refused so that every tensor's element count fits int64
@@ -972,3 +971,12 @@ char *arch_k3_to_json(const cfg *c) {
 }
 
 /* ================================================================ census */
+
+int cfg_bind_mtp(cfg *c) {
+    if (c->mtp || c->n_mtp < 1 || !c->no_kda || c->n_layers + 1 > CFG_MAX_LAYERS) return -1;
+    c->is_mla[c->n_layers] = 1; /* DeepSeek-V3's MTP block: MLA, then MoE (n_layers >= first_dense) */
+    c->n_layers++;
+    c->n_mla++;
+    c->mtp = 1;
+    return 0;
+}

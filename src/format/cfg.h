@@ -19,6 +19,18 @@
 #define CFG_MAX_ROUTED_SCALE 1e6 /* routed_scaling_factor above this is refused (K3: 2.5) */
 #define MXFP4_GROUP 32
 
+/* Weight formats of a checkpoint (schema_walk's wf): how the routed experts are
+ * stored (wf & SW_EXP_MASK) and whether every eligible trunk matrix is FP8
+ * (SW_TRUNK_FP8: attention, dense MLP, shared experts and latent projections;
+ * never the embedding, lm_head, router gate or vectors). 0 and 1 are the old
+ * experts_bf16 flag (MXFP4, plain). */
+enum {
+    SW_EXP_MXFP4 = 0, SW_EXP_PLAIN = 1, SW_EXP_FP8 = 2, SW_EXP_INT4 = 3, SW_EXP_MASK = 3,
+    SW_TRUNK_FP8 = 4,
+};
+#define FP8_BLOCK 128 /* FP8 scale block: 128 x 128 weights */
+#define I4_GROUP 32   /* INT4 scale group: 32 inputs of a row */
+
 typedef struct cfg {
     int64_t hidden, n_layers, vocab;
     double rms_eps;
@@ -73,6 +85,10 @@ typedef struct cfg {
      * counts bytes with them; a checkpoint's own formats are read off its headers
      * (model_wf), which decide. */
     int wf;
+    /* The first MTP layer is bound (strata_model_opts.mtp, cfg_bind_mtp): it is layer
+     * n_layers - 1, so it is planned, placed and streamed as a layer; the model's
+     * own layers are the first cfg_main_layers(c). 0: never read. */
+    int mtp;
 } cfg;
 enum cfg_arch { ARCH_K3 = 0, ARCH_KIMI_LINEAR = 1, ARCH_DEEPSEEK_V3 = 2, ARCH_KIMI_K2 = 3, ARCH_KIMI_K25 = 4 };
 #define CFG_DEFAULT_CTX 131072
@@ -90,6 +106,11 @@ int cfg_validate(const cfg *c, const char *what, char *err, size_t errlen);
 char *cfg_to_json(const cfg *c);
 
 static inline int cfg_is_moe(const cfg *c, int64_t L) { return L >= c->first_dense; }
+/* The model's own layers (the MTP layer, when bound, comes after them). */
+static inline int64_t cfg_main_layers(const cfg *c) { return c->n_layers - (c->mtp ? 1 : 0); }
+/* Binds the first MTP layer (c->n_mtp >= 1, not bound yet): one more layer, MLA
+ * and MoE, after the model's own. 0, or -1 when the config has none or no room. */
+int cfg_bind_mtp(cfg *c);
 
 /* Census: parameter and byte counts by class, for planning and `inspect`
  * (computed by schema_census, schema.h: it walks the tensors). */

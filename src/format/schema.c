@@ -30,7 +30,8 @@ static const char *k_role_names[R_COUNT] = {
     "moe.shared.up_proj", "moe.shared.down_proj",
     "expert.w1.weight_packed", "expert.w1.weight_scale", "expert.w2.weight_packed",
     "expert.w2.weight_scale", "expert.w3.weight_packed", "expert.w3.weight_scale",
-    "expert.w1.weight", "expert.w2.weight", "expert.w3.weight", "kda.g_a_proj", "kda.g_b_proj"};
+    "expert.w1.weight", "expert.w2.weight", "expert.w3.weight", "kda.g_a_proj", "kda.g_b_proj",
+    "mtp.enorm", "mtp.hnorm", "mtp.eh_proj", "mtp.shared_head.norm"};
 
 const char *schema_role_name(int role) {
     return (role >= 0 && role < R_COUNT) ? k_role_names[role] : "?";
@@ -189,6 +190,14 @@ static void walk_layer(const cfg *c, int64_t L, walker *w) {
         VEC(R_ATTN_RES_PROJ, H, "%s.%lld.self_attention_res_proj.weight", lp, (long long)L);
         VEC(R_MLP_RES_NORM, H, "%s.%lld.mlp_res_norm.weight", lp, (long long)L);
         VEC(R_MLP_RES_PROJ, H, "%s.%lld.mlp_res_proj.weight", lp, (long long)L);
+    }
+    if (c->mtp && L == c->n_layers - 1) { /* the MTP layer's own input and head norms */
+        w->pub = norm_pub(c);
+        VEC(R_MTP_ENORM, H, "%s.%lld.enorm.weight", lp, (long long)L);
+        VEC(R_MTP_HNORM, H, "%s.%lld.hnorm.weight", lp, (long long)L);
+        VEC(R_MTP_HEAD_NORM, H, "%s.%lld.shared_head.norm.weight", lp, (long long)L);
+        w->pub = 0;
+        MAT(R_MTP_EH, H, 2 * H, "%s.%lld.eh_proj.weight", lp, (long long)L);
     }
     if (!c->is_mla[L]) walk_kda(c, L, w);
     else walk_mla(c, L, w);

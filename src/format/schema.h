@@ -28,17 +28,7 @@ enum tkind {
     TK_I4_SHAPE, /* I32 or I64 [2] = {rows, cols}: `weight_shape` (checked, never computed with) */
 };
 
-/* Weight formats of a checkpoint (schema_walk's wf): how the routed experts are
- * stored (wf & SW_EXP_MASK) and whether every eligible trunk matrix is FP8
- * (SW_TRUNK_FP8: attention, dense MLP, shared experts and latent projections;
- * never the embedding, lm_head, router gate or vectors). 0 and 1 are the old
- * experts_bf16 flag (MXFP4, plain). */
-enum {
-    SW_EXP_MXFP4 = 0, SW_EXP_PLAIN = 1, SW_EXP_FP8 = 2, SW_EXP_INT4 = 3, SW_EXP_MASK = 3,
-    SW_TRUNK_FP8 = 4,
-};
-#define FP8_BLOCK 128 /* FP8 scale block: 128 x 128 weights */
-#define I4_GROUP 32   /* INT4 scale group: 32 inputs of a row */
+/* Weight formats of a checkpoint (schema_walk's wf): SW_* in cfg.h. */
 /* Formats of a matrix view (wt.fmt): how p's bytes decode, and what s holds. */
 enum wfmt { WF_PLAIN = 0, WF_FP8 = 1, WF_INT4 = 2 };
 
@@ -62,6 +52,10 @@ enum trole {
     /* KDA low-rank output gate (cfg kda_g_lowrank): g_a (D, hidden), g_b (P, D).
      * A direct MLA q_proj (q_lora == 0) fills R_MLA_QB with (NH * qh, hidden). */
     R_KDA_GA, R_KDA_GB,
+    /* DeepSeek-V3's MTP layer (cfg mtp): enorm, hnorm (hidden), eh_proj (hidden,
+     * 2 hidden), shared_head.norm (hidden); its embedding and head copies are never
+     * bound (the model's own serve) */
+    R_MTP_ENORM, R_MTP_HNORM, R_MTP_EH, R_MTP_HEAD_NORM,
     R_COUNT
 };
 

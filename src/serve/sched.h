@@ -115,6 +115,7 @@ typedef struct sched_opts {
     int queue_max;                /* jobs waiting beyond those; more -> 429 */
     int step_delay_ms;            /* test hook: sleep before each step (STRATA_SERVE_STEP_MS) */
     int spec;                     /* drafted tokens per sequence and step (0: no speculation) */
+    int mtp_draft;                /* drafts from the MTP layer (strata_gen_opts.mtp_draft) */
 } sched_opts;
 
 /* m: opened, not loaded (the engine thread loads it with mopts); tk: the

@@ -85,7 +85,7 @@ int strata_serve_run(strata_model *m, const strata_model_opts *mo, strata_tokeni
     strata_json_init();
     strata_model_info info;
     strata_model_get_info(m, &info);
-    sched_opts sopt = {o->parallel, o->queue, o->step_delay_ms, o->spec};
+    sched_opts sopt = {o->parallel, o->queue, o->step_delay_ms, o->spec, o->mtp_draft};
 
     /* signals go to this thread only (sigtimedwait in wait_signal) */
     sigset_t sigs;

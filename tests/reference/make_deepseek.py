@@ -230,7 +230,7 @@ def text_config(a, V, special):
         'n_group': a.n_group, 'n_routed_experts': a.experts, 'n_shared_experts': 1,
         'norm_topk_prob': True, 'num_attention_heads': a.heads, 'num_experts_per_tok': a.topk,
         'num_hidden_layers': a.layers, 'num_key_value_heads': a.heads,
-        'num_nextn_predict_layers': 1 if a.layout == 'dsv3-fp8' else 0,
+        'num_nextn_predict_layers': 1 if a.layout == 'dsv3-fp8' or a.mtp else 0,
         'q_lora_rank': a.q_lora, 'qk_nope_head_dim': a.qk_nope, 'qk_rope_head_dim': a.qk_rope,
         'rms_norm_eps': 1e-5 if a.layout == 'k25-int4' else 1e-6,
         'rope_scaling': {'beta_fast': rope[2], 'beta_slow': rope[3], 'factor': rope[1],
@@ -346,8 +346,8 @@ def make_deepseek(out_dir, **kw):
     W.float(pre + 'model.embed_tokens.weight', rng.standard_normal((V, d)))
     for L in range(a.layers):
         layer_tensors(W, a, '%smodel.layers.%d.' % (pre, L), L, L < a.dense_layers, norm_dt)
-    if a.layout == 'dsv3-fp8':               # the MTP layer: present, never to be read
-        p = 'model.layers.%d.' % a.layers
+    if a.layout == 'dsv3-fp8' or a.mtp:      # the MTP layer: read only by --draft mtp
+        p = pre + 'model.layers.%d.' % a.layers
         W.float(p + 'embed_tokens.weight', rng.standard_normal((V, d)))
         W.float(p + 'enorm.weight', np.ones(d), norm_dt)
         W.float(p + 'hnorm.weight', np.ones(d), norm_dt)
@@ -374,7 +374,7 @@ def make_deepseek(out_dir, **kw):
 
 DEFAULTS = dict(layout='dsv3-fp8', seed=0, shards=3, norm_dtype=None, tok_from=None,
                 shape_i64=False, hidden=160, layers=4, dense_layers=None, experts=16,
-                topk=4, n_group=None, topk_group=None, vocab=512, heads=4, q_lora=96,
+                topk=4, n_group=None, topk_group=None, mtp=False, vocab=512, heads=4, q_lora=96,
                 kv_lora=64, qk_nope=32, qk_rope=16, v_head=32, inter=320, moe_inter=96)
 
 
@@ -397,6 +397,7 @@ def main(argv=None):
     ap.add_argument('--dense-layers', type=int, default=None)
     ap.add_argument('--n-group', type=int, default=None)
     ap.add_argument('--topk-group', type=int, default=None)
+    ap.add_argument('--mtp', action='store_true', help='an MTP layer in any layout (dsv3-fp8 has one always)')
     a = ap.parse_args(argv)
     if (a.n_group is None) != (a.topk_group is None):
         ap.error('--n-group and --topk-group go together')

@@ -133,27 +133,30 @@ static int same_unit(const gitem *a, const gitem *b) {
 }
 
 /* Tensors a published checkpoint holds beside the language model, which the
- * model never reads (so the loader's skipping is exercised): DeepSeek-V3's MTP
- * layers after the last (model.layers.<n_layers>.*, with their own embedding
- * and head copies, as V3.2's files hold them) and K2.5's vision tower and
- * projector (one small tensor each stands for them). They join the head unit. */
-static int plan_extras(plan *p, const cfg *c) {
+ * model never reads unless asked (so the loader's skipping is exercised):
+ * DeepSeek-V3's MTP layer after the last (model.layers.<n_layers>.*: the layer
+ * as the schema binds it with cfg mtp, its experts included, then its own
+ * embedding and head copies, as V3.2's files hold them; `--draft mtp` reads it)
+ * and K2.5's vision tower and projector (one small tensor each stands for them).
+ * The copies and the vision tensors join the head unit. */
+static int plan_extras(plan *p, const cfg *c, int wf) {
     const int64_t H = c->hidden, V = c->vocab;
     tspec t;
     int rc = 0;
+    cfg x = *c;
+    if (c->n_mtp > 0 && c->no_kda && !cfg_bind_mtp(&x)) {
+        rc = schema_walk_layer(&x, c->n_layers, wf, plan_add, p);
+        for (int64_t E = 0; E < x.n_experts && !rc && cfg_is_moe(&x, c->n_layers); E++)
+            rc = schema_walk_expert(&x, c->n_layers, E, wf, plan_add, p);
+    }
 #define X(rl, nd, d0, d1, ...) do { memset(&t, 0, sizeof t); snprintf(t.name, sizeof t.name, __VA_ARGS__); \
         t.cls = TC_FINAL; t.kind = nd == 1 ? TK_VECTOR : TK_MATRIX; t.role = rl; t.layer = -1; t.expert = -1; \
         t.ndim = nd; t.shape[0] = d0; t.shape[1] = d1; t.numel = d0 * (nd > 1 ? d1 : 1); \
         if (!rc) rc = plan_add(p, &t); } while (0)
-    static const struct { const char *n; int rl, nd; } mtp[] = {
-        {"enorm.weight", R_FINAL_NORM, 1}, {"hnorm.weight", R_FINAL_NORM, 1}, {"eh_proj.weight", R_LM_HEAD, 2},
-        {"input_layernorm.weight", R_FINAL_NORM, 1}, {"embed_tokens.weight", R_LM_HEAD, 2},
-        {"shared_head.norm.weight", R_FINAL_NORM, 1}, {"shared_head.head.weight", R_LM_HEAD, 2}};
-    for (int64_t m = 0; m < c->n_mtp && c->no_kda; m++)
-        for (size_t i = 0; i < sizeof mtp / sizeof *mtp; i++) {
-            const int64_t d0 = mtp[i].nd == 1 ? H : i == 2 ? H : V, d1 = i == 2 ? 2 * H : H;
-            X(mtp[i].rl, mtp[i].nd, d0, d1, "%slayers.%lld.%s", arch_of(c)->pfx, (long long)(c->n_layers + m), mtp[i].n);
-        }
+    if (c->n_mtp > 0 && c->no_kda) {
+        X(R_LM_HEAD, 2, V, H, "%slayers.%lld.embed_tokens.weight", arch_of(c)->pfx, (long long)c->n_layers);
+        X(R_LM_HEAD, 2, V, H, "%slayers.%lld.shared_head.head.weight", arch_of(c)->pfx, (long long)c->n_layers);
+    }
     if (c->arch == ARCH_KIMI_K25) {
         X(R_LM_HEAD, 2, 64, 3 * 14 * 14, "vision_tower.patch_embed.proj.weight");
         X(R_LM_HEAD, 2, H, 256, "mm_projector.proj.0.weight");
@@ -170,7 +173,7 @@ int gen_plan_build(plan *p, const cfg *c, const gen_opts *o, char *err, size_t e
     int32_t *perm = NULL;
     gitem *tmp = NULL;
     const int wf = gen_wf(c, o);
-    if (schema_walk(c, wf, plan_add, p) || p->oom || plan_extras(p, c) || p->oom) goto oom;
+    if (schema_walk(c, wf, plan_add, p) || p->oom || plan_extras(p, c, wf) || p->oom) goto oom;
     /* Shuffle each layer's experts as whole runs of tensors. */
     const int ef = wf & SW_EXP_MASK, per = ef == SW_EXP_PLAIN ? 3 : ef == SW_EXP_INT4 ? 9 : 6;
     perm = base_alloc((size_t)(c->n_experts > 0 ? c->n_experts : 1) * sizeof *perm, MEM_MISC);
@@ -265,7 +268,7 @@ static void gen_floats(const gitem *t, const cfg *c, uint64_t e0, float *out, si
     const int64_t cols = t->ndim >= 2 ? t->shape[1] : t->shape[0];
     switch (t->role) {
     case R_IN_NORM: case R_POST_NORM: case R_FINAL_NORM: case R_MLA_QA_NORM: case R_MLA_KVA_NORM:
-    case R_KDA_ONORM: case R_MOE_LAT_NORM:
+    case R_KDA_ONORM: case R_MOE_LAT_NORM: case R_MTP_ENORM: case R_MTP_HNORM: case R_MTP_HEAD_NORM:
         /* RMSNorm weights around 1 */
         for (size_t i = 0; i < n; i++) out[i] = 1.0f + 0.15f * nrm_at(&ng, e0 + i);
         return;
