@@ -5,7 +5,8 @@
  *   gram_errors:   unsupported keywords and hostile schemas are bounded errors
  *                  naming the keyword or the place.
  *   gram_mask:     token masks over a small vocabulary equal feeding each
- *                  token's bytes; end ids only when complete; the cache agrees.
+ *                  token's bytes (string fast path and whole-trie walk); end
+ *                  ids only when complete; the cache agrees.
  *   gram_generate: constrained generation on a random-weight model: every
  *                  output is a document, the same bits batched, speculating and
  *                  alone, greedy and sampled.
@@ -182,6 +183,7 @@ static const char *const mask_pieces[] = {
     "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
     "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9",
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", /* 31-33: the cap */
     NULL, "ab", "abcd", "a", "aa", "aaa", "aaaa", "[1,", "[]", "{}", "\"\"", "\"a\"", NULL, "e", "E-", ".5", "-",
 };
 #define MASK_NPIECES ((int32_t)(sizeof mask_pieces / sizeof *mask_pieces))
@@ -209,7 +211,7 @@ static uint64_t mask_rng(uint64_t *s) {
 /* Random valid prefixes of documents of one schema: at every step the matcher's
  * mask equals feeding each id's bytes from the state (the end id exactly when
  * complete), then a random allowed id moves both on. 0 on agreement. */
-static int mask_agrees(const char *schema, const jg_vocab *v, mask_vocab *mv, int docs, int steps, uint64_t seed,
+static int mask_agrees(const char *schema, const jg_vocab *v, mask_vocab *mv, int fast, int docs, int steps, uint64_t seed,
                        int64_t *n_masks, int64_t *n_cached) {
     char err[512];
     jgram *g = compile(schema, err, sizeof err);
@@ -220,6 +222,7 @@ static int mask_agrees(const char *schema, const jg_vocab *v, mask_vocab *mv, in
     for (int d = 0; d < docs && !bad; d++) {
         jg_matcher *m = NULL;
         if (jgram_matcher_create(&m, g, v, &end, 1, err, sizeof err)) { fprintf(stderr, "  %s\n", err); bad = 1; break; }
+        jgram_matcher_set_fast(m, fast);
         jg_state st;
         jgram_start(g, &st);
         for (int step = 0; step < steps && !bad; step++) {
@@ -237,8 +240,8 @@ static int mask_agrees(const char *schema, const jg_vocab *v, mask_vocab *mv, in
                 }
                 if (ok) allowed[n++] = id;
                 if (ok != (int)(mask[id >> 6] >> (id & 63) & 1)) {
-                    fprintf(stderr, "  %s: doc %d step %d: id %d ('%.*s') mask %d, bytes %d\n", schema ? schema : "json_object", d, step,
-                            id, (int)len, p ? (const char *)p : "", !ok, ok);
+                    fprintf(stderr, "  %s (fast %d): doc %d step %d: id %d ('%.*s') mask %d, bytes %d\n", schema ? schema : "json_object",
+                            fast, d, step, id, (int)len, p ? (const char *)p : "", !ok, ok);
                     bad = 1;
                 }
             }
@@ -285,8 +288,10 @@ TEST(gram_mask) {
         "{\"type\":[\"number\",\"null\",\"string\"]}",
     };
     int64_t n_masks = 0, n_cached = 0;
-    for (size_t i = 0; i < sizeof schemas / sizeof *schemas; i++)
-        CHECK(mask_agrees(schemas[i], v, &mv, 24, 120, 0x9E3779B97F4A7C15ULL + i, &n_masks, &n_cached) == 0);
+    /* the string fast path and the whole-trie walk, each against the bytes */
+    for (int fast = 0; fast < 2; fast++)
+        for (size_t i = 0; i < sizeof schemas / sizeof *schemas; i++)
+            CHECK(mask_agrees(schemas[i], v, &mv, fast, 24, 120, 0x9E3779B97F4A7C15ULL + i, &n_masks, &n_cached) == 0);
     /* the per-state cache served part of them, each checked like the rest */
     CHECK_MSG(n_cached > 0 && n_cached < n_masks, "%lld of %lld masks cached", (long long)n_cached, (long long)n_masks);
     jgram_vocab_free(v);
