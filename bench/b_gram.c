@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include "bw.h"
 #include "strata.h"
 #include "strata_bench.h"
@@ -40,16 +41,24 @@ static double median(double *v, int n) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-typedef struct { double t_first; int64_t n; } clock_ud;
+/* CPU seconds of the whole process: with --threads 1, far less disturbed by
+ * other processes than wall time (as in b_decode). */
+static double cpu_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct { double t_first, c_first; int64_t n; } clock_ud;
 
 static void on_token(void *ud, strata_gen *g, int32_t id, const char *text, size_t len, const float *logits) {
     clock_ud *c = ud;
-    if (c->n++ == 0) c->t_first = strata_now(); /* decode starts after the first token */
+    if (c->n++ == 0) { c->t_first = strata_now(); c->c_first = cpu_now(); } /* decode starts after the first token */
 }
 
-/* One greedy generation; *s_tok: seconds per decoded token after the first. */
-static int run_one(strata_model *m, strata_seq *s, const strata_grammar *gr, int n_tok, double *s_tok, int64_t *n_out, char *err,
-                   size_t errlen) {
+/* One greedy generation; *s_tok, *c_tok: wall and CPU seconds per decoded token after the first. */
+static int run_one(strata_model *m, strata_seq *s, const strata_grammar *gr, int n_tok, double *s_tok, double *c_tok, int64_t *n_out,
+                   char *err, size_t errlen) {
     const int32_t prompt[3] = {1, 2, 3};
     strata_gen_opts o = strata_gen_opts_default();
     o.temp = 0;
@@ -59,13 +68,15 @@ static int run_one(strata_model *m, strata_seq *s, const strata_grammar *gr, int
     o.grammar = gr;
     strata_gen *g = NULL;
     int rc = strata_gen_create(&g, s, prompt, 3, &o, 0, err, errlen);
-    clock_ud c = {0, 0};
-    while (!rc && (rc = strata_gen_step(m, &g, 1, on_token, &c, err, errlen)) > 0) {}
-    const double t_end = strata_now();
+    clock_ud c = {0, 0, 0};
+    if (!rc)
+        while ((rc = strata_gen_step(m, &g, 1, on_token, &c, err, errlen)) > 0) {}
+    const double t_end = strata_now(), c_end = cpu_now();
     strata_gen_free(g);
     if (rc < 0) return rc;
     *n_out = c.n;
     *s_tok = c.n > 1 ? (t_end - c.t_first) / (double)(c.n - 1) : 0;
+    *c_tok = c.n > 1 ? (c_end - c.c_first) / (double)(c.n - 1) : 0;
     return 0;
 }
 
@@ -129,27 +140,30 @@ int main(int argc, char **argv) {
     printf("strata grammar bench: %s, vocab %lld, %s, %d threads, %d tokens x %d reps\n", dir, (long long)info.vocab,
            ram_gb > 0 ? "under a RAM budget" : "resident", (int)threads, (int)n_tok, (int)reps);
     if (ram_gb > 0) printf("RAM budget %.2f GB\n", ram_gb);
-    double plain[100], cons[100];
+    double plain[100], cons[100], cplain[100], ccons[100];
     int64_t n_cons = 0;
     {   /* warm-up: the vocabulary trie is built at the first constrained generator */
-        double t;
+        double t, c;
         int64_t n;
         const double t0 = strata_now();
-        if (run_one(m, s, gr, 2, &t, &n, err, sizeof err)) { fprintf(stderr, "b_gram: %s\n", err); goto out; }
+        if (run_one(m, s, gr, 2, &t, &c, &n, err, sizeof err)) { fprintf(stderr, "b_gram: %s\n", err); goto out; }
         printf("first constrained generator (builds the vocabulary trie): %.3f s\n", strata_now() - t0);
     }
     for (int r = 0; r < (int)reps; r++) {
         int64_t n;
-        if (run_one(m, s, NULL, (int)n_tok, &plain[r], &n, err, sizeof err) ||
-            run_one(m, s, gr, (int)n_tok, &cons[r], &n_cons, err, sizeof err)) {
+        if (run_one(m, s, NULL, (int)n_tok, &plain[r], &cplain[r], &n, err, sizeof err) ||
+            run_one(m, s, gr, (int)n_tok, &cons[r], &ccons[r], &n_cons, err, sizeof err)) {
             fprintf(stderr, "b_gram: %s\n", err);
             goto out;
         }
-        printf("  rep %d: plain %.4f s/token, constrained %.4f s/token (%lld tokens)\n", r + 1, plain[r], cons[r], (long long)n_cons);
+        printf("  rep %d: plain %.4f s/token (CPU %.4f), constrained %.4f s/token (CPU %.4f, %lld tokens)\n", r + 1, plain[r], cplain[r],
+               cons[r], ccons[r], (long long)n_cons);
     }
     const double mp = median(plain, (int)reps), mc = median(cons, (int)reps);
+    const double cp = median(cplain, (int)reps), cc = median(ccons, (int)reps);
     printf("decode: plain %.4f s/token, constrained %.4f s/token (median of %d); ratio %.3f (target <= 1.05)\n", mp, mc, (int)reps,
            mc / mp);
+    printf("CPU time: plain %.4f s/token, constrained %.4f s/token (all threads, spinning included); ratio %.3f\n", cp, cc, cc / cp);
     if (ram_gb <= 0 && !strata_membw_open(&bp, (int)threads, 512u << 20)) {
         const double tok_bytes = (double)(info.trunk_bytes + (uint64_t)info.n_moe_layers * (uint64_t)info.topk * info.expert_bytes +
                                           info.head_bytes + info.embed_row_bytes + info.state_touch_bytes);
