@@ -42,7 +42,7 @@ TEST_OBJ := $(patsubst %.c,$(BUILD)/%.o,$(TEST_SRC) $(FUZZ_SRC))
 $(patsubst %.c,$(BUILD)/%.o,$(wildcard app/*.c)): private INC = $(APP_INC)
 $(patsubst %.c,$(BUILD)/%.o,$(SERVE_SRC)): private INC = $(SERVE_INC)
 
-.PHONY: all help test check faults tsan fuzz bench bench-profile bench-batch bench-spec bench-serve bench-kernels bench-decode bench-tokenizer conformance clean deps
+.PHONY: all help test check faults tsan fuzz bench bench-profile bench-batch bench-spec bench-serve bench-kernels bench-decode bench-grammar bench-tokenizer conformance clean deps
 all: strata
 
 # Open MPI (libopenmpi-dev): strata-mpi, one model across the ranks of an MPI job,
@@ -71,6 +71,7 @@ help:
 	@echo "make bench-serve    strata serve on ladder at 1 GB: 1-8 streaming clients, two-turn chat (CSV + PNG)"
 	@echo "make bench-io   disk read bandwidth at the engine's read sizes"
 	@echo "make bench-index    safetensors indexing on K3-shaped shards"
+	@echo "make bench-grammar  constrained (JSON schema) vs plain decode s/token: mask cost on a 163,840 vocab, demo resident, ladder at 1 GB"
 	@echo "make bench-tokenizer  strata vs js-tiktoken vs tiktoken (WASM), MB/s"
 	@echo "make conformance engine vs the Python reference on generated models"
 	@echo "make reference-selftest  the reference's internal equivalences"
@@ -209,6 +210,25 @@ $(BUILD)/b_decode: bench/b_decode.c $(BUILD)/libstrata.a
 bench-decode: strata $(BUILD)/b_decode
 	@test -f $(BUILD)/models/demo/config.json || ./strata gen-model $(BUILD)/models/demo --preset demo
 	./$(BUILD)/b_decode $(if $(ARGS),$(ARGS),$(BUILD)/models/demo)
+
+# Constrained vs plain decode (bench/b_gram.c): the mask alone on a generated model with
+# K3's 163,840-id vocabulary, then demo resident, then ladder at 1 GB when it exists
+# (LADDER_MODEL=DIR, default build/models/ladder). ARGS="DIR ..." for another run.
+$(BUILD)/b_gram: private INC = $(BENCH_INC)
+$(BUILD)/b_gram: bench/b_gram.c $(BUILD)/libstrata.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(INC) $(LDFLAGS) -o $@ $< $(BUILD)/libstrata.a $(LDLIBS)
+.PHONY: bench-grammar
+bench-grammar: strata $(BUILD)/b_gram
+ifneq ($(ARGS),)
+	./$(BUILD)/b_gram $(ARGS)
+else
+	@test -f $(BUILD)/models/tiny-v163k/config.json || ./strata gen-model $(BUILD)/models/tiny-v163k --config bench/grammar/tiny-v163k.json --quiet
+	@test -f $(BUILD)/models/demo/config.json || ./strata gen-model $(BUILD)/models/demo --preset demo
+	./$(BUILD)/b_gram --masks $(BUILD)/models/tiny-v163k $(BUILD)/models/demo
+	@L=$(LADDER_MODEL); if test -f $$L/config.json; then ./$(BUILD)/b_gram $$L --ram-gb 1 --tokens 16 --reps 1; \
+	  else echo "bench-grammar: no ladder model at $$L (LADDER_MODEL=DIR; make bench generates one): skipped"; fi
+endif
 
 # st_open on K3-shaped sparse shards (~5,200 tensors, ~790 KB headers each): bench/b_index.c.
 .PHONY: bench-index

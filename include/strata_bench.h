@@ -116,4 +116,19 @@ int strata_bench_place_run(const strata_bench_place_opts *o, FILE *log, strata_b
  * engine's default), bytes/s. STRATA_EIO when memory could not be measured. */
 int strata_bench_bandwidth(const char *dir, int threads, double *disk_bw, double *mem_bw);
 
+/* ------------------------------------------- grammar masks (b_gram --masks)
+ *
+ * The per-step cost of a constrained-decoding mask on the vocabulary of
+ * model_dir's tokenizer (tiktoken.model + tokenizer_config.json): steps masks
+ * over random valid documents of schema (NULL: a built-in tool-arguments-like
+ * object, mostly length-bounded strings), once with a walk of the whole trie
+ * and once with the string fast path, the same draws both ways (STRATA_ECORRUPT
+ * if the chosen ids differ). Prints ms per computed mask and per step. */
+typedef struct strata_bench_gmask_opts {
+    const char *model_dir;
+    const char *schema;      /* JSON schema text, or NULL */
+    int steps;               /* >= 1 (the program's default: 2000) */
+} strata_bench_gmask_opts;
+int strata_bench_grammar_masks(const strata_bench_gmask_opts *o, FILE *out, char *err, size_t errlen);
+
 #endif

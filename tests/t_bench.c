@@ -1,6 +1,6 @@
 /*
  * t_bench.c: the benchmark cores behind bench/ (include/strata_bench.h,
- * src/bench.c): each prints the tables its program always printed to the
+ * src/bench.c, src/bench_gram.c): each prints the tables its program always printed to the
  * caller's FILE, and refuses bad input with a code and a message that names
  * the file, never an exit.
  */
@@ -164,4 +164,25 @@ TEST(bench_place_run) {
     o.gen = 0;
     CHECK(strata_bench_place_run(&o, null, &r3, err, sizeof err) == STRATA_EINVAL);
     fclose(null);
+}
+
+/* The mask bench on the tiny model's vocabulary: both paths choose the same ids
+ * (else STRATA_ECORRUPT); a missing tokenizer is an error naming the file. */
+TEST(bench_grammar_masks) {
+    const char *dir = t_model("bench_gram_tiny", "tiny", -1, 0);
+    CHECK(dir != NULL);
+    if (!dir) return;
+    char err[512];
+    FILE *f = tmpfile();
+    strata_bench_gmask_opts o = {.model_dir = dir, .schema = NULL, .steps = 300};
+    CHECK_MSG(strata_bench_grammar_masks(&o, f, err, sizeof err) == STRATA_OK, "%s", err);
+    char *s = slurp(f);
+    fclose(f);
+    CHECK_MSG(s && strstr(s, "whole-trie walk  300 masks") && strstr(s, "string fast path 300 masks") && strstr(s, "same ids"), "%s",
+              s ? s : "");
+    free(s);
+    o.model_dir = t_tmpdir;
+    f = tmpfile();
+    CHECK(strata_bench_grammar_masks(&o, f, err, sizeof err) != STRATA_OK && strstr(err, "tiktoken.model"));
+    fclose(f);
 }

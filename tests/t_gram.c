@@ -5,7 +5,8 @@
  *   gram_errors:   unsupported keywords and hostile schemas are bounded errors
  *                  naming the keyword or the place.
  *   gram_mask:     token masks over a small vocabulary equal feeding each
- *                  token's bytes; end ids only when complete; the cache agrees.
+ *                  token's bytes (string fast path and whole-trie walk); end
+ *                  ids only when complete; the cache agrees.
  *   gram_generate: constrained generation on a random-weight model: every
  *                  output is a document, the same bits batched, speculating and
  *                  alone, greedy and sampled.
@@ -163,6 +164,137 @@ TEST(gram_errors) {
         CHECK(refused(s, "'enum' has 5000 values; at most 4096"));
         base_free(s);
     }
+}
+
+/* ---- gram_mask: the trie walk (and the string fast path) against brute force ---- */
+
+/* A small vocabulary: every single byte (so a random walk reaches any state),
+ * then pieces that cross structural boundaries, escapes, UTF-8 fragments and
+ * long plain runs (past the fast path's code-point cap); ids of NULL are
+ * specials (never text), one hole, one duplicate. */
+static const char *const mask_pieces[] = {
+    "\",", "\"}", "}]", "\"]", "\":", "\":\"", "{\"", "[\"", "\", \"", "},{\"", "]}", "}}", "\\\"", "\\u00", "\\ud8",
+    "\\uD7", "e9", "00e9\"", "\\n", "\\", "\"", " \"", "true", "null", "fal", "se", "123", "-0.", "e+5", "1.5e", "0,",
+    "1]", "2}", "\xc3\xa9", "\xc3", "\xa9", "\xa9\"", "\xe2\x82", "\xac", "\xe2\x82\xac", "\xe6\x97\xa5\xe6\x9c\xac",
+    "\xe6\x97\xa5\xe6", "\xed\xa0\x80", "\xed\x9f\xbf", "\xf0\x9f\x98\x80", "\xf0\x9f", "\x98\x80\"", "\xf4\x8f\xbf\xbf",
+    "\xf4\x90", "\xc0\xaf", "hello", " world", "abc", "abc", "name", "\"name\":", "\"tags\":[", "\"v\":", "\"kids\":[{\"v\":",
+    "  ", "\n", "\t\t", "\x01x", "\x7f", "a\x1f", "x\"y", "ab\\", "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac",
+    "0123456789012345678901234567890123456789", "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+    "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+    "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9",
+    "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
+    "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", /* 31-33: the cap */
+    NULL, "ab", "abcd", "a", "aa", "aaa", "aaaa", "[1,", "[]", "{}", "\"\"", "\"a\"", NULL, "e", "E-", ".5", "-",
+};
+#define MASK_NPIECES ((int32_t)(sizeof mask_pieces / sizeof *mask_pieces))
+#define MASK_NV (256 + MASK_NPIECES + 2) /* + an end id and a hole */
+
+typedef struct { uint8_t one[256]; } mask_vocab;
+
+static const uint8_t *mask_bytes(void *ud, int32_t id, size_t *len) {
+    mask_vocab *mv = ud;
+    if (id < 256) { *len = 1; return &mv->one[id]; }
+    if (id - 256 < MASK_NPIECES && mask_pieces[id - 256]) {
+        *len = strlen(mask_pieces[id - 256]);
+        return (const uint8_t *)mask_pieces[id - 256];
+    }
+    return NULL; /* specials, the end id, the hole */
+}
+
+static uint64_t mask_rng(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Random valid prefixes of documents of one schema: at every step the matcher's
+ * mask equals feeding each id's bytes from the state (the end id exactly when
+ * complete), then a random allowed id moves both on. 0 on agreement. */
+static int mask_agrees(const char *schema, const jg_vocab *v, mask_vocab *mv, int fast, int docs, int steps, uint64_t seed,
+                       int64_t *n_masks, int64_t *n_cached) {
+    char err[512];
+    jgram *g = compile(schema, err, sizeof err);
+    if (!g) { fprintf(stderr, "  %s: %s\n", schema ? schema : "json_object", err); return -1; }
+    const int32_t end = MASK_NV - 2;
+    int bad = 0;
+    int32_t allowed[MASK_NV];
+    for (int d = 0; d < docs && !bad; d++) {
+        jg_matcher *m = NULL;
+        if (jgram_matcher_create(&m, g, v, &end, 1, err, sizeof err)) { fprintf(stderr, "  %s\n", err); bad = 1; break; }
+        jgram_matcher_set_fast(m, fast);
+        jg_state st;
+        jgram_start(g, &st);
+        for (int step = 0; step < steps && !bad; step++) {
+            int64_t n_allowed = 0;
+            const uint64_t *mask = jgram_matcher_mask(m, &n_allowed);
+            int n = 0;
+            for (int32_t id = 0; id < MASK_NV && !bad; id++) {
+                size_t len = 0;
+                const uint8_t *p = id == end ? NULL : mask_bytes(mv, id, &len);
+                int ok = id == end ? jgram_can_end(g, &st) : 0;
+                if (p) {
+                    jg_state t = st;
+                    ok = 1;
+                    for (size_t i = 0; i < len && ok; i++) ok = jgram_feed(g, &t, p[i]) == 0;
+                }
+                if (ok) allowed[n++] = id;
+                if (ok != (int)(mask[id >> 6] >> (id & 63) & 1)) {
+                    fprintf(stderr, "  %s (fast %d): doc %d step %d: id %d ('%.*s') mask %d, bytes %d\n", schema ? schema : "json_object",
+                            fast, d, step, id, (int)len, p ? (const char *)p : "", !ok, ok);
+                    bad = 1;
+                }
+            }
+            if (!bad && n != n_allowed) { fprintf(stderr, "  count %lld, bytes %d\n", (long long)n_allowed, n); bad = 1; }
+            if (bad || n == 0) break;
+            /* the end id now and then when it may come, else any allowed id */
+            int32_t id = allowed[mask_rng(&seed) % (uint64_t)n];
+            if (allowed[n - 1] == end && mask_rng(&seed) % 8 == 0) id = end;
+            if (jgram_matcher_accept(m, id)) { fprintf(stderr, "  accept %d refused\n", id); bad = 1; }
+            if (id == end) break;
+            size_t len = 0;
+            const uint8_t *p = mask_bytes(mv, id, &len);
+            for (size_t i = 0; i < len; i++) jgram_feed(g, &st, p[i]);
+        }
+        int64_t a, b;
+        jgram_matcher_stats(m, &a, &b);
+        *n_masks += a;
+        *n_cached += b;
+        jgram_matcher_free(m);
+    }
+    jgram_free(g);
+    return bad ? -1 : 0;
+}
+
+TEST(gram_mask) {
+    static mask_vocab mv;
+    for (int i = 0; i < 256; i++) mv.one[i] = (uint8_t)i;
+    char err[512];
+    jg_vocab *v = NULL;
+    CHECK_MSG(jgram_vocab_build(&v, MASK_NV, mask_bytes, &mv, err, sizeof err) == 0, "%s", err);
+    if (!v) return;
+    static const char *const schemas[] = {
+        NULL, /* any JSON object */
+        "{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\",\"minLength\":1,\"maxLength\":3},"
+        "\"tags\":{\"type\":\"array\",\"items\":{\"enum\":[\"a\",\"b\\\"c\",\"\\u00e9\",1]},\"maxItems\":4},"
+        "\"ok\":{\"type\":\"boolean\"}},\"required\":[\"name\"]}",
+        "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"maxLength\":45},\"t\":{\"type\":\"string\",\"minLength\":2},"
+        "\"u\":{\"type\":\"string\",\"minLength\":38,\"maxLength\":40}},\"required\":[\"s\",\"t\",\"u\"]}",
+        "{\"type\":\"array\",\"items\":{\"anyOf\":[{\"type\":\"string\",\"maxLength\":2},{\"type\":\"number\"},{\"enum\":[null,true]}]},"
+        "\"maxItems\":6}",
+        "{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},\"kids\":{\"type\":\"array\","
+        "\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"maxLength\":5}}",
+        "{\"type\":[\"number\",\"null\",\"string\"]}",
+    };
+    int64_t n_masks = 0, n_cached = 0;
+    /* the string fast path and the whole-trie walk, each against the bytes */
+    for (int fast = 0; fast < 2; fast++)
+        for (size_t i = 0; i < sizeof schemas / sizeof *schemas; i++)
+            CHECK(mask_agrees(schemas[i], v, &mv, fast, 24, 120, 0x9E3779B97F4A7C15ULL + i, &n_masks, &n_cached) == 0);
+    /* the per-state cache served part of them, each checked like the rest */
+    CHECK_MSG(n_cached > 0 && n_cached < n_masks, "%lld of %lld masks cached", (long long)n_cached, (long long)n_masks);
+    jgram_vocab_free(v);
 }
 
 /* strata run --json-schema on a random-weight model: the output is a document,

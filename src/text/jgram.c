@@ -320,15 +320,34 @@ int jgram_check(const jgram *g, const uint8_t *p, size_t n) {
  *
  * Nodes in depth-first order (the order of the ids' byte strings sorted), each
  * with its byte, its depth and the index just past its subtree, so a walk drops
- * a subtree with one jump. ids[tok[i] .. tok[i+1]) end at node i. */
-struct jg_vocab {
-    int32_t n_vocab;
+ * a subtree with one jump. ids[tok[i] .. tok[i+1]) end at node i.
+ *
+ * The string fast path: inside a string, most of a vocabulary is "plain"
+ * content (well-formed UTF-8 from a character boundary to one, no quote, no
+ * backslash, no control byte), and whether such an id continues the document
+ * depends only on its code points against the string's remaining maxLength. So
+ * the vocabulary keeps, per bound k <= PLAIN_CAP, the bitset of plain ids of at
+ * most k code points, and a second trie of the other ids (those with quotes,
+ * escapes, UTF-8 fragments, or more than PLAIN_CAP code points), the only part
+ * walked there. */
+#define PLAIN_CAP 32
+
+typedef struct jg_trie {
     uint32_t n_nodes, max_depth;
     uint8_t *byte;
     uint16_t *depth;
     uint32_t *skip;
     uint32_t *tok;   /* (n_nodes + 1) */
     int32_t *ids;
+} jg_trie;
+
+struct jg_vocab {
+    int32_t n_vocab;
+    jg_trie all;         /* every text id */
+    jg_trie rest;        /* the ids that are not plain string content */
+    size_t words;        /* bitset words */
+    uint64_t *plain;     /* (PLAIN_CAP + 1, words) row k: plain ids of at most k code points */
+    int64_t n_plain[PLAIN_CAP + 1];
     const uint8_t **tb;  /* (n_vocab) each id's bytes (the tokenizer's), NULL: not text */
     uint32_t *tl;        /* (n_vocab) their length */
     uint64_t bytes;
@@ -345,13 +364,19 @@ static int vent_cmp(const void *a, const void *b) {
     return (x->id > y->id) - (x->id < y->id);
 }
 
+static void trie_free(jg_trie *t) {
+    base_free(t->byte);
+    base_free(t->depth);
+    base_free(t->skip);
+    base_free(t->tok);
+    base_free(t->ids);
+}
+
 void jgram_vocab_free(jg_vocab *v) {
     if (!v) return;
-    base_free(v->byte);
-    base_free(v->depth);
-    base_free(v->skip);
-    base_free(v->tok);
-    base_free(v->ids);
+    trie_free(&v->all);
+    trie_free(&v->rest);
+    base_free(v->plain);
     base_free(v->tb);
     base_free(v->tl);
     base_free(v);
@@ -359,65 +384,103 @@ void jgram_vocab_free(jg_vocab *v) {
 
 uint64_t jgram_vocab_bytes(const jg_vocab *v) { return v ? v->bytes : 0; }
 
+/* The trie of e[0, ne) (sorted), total bytes long; its size added to *bytes. 0 or -1. */
+static int trie_build(jg_trie *t, const vent *e, size_t ne, size_t total, uint64_t *bytes) {
+    t->byte = base_alloc(total + 1, MEM_TOK);
+    t->depth = base_alloc((total + 1) * sizeof *t->depth, MEM_TOK);
+    t->skip = base_alloc((total + 1) * sizeof *t->skip, MEM_TOK);
+    t->tok = base_calloc(total + 2, sizeof *t->tok, MEM_TOK);
+    t->ids = base_alloc((ne + 1) * sizeof *t->ids, MEM_TOK);
+    uint32_t *path = base_alloc(65536 * sizeof *path, MEM_TOK); /* open node at each depth */
+    if (!t->byte || !t->depth || !t->skip || !t->tok || !t->ids || !path) { base_free(path); return -1; }
+    uint32_t nn = 0, open = 0; /* nodes; depth of the open path */
+    size_t prev_n = 0;
+    const uint8_t *prev = NULL;
+    for (size_t i = 0; i < ne; i++) {
+        size_t l = 0;
+        while (prev && l < prev_n && l < e[i].n && prev[l] == e[i].p[l]) l++;
+        while (open > l) t->skip[path[--open]] = nn; /* close nodes off the shared prefix */
+        for (size_t d = l; d < e[i].n; d++) {
+            t->byte[nn] = e[i].p[d];
+            t->depth[nn] = (uint16_t)(d + 1);
+            path[open++] = nn;
+            t->tok[nn + 1] = t->tok[nn];
+            nn++;
+        }
+        /* e[i] ends at the last open node: ids are appended in node order */
+        t->ids[t->tok[nn]++] = e[i].id;
+        if (e[i].n > t->max_depth) t->max_depth = (uint32_t)e[i].n;
+        prev = e[i].p;
+        prev_n = e[i].n;
+    }
+    while (open > 0) t->skip[path[--open]] = nn;
+    base_free(path);
+    t->n_nodes = nn;
+    *bytes += total * (1 + sizeof *t->depth + sizeof *t->skip + sizeof *t->tok) + ne * sizeof *t->ids;
+    return 0;
+}
+
+static int step_str(const jgram *g, jg_state *s, jg_frame *f, uint8_t c);
+
+/* The code points of p when it is plain string content (see above) of at most
+ * PLAIN_CAP of them, else -1: the string machine itself decides, on an
+ * unbounded string. */
+static int plain_cps(const uint8_t *p, size_t n) {
+    jg_state s = {.depth = 1};
+    s.f[0] = (jg_frame){.node = -1, .kind = F_STR, .sub = S_NORM};
+    int cps = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] == '"' || p[i] == '\\' || step_str(NULL, &s, &s.f[0], p[i]) != R_OK) return -1;
+        cps += (p[i] & 0xC0) != 0x80; /* a character starts */
+        if (cps > PLAIN_CAP) return -1;
+    }
+    return s.f[0].sub == S_NORM ? cps : -1;
+}
+
 int jgram_vocab_build(jg_vocab **out, int32_t n_vocab, const uint8_t *(*bytes)(void *ud, int32_t id, size_t *len), void *ud,
                       char *err, size_t errlen) {
     *out = NULL;
-    vent *e = base_alloc((size_t)(n_vocab > 0 ? n_vocab : 1) * sizeof *e, MEM_TOK);
+    const size_t nv = (size_t)(n_vocab > 0 ? n_vocab : 1);
+    vent *e = base_alloc(nv * sizeof *e, MEM_TOK), *r = base_alloc(nv * sizeof *r, MEM_TOK);
     jg_vocab *v = base_calloc(1, sizeof *v, MEM_TOK);
     int rc = 0;
-    if (!e || !v) { rc = base_fail(err, errlen, STRATA_ENOMEM, "grammar: out of memory for the vocabulary trie"); goto done; }
-    size_t ne = 0, total = 0;
+    if (!e || !r || !v) goto oom;
+    v->n_vocab = n_vocab;
+    v->words = (nv + 63) / 64;
+    v->plain = base_calloc((PLAIN_CAP + 1) * v->words, sizeof *v->plain, MEM_TOK);
+    v->tb = base_calloc(nv, sizeof *v->tb, MEM_TOK);
+    v->tl = base_calloc(nv, sizeof *v->tl, MEM_TOK);
+    if (!v->plain || !v->tb || !v->tl) goto oom;
+    size_t ne = 0, nr = 0, total = 0, rtotal = 0;
     for (int32_t id = 0; id < n_vocab; id++) {
         size_t len = 0;
         const uint8_t *p = bytes(ud, id, &len);
         if (!p || len == 0 || len > 65535) continue;
         e[ne++] = (vent){p, len, id};
         total += len;
+        v->tb[id] = p;
+        v->tl[id] = (uint32_t)len;
+        const int cps = plain_cps(p, len);
+        if (cps < 0) {
+            r[nr++] = (vent){p, len, id};
+            rtotal += len;
+            continue;
+        }
+        for (int k = cps; k <= PLAIN_CAP; k++) { /* an id of cps code points fits every bound from cps up */
+            v->plain[(size_t)k * v->words + ((size_t)id >> 6)] |= 1ULL << (id & 63);
+            v->n_plain[k]++;
+        }
     }
     qsort(e, ne, sizeof *e, vent_cmp);
-    v->n_vocab = n_vocab;
-    v->byte = base_alloc(total + 1, MEM_TOK);
-    v->depth = base_alloc((total + 1) * sizeof *v->depth, MEM_TOK);
-    v->skip = base_alloc((total + 1) * sizeof *v->skip, MEM_TOK);
-    v->tok = base_calloc(total + 2, sizeof *v->tok, MEM_TOK);
-    v->ids = base_alloc((ne + 1) * sizeof *v->ids, MEM_TOK);
-    v->tb = base_calloc((size_t)(n_vocab > 0 ? n_vocab : 1), sizeof *v->tb, MEM_TOK);
-    v->tl = base_calloc((size_t)(n_vocab > 0 ? n_vocab : 1), sizeof *v->tl, MEM_TOK);
-    uint32_t *path = base_alloc(65536 * sizeof *path, MEM_TOK); /* open node at each depth */
-    if (!v->byte || !v->depth || !v->skip || !v->tok || !v->ids || !v->tb || !v->tl || !path) {
-        base_free(path);
-        rc = base_fail(err, errlen, STRATA_ENOMEM, "grammar: out of memory for the vocabulary trie");
-        goto done;
-    }
-    uint32_t nn = 0, open = 0; /* nodes; depth of the open path */
-    size_t prev_n = 0;
-    const uint8_t *prev = NULL;
-    for (size_t i = 0; i < ne; i++) {
-        v->tb[e[i].id] = e[i].p;
-        v->tl[e[i].id] = (uint32_t)e[i].n;
-        size_t l = 0;
-        while (prev && l < prev_n && l < e[i].n && prev[l] == e[i].p[l]) l++;
-        while (open > l) v->skip[path[--open]] = nn; /* close nodes off the shared prefix */
-        for (size_t d = l; d < e[i].n; d++) {
-            v->byte[nn] = e[i].p[d];
-            v->depth[nn] = (uint16_t)(d + 1);
-            path[open++] = nn;
-            v->tok[nn + 1] = v->tok[nn];
-            nn++;
-        }
-        /* e[i] ends at the last open node: ids are appended in node order */
-        v->ids[v->tok[nn]++] = e[i].id;
-        if (e[i].n > v->max_depth) v->max_depth = (uint32_t)e[i].n;
-        prev = e[i].p;
-        prev_n = e[i].n;
-    }
-    while (open > 0) v->skip[path[--open]] = nn;
-    base_free(path);
-    v->n_nodes = nn;
-    v->bytes = total * (1 + sizeof *v->depth + sizeof *v->skip + sizeof *v->tok) + ne * sizeof *v->ids +
-               (uint64_t)n_vocab * (sizeof *v->tb + sizeof *v->tl);
+    qsort(r, nr, sizeof *r, vent_cmp);
+    v->bytes = (PLAIN_CAP + 1) * v->words * sizeof *v->plain + (uint64_t)nv * (sizeof *v->tb + sizeof *v->tl);
+    if (trie_build(&v->all, e, ne, total, &v->bytes) || trie_build(&v->rest, r, nr, rtotal, &v->bytes)) goto oom;
+    goto done;
+oom:
+    rc = base_fail(err, errlen, STRATA_ENOMEM, "grammar: out of memory for the vocabulary trie");
 done:
     base_free(e);
+    base_free(r);
     if (rc) { jgram_vocab_free(v); return rc; }
     *out = v;
     return 0;
@@ -442,6 +505,7 @@ struct jg_matcher {
     int n_cache;
     uint64_t *emask;          /* (words) the end ids alone */
     int forced;               /* the document cannot go on: an end id ends it */
+    int fast;                 /* the string fast path (jgram_matcher_set_fast) */
     uint64_t clock;
     int64_t n_masks, n_cached;
 };
@@ -465,7 +529,8 @@ int jgram_matcher_create(jg_matcher **out, const jgram *g, const jg_vocab *v, co
             return base_fail(err, errlen, STRATA_EINVAL, "grammar: end id %d outside the vocabulary", end_ids[k]);
         }
     m->words = ((size_t)v->n_vocab + 63) / 64;
-    m->walk = base_alloc((v->max_depth + 1) * sizeof *m->walk, MEM_STATE);
+    m->walk = base_alloc((v->all.max_depth + 1) * sizeof *m->walk, MEM_STATE);
+    m->fast = 1;
     m->cmask = base_alloc(CACHE_SLOTS * m->words * sizeof *m->cmask, MEM_STATE);
     m->ckey = base_alloc(CACHE_SLOTS * sizeof *m->ckey, MEM_STATE);
     m->emask = base_calloc(m->words, sizeof *m->emask, MEM_STATE);
@@ -488,24 +553,46 @@ void jgram_matcher_free(jg_matcher *m) {
     base_free(m);
 }
 
-/* The walk: every trie node whose path the machine accepts from m->st. */
-static int64_t walk_mask(jg_matcher *m, uint64_t *mask) {
-    const jg_vocab *v = m->v;
+/* The walk: the ids of every trie node whose path the machine accepts from
+ * m->st, added to mask; their number. */
+static int64_t walk_trie(jg_matcher *m, const jg_trie *t, uint64_t *mask) {
     int64_t n = 0;
-    memset(mask, 0, m->words * sizeof *mask);
     state_copy(&m->walk[0], &m->st);
-    for (uint32_t i = 0; i < v->n_nodes;) {
-        const uint32_t d = v->depth[i];
+    for (uint32_t i = 0; i < t->n_nodes;) {
+        const uint32_t d = t->depth[i];
         jg_state *cs = &m->walk[d];
         state_copy(cs, &m->walk[d - 1]);
-        if (jgram_feed(m->g, cs, v->byte[i])) { i = v->skip[i]; continue; }
-        for (uint32_t t = v->tok[i]; t < v->tok[i + 1]; t++) {
-            const int32_t id = v->ids[t];
+        if (jgram_feed(m->g, cs, t->byte[i])) { i = t->skip[i]; continue; }
+        for (uint32_t k = t->tok[i]; k < t->tok[i + 1]; k++) {
+            const int32_t id = t->ids[k];
             mask[id >> 6] |= 1ULL << (id & 63);
             n++;
         }
         i++;
     }
+    return n;
+}
+
+/* The mask of m->st into mask: inside a string, the plain ids that fit its
+ * remaining length (one row copied) and a walk of the rest; elsewhere (and in
+ * an escape, where plain bytes such as "n" or hex digits continue it) a walk of
+ * the whole trie. The two agree id for id (tests/t_gram.c gram_mask). */
+static int64_t walk_mask(jg_matcher *m, uint64_t *mask) {
+    const jg_vocab *v = m->v;
+    const jg_frame *f = &m->st.f[m->st.depth > 0 ? m->st.depth - 1 : 0];
+    int64_t n = 0;
+    int fast = m->fast && m->st.depth > 0 && f->kind == F_STR && f->sub != S_ESC && (f->sub < S_U1 || f->sub > S_U4);
+    if (fast && f->sub == S_NORM) {
+        /* plain ids of at most (maxLength - characters so far) code points */
+        const int64_t mx = f->node >= 0 ? m->g->nodes[f->node].max : -1;
+        const int64_t k = mx < 0 || mx - f->a > PLAIN_CAP ? PLAIN_CAP : mx - f->a;
+        memcpy(mask, v->plain + (size_t)k * v->words, m->words * sizeof *mask);
+        n = v->n_plain[k];
+    } else {
+        /* mid-character no plain id continues (each starts at a character) */
+        memset(mask, 0, m->words * sizeof *mask);
+    }
+    n += walk_trie(m, fast ? &v->rest : &v->all, mask);
     if (jgram_can_end(m->g, &m->st))
         for (int k = 0; k < m->n_end; k++) {
             const int32_t id = m->end[k];
@@ -562,6 +649,11 @@ int jgram_matcher_accept(jg_matcher *m, int32_t id) {
 void jgram_matcher_end_only(jg_matcher *m, const uint64_t **mask) {
     m->forced = 1;
     *mask = m->emask;
+}
+
+void jgram_matcher_set_fast(jg_matcher *m, int on) {
+    m->fast = on;
+    m->n_cache = 0; /* masks of the other path are not reused: each is computed anew */
 }
 
 void jgram_matcher_stats(const jg_matcher *m, int64_t *masks, int64_t *cached) {

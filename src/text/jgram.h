@@ -11,7 +11,9 @@
  * is jg_state (a bounded stack of small frames, no pointers), so it copies like a
  * value. Per decode step it gives the set of token ids whose bytes can continue a
  * valid document (a depth-first walk of the vocabulary's byte trie, each subtree
- * dropped at its first dead byte; results cached per state), with the end ids
+ * dropped at its first dead byte; inside a string, a precomputed set of plain
+ * content ids filtered by the remaining maxLength plus a walk of the few other
+ * ids; results cached per state), with the end ids
  * allowed exactly when the document is complete. The mask depends only on the
  * bytes fed so far, never on other sequences.
  *
@@ -109,6 +111,9 @@ int jgram_matcher_accept(jg_matcher *m, int32_t id);
 /* When a mask allows nothing (a recursive schema at the depth bound): *mask gets
  * the end ids alone, and the next end id ends the document as it is. */
 void jgram_matcher_end_only(jg_matcher *m, const uint64_t **mask);
+/* on = 0: every mask from a walk of the whole trie, not the string fast path
+ * (the same masks, slower: for tests and benchmarks). Empties the cache. */
+void jgram_matcher_set_fast(jg_matcher *m, int on);
 /* Masks computed and of them served from the per-state cache. */
 void jgram_matcher_stats(const jg_matcher *m, int64_t *masks, int64_t *cached);
 
