@@ -574,7 +574,9 @@ int strata_inspect(const strata_inspect_opts *o, FILE *out, strata_inspect_resul
  * A tokenizer opened on its own, without a model (`strata tokenize`, the
  * tokenizer benchmark): a tiktoken.model vocabulary (base64 token, space, rank
  * per line) and optionally a tokenizer_config.json whose added_tokens_decoder
- * entries become special tokens. Read-only once open: encode and decode may be
+ * entries become special tokens; or a Hugging Face tokenizer.json byte-level BPE
+ * (DeepSeek-V3), encoding as Hugging Face tokenizers does (docs/architecture.md,
+ * "Tokenizers and chat formats"). Read-only once open: encode and decode may be
  * called from several threads at once. */
 typedef struct strata_tokenizer strata_tokenizer;
 
@@ -582,10 +584,19 @@ typedef struct strata_tokenizer strata_tokenizer;
 enum strata_tok_pattern { STRATA_TOK_KIMI = 0, STRATA_TOK_O200K = 1, STRATA_TOK_CL100K = 2 };
 /* "kimi" | "o200k" | "cl100k" -> STRATA_TOK_*, or -1. */
 int strata_tokenizer_pattern(const char *name);
-/* config may be NULL. Errors (STRATA_EIO, STRATA_EFORMAT, STRATA_ENOMEM) name the
- * file and line. Close with strata_tokenizer_close. */
+/* config may be NULL. A vocab_path ending in ".json" is a tokenizer.json (pattern
+ * is then unused; config gives add_bos_token and chat_template). Errors
+ * (STRATA_EIO, STRATA_EFORMAT, STRATA_ENOMEM) name the file and line or JSON
+ * path. Close with strata_tokenizer_close. */
 int strata_tokenizer_open(strata_tokenizer **out, const char *vocab_path, const char *config_path, int pattern,
                           char *err, size_t errlen);
+/* The tokenizer of a model directory: tiktoken.model (Kimi) when there is one,
+ * else tokenizer.json; tokenizer_config.json beside it when present. */
+int strata_tokenizer_open_dir(strata_tokenizer **out, const char *dir, char *err, size_t errlen);
+/* The id Hugging Face's encode(add_special_tokens=True) puts first (a
+ * tokenizer.json post-processor's BOS unless add_bos_token is false), or -1.
+ * strata_tokenizer_encode never adds it. */
+int32_t strata_tokenizer_bos(const strata_tokenizer *t);
 void strata_tokenizer_close(strata_tokenizer *t); /* accepts NULL */
 /* Bytes -> ids (special-token text stays text unless allow_special). *ids is
  * released with strata_free; on failure strata_tokenizer_errmsg may say why. */
