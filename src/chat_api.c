@@ -22,13 +22,16 @@ _Static_assert(sizeof(strata_chat_msg) == sizeof(chat_msg) && offsetof(strata_ch
                    offsetof(strata_chat_msg, content) == offsetof(chat_msg, content) &&
                    offsetof(strata_chat_msg, reasoning) == offsetof(chat_msg, reasoning),
                "strata_chat_msg is laid out as chat_msg");
-_Static_assert((int)STRATA_CHAT_FMT_XTML == (int)CHAT_FMT_XTML && (int)STRATA_CHAT_FMT_K2 == (int)CHAT_FMT_K2,
+_Static_assert((int)STRATA_CHAT_FMT_XTML == (int)CHAT_FMT_XTML && (int)STRATA_CHAT_FMT_K2 == (int)CHAT_FMT_K2 &&
+                   (int)STRATA_CHAT_FMT_DSV3 == (int)CHAT_FMT_DSV3 && (int)STRATA_CHAT_FMT_R1 == (int)CHAT_FMT_R1 &&
+                   (int)STRATA_CHAT_FMT_V31 == (int)CHAT_FMT_V31,
                "public chat formats are chat.h's");
 _Static_assert(sizeof(strata_chat_ids) == sizeof(chat_ids) && offsetof(strata_chat_ids, fmt) == offsetof(chat_ids, fmt) &&
                    offsetof(strata_chat_ids, eom) == offsetof(chat_ids, eom) &&
                    offsetof(strata_chat_ids, im_middle) == offsetof(chat_ids, im_middle) &&
                    offsetof(strata_chat_ids, eos) == offsetof(chat_ids, eos) &&
-                   offsetof(strata_chat_ids, bos) == offsetof(chat_ids, bos),
+                   offsetof(strata_chat_ids, bos) == offsetof(chat_ids, bos) &&
+                   offsetof(strata_chat_ids, think_end) == offsetof(chat_ids, think_end),
                "strata_chat_ids is laid out as chat_ids");
 
 static tok *T(strata_tokenizer *t) { return (tok *)t; }

@@ -344,6 +344,7 @@ TEST(tok_hf_oracle) {
         if (rc) return;
     }
     CHECK_MSG(gen_tok_write_hf(dir, 8192, GEN_DS_R1, err, sizeof err) == 0, "%s", err);
+    jsonx_build_begin(); /* jansson allocates through base_alloc from here on */
     sbuf c = {0};
     for (int i = 0; k_cases[i]; i++) {
         json_t *s = json_stringn(k_cases[i], strlen(k_cases[i]));
