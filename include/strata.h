@@ -637,7 +637,7 @@ typedef struct strata_chat_msg {
 /* The chat formats: Kimi K3's XTML and Kimi K2 / Kimi Linear's <|im_*|> format;
  * the tokenizer's own special tokens say which one a model uses. */
 enum { STRATA_CHAT_FMT_XTML = 0, STRATA_CHAT_FMT_K2 = 1, STRATA_CHAT_FMT_DSV3 = 2, STRATA_CHAT_FMT_R1 = 3,
-       STRATA_CHAT_FMT_V31 = 4 };
+       STRATA_CHAT_FMT_V31 = 4, STRATA_CHAT_FMT_K2_THINKING = 5, STRATA_CHAT_FMT_K25 = 6 };
 /* The control ids of a Kimi tokenizer: eom ends a message (<|end_of_msg|> or
  * <|im_end|>); the markers of the other format, and bos/eos when absent, are -1. */
 typedef struct strata_chat_ids {

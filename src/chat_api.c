@@ -24,7 +24,8 @@ _Static_assert(sizeof(strata_chat_msg) == sizeof(chat_msg) && offsetof(strata_ch
                "strata_chat_msg is laid out as chat_msg");
 _Static_assert((int)STRATA_CHAT_FMT_XTML == (int)CHAT_FMT_XTML && (int)STRATA_CHAT_FMT_K2 == (int)CHAT_FMT_K2 &&
                    (int)STRATA_CHAT_FMT_DSV3 == (int)CHAT_FMT_DSV3 && (int)STRATA_CHAT_FMT_R1 == (int)CHAT_FMT_R1 &&
-                   (int)STRATA_CHAT_FMT_V31 == (int)CHAT_FMT_V31,
+                   (int)STRATA_CHAT_FMT_V31 == (int)CHAT_FMT_V31 &&
+                   (int)STRATA_CHAT_FMT_K2_THINKING == (int)CHAT_FMT_K2_THINKING && (int)STRATA_CHAT_FMT_K25 == (int)CHAT_FMT_K25,
                "public chat formats are chat.h's");
 _Static_assert(sizeof(strata_chat_ids) == sizeof(chat_ids) && offsetof(strata_chat_ids, fmt) == offsetof(chat_ids, fmt) &&
                    offsetof(strata_chat_ids, eom) == offsetof(chat_ids, eom) &&

@@ -217,3 +217,68 @@ out:
     tok_close(v31);
     tok_close(v3);
 }
+
+/* A tiktoken vocabulary of the 256 bytes with Kimi K2's chat specials and
+ * <think> / </think>; chat_template as given (NULL: none). */
+static tok *k2_tok(const char *tmpl) {
+    static const char c64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    sbuf v = {0}, c = {0};
+    for (int i = 0; i < 256; i++) sbuf_printf(&v, "%c%c== %d\n", c64[i >> 2], c64[(i & 3) << 4], i);
+    static const char *sp[] = {"[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|im_system|>",
+                               "<|im_middle|>", "<think>", "</think>"};
+    sbuf_printf(&c, "{\"added_tokens_decoder\": {");
+    for (int i = 0; i < 9; i++) sbuf_printf(&c, "%s\"%d\": {\"content\": \"%s\"}", i ? ", " : "", 256 + i, sp[i]);
+    sbuf_printf(&c, "}");
+    if (tmpl) sbuf_printf(&c, ", \"chat_template\": \"%s\"", tmpl);
+    sbuf_printf(&c, "}");
+    tok *t = NULL;
+    char err[256];
+    CHECK_MSG(tok_open_mem(&t, (const uint8_t *)v.s, v.len, "k2.model", (const uint8_t *)c.s, c.len, "k2_config.json",
+                           TOK_PAT_KIMI, err, sizeof err) == 0, "%s", err);
+    sbuf_free(&v);
+    sbuf_free(&c);
+    return t;
+}
+
+/* family-formats.md 2.1: K2-Thinking drops the reasoning of turns before the last
+ * user message (<think></think>), keeps it after; the prompt ends at
+ * <|im_middle|>. K2.5's prompt ends <think> or <think></think>. Goldens written
+ * from those sentences. */
+TEST(chat_k2_thinking) {
+    tok *kt = k2_tok(NULL), *k25 = k2_tok("{# media placeholder #}");
+    char err[256];
+    chat_ids c;
+    CHECK(kt && chat_ids_init(&c, kt, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K2_THINKING);
+    CHECK(k25 && chat_ids_init(&c, k25, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K25);
+    const chat_msg m[] = {{CHAT_USER, "q1", NULL}, {CHAT_ASSISTANT, "a1", "r1"}, {CHAT_USER, "q2", NULL},
+                          {CHAT_ASSISTANT, "a2", "r2"}};
+    static const char hist[] =
+        "<|im_system|>system<|im_middle|>You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>"
+        "<|im_user|>user<|im_middle|>q1<|im_end|><|im_assistant|>assistant<|im_middle|><think></think>a1<|im_end|>"
+        "<|im_user|>user<|im_middle|>q2<|im_end|>";
+    struct { int fmt, effort, gen; size_t n; const char *tail; } cases[] = {
+        {CHAT_FMT_K2_THINKING, CHAT_THINK_HIGH, 1, 3, "<|im_assistant|>assistant<|im_middle|>"},
+        {CHAT_FMT_K2_THINKING, CHAT_THINK_HIGH, 0, 4, "<|im_assistant|>assistant<|im_middle|><think>r2</think>a2<|im_end|>"},
+        {CHAT_FMT_K25, CHAT_THINK_HIGH, 1, 3, "<|im_assistant|>assistant<|im_middle|><think>"},
+        {CHAT_FMT_K25, CHAT_THINK_OFF, 1, 3, "<|im_assistant|>assistant<|im_middle|><think></think>"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = NULL;
+        size_t gl;
+        CHECK(chat_render_text_fmt(cases[i].fmt, m, cases[i].n, cases[i].effort, cases[i].gen ? CHAT_GEN : 0, &got, &gl,
+                                   err, sizeof err) == 0);
+        char want[1024];
+        snprintf(want, sizeof want, "%s%s", hist, cases[i].tail);
+        CHECK_MSG(got && !strcmp(got, want), "case %zu: %s", i, got ? got : "");
+        base_free(got);
+    }
+    /* replies: K2-Thinking's model opens <think> itself; K2.5 as its prompt chose */
+    if (kt && k25) {
+        check_reply(kt, "<think>hmm</think>ok<|im_end|>", chat_fmt_thinking(CHAT_FMT_K2_THINKING, CHAT_THINK_HIGH), "hmm",
+                    "ok");
+        check_reply(k25, "hmm</think>ok<|im_end|>", chat_fmt_thinking(CHAT_FMT_K25, CHAT_THINK_HIGH), "hmm", "ok");
+        check_reply(k25, "ok<|im_end|>", chat_fmt_thinking(CHAT_FMT_K25, CHAT_THINK_OFF), NULL, "ok");
+    }
+    tok_close(kt);
+    tok_close(k25);
+}

@@ -70,7 +70,13 @@ int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen) {
     for (int i = 0; i < 5; i++)
         if ((*dk[i] = tok_special_id(t, k2[i])) < 0 && !missing_k2) missing_k2 = k2[i];
     c->fmt = CHAT_FMT_K2;
-    if (!missing_k2) goto named;
+    if (!missing_k2) {
+        if (c->think >= 0 && c->think_end >= 0) {
+            const char *tm = tok_chat_template(t);
+            c->fmt = tm && strstr(tm, "media") ? CHAT_FMT_K25 : CHAT_FMT_K2_THINKING;
+        }
+        goto named;
+    }
     c->im_system = c->im_user = c->im_assistant = c->im_middle = c->eom = -1;
     for (int i = 0; i < 4; i++)
         if ((*dd[i] = tok_special_id(t, ds[i])) < 0 && !missing_ds) missing_ds = ds[i];
@@ -89,9 +95,11 @@ named:
 
 int chat_fmt_is_ds(int fmt) { return fmt == CHAT_FMT_DSV3 || fmt == CHAT_FMT_R1 || fmt == CHAT_FMT_V31; }
 
+int chat_fmt_is_k2(int fmt) { return fmt == CHAT_FMT_K2 || fmt == CHAT_FMT_K2_THINKING || fmt == CHAT_FMT_K25; }
+
 int chat_fmt_thinking(int fmt, int effort) {
     if (fmt == CHAT_FMT_R1) return 1;
-    if (fmt == CHAT_FMT_XTML || fmt == CHAT_FMT_V31) return effort != CHAT_THINK_OFF;
+    if (fmt == CHAT_FMT_XTML || fmt == CHAT_FMT_V31 || fmt == CHAT_FMT_K25) return effort != CHAT_THINK_OFF;
     return 0;
 }
 
@@ -143,8 +151,13 @@ static void close_tag(emitter *e, const char *tag) {
 }
 
 /* Kimi K2 / Kimi Linear: <|im_ROLE|>ROLE<|im_middle|>CONTENT<|im_end|> per message,
- * the default system message first when the conversation has none. */
-static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, int flags) {
+ * the default system message first when the conversation has none. The thinking
+ * variants (chat.h) put <think>..</think> before an assistant turn's content. */
+static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, int flags) {
+    int thinking_fmt = e->fmt == CHAT_FMT_K2_THINKING || e->fmt == CHAT_FMT_K25;
+    size_t last_user = 0; /* turns at or before it drop their reasoning */
+    for (size_t i = 0; i < n_msgs; i++)
+        if (msgs[i].role == CHAT_USER) last_user = i;
     static const char *const k_markers[] = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>"};
     if (!(flags & CHAT_CONTINUE) && (n_msgs == 0 || msgs[0].role != CHAT_SYSTEM)) {
         ctl(e, "<|im_system|>");
@@ -157,6 +170,11 @@ static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, int flags
         ctl(e, k_markers[msgs[i].role]);
         txt(e, chat_role_name(msgs[i].role));
         ctl(e, "<|im_middle|>");
+        if (thinking_fmt && msgs[i].role == CHAT_ASSISTANT) {
+            ctl(e, "<think>");
+            if (i > last_user && msgs[i].reasoning) txt(e, msgs[i].reasoning);
+            ctl(e, "</think>");
+        }
         txt(e, msgs[i].content);
         ctl(e, "<|im_end|>");
     }
@@ -164,6 +182,10 @@ static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, int flags
         ctl(e, "<|im_assistant|>");
         txt(e, "assistant");
         ctl(e, "<|im_middle|>");
+        if (e->fmt == CHAT_FMT_K25) {
+            ctl(e, "<think>");
+            if (effort == CHAT_THINK_OFF) ctl(e, "</think>");
+        }
     }
 }
 
@@ -226,7 +248,7 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, int effort, i
                              i + 1, chat_role_name(msgs[i].role));
     }
     if (e->fmt != CHAT_FMT_XTML) {
-        if (e->fmt == CHAT_FMT_K2) render_k2(e, msgs, n_msgs, flags);
+        if (chat_fmt_is_k2(e->fmt)) render_k2(e, msgs, n_msgs, effort, flags);
         else render_ds(e, msgs, n_msgs, effort, flags);
         if (e->rc) return base_fail(err, errlen, e->rc, "chat: rendering failed: %s", strata_errstr(e->rc));
         return STRATA_OK;
@@ -335,11 +357,12 @@ void chat_reply_free(chat_reply *r) {
 
 enum { P_THINK, P_AFTER_THINK, P_RESPONSE, P_AFTER_RESPONSE, P_CLOSED };
 
-/* Whether a reply starts in the think channel: XTML and V3.1 as the caller's
- * prompt chose, R1 always (its prompt opens <think>), K2 and DeepSeek-V3 never. */
+/* Whether a reply starts in the think channel: XTML, V3.1 and K2.5 as the
+ * caller's prompt chose, R1 always (its prompt opens <think>), K2, K2-Thinking
+ * (whose model opens it) and DeepSeek-V3 never. */
 static int reply_thinking(int fmt, int thinking) {
     if (fmt == CHAT_FMT_R1) return 1;
-    return (fmt == CHAT_FMT_XTML || fmt == CHAT_FMT_V31) && thinking;
+    return (fmt == CHAT_FMT_XTML || fmt == CHAT_FMT_V31 || fmt == CHAT_FMT_K25) && thinking;
 }
 
 /* The state a <think> / </think> id moves a K2 or DeepSeek reply to, or -1 when

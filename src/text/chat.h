@@ -68,7 +68,18 @@ int chat_role_parse(const char *s); /* "system" | "user" | "assistant" -> CHAT_*
  * R1, else DSV3; without a template, a <think> token -> R1. Markers are encoded as
  * added tokens, text with special tokens disabled (the non-special <think> and
  * </think> of R1/V3.1 tokenizers still match inside text, as Hugging Face does). */
-enum chat_fmt { CHAT_FMT_XTML = 0, CHAT_FMT_K2 = 1, CHAT_FMT_DSV3 = 2, CHAT_FMT_R1 = 3, CHAT_FMT_V31 = 4 };
+/* Kimi K2 thinking variants (family-formats.md 2.1), the K2 format with <think>:
+ *   CHAT_FMT_K2_THINKING  assistant turns before the last user message render
+ *                  <think></think>CONTENT (reasoning dropped), those after it
+ *                  <think>REASONING</think>CONTENT; the prompt ends at <|im_middle|>
+ *                  and the model opens <think> itself.
+ *   CHAT_FMT_K25   the same history; the prompt ends <think> (effort not off) or
+ *                  <think></think> (off).
+ * Chosen when a K2 tokenizer has <think> and </think>: K2.5 when its chat_template
+ * mentions "media" (K2.5 is the vision model: a marker, not a guarantee), else
+ * K2-Thinking. */
+enum chat_fmt { CHAT_FMT_XTML = 0, CHAT_FMT_K2 = 1, CHAT_FMT_DSV3 = 2, CHAT_FMT_R1 = 3, CHAT_FMT_V31 = 4,
+                CHAT_FMT_K2_THINKING = 5, CHAT_FMT_K25 = 6 };
 
 /* The control ids of a tokenizer and the format they define. eom ends a
  * message (<|end_of_msg|>, <|im_end|> or <｜end▁of▁sentence｜>); the markers of
@@ -87,11 +98,13 @@ typedef struct chat_ids {
  * naming what is missing. */
 int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen);
 
-/* 1 for the DeepSeek formats. */
+/* 1 for the DeepSeek formats; 1 for K2 and its thinking variants. */
 int chat_fmt_is_ds(int fmt);
+int chat_fmt_is_k2(int fmt);
 /* Whether the generation prompt of fmt opens the reasoning at this effort (the
- * thinking argument of chat_parse_reply / chat_follow_open): XTML and V3.1 when
- * effort is not off, R1 always, K2 and DeepSeek-V3 never. */
+ * thinking argument of chat_parse_reply / chat_follow_open): XTML, V3.1 and K2.5
+ * when effort is not off, R1 always, K2, K2-Thinking (its model opens <think>
+ * itself) and DeepSeek-V3 never. */
 int chat_fmt_thinking(int fmt, int effort);
 
 /* Render flags. CHAT_GEN appends the generation prompt. CHAT_CONTINUE renders a

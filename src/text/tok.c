@@ -19,6 +19,7 @@
  *   regex and Rust's regex match the Script property.
  * - Kimi's class intersections [X&&[^\p{Han}]] become (?:(?!\p{sc:Han})[X]).
  */
+#include "tok.h"
 #include "tok_priv.h"
 
 #include <string.h>
@@ -476,6 +477,11 @@ static int parse_tokcfg(tok *t, const uint8_t *buf, size_t len, const char *name
     if (rc) return rc;
     char where[512];
     if (!json_is_object(root)) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: top level is not an object", name); goto done; }
+    json_t *ct = json_object_get(root, "chat_template"); /* chat.c reads format markers in it */
+    if (json_is_string(ct) && !(t->chat_template = base_strdup(json_string_value(ct), MEM_TOK))) {
+        rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name);
+        goto done;
+    }
     json_t *dec = json_object_get(root, "added_tokens_decoder");
     if (!dec) goto done; /* no specials is legal */
     if (!json_is_object(dec)) {

@@ -76,8 +76,8 @@ int tok_open_dir(tok **out, const char *dir, int *cfg_bad, char *err, size_t err
  * post-processor's BOS, unless tokenizer_config.json's add_bos_token is false),
  * or -1. tok_encode never adds it. */
 int32_t tok_bos_id(const tok *t);
-/* tokenizer_config.json's chat_template (the "default" one of a list), or NULL.
- * Read for tokenizer.json models only; chat.c looks for format markers in it. */
+/* tokenizer_config.json's chat_template (for a tokenizer.json model the "default"
+ * one of a list), or NULL. chat.c looks for format markers in it. */
 const char *tok_chat_template(const tok *t);
 
 /* Adds one special token (content matched literally when specials are allowed).

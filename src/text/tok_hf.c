@@ -22,6 +22,7 @@
 #include <string.h>
 #include "base.h"
 #include "jsonx.h"
+#include "tok.h"
 #include "tok_priv.h"
 
 /* ===== ByteLevel alphabet ===== */

@@ -8,7 +8,11 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 #include <pthread.h>
-#include "tok.h"
+#include <stddef.h>
+#include <stdint.h>
+
+/* tok.h's typedef again (C11 allows it), so this header needs no other of the module. */
+typedef struct tok tok;
 
 #define TOK_MAX_TOKEN (64 * 1024)  /* longest token we accept, bytes */
 #define TOK_MAX_ID (1 << 24)        /* ids (ranks and specials) stay below this */
