@@ -558,61 +558,6 @@ int tok_open_ex(tok **out, const char *vocab_path, const char *tokcfg_path, int 
     return rc;
 }
 
-int tok_open_hf_mem(tok **out, const uint8_t *json, size_t len, const char *name, const uint8_t *tokcfg,
-                    size_t tokcfg_len, const char *tokcfg_name, int *cfg_bad, char *err, size_t errlen) {
-    *out = NULL;
-    tok *t = base_calloc(1, sizeof *t, MEM_TOK);
-    if (!t) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
-    t->pattern = TOK_PAT_HF;
-    t->bos = -1;
-    if (pthread_mutex_init(&t->mu, NULL)) { tok_close(t); return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: no mutex"); }
-    t->mu_init = 1;
-    int rc = tok_hf_load(t, json, len, name, err, errlen);
-    if (!rc && tokcfg) {
-        rc = tok_hf_config(t, tokcfg, tokcfg_len, tokcfg_name ? tokcfg_name : "tokenizer_config.json", err, errlen);
-        if (rc && cfg_bad) *cfg_bad = 1;
-    }
-    if (!rc) {
-        t->cache = base_calloc(CACHE_N, sizeof *t->cache, MEM_TOK);
-        if (!t->cache) rc = base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
-    }
-    if (rc) { tok_close(t); return rc; }
-    *out = t;
-    return STRATA_OK;
-}
-
-int tok_open_hf(tok **out, const char *json_path, const char *tokcfg_path, int *cfg_bad, char *err, size_t errlen) {
-    *out = NULL;
-    if (cfg_bad) *cfg_bad = 0;
-    uint8_t *v = NULL, *c = NULL;
-    size_t vl = 0, cl = 0;
-    /* DeepSeek-V3's tokenizer.json is 7.8 MB; 256 MiB leaves room for any real one. */
-    int rc = base_read_file(json_path, 256u << 20, &v, &vl, err, errlen);
-    if (!rc && tokcfg_path) {
-        rc = base_read_file(tokcfg_path, 64u << 20, &c, &cl, err, errlen);
-        if (rc && cfg_bad) *cfg_bad = 1;
-    }
-    if (!rc) rc = tok_open_hf_mem(out, v, vl, json_path, c, cl, tokcfg_path, cfg_bad, err, errlen);
-    base_free(v);
-    base_free(c);
-    return rc;
-}
-
-int tok_open_dir(tok **out, const char *dir, int *cfg_bad, char *err, size_t errlen) {
-    *out = NULL;
-    if (cfg_bad) *cfg_bad = 0;
-    char tk[4200], js[4200], tc[4200];
-    snprintf(tk, sizeof tk, "%s/tiktoken.model", dir);
-    snprintf(js, sizeof js, "%s/tokenizer.json", dir);
-    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
-    const char *cfg = base_is_file(tc) ? tc : NULL;
-    /* tiktoken.model wins: it is what Kimi's own tokenization_kimi.py reads, and
-     * a tokenizer.json beside it would be a conversion. */
-    if (base_is_file(tk)) return tok_open_ex(out, tk, cfg, TOK_PAT_KIMI, cfg_bad, err, errlen);
-    if (base_is_file(js)) return tok_open_hf(out, js, cfg, cfg_bad, err, errlen);
-    return base_fail(err, errlen, STRATA_EIO, "%s has no tokenizer (tiktoken.model or tokenizer.json)", dir);
-}
-
 int32_t tok_bos_id(const tok *t) { return t->bos; }
 const char *tok_chat_template(const tok *t) { return t->chat_template; }
 
