@@ -270,13 +270,11 @@ int cmd_chat(int argc, char **argv) {
     if (rc) return rc == OPTS_HELP ? 0 : rc;
     chat_state r;
     memset(&r, 0, sizeof r);
-    char err[4096], path[4096], tc[4096];
+    char err[4096];
     int ret = 1;
     if (mo_open(&r.m, CMD, o.model_dir)) goto out;
     r.vocab = r.m.info.vocab;
-    snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
-    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
-    if (strata_tokenizer_open(&r.tk, path, tc, STRATA_TOK_KIMI, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    if (strata_tokenizer_open_dir(&r.tk, o.model_dir, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     if (strata_chat_ids_get(r.tk, &r.ci, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     const int64_t mctx = r.m.info.model_max_ctx;
     if (o.ao.ctx > mctx)

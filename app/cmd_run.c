@@ -62,7 +62,7 @@ static void usage(FILE *f) {
         "usage: strata run MODEL_DIR (--ids 1,2,3 | --prompt TEXT | --prompt-file F | --batch FILE) [options]\n"
         "\n"
         "  --ids LIST           prompt as comma-separated token ids (no tokenizer needed)\n"
-        "  --prompt TEXT        prompt text (needs the model's tiktoken.model)\n"
+        "  --prompt TEXT        prompt text (needs the model's tiktoken.model or tokenizer.json)\n"
         "  --prompt-file F      prompt text read verbatim from F\n"
         "  --batch FILE         every line of FILE is a prompt of its own sequence (ids 1,2,3), all\n"
         "                       stepped together; outputs one line per input line, in order;\n"
@@ -333,7 +333,7 @@ static int load_prompts(run_state *r, int64_t ctx_cap) {
         run_seq *q = &r->q[0];
         if (o->ids) return parse_ids(r, o->ids, &q->prompt, &q->n_prompt, "--ids");
         if (!r->m.info.has_tokenizer) {
-            fprintf(stderr, "strata run: text prompts need the model's tokenizer (%s/tiktoken.model); use --ids\n", o->model_dir);
+            fprintf(stderr, "strata run: text prompts need the model's tokenizer (tiktoken.model or tokenizer.json in %s); use --ids\n", o->model_dir);
             return EXIT_USAGE;
         }
         if (o->prompt) return tokenize(r, o->prompt, strlen(o->prompt), &q->prompt, &q->n_prompt, "--prompt");
@@ -356,7 +356,7 @@ static int load_prompts(run_state *r, int64_t ctx_cap) {
     }
     /* --batch: one prompt per line (blank lines are errors: each line is a sequence) */
     if (o->batch_text && !r->m.info.has_tokenizer) {
-        fprintf(stderr, "strata run: --batch-text needs the model's tokenizer (%s/tiktoken.model)\n", o->model_dir);
+        fprintf(stderr, "strata run: --batch-text needs the model's tokenizer (tiktoken.model or tokenizer.json in %s)\n", o->model_dir);
         return EXIT_USAGE;
     }
     uint8_t *buf = NULL;

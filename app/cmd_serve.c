@@ -220,7 +220,7 @@ int cmd_serve(int argc, char **argv) {
     serve_opts o;
     int rc = parse_args(argc, argv, &o);
     if (rc) return rc == OPTS_HELP ? 0 : rc;
-    char key[1024], name[256], err[4096], path[4096], tc[4096];
+    char key[1024], name[256], err[4096];
     const char *api_key = o.api_key;
     if (o.api_key_file) {
         if (read_key_file(o.api_key_file, key, sizeof key)) return EXIT_USAGE;
@@ -232,9 +232,7 @@ int cmd_serve(int argc, char **argv) {
     strata_tokenizer *tk = NULL;
     memset(&m, 0, sizeof m);
     if (mo_open(&m, CMD, o.model_dir)) goto out;
-    snprintf(path, sizeof path, "%s/tiktoken.model", o.model_dir);
-    snprintf(tc, sizeof tc, "%s/tokenizer_config.json", o.model_dir);
-    if (strata_tokenizer_open(&tk, path, tc, STRATA_TOK_KIMI, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
+    if (strata_tokenizer_open_dir(&tk, o.model_dir, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
     strata_chat_ids ci;
     if (strata_chat_ids_get(tk, &ci, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
     const int64_t mctx = m.info.model_max_ctx;

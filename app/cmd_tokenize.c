@@ -12,7 +12,7 @@
 
 static const char k_usage[] =
     "usage: strata tokenize --vocab FILE [--config FILE] [--pattern kimi|o200k|cl100k]\n"
-    "                       [--special] [--decode]\n"
+    "                       [--special] [--bos] [--decode]\n"
     "\n"
     "Reads stdin and writes to stdout.\n"
     "  encode (default): bytes -> ids as one comma-separated line (\"1,2,3\\n\"; empty\n"
@@ -20,12 +20,17 @@ static const char k_usage[] =
     "                    unless --special is given.\n"
     "  --decode:         a comma-separated id line (whitespace ignored) -> the exact bytes.\n"
     "\n"
-    "  --vocab FILE      tiktoken.model (base64 token, space, rank per line)\n"
+    "  --vocab FILE      tiktoken.model (base64 token, space, rank per line), or a\n"
+    "                    Hugging Face tokenizer.json (a name ending in .json:\n"
+    "                    byte-level BPE as DeepSeek-V3 ships; --pattern is unused)\n"
     "  --config FILE     tokenizer_config.json; its added_tokens_decoder entries become\n"
     "                    special tokens (default: tokenizer_config.json beside the vocab,\n"
     "                    if there is one)\n"
     "  --pattern NAME    pre-tokenizer split: kimi (default, Kimi K2/K3), o200k, cl100k\n"
     "  --special         encode special-token text (\"<|open|>\") as its id\n"
+    "  --bos             put the BOS id first, as Hugging Face's encode does when the\n"
+    "                    tokenizer.json's post-processor adds one and add_bos_token\n"
+    "                    is not false (nothing for tiktoken vocabularies)\n"
     "\n"
     "Exit status: 0 ok, 1 bad vocab/config or input, 2 usage error.\n";
 
@@ -53,18 +58,20 @@ static int read_stdin(uint8_t **out, size_t *len) {
 
 static int write_all(const void *p, size_t n) { return fwrite(p, 1, n, stdout) == n ? 0 : -1; }
 
-static int do_encode(strata_tokenizer *t, const uint8_t *in, size_t len, int special) {
+static int do_encode(strata_tokenizer *t, const uint8_t *in, size_t len, int special, int bos) {
     int32_t *ids;
     size_t n;
     int rc = strata_tokenizer_encode(t, in, len, special, &ids, &n);
+    int32_t b = bos ? strata_tokenizer_bos(t) : -1;
     if (rc) {
         fprintf(stderr, "strata tokenize: encode failed: %s\n", strata_tokenizer_errmsg(t)[0] ? strata_tokenizer_errmsg(t) : strata_errstr(rc));
         return 1;
     }
     /* Format in one buffer: 11 bytes per id is enough for "-2147483648," */
-    char *out = malloc(n * 12 + 2);
+    char *out = malloc(n * 12 + 14);
     if (!out) { strata_free(ids); fprintf(stderr, "strata tokenize: out of memory\n"); return 1; }
     size_t o = 0;
+    if (b >= 0) o = (size_t)sprintf(out, "%d%s", b, n ? "," : "");
     for (size_t i = 0; i < n; i++) {
         if (i) out[o++] = ',';
         char tmp[12];
@@ -134,7 +141,7 @@ done:
 
 int cmd_tokenize(int argc, char **argv) {
     const char *cmd = "tokenize", *vocab = NULL, *config = NULL;
-    int pattern = STRATA_TOK_KIMI, decode = 0, special = 0;
+    int pattern = STRATA_TOK_KIMI, decode = 0, special = 0, bos = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (cli_is_help(a)) { fputs(k_usage, stdout); return 0; }
@@ -151,12 +158,15 @@ int cmd_tokenize(int argc, char **argv) {
             decode = 1;
         } else if (!strcmp(a, "--special")) {
             special = 1;
+        } else if (!strcmp(a, "--bos")) {
+            bos = 1;
         } else {
             return cli_usage_error(cmd, "unknown argument '%s'", a);
         }
     }
     if (!vocab) return cli_usage_error(cmd, "--vocab FILE is required");
-    /* K3 ships tiktoken.model and tokenizer_config.json side by side. */
+    /* K3 ships tiktoken.model and tokenizer_config.json side by side, DeepSeek
+     * tokenizer.json and tokenizer_config.json. */
     char sibling[4096];
     if (!config) {
         const char *slash = strrchr(vocab, '/');
@@ -178,7 +188,7 @@ int cmd_tokenize(int argc, char **argv) {
         strata_tokenizer_close(t);
         return 1;
     }
-    int rc = decode ? do_decode(t, in, len) : do_encode(t, in, len, special);
+    int rc = decode ? do_decode(t, in, len) : do_encode(t, in, len, special, bos);
     free(in);
     strata_tokenizer_close(t);
     return rc;

@@ -641,7 +641,9 @@ int strata_inspect(const strata_inspect_opts *o, FILE *out, strata_inspect_resul
  * A tokenizer opened on its own, without a model (`strata tokenize`, the
  * tokenizer benchmark): a tiktoken.model vocabulary (base64 token, space, rank
  * per line) and optionally a tokenizer_config.json whose added_tokens_decoder
- * entries become special tokens. Read-only once open: encode and decode may be
+ * entries become special tokens; or a Hugging Face tokenizer.json byte-level BPE
+ * (DeepSeek-V3), encoding as Hugging Face tokenizers does (docs/architecture.md,
+ * "Tokenizers and chat formats"). Read-only once open: encode and decode may be
  * called from several threads at once. */
 typedef struct strata_tokenizer strata_tokenizer;
 
@@ -649,10 +651,19 @@ typedef struct strata_tokenizer strata_tokenizer;
 enum strata_tok_pattern { STRATA_TOK_KIMI = 0, STRATA_TOK_O200K = 1, STRATA_TOK_CL100K = 2 };
 /* "kimi" | "o200k" | "cl100k" -> STRATA_TOK_*, or -1. */
 int strata_tokenizer_pattern(const char *name);
-/* config may be NULL. Errors (STRATA_EIO, STRATA_EFORMAT, STRATA_ENOMEM) name the
- * file and line. Close with strata_tokenizer_close. */
+/* config may be NULL. A vocab_path ending in ".json" is a tokenizer.json (pattern
+ * is then unused; config gives add_bos_token and chat_template). Errors
+ * (STRATA_EIO, STRATA_EFORMAT, STRATA_ENOMEM) name the file and line or JSON
+ * path. Close with strata_tokenizer_close. */
 int strata_tokenizer_open(strata_tokenizer **out, const char *vocab_path, const char *config_path, int pattern,
                           char *err, size_t errlen);
+/* The tokenizer of a model directory: tiktoken.model (Kimi) when there is one,
+ * else tokenizer.json; tokenizer_config.json beside it when present. */
+int strata_tokenizer_open_dir(strata_tokenizer **out, const char *dir, char *err, size_t errlen);
+/* The id Hugging Face's encode(add_special_tokens=True) puts first (a
+ * tokenizer.json post-processor's BOS unless add_bos_token is false), or -1.
+ * strata_tokenizer_encode never adds it. */
+int32_t strata_tokenizer_bos(const strata_tokenizer *t);
 void strata_tokenizer_close(strata_tokenizer *t); /* accepts NULL */
 /* Bytes -> ids (special-token text stays text unless allow_special). *ids is
  * released with strata_free; on failure strata_tokenizer_errmsg may say why. */
@@ -718,14 +729,17 @@ typedef struct strata_chat_tools {
 } strata_chat_tools;
 
 /* The chat formats: Kimi K3's XTML, Kimi K2 / Kimi Linear's <|im_*|> format and
- * DeepSeek-V3's; the tokenizer's own special tokens say which one a model uses. */
-enum { STRATA_CHAT_FMT_XTML = 0, STRATA_CHAT_FMT_K2 = 1, STRATA_CHAT_FMT_DSV3 = 2 };
+ * its thinking variants, DeepSeek-V3's and its R1 / V3.1 variants; the
+ * tokenizer's own special tokens (and chat_template) say which one a model uses. */
+enum { STRATA_CHAT_FMT_XTML = 0, STRATA_CHAT_FMT_K2 = 1, STRATA_CHAT_FMT_DSV3 = 2, STRATA_CHAT_FMT_R1 = 3,
+       STRATA_CHAT_FMT_V31 = 4, STRATA_CHAT_FMT_K2_THINKING = 5, STRATA_CHAT_FMT_K25 = 6 };
 /* The control ids of a Kimi tokenizer: eom ends a message (<|end_of_msg|> or
  * <|im_end|>); the markers of the other format, and bos/eos when absent, are -1. */
 typedef struct strata_chat_ids {
     int fmt;                                 /* STRATA_CHAT_FMT_* */
     int32_t open, close, sep, eom, eos, bos;
     int32_t im_system, im_user, im_assistant, im_middle;
+    int32_t think, think_end; /* <think>, </think>, or -1 */
 } strata_chat_ids;
 
 /* "low" | "high" | "max" | "off" -> STRATA_CHAT_THINK_*, or -1 ("medium" too). */

@@ -151,9 +151,9 @@ int strata_model_open(strata_model **out, const char *dir, char *err, size_t err
     m->n_stop = sample_stop_ids(dir, &m->c, m->stop, API_MAX_STOP, err, errlen);
     if (m->n_stop < 0) { rc = m->n_stop; goto fail; }
     snprintf(path, sizeof path, "%s/tiktoken.model", dir);
-    if (base_is_file(path)) {
-        char tc[4200];
-        snprintf(tc, sizeof tc, "%s/tokenizer_config.json", dir);
+    char js[4200];
+    snprintf(js, sizeof js, "%s/tokenizer.json", dir);
+    if (base_is_file(path) || base_is_file(js)) {
         /* A tokenizer that cannot be read now (I/O error, out of memory) fails the
          * open: tolerating it would turn a text run into an ids run. So does a
          * malformed tokenizer_config.json, as it already does when its JSON does
@@ -162,15 +162,14 @@ int strata_model_open(strata_model **out, const char *dir, char *err, size_t err
          * malformed tiktoken.model leaves an ids-only model, as one without a
          * tokenizer, its reason kept for text requests. */
         int cfg_bad = 0;
-        rc = tok_open_ex(&m->tk, path, base_is_file(tc) ? tc : NULL, TOK_PAT_KIMI, &cfg_bad, m->tok_err,
-                         sizeof m->tok_err);
+        rc = tok_open_dir(&m->tk, dir, &cfg_bad, m->tok_err, sizeof m->tok_err); /* tiktoken.model wins */
         if (rc == STRATA_EIO || rc == STRATA_ENOMEM || (rc && cfg_bad)) {
             base_fail(err, errlen, rc, "%s", m->tok_err);
             goto fail;
         }
         if (rc) m->tk = NULL;
     } else {
-        snprintf(m->tok_err, sizeof m->tok_err, "%s has no tokenizer (tiktoken.model)", dir);
+        snprintf(m->tok_err, sizeof m->tok_err, "%s has no tokenizer (tiktoken.model or tokenizer.json)", dir);
     }
     *out = m;
     return 0;

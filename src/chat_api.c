@@ -42,13 +42,17 @@ _Static_assert((int)STRATA_CHAT_TOOL == (int)CHAT_TOOL && (int)STRATA_CHAT_CH_TO
                    (int)STRATA_CHAT_TOOLS_NONE == (int)CHAT_TOOLS_NONE &&
                    (int)STRATA_CHAT_TOOLS_REQUIRED == (int)CHAT_TOOLS_REQUIRED &&
                    (int)STRATA_CHAT_TOOLS_NAMED == (int)CHAT_TOOLS_NAMED, "public tool constants are chat.h's");
-_Static_assert((int)STRATA_CHAT_FMT_XTML == (int)CHAT_FMT_XTML && (int)STRATA_CHAT_FMT_K2 == (int)CHAT_FMT_K2,
+_Static_assert((int)STRATA_CHAT_FMT_XTML == (int)CHAT_FMT_XTML && (int)STRATA_CHAT_FMT_K2 == (int)CHAT_FMT_K2 &&
+                   (int)STRATA_CHAT_FMT_DSV3 == (int)CHAT_FMT_DSV3 && (int)STRATA_CHAT_FMT_R1 == (int)CHAT_FMT_R1 &&
+                   (int)STRATA_CHAT_FMT_V31 == (int)CHAT_FMT_V31 &&
+                   (int)STRATA_CHAT_FMT_K2_THINKING == (int)CHAT_FMT_K2_THINKING && (int)STRATA_CHAT_FMT_K25 == (int)CHAT_FMT_K25,
                "public chat formats are chat.h's");
 _Static_assert(sizeof(strata_chat_ids) == sizeof(chat_ids) && offsetof(strata_chat_ids, fmt) == offsetof(chat_ids, fmt) &&
                    offsetof(strata_chat_ids, eom) == offsetof(chat_ids, eom) &&
                    offsetof(strata_chat_ids, im_middle) == offsetof(chat_ids, im_middle) &&
                    offsetof(strata_chat_ids, eos) == offsetof(chat_ids, eos) &&
-                   offsetof(strata_chat_ids, bos) == offsetof(chat_ids, bos),
+                   offsetof(strata_chat_ids, bos) == offsetof(chat_ids, bos) &&
+                   offsetof(strata_chat_ids, think_end) == offsetof(chat_ids, think_end),
                "strata_chat_ids is laid out as chat_ids");
 
 static tok *T(strata_tokenizer *t) { return (tok *)t; }

@@ -3,6 +3,7 @@
  * own (tok.h) behind the public handle. A strata_tokenizer is the tok itself; the
  * public type only hides its layout.
  */
+#include <string.h>
 #include "strata.h"
 #include "tok.h"
 
@@ -14,13 +15,29 @@ static const tok *CT(const strata_tokenizer *t) { return (const tok *)t; }
 
 int strata_tokenizer_pattern(const char *name) { return tok_pattern_parse(name); }
 
+/* A vocab path ending in ".json" is a Hugging Face tokenizer.json. */
+static int is_json(const char *path) {
+    size_t n = strlen(path);
+    return n >= 5 && !strcmp(path + n - 5, ".json");
+}
+
 int strata_tokenizer_open(strata_tokenizer **out, const char *vocab_path, const char *config_path, int pattern,
                           char *err, size_t errlen) {
     tok *t = NULL;
-    int rc = tok_open(&t, vocab_path, config_path, pattern, err, errlen);
+    int rc = is_json(vocab_path) ? tok_open_hf(&t, vocab_path, config_path, NULL, err, errlen)
+                                 : tok_open(&t, vocab_path, config_path, pattern, err, errlen);
     *out = rc ? NULL : (strata_tokenizer *)t;
     return rc;
 }
+
+int strata_tokenizer_open_dir(strata_tokenizer **out, const char *dir, char *err, size_t errlen) {
+    tok *t = NULL;
+    int rc = tok_open_dir(&t, dir, NULL, err, errlen);
+    *out = rc ? NULL : (strata_tokenizer *)t;
+    return rc;
+}
+
+int32_t strata_tokenizer_bos(const strata_tokenizer *t) { return tok_bos_id(CT(t)); }
 
 void strata_tokenizer_close(strata_tokenizer *t) { tok_close(T(t)); }
 

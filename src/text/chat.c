@@ -39,30 +39,69 @@ int chat_role_parse(const char *s) {
 
 static const char k_k2_system[] = "You are Kimi, an AI assistant created by Moonshot AI.";
 
+#define DS_BOS "<｜begin▁of▁sentence｜>"
+#define DS_EOS "<｜end▁of▁sentence｜>"
+#define DS_USER "<｜User｜>"
+#define DS_ASSISTANT "<｜Assistant｜>"
+
+/* Which DeepSeek template: markers of the published chat_templates (chat.h). */
+static int ds_variant(const tok *t, int32_t think) {
+    const char *tm = tok_chat_template(t);
+    if (!tm) return think >= 0 ? CHAT_FMT_R1 : CHAT_FMT_DSV3;
+    if (strstr(tm, DS_ASSISTANT "</think>")) return CHAT_FMT_V31;
+    return strstr(tm, "<think>") ? CHAT_FMT_R1 : CHAT_FMT_DSV3;
+}
+
 int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen) {
     static const char *xtml[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
     static const char *k2[] = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"};
+    static const char *ds[] = {DS_BOS, DS_EOS, DS_USER, DS_ASSISTANT};
     memset(c, 0xff, sizeof *c); /* every id -1 */
     int32_t *dx[] = {&c->open, &c->close, &c->sep, &c->eom};
     int32_t *dk[] = {&c->im_system, &c->im_user, &c->im_assistant, &c->im_middle, &c->eom};
-    const char *missing = NULL;
+    int32_t *dd[] = {&c->bos, &c->eos, &c->im_user, &c->im_assistant};
+    const char *missing = NULL, *missing_k2 = NULL, *missing_ds = NULL;
+    c->think = tok_special_id(t, "<think>");
+    c->think_end = tok_special_id(t, "</think>");
     for (int i = 0; i < 4; i++)
         if ((*dx[i] = tok_special_id(t, xtml[i])) < 0 && !missing) missing = xtml[i];
     c->fmt = CHAT_FMT_XTML;
-    if (missing) {
-        const char *missing_k2 = NULL;
-        c->open = c->close = c->sep = -1;
-        for (int i = 0; i < 5; i++)
-            if ((*dk[i] = tok_special_id(t, k2[i])) < 0 && !missing_k2) missing_k2 = k2[i];
-        if (missing_k2)
-            return base_fail(err, errlen, STRATA_EFORMAT,
-                             "chat: the tokenizer has neither K3's chat tokens (no %s) nor Kimi K2's (no %s); "
-                             "is tokenizer_config.json loaded?", missing, missing_k2);
-        c->fmt = CHAT_FMT_K2;
+    if (!missing) goto named;
+    c->open = c->close = c->sep = c->eom = -1;
+    for (int i = 0; i < 5; i++)
+        if ((*dk[i] = tok_special_id(t, k2[i])) < 0 && !missing_k2) missing_k2 = k2[i];
+    c->fmt = CHAT_FMT_K2;
+    if (!missing_k2) {
+        if (c->think >= 0 && c->think_end >= 0) {
+            const char *tm = tok_chat_template(t);
+            c->fmt = tm && strstr(tm, "media") ? CHAT_FMT_K25 : CHAT_FMT_K2_THINKING;
+        }
+        goto named;
     }
+    c->im_system = c->im_user = c->im_assistant = c->im_middle = c->eom = -1;
+    for (int i = 0; i < 4; i++)
+        if ((*dd[i] = tok_special_id(t, ds[i])) < 0 && !missing_ds) missing_ds = ds[i];
+    if (missing_ds)
+        return base_fail(err, errlen, STRATA_EFORMAT,
+                         "chat: the tokenizer has neither K3's chat tokens (no %s), Kimi K2's (no %s) nor DeepSeek's "
+                         "(no %s); is tokenizer_config.json loaded?", missing, missing_k2, missing_ds);
+    c->eom = c->eos;
+    c->fmt = ds_variant(t, c->think);
+    return STRATA_OK;
+named:
     c->eos = tok_special_id(t, "[EOS]");
     c->bos = tok_special_id(t, "[BOS]");
     return STRATA_OK;
+}
+
+int chat_fmt_is_ds(int fmt) { return fmt == CHAT_FMT_DSV3 || fmt == CHAT_FMT_R1 || fmt == CHAT_FMT_V31; }
+
+int chat_fmt_is_k2(int fmt) { return fmt == CHAT_FMT_K2 || fmt == CHAT_FMT_K2_THINKING || fmt == CHAT_FMT_K25; }
+
+int chat_fmt_thinking(int fmt, int effort) {
+    if (fmt == CHAT_FMT_R1) return 1;
+    if (fmt == CHAT_FMT_XTML || fmt == CHAT_FMT_V31 || fmt == CHAT_FMT_K25) return effort != CHAT_THINK_OFF;
+    return 0;
 }
 
 /* ===== rendering ===== */
@@ -113,7 +152,9 @@ static void close_tag(emitter *e, const char *tag) {
 }
 
 /* Kimi K2 / Kimi Linear: <|im_ROLE|>ROLE<|im_middle|>CONTENT<|im_end|> per message,
- * the default system message first when the conversation has none. */
+ * the default system message first when the conversation has none. The thinking
+ * variants (chat.h) put <think>..</think> before an assistant turn's content.
+ * Tool parts come from tools.c's K2 table. */
 static void tool_seg(void *ud, const char *s, size_t n, int special) { seg(ud, s, n, special); }
 
 /* The call a tool message answers: its name, its index in its message. */
@@ -135,7 +176,17 @@ static void render_result(emitter *e, const chat_msg *msgs, size_t n_msgs, size_
     if (!e->rc) e->rc = tools_emit_result(e->fmt, c->name, index, msgs[i].call_of, msgs[i].content, first, last, tool_seg, e);
 }
 
-static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int flags) {
+/* Whether tools force a call: the generation prompt opens it (and skips any
+ * thinking, as K3's forced calls do). */
+static int tools_forced(const chat_tools *tools) {
+    return tools && tools->n_tools && (tools->choice == CHAT_TOOLS_REQUIRED || tools->choice == CHAT_TOOLS_NAMED);
+}
+
+static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int effort, int flags) {
+    int thinking_fmt = e->fmt == CHAT_FMT_K2_THINKING || e->fmt == CHAT_FMT_K25;
+    size_t last_user = 0; /* turns at or before it drop their reasoning */
+    for (size_t i = 0; i < n_msgs; i++)
+        if (msgs[i].role == CHAT_USER) last_user = i;
     static const char *const k_markers[] = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>"};
     size_t calls = 0;
     if (!(flags & CHAT_CONTINUE) && !e->rc) e->rc = tools_emit_declare(e->fmt, tools, tool_seg, e);
@@ -151,6 +202,11 @@ static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, const cha
         ctl(e, k_markers[msgs[i].role]);
         txt(e, chat_role_name(msgs[i].role));
         ctl(e, "<|im_middle|>");
+        if (thinking_fmt && msgs[i].role == CHAT_ASSISTANT) {
+            ctl(e, "<think>");
+            if (i > last_user && msgs[i].reasoning) txt(e, msgs[i].reasoning);
+            ctl(e, "</think>");
+        }
         txt(e, msgs[i].content);
         if (msgs[i].n_calls && !e->rc) e->rc = tools_emit_calls(e->fmt, msgs[i].calls, msgs[i].n_calls, calls, tool_seg, e);
         calls += msgs[i].n_calls;
@@ -160,6 +216,67 @@ static void render_k2(emitter *e, const chat_msg *msgs, size_t n_msgs, const cha
         ctl(e, "<|im_assistant|>");
         txt(e, "assistant");
         ctl(e, "<|im_middle|>");
+        if (e->fmt == CHAT_FMT_K25) {
+            ctl(e, "<think>");
+            if (effort == CHAT_THINK_OFF || tools_forced(tools)) ctl(e, "</think>");
+        }
+        if (!e->rc) e->rc = tools_emit_prefill(e->fmt, tools, calls, tool_seg, e);
+    }
+}
+
+/* DeepSeek-V3 / R1 / V3.1 (chat.h). The system messages come first, joined by
+ * a blank line into one text (so BPE runs across the join, as on the template's
+ * string), then the tool declaration; every other cut is an added token, so
+ * encoding piece by piece gives the ids of encoding the rendered string. Tool
+ * parts come from tools.c's DeepSeek-V3 table. */
+static void render_ds(emitter *e, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int effort, int flags) {
+    size_t calls = 0;
+    if (!(flags & CHAT_CONTINUE)) {
+        ctl(e, DS_BOS);
+        size_t len = 0;
+        for (size_t i = 0; i < n_msgs; i++)
+            if (msgs[i].role == CHAT_SYSTEM) len += strlen(msgs[i].content) + 2;
+        char *sys = len ? base_alloc(len + 1, MEM_TOK) : NULL;
+        if (len && !sys) { e->rc = STRATA_ENOMEM; return; }
+        size_t o = 0;
+        for (size_t i = 0; i < n_msgs; i++) {
+            if (msgs[i].role != CHAT_SYSTEM) continue;
+            if (o) { memcpy(sys + o, "\n\n", 2); o += 2; }
+            size_t l = strlen(msgs[i].content);
+            memcpy(sys + o, msgs[i].content, l);
+            o += l;
+        }
+        if (sys) seg(e, sys, o, 0);
+        base_free(sys);
+        if (!e->rc) e->rc = tools_emit_declare(e->fmt, tools, tool_seg, e);
+    }
+    for (size_t i = 0; i < n_msgs; i++) {
+        const chat_msg *m = &msgs[i];
+        if (m->role == CHAT_TOOL) {
+            render_result(e, msgs, n_msgs, i);
+        } else if (m->role == CHAT_SYSTEM) {
+            if (flags & CHAT_CONTINUE) txt(e, m->content); /* a later system turn: its text where it stands */
+        } else if (m->role == CHAT_USER) {
+            ctl(e, DS_USER);
+            txt(e, m->content);
+        } else { /* earlier assistant turns keep no reasoning in all three templates */
+            ctl(e, DS_ASSISTANT);
+            if (e->fmt == CHAT_FMT_V31) ctl(e, "</think>");
+            txt(e, m->content);
+            if (m->n_calls && !e->rc) e->rc = tools_emit_calls(e->fmt, m->calls, m->n_calls, calls, tool_seg, e);
+            calls += m->n_calls;
+            ctl(e, DS_EOS);
+        }
+    }
+    if (flags & CHAT_GEN) {
+        ctl(e, DS_ASSISTANT);
+        if (e->fmt == CHAT_FMT_R1) {
+            ctl(e, "<think>");
+            txt(e, "\n");
+            if (tools_forced(tools)) ctl(e, "</think>");
+        } else if (e->fmt == CHAT_FMT_V31) {
+            ctl(e, effort != CHAT_THINK_OFF && !tools_forced(tools) ? "<think>" : "</think>");
+        }
         if (!e->rc) e->rc = tools_emit_prefill(e->fmt, tools, calls, tool_seg, e);
     }
 }
@@ -205,8 +322,9 @@ static int render(emitter *e, const chat_msg *msgs, size_t n_msgs, const chat_to
     }
     int rc = check_tools(msgs, n_msgs, tools, err, errlen);
     if (rc) return rc;
-    if (e->fmt == CHAT_FMT_K2) {
-        render_k2(e, msgs, n_msgs, tools, flags);
+    if (e->fmt != CHAT_FMT_XTML) {
+        if (chat_fmt_is_k2(e->fmt)) render_k2(e, msgs, n_msgs, tools, effort, flags);
+        else render_ds(e, msgs, n_msgs, tools, effort, flags);
         if (e->rc) return base_fail(err, errlen, e->rc, "chat: rendering failed: %s", strata_errstr(e->rc));
         return STRATA_OK;
     }
@@ -287,8 +405,7 @@ int chat_render_text_fmt(int fmt, const chat_msg *msgs, size_t n_msgs, int effor
 int chat_render_text_tools(int fmt, const chat_msg *msgs, size_t n_msgs, const chat_tools *tools, int effort, int flags,
                            char **out, size_t *len, char *err, size_t errlen) {
     emitter e = {.fmt = fmt};
-    int rc = fmt == CHAT_FMT_DSV3 ? base_fail(err, errlen, STRATA_EINVAL, "chat: DeepSeek-V3 messages are not rendered here")
-                                  : render(&e, msgs, n_msgs, tools, effort, flags, err, errlen);
+    int rc = render(&e, msgs, n_msgs, tools, effort, flags, err, errlen);
     if (!rc && !e.txt) {
         e.txt = base_alloc(1, MEM_TOK);
         if (!e.txt) rc = base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
@@ -339,6 +456,24 @@ void chat_reply_free(chat_reply *r) {
 
 enum { P_THINK, P_AFTER_THINK, P_RESPONSE, P_AFTER_RESPONSE, P_CLOSED, P_TOOLS };
 
+/* Whether a reply starts in the think channel: XTML, V3.1 and K2.5 as the
+ * caller's prompt chose, R1 always (its prompt opens <think>), K2, K2-Thinking
+ * (whose model opens it) and DeepSeek-V3 never. */
+static int reply_thinking(int fmt, int thinking) {
+    if (fmt == CHAT_FMT_R1) return 1;
+    return (fmt == CHAT_FMT_XTML || fmt == CHAT_FMT_V31 || fmt == CHAT_FMT_K25) && thinking;
+}
+
+/* The state a <think> / </think> id moves a K2 or DeepSeek reply to, or -1 when
+ * id is not one here: </think> ends the reasoning; <think> before any text opens
+ * it (K2-Thinking's model opens it itself; R1 may repeat the prompt's). */
+static int think_marker(const chat_ids *c, int32_t id, int st, size_t n_text) {
+    if (c->fmt == CHAT_FMT_XTML || id < 0) return -1;
+    if (id == c->think_end && st == P_THINK) return P_RESPONSE;
+    if (id == c->think && n_text == 0 && (st == P_THINK || st == P_RESPONSE)) return P_THINK;
+    return -1;
+}
+
 int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, chat_reply *out, char *err,
                      size_t errlen) {
     memset(out, 0, sizeof *out);
@@ -346,7 +481,7 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
     int rc = chat_ids_init(&c, t, err, errlen);
     if (rc) return rc;
     bytes think = {0}, resp = {0}, tag = {0};
-    if (c.fmt == CHAT_FMT_K2) thinking = 0; /* no think channel: the whole reply is the response */
+    thinking = reply_thinking(c.fmt, thinking);
     int st = thinking ? P_THINK : P_RESPONSE;
     size_t i = 0;
     while (i < n) {
@@ -355,6 +490,13 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
             out->ended = 1;
             i++;
             break;
+        }
+        int next = think_marker(&c, id, st, think.n + resp.n);
+        if (next >= 0) {
+            thinking |= next == P_THINK;
+            st = next;
+            i++;
+            continue;
         }
         if (id == c.open || id == c.close) {
             /* a tag: marker, text ids, <|sep|> */
@@ -368,7 +510,7 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
             tag.n = 0;
             if ((rc = add_ids(t, &tag, ids + i + 1, j - i - 1)) || (rc = bytes_add(&tag, NULL, 0))) goto fail;
             int is_open = id == c.open;
-            int next = -1;
+            next = -1;
             if (!is_open && st == P_THINK && !strcmp(tag.s, "think")) next = P_AFTER_THINK;
             else if (is_open && st == P_AFTER_THINK && !strcmp(tag.s, "response")) next = P_RESPONSE;
             else if (!is_open && st == P_RESPONSE && !strcmp(tag.s, "response")) next = P_AFTER_RESPONSE;
@@ -406,7 +548,7 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
     if (!thinking) base_free(think.s);
     out->content = resp.s;
     out->content_len = resp.n;
-    out->closed = st == P_CLOSED || (c.fmt == CHAT_FMT_K2 && out->ended); /* K2: <|im_end|> closes */
+    out->closed = st == P_CLOSED || (c.fmt != CHAT_FMT_XTML && out->ended); /* K2, DeepSeek: the end id closes */
     out->n_used = i;
     return STRATA_OK;
 fail:
@@ -427,6 +569,7 @@ struct chat_follow {
     int32_t tag[FOLLOW_TAG_MAX + 2]; /* the marker, the tag name ids, one more */
     int n_tag;                       /* 0: not inside a tag */
     int closed, ended;
+    size_t n_text;                   /* text ids seen (a <think> after text is text) */
     tok_stream *ts;
     bytes out;                       /* text handed back when a broken tag is replayed */
 };
@@ -439,7 +582,7 @@ int chat_follow_open(chat_follow **out, const tok *t, int thinking, char *err, s
     if (!rc && tok_stream_open(&f->ts, t)) rc = base_fail(err, errlen, STRATA_ENOMEM, "chat: out of memory");
     if (rc) { chat_follow_close(f); return rc; }
     f->t = t;
-    f->st = f->c.fmt == CHAT_FMT_K2 ? P_RESPONSE : thinking == 2 ? P_TOOLS : thinking ? P_THINK : P_RESPONSE;
+    f->st = thinking == 2 && f->c.fmt == CHAT_FMT_XTML ? P_TOOLS : reply_thinking(f->c.fmt, thinking) ? P_THINK : P_RESPONSE;
     *out = f;
     return STRATA_OK;
 }
@@ -520,8 +663,14 @@ int chat_follow_push(chat_follow *f, int32_t id, int *channel, const uint8_t **p
     }
     if (id == f->c.eos || id == f->c.eom) {
         f->ended = 1;
-        f->closed |= f->c.fmt == CHAT_FMT_K2; /* K2: <|im_end|> closes the turn */
+        f->closed |= f->c.fmt != CHAT_FMT_XTML; /* K2, DeepSeek: the end id closes the turn */
         return 1;
+    }
+    int next = think_marker(&f->c, id, f->st, f->n_text);
+    if (next >= 0) {
+        f->st = next;
+        *channel = follow_channel(f);
+        return 0;
     }
     if (id == f->c.open || id == f->c.close) {
         f->tag[0] = id;
@@ -529,6 +678,7 @@ int chat_follow_push(chat_follow *f, int32_t id, int *channel, const uint8_t **p
         return 0;
     }
     if (tok_stream_push(f->ts, id, p, n)) return STRATA_EINVAL;
+    f->n_text++;
     if (f->st == P_TOOLS) return 0;
     return tok_is_special(f->t, id) || (f->st != P_THINK && f->st != P_RESPONSE) ? STRATA_EFORMAT : 0;
 }

@@ -63,18 +63,55 @@ const char *chat_role_name(int role);
 int chat_role_parse(const char *s); /* "system" | "user" | "assistant" | "tool" -> CHAT_*, or -1 */
 
 /* The chat formats (enum chat_fmt) and the tool types are tools.h's. */
+/* DeepSeek (family-formats.md 2.2), each message's text as is:
+ *   CHAT_FMT_DSV3  <｜begin▁of▁sentence｜>{system}<｜User｜>{q}<｜Assistant｜>{a}<｜end▁of▁sentence｜>
+ *                  (system messages joined by a blank line); prompt <｜Assistant｜>.
+ *   CHAT_FMT_R1    the same; history turns keep no reasoning; the prompt opens
+ *                  it: <｜Assistant｜><think>\n. The model writes REASONING</think>ANSWER.
+ *   CHAT_FMT_V31   history assistant turns <｜Assistant｜></think>{a}<｜end▁of▁sentence｜>;
+ *                  prompt <｜Assistant｜><think> (effort not off) or
+ *                  <｜Assistant｜></think> (off).
+ * chat_ids_init tells them apart by tokenizer_config.json's chat_template
+ * (tok_chat_template): "<｜Assistant｜></think>" in it -> V31, else "<think>" ->
+ * R1, else DSV3; without a template, a <think> token -> R1. Markers are encoded as
+ * added tokens, text with special tokens disabled (the non-special <think> and
+ * </think> of R1/V3.1 tokenizers still match inside text, as Hugging Face does). */
+/* Kimi K2 thinking variants (family-formats.md 2.1), the K2 format with <think>:
+ *   CHAT_FMT_K2_THINKING  assistant turns before the last user message render
+ *                  <think></think>CONTENT (reasoning dropped), those after it
+ *                  <think>REASONING</think>CONTENT; the prompt ends at <|im_middle|>
+ *                  and the model opens <think> itself.
+ *   CHAT_FMT_K25   the same history; the prompt ends <think> (effort not off) or
+ *                  <think></think> (off).
+ * Chosen when a K2 tokenizer has <think> and </think>: K2.5 when its chat_template
+ * mentions "media" (K2.5 is the vision model: a marker, not a guarantee), else
+ * K2-Thinking. */
 
-/* The control ids of a Kimi tokenizer and the format they define. eom ends a
- * message (<|end_of_msg|> or <|im_end|>); the markers of the other format are -1. */
+/* The control ids of a tokenizer and the format they define. eom ends a
+ * message (<|end_of_msg|>, <|im_end|> or <｜end▁of▁sentence｜>); the markers of
+ * the other formats are -1. DeepSeek's <｜User｜> / <｜Assistant｜> are im_user /
+ * im_assistant. */
 typedef struct chat_ids {
     int fmt;                                 /* CHAT_FMT_* */
     int32_t open, close, sep, eom, eos, bos; /* bos/eos -1 when absent */
-    int32_t im_system, im_user, im_assistant, im_middle; /* CHAT_FMT_K2 */
+    int32_t im_system, im_user, im_assistant, im_middle; /* CHAT_FMT_K2, DeepSeek (user, assistant) */
+    int32_t think, think_end;                /* <think>, </think>; -1 when absent */
 } chat_ids;
 /* XTML when <|open|>, <|close|>, <|sep|> and <|end_of_msg|> are special tokens
  * of t; else K2 when <|im_system|>, <|im_user|>, <|im_assistant|>, <|im_middle|>
- * and <|im_end|> are; else STRATA_EFORMAT naming what is missing. */
+ * and <|im_end|> are; else DeepSeek when <｜begin▁of▁sentence｜>,
+ * <｜end▁of▁sentence｜>, <｜User｜> and <｜Assistant｜> are; else STRATA_EFORMAT
+ * naming what is missing. */
 int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen);
+
+/* 1 for the DeepSeek formats; 1 for K2 and its thinking variants. */
+int chat_fmt_is_ds(int fmt);
+int chat_fmt_is_k2(int fmt);
+/* Whether the generation prompt of fmt opens the reasoning at this effort (the
+ * thinking argument of chat_parse_reply / chat_follow_open): XTML, V3.1 and K2.5
+ * when effort is not off, R1 always, K2, K2-Thinking (its model opens <think>
+ * itself) and DeepSeek-V3 never. */
+int chat_fmt_thinking(int fmt, int effort);
 
 /* Render flags. CHAT_GEN appends the generation prompt. CHAT_CONTINUE renders a
  * continuation of a conversation already rendered (no thinking-effort message):

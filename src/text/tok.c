@@ -20,19 +20,13 @@
  * - Kimi's class intersections [X&&[^\p{Han}]] become (?:(?!\p{sc:Han})[X]).
  */
 #include "tok.h"
+#include "tok_priv.h"
 
-#define PCRE2_CODE_UNIT_WIDTH 8
-#include <pcre2.h>
-#include <pthread.h>
 #include <string.h>
 #include <xxhash.h>
 #include "base.h"
 #include "jsonx.h"
 
-#define TOK_MAX_TOKEN (64 * 1024)  /* longest token we accept, bytes */
-#define TOK_MAX_ID (1 << 24)        /* ids (ranks and specials) stay below this */
-#define TOK_ABSENT UINT32_MAX       /* id_len[] marker: no token with this id */
-#define RANK_NONE INT32_MAX
 
 /* ===== Patterns ===== */
 
@@ -84,75 +78,12 @@ int tok_pattern_parse(const char *name) {
 }
 
 const char *tok_pattern_name(int pattern) {
+    if (pattern == TOK_PAT_HF) return "tokenizer.json";
     return pattern >= 0 && pattern < N_PATS ? k_pats[pattern].name : "?";
 }
 
 /* ===== The tokenizer object ===== */
 
-/* One slot holds the first 8 bytes of its token and the length, so a probe
- * touches one cache line; only tokens longer than 8 bytes read the pool. With a
- * {hash, id} slot every probe also chased id_len[] and the pool: 12 -> 16 MB/s
- * (CPU time, o200k, bench-tokenizer) from this layout alone. */
-typedef struct {
-    uint64_t k8;  /* first min(8, len) bytes, zero padded */
-    int32_t id;   /* -1: empty slot */
-    uint32_t len;
-} map_slot;
-
-typedef struct {
-    uint32_t off, len; /* content in pool */
-    int32_t id;
-} special;
-
-/* Direct-mapped cache of BPE results for pieces that are not a token themselves
- * (multi-token words, CJK runs). Pieces longer than CACHE_KEY or with more than
- * CACHE_IDS ids are not cached. */
-#define CACHE_N 4096
-#define CACHE_KEY 30
-#define CACHE_IDS 12
-typedef struct {
-    uint64_t hash;
-    uint8_t len, n_ids;
-    uint8_t key[CACHE_KEY];
-    int32_t ids[CACHE_IDS];
-} cache_slot;
-
-struct tok {
-    int pattern;
-    int32_t n_ranks;   /* ids 0..n_ranks-1 are BPE tokens */
-    int32_t n_vocab;   /* max id + 1 */
-    uint8_t *pool;     /* token bytes of every id */
-    size_t pool_len, pool_cap;
-    uint32_t *id_off;  /* (n_vocab) offset into pool */
-    uint32_t *id_len;  /* (n_vocab) byte length, TOK_ABSENT if unused */
-    uint8_t *id_special; /* (n_vocab) 1 for special tokens */
-    map_slot *map;     /* rank lookup by bytes, open addressing */
-    size_t map_mask;
-    int32_t byte_rank[256];
-    int32_t *pair_rank; /* (65536) rank of every 2-byte token, by b0 << 8 | b1 */
-    uint64_t *bloom;    /* (BLOOM_BITS / 64) one bit per token hash: fast misses */
-    special *sp;       /* sorted by length, longest first */
-    int n_sp;
-    uint8_t sp_first[256]; /* 1 if some special starts with this byte */
-    size_t max_token_len;
-    /* regex */
-    pcre2_general_context *gctx;
-    pcre2_code *re;
-    pcre2_match_data *md;
-    pcre2_match_context *mctx;
-    pcre2_jit_stack *jstack;
-    int jit;
-    char err[256];      /* why the last encode failed (tok_errmsg); under mu */
-    /* encode state below (match data, scratch, cache) is shared: one encode at a time */
-    pthread_mutex_t mu;
-    int mu_init;
-    /* BPE scratch (grown on demand) */
-    uint32_t *s_start, *s_next, *s_prev;
-    int32_t *s_rank;
-    uint64_t *s_heap;
-    size_t s_cap;
-    cache_slot *cache;
-};
 
 static void *pc_malloc(size_t n, void *ud) { (void)ud; return base_alloc(n, MEM_TOK); }
 static void pc_free(void *p, void *ud) { (void)ud; base_free(p); }
@@ -199,9 +130,11 @@ static inline int32_t map_get(const tok *t, const uint8_t *p, size_t n) {
     return map_find(t, p, n, h);
 }
 
+int32_t tok_map_lookup(const tok *t, const uint8_t *p, size_t n) { return map_get(t, p, n); }
+
 /* Inserts id (whose bytes are in the pool); returns the id already holding these
  * bytes, or -1 when inserted. */
-static int32_t map_put(tok *t, int32_t id) {
+int32_t tok_map_put(tok *t, int32_t id) {
     const uint8_t *p = t->pool + t->id_off[id];
     size_t n = t->id_len[id];
     uint64_t h = hash_bytes(p, n);
@@ -213,7 +146,17 @@ static int32_t map_put(tok *t, int32_t id) {
     return -1;
 }
 
-static int pool_add(tok *t, const uint8_t *p, size_t n, uint32_t *off) {
+int tok_map_init(tok *t, size_t n) {
+    size_t slots = 16;
+    while (slots < n * 2) slots *= 2;
+    t->map = base_alloc(slots * sizeof *t->map, MEM_TOK);
+    if (!t->map) return STRATA_ENOMEM;
+    for (size_t i = 0; i < slots; i++) t->map[i].id = -1;
+    t->map_mask = slots - 1;
+    return STRATA_OK;
+}
+
+int tok_pool_add(tok *t, const uint8_t *p, size_t n, uint32_t *off) {
     if (t->pool_len + n > t->pool_cap) {
         size_t cap = t->pool_cap ? t->pool_cap : 4096;
         while (cap < t->pool_len + n) cap *= 2;
@@ -230,7 +173,7 @@ static int pool_add(tok *t, const uint8_t *p, size_t n, uint32_t *off) {
 }
 
 /* Grows the per-id arrays to hold ids < n. */
-static int ids_grow(tok *t, int32_t n) {
+int tok_ids_grow(tok *t, int32_t n) {
     if (n <= t->n_vocab) return STRATA_OK;
     uint32_t *o = base_realloc(t->id_off, (size_t)n * sizeof *o, MEM_TOK);
     if (!o) return STRATA_ENOMEM;
@@ -252,6 +195,9 @@ void tok_close(tok *t) {
     if (t->mctx) pcre2_match_context_free(t->mctx);
     if (t->jstack) pcre2_jit_stack_free(t->jstack);
     if (t->re) pcre2_code_free(t->re);
+    for (int i = 0; i < t->n_splits; i++) pcre2_code_free(t->split_re[i]);
+    base_free(t->merges);
+    base_free(t->chat_template);
     if (t->gctx) pcre2_general_context_free(t->gctx);
     if (t->mu_init) pthread_mutex_destroy(&t->mu);
     base_free(t->pool);
@@ -310,46 +256,57 @@ static long b64_decode(const uint8_t *s, size_t n, uint8_t *out) {
     return (long)o;
 }
 
-static int compile_pattern(tok *t, int pattern, char *err, size_t errlen) {
+/* The general context, match data and match context every pattern shares. */
+static int regex_init(tok *t, char *err, size_t errlen) {
+    if (t->gctx) return STRATA_OK;
     t->gctx = pcre2_general_context_create(pc_malloc, pc_free, NULL);
     if (!t->gctx) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
-    pcre2_compile_context *cc = pcre2_compile_context_create(t->gctx);
-    if (!cc) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
-    int ec;
-    PCRE2_SIZE eo;
-    t->re = pcre2_compile((PCRE2_SPTR)k_pats[pattern].pat, PCRE2_ZERO_TERMINATED,
-                          PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ec, &eo, cc);
-    pcre2_compile_context_free(cc);
-    if (!t->re && ec == PCRE2_ERROR_HEAP_FAILED) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
-    if (!t->re) {
-        PCRE2_UCHAR msg[256];
-        pcre2_get_error_message(ec, msg, sizeof msg);
-        return base_fail(err, errlen, STRATA_EINVAL, "tokenizer: pattern %s does not compile at %zu: %s",
-                         k_pats[pattern].name, (size_t)eo, (char *)msg);
-    }
     t->md = pcre2_match_data_create(1, t->gctx);
     t->mctx = pcre2_match_context_create(t->gctx);
     if (!t->md || !t->mctx) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
-    /* JIT: 4-10x faster than the interpreter on this pattern. Its stack grows
-     * lazily up to 64 MiB so megabyte-long whitespace runs (backtracking for
-     * \s+(?!\S)) still match. */
     /* No match limit: the default (10 M backtracking steps) made a 10 MB run of
      * spaces fail under o200k/cl100k, whose \s*[\r\n]+ alternative backtracks
      * over the whole run once before \s+(?!\S) takes it. The patterns are fixed
      * and each match costs time linear in its length, so the limit guards against
      * nothing here (100 MB of spaces: 31 s, linear). */
     pcre2_set_match_limit(t->mctx, UINT32_MAX);
-    pcre2_set_heap_limit(t->mctx, 1u << 20); /* KiB: the interpreter fallback below */
-    t->jit = pcre2_jit_compile(t->re, PCRE2_JIT_COMPLETE) == 0;
-    if (t->jit) {
-        t->jstack = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, t->gctx);
-        if (t->jstack) pcre2_jit_stack_assign(t->mctx, NULL, t->jstack);
-    }
+    pcre2_set_heap_limit(t->mctx, 1u << 20); /* KiB: the interpreter fallback in split */
+    /* JIT: 4-10x faster than the interpreter on these patterns. Its stack grows
+     * lazily up to 64 MiB so megabyte-long whitespace runs (backtracking for
+     * \s+(?!\S)) still match. */
+    t->jstack = pcre2_jit_stack_create(64 * 1024, 64 * 1024 * 1024, t->gctx);
+    if (t->jstack) pcre2_jit_stack_assign(t->mctx, NULL, t->jstack);
     return STRATA_OK;
 }
 
-static int add_special(tok *t, const uint8_t *content, size_t len, int32_t id, const char *where,
-                       char *err, size_t errlen) {
+int tok_compile(tok *t, const char *pat, pcre2_code **re, int *jit, const char *what, char *err, size_t errlen) {
+    int rc = regex_init(t, err, errlen);
+    if (rc) return rc;
+    pcre2_compile_context *cc = pcre2_compile_context_create(t->gctx);
+    if (!cc) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
+    int ec;
+    PCRE2_SIZE eo;
+    *re = pcre2_compile((PCRE2_SPTR)pat, PCRE2_ZERO_TERMINATED, PCRE2_UTF | PCRE2_UCP | PCRE2_NO_UTF_CHECK, &ec, &eo, cc);
+    pcre2_compile_context_free(cc);
+    if (!*re && ec == PCRE2_ERROR_HEAP_FAILED) return base_fail(err, errlen, STRATA_ENOMEM, "tokenizer: out of memory");
+    if (!*re) {
+        PCRE2_UCHAR msg[256];
+        pcre2_get_error_message(ec, msg, sizeof msg);
+        return base_fail(err, errlen, STRATA_EFORMAT, "%s does not compile at offset %zu: %s", what, (size_t)eo,
+                         (char *)msg);
+    }
+    *jit = t->jstack && pcre2_jit_compile(*re, PCRE2_JIT_COMPLETE) == 0;
+    return STRATA_OK;
+}
+
+static int compile_pattern(tok *t, int pattern, char *err, size_t errlen) {
+    char what[64];
+    snprintf(what, sizeof what, "tokenizer: pattern %s", k_pats[pattern].name);
+    return tok_compile(t, k_pats[pattern].pat, &t->re, &t->jit, what, err, errlen);
+}
+
+int tok_add_token(tok *t, const uint8_t *content, size_t len, int32_t id, special flags, const char *where,
+                  char *err, size_t errlen) {
     if (len == 0 || len > TOK_MAX_TOKEN)
         return base_fail(err, errlen, STRATA_EFORMAT, "%s: special token %d has %s content", where, id,
                          len ? "too long" : "empty");
@@ -365,24 +322,34 @@ static int add_special(tok *t, const uint8_t *content, size_t len, int32_t id, c
         if (t->sp[i].len == len && !memcmp(t->pool + t->sp[i].off, content, len))
             return base_fail(err, errlen, STRATA_EFORMAT, "%s: special token '%.*s' appears twice (ids %d and %d)",
                              where, (int)len, (const char *)content, t->sp[i].id, id);
-    int rc = ids_grow(t, id + 1);
+    int rc = tok_ids_grow(t, id + 1);
     if (rc) return base_fail(err, errlen, rc, "%s: out of memory", where);
     uint32_t off;
-    if ((rc = pool_add(t, content, len, &off))) return base_fail(err, errlen, rc, "%s: out of memory", where);
+    if ((rc = tok_pool_add(t, content, len, &off))) return base_fail(err, errlen, rc, "%s: out of memory", where);
     special *sp = base_realloc(t->sp, (size_t)(t->n_sp + 1) * sizeof *sp, MEM_TOK);
     if (!sp) return base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", where);
     t->sp = sp;
     /* Keep longest first so the first match at a position is the longest. */
     int at = t->n_sp;
     while (at > 0 && t->sp[at - 1].len < len) { t->sp[at] = t->sp[at - 1]; at--; }
-    t->sp[at] = (special){off, (uint32_t)len, id};
+    flags.off = off;
+    flags.len = (uint32_t)len;
+    flags.id = id;
+    t->sp[at] = flags;
     t->n_sp++;
     t->id_off[id] = off;
     t->id_len[id] = (uint32_t)len;
-    t->id_special[id] = 1;
+    t->id_special[id] = flags.special;
     t->sp_first[content[0]] = 1;
+    t->n_plain += !flags.special;
     if (len > t->max_token_len) t->max_token_len = len;
     return STRATA_OK;
+}
+
+/* A tiktoken special: matched only with allow_special, no stripping. */
+static int add_special(tok *t, const uint8_t *content, size_t len, int32_t id, const char *where, char *err,
+                       size_t errlen) {
+    return tok_add_token(t, content, len, id, (special){.special = 1}, where, err, errlen);
 }
 
 int tok_add_special(tok *t, const char *content, int32_t id, char *err, size_t errlen) {
@@ -433,10 +400,10 @@ static int parse_vocab_line(tok *t, const uint8_t *l, size_t ll, uint32_t line, 
         return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: duplicate rank %d (first on line %u)", name,
                          line, id, line_of[id]);
     line_of[id] = line;
-    if ((rc = pool_add(t, tmp, (size_t)tl, &t->id_off[id]))) return base_fail(err, errlen, rc, "%s: out of memory", name);
+    if ((rc = tok_pool_add(t, tmp, (size_t)tl, &t->id_off[id]))) return base_fail(err, errlen, rc, "%s: out of memory", name);
     t->id_len[id] = (uint32_t)tl;
     if ((size_t)tl > t->max_token_len) t->max_token_len = (size_t)tl;
-    int32_t dup = map_put(t, id);
+    int32_t dup = tok_map_put(t, id);
     if (dup >= 0)
         return base_fail(err, errlen, STRATA_EFORMAT, "%s:%u: duplicate token (same bytes as rank %d on line %u)",
                          name, line, dup, line_of[dup]);
@@ -446,11 +413,12 @@ static int parse_vocab_line(tok *t, const uint8_t *l, size_t ll, uint32_t line, 
 /* The lookups built once all n ranks are in: the Bloom filter over every token,
  * the rank of each byte pair, and the rank of each single byte (every byte needs
  * one, or some text could not be encoded). */
-static int build_lookups(tok *t, int32_t n, const char *name, char *err, size_t errlen) {
+int tok_build_lookups(tok *t, int32_t n, const char *name, char *err, size_t errlen) {
     t->pair_rank = base_alloc(65536 * sizeof *t->pair_rank, MEM_TOK);
     t->bloom = base_calloc(BLOOM_BITS / 64, sizeof *t->bloom, MEM_TOK);
     if (!t->pair_rank || !t->bloom) return base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name);
     for (int32_t id = 0; id < n; id++) {
+        if (t->id_len[id] == TOK_ABSENT) continue;
         uint64_t b = hash_bytes(t->pool + t->id_off[id], t->id_len[id]) >> BLOOM_SHIFT;
         t->bloom[b >> 6] |= 1ull << (b & 63);
     }
@@ -479,17 +447,13 @@ static int parse_vocab(tok *t, const uint8_t *buf, size_t len, const char *name,
         return base_fail(err, errlen, STRATA_EFORMAT, "%s: %zu lines, more than the %d ids supported",
                          name, n_lines, TOK_MAX_ID);
     int32_t n = (int32_t)n_lines;
-    int rc = ids_grow(t, n);
+    int rc = tok_ids_grow(t, n);
     if (rc) return base_fail(err, errlen, rc, "%s: out of memory for %d tokens", name, n);
     t->n_ranks = n;
-    size_t slots = 16;
-    while (slots < (size_t)n * 2) slots *= 2;
-    t->map = base_alloc(slots * sizeof *t->map, MEM_TOK);
+    rc = tok_map_init(t, (size_t)n);
     uint32_t *line_of = base_calloc((size_t)n, sizeof *line_of, MEM_TOK); /* rank -> line, for messages */
     uint8_t *tmp = base_alloc(TOK_MAX_TOKEN + 4, MEM_TOK);
-    if (!t->map || !line_of || !tmp) { rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name); goto done; }
-    for (size_t i = 0; i < slots; i++) t->map[i].id = -1;
-    t->map_mask = slots - 1;
+    if (rc || !line_of || !tmp) { rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name); goto done; }
     size_t pos = 0;
     for (uint32_t line = 1; pos < len; line++) {
         const uint8_t *l = buf + pos;
@@ -500,7 +464,7 @@ static int parse_vocab(tok *t, const uint8_t *buf, size_t len, const char *name,
         if ((rc = parse_vocab_line(t, l, ll, line, n, line_of, tmp, name, err, errlen))) goto done;
     }
     /* Each line holds one rank < n, no duplicates, n lines: so the ranks are dense. */
-    rc = build_lookups(t, n, name, err, errlen);
+    rc = tok_build_lookups(t, n, name, err, errlen);
 done:
     base_free(line_of);
     base_free(tmp);
@@ -513,6 +477,11 @@ static int parse_tokcfg(tok *t, const uint8_t *buf, size_t len, const char *name
     if (rc) return rc;
     char where[512];
     if (!json_is_object(root)) { rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: top level is not an object", name); goto done; }
+    json_t *ct = json_object_get(root, "chat_template"); /* chat.c reads format markers in it */
+    if (json_is_string(ct) && !(t->chat_template = base_strdup(json_string_value(ct), MEM_TOK))) {
+        rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name);
+        goto done;
+    }
     json_t *dec = json_object_get(root, "added_tokens_decoder");
     if (!dec) goto done; /* no specials is legal */
     if (!json_is_object(dec)) {
@@ -589,6 +558,9 @@ int tok_open_ex(tok **out, const char *vocab_path, const char *tokcfg_path, int 
     return rc;
 }
 
+int32_t tok_bos_id(const tok *t) { return t->bos; }
+const char *tok_chat_template(const tok *t) { return t->chat_template; }
+
 int32_t tok_n_vocab(const tok *t) { return t->n_vocab; }
 int32_t tok_n_ranks(const tok *t) { return t->n_ranks; }
 int tok_pattern(const tok *t) { return t->pattern; }
@@ -610,12 +582,7 @@ const uint8_t *tok_token_bytes(const tok *t, int32_t id, size_t *len) {
 
 /* ===== BPE ===== */
 
-typedef struct {
-    int32_t *v;
-    size_t n, cap;
-} idvec;
-
-static int idvec_push(idvec *o, int32_t id) {
+int tok_idvec_push(idvec *o, int32_t id) {
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 64;
         int32_t *nv = base_realloc(o->v, cap * sizeof *nv, MEM_TOK);
@@ -627,7 +594,7 @@ static int idvec_push(idvec *o, int32_t id) {
     return STRATA_OK;
 }
 
-static int scratch(tok *t, size_t n) {
+int tok_scratch(tok *t, size_t n) {
     if (n <= t->s_cap) return STRATA_OK;
     size_t cap = t->s_cap ? t->s_cap : 256;
     while (cap < n) cap *= 2;
@@ -675,7 +642,7 @@ static int bpe_linear(tok *t, const uint8_t *p, size_t n, idvec *o) {
     for (size_t i = 0; i < m; i++) {
         int32_t id = map_get(t, p + s[i], s[i + 1] - s[i]);
         if (id == RANK_NONE) return STRATA_EFORMAT;
-        if (idvec_push(o, id)) return STRATA_ENOMEM;
+        if (tok_idvec_push(o, id)) return STRATA_ENOMEM;
     }
     return STRATA_OK;
 }
@@ -741,7 +708,7 @@ static int bpe_heap(tok *t, const uint8_t *p, size_t n, idvec *o) {
     for (uint32_t i = 0; i < n; i = nx[i]) {
         int32_t id = map_get(t, p + i, nx[i] - i);
         if (id == RANK_NONE) return STRATA_EFORMAT;
-        if (idvec_push(o, id)) return STRATA_ENOMEM;
+        if (tok_idvec_push(o, id)) return STRATA_ENOMEM;
     }
     return STRATA_OK;
 }
@@ -750,9 +717,11 @@ static int bpe_heap(tok *t, const uint8_t *p, size_t n, idvec *o) {
 #define BPE_HEAP_MIN 48
 
 static int bpe_piece(tok *t, const uint8_t *p, size_t n, idvec *o) {
-    if (n == 1) return idvec_push(o, t->byte_rank[p[0]]);
-    int32_t whole = map_get(t, p, n);
-    if (whole != RANK_NONE) return idvec_push(o, whole);
+    if (n == 1) return tok_idvec_push(o, t->byte_rank[p[0]]);
+    /* tiktoken emits a piece that is a token whole; a tokenizer.json model only
+     * with ignore_merges (else the merges decide, and may not rebuild it). */
+    int32_t whole = !t->merges || t->ignore_merges ? map_get(t, p, n) : RANK_NONE;
+    if (whole != RANK_NONE) return tok_idvec_push(o, whole);
     uint64_t h = 0;
     cache_slot *c = NULL;
     if (n <= CACHE_KEY) {
@@ -760,13 +729,13 @@ static int bpe_piece(tok *t, const uint8_t *p, size_t n, idvec *o) {
         c = &t->cache[h & (CACHE_N - 1)];
         if (c->hash == h && c->len == n && !memcmp(c->key, p, n)) {
             for (int i = 0; i < c->n_ids; i++)
-                if (idvec_push(o, c->ids[i])) return STRATA_ENOMEM;
+                if (tok_idvec_push(o, c->ids[i])) return STRATA_ENOMEM;
             return STRATA_OK;
         }
     }
-    if (scratch(t, n + 1)) return STRATA_ENOMEM;
+    if (tok_scratch(t, n + 1)) return STRATA_ENOMEM;
     size_t before = o->n;
-    int rc = n < BPE_HEAP_MIN ? bpe_linear(t, p, n, o) : bpe_heap(t, p, n, o);
+    int rc = t->merges ? tok_bpe_merges(t, p, n, o) : n < BPE_HEAP_MIN ? bpe_linear(t, p, n, o) : bpe_heap(t, p, n, o);
     if (rc) return rc;
     if (c && o->n - before <= CACHE_IDS) {
         c->hash = h;
@@ -819,7 +788,9 @@ static int match_failed(tok *t, int m, size_t at, size_t run) {
 
 /* Calls emit for each pre-tokenizer piece of text[0..len). Returns STRATA_OK, or
  * the error of match_failed / emit. */
-static int split(tok *t, const uint8_t *text, size_t len, int (*emit)(void *ud, const uint8_t *p, size_t n), void *ud) {
+typedef int (*emit_fn)(void *ud, const uint8_t *p, size_t n);
+
+static int split_re(tok *t, const pcre2_code *re, int jit, const uint8_t *text, size_t len, emit_fn emit, void *ud) {
     size_t pos = 0;
     while (pos < len) {
         size_t run = utf8_valid_prefix(text + pos, len - pos);
@@ -832,10 +803,10 @@ static int split(tok *t, const uint8_t *text, size_t len, int (*emit)(void *ud, 
         const uint8_t *s = text + pos;
         size_t off = 0;
         while (off < run) {
-            int m = t->jit ? pcre2_jit_match(t->re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx)
-                           : pcre2_match(t->re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx);
+            int m = jit ? pcre2_jit_match(re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx)
+                        : pcre2_match(re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx);
             /* the JIT stack is capped (64 MiB): the interpreter keeps its frames on the heap */
-            if (m == PCRE2_ERROR_JIT_STACKLIMIT) m = pcre2_match(t->re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx);
+            if (m == PCRE2_ERROR_JIT_STACKLIMIT) m = pcre2_match(re, s, run, off, PCRE2_NO_UTF_CHECK, t->md, t->mctx);
             size_t a, b;
             if (m > 0) {
                 PCRE2_SIZE *ov = pcre2_get_ovector_pointer(t->md);
@@ -864,6 +835,29 @@ static int split(tok *t, const uint8_t *text, size_t len, int (*emit)(void *ud, 
     return STRATA_OK;
 }
 
+/* A tokenizer.json's splits run in order, each on the pieces of the one before
+ * (Hugging Face's pre_tokenizer Sequence of Split, behavior Isolated: matches and
+ * the gaps between them are pieces). The match data is shared, but split_re
+ * reads a match's bounds before it emits, so nesting is safe. */
+typedef struct { tok *t; int k; emit_fn emit; void *ud; } chain_ctx;
+
+static int chain_emit(void *ud, const uint8_t *p, size_t n) {
+    chain_ctx *c = ud;
+    if (c->k + 1 >= c->t->n_splits) return c->emit(c->ud, p, n);
+    chain_ctx nx = *c;
+    nx.k++;
+    return split_re(c->t, c->t->split_re[nx.k], c->t->split_jit[nx.k], p, n, chain_emit, &nx);
+}
+
+/* The pre-tokenizer of t: its pattern, or a tokenizer.json's splits (none: the
+ * whole text is one piece). */
+static int split(tok *t, const uint8_t *text, size_t len, emit_fn emit, void *ud) {
+    if (t->pattern != TOK_PAT_HF) return split_re(t, t->re, t->jit, text, len, emit, ud);
+    if (t->n_splits == 0) return len ? emit(ud, text, len) : STRATA_OK;
+    chain_ctx c = {t, 0, emit, ud};
+    return split_re(t, t->split_re[0], t->split_jit[0], text, len, chain_emit, &c);
+}
+
 typedef struct { tok *t; idvec *o; } enc_ctx;
 
 static int emit_bpe(void *ud, const uint8_t *p, size_t n) {
@@ -887,32 +881,57 @@ int tok_split(tok *t, const uint8_t *text, size_t len, void (*fn)(void *ud, size
     return rc;
 }
 
-/* Leftmost special at or after from; longest wins at a position. */
-static const special *find_special(const tok *t, const uint8_t *text, size_t len, size_t from, size_t *at) {
-    if (!t->n_sp) return NULL;
+/* Leftmost added token at or after from, longest at a position, among those of
+ * one class (normalized or not) that may match (specials only with allow). */
+static const special *find_special(const tok *t, const uint8_t *text, size_t len, size_t from, int allow,
+                                   int normalized, size_t *at) {
     for (size_t i = from; i < len; i++) {
         if (!t->sp_first[text[i]]) continue;
         for (int k = 0; k < t->n_sp; k++) {
             const special *sp = &t->sp[k];
+            if ((sp->special && !allow) || sp->normalized != normalized) continue;
             if (sp->len <= len - i && !memcmp(t->pool + sp->off, text + i, sp->len)) { *at = i; return sp; }
         }
     }
     return NULL;
 }
 
-/* Specials (when allowed) cut the text; the rest goes through split + BPE. */
-static int encode_segment(tok *t, const uint8_t *text, size_t len, int allow_special, enc_ctx *c) {
+/* Unicode White_Space (Rust's char::is_whitespace, which lstrip/rstrip use). */
+static int is_white_space(uint32_t c) {
+    return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
+           (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
+}
+
+static uint32_t utf8_next(const uint8_t *p, size_t n, size_t *len);
+
+/* Added tokens cut the text (Hugging Face's AddedVocabulary: the tokens that are
+ * not normalized first, then the normalized ones in the gaps; a tiktoken
+ * vocabulary's specials are all in the first class). lstrip / rstrip tokens take
+ * the whitespace beside them. The rest goes through the pre-tokenizer and BPE. */
+static int encode_added(tok *t, const uint8_t *text, size_t len, int allow, int pass, enc_ctx *c) {
+    if (pass == 2 || !t->n_sp || (!allow && !t->n_plain)) return split(t, text, len, emit_bpe, c);
     size_t pos = 0;
     while (pos < len) {
         size_t at = len;
-        const special *sp = allow_special ? find_special(t, text, len, pos, &at) : NULL;
-        int rc = split(t, text + pos, at - pos, emit_bpe, c);
-        if (rc) return rc;
-        if (!sp) return STRATA_OK;
-        if ((rc = idvec_push(c->o, sp->id))) return rc;
-        pos = at + sp->len;
+        const special *sp = find_special(t, text, len, pos, allow, pass, &at);
+        size_t a = at, e = sp ? at + sp->len : len, cl;
+        while (sp && sp->lstrip && a > pos) { /* step back one character while it is white space */
+            size_t b = a - 1;
+            while (b > pos && (text[b] & 0xC0) == 0x80) b--;
+            if (!is_white_space(utf8_next(text + b, a - b, &cl)) || b + cl != a) break;
+            a = b;
+        }
+        while (sp && sp->rstrip && e < len && is_white_space(utf8_next(text + e, len - e, &cl))) e += cl;
+        int rc = encode_added(t, text + pos, a - pos, allow, pass + 1, c);
+        if (rc || !sp) return rc;
+        if ((rc = tok_idvec_push(c->o, sp->id))) return rc;
+        pos = e;
     }
     return STRATA_OK;
+}
+
+static int encode_segment(tok *t, const uint8_t *text, size_t len, int allow_special, enc_ctx *c) {
+    return encode_added(t, text, len, allow_special, 0, c);
 }
 
 /* Kimi's shipped encode (tokenization_kimi.py, from Llama 3's tokenizer) does

@@ -31,7 +31,7 @@ typedef struct tok tok;
 
 /* Pre-tokenizer patterns. TOK_PAT_KIMI is tokenization_kimi.py's pat_str (o200k
  * with a leading Han-run rule and Han removed from the letter classes). */
-enum tok_pattern { TOK_PAT_KIMI = 0, TOK_PAT_O200K = 1, TOK_PAT_CL100K = 2 };
+enum tok_pattern { TOK_PAT_KIMI = 0, TOK_PAT_O200K = 1, TOK_PAT_CL100K = 2, TOK_PAT_HF = 3 };
 
 /* "kimi" | "o200k" | "cl100k" -> TOK_PAT_*, or -1. */
 int tok_pattern_parse(const char *name);
@@ -51,6 +51,35 @@ int tok_open_ex(tok **out, const char *vocab_path, const char *tokcfg_path, int 
 int tok_open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *name,
                  const uint8_t *tokcfg, size_t tokcfg_len, const char *tokcfg_name,
                  int pattern, char *err, size_t errlen);
+/* A Hugging Face tokenizer.json byte-level BPE (DeepSeek-V3/R1/V3.1), with
+ * tokenizers' semantics: model BPE (vocab, merges by rank, ignore_merges),
+ * added_tokens matched before the pre-tokenizer (the not-normalized ones first,
+ * then the normalized ones; lstrip/rstrip; single_word refused), the
+ * pre_tokenizer's Split (Regex or String, behavior Isolated) steps in order then
+ * ByteLevel (add_prefix_space false; use_regex adds GPT-2's split), normalizer
+ * null, decoder ByteLevel, post_processor TemplateProcessing whose BOS
+ * tok_bos_id reports. What it does not implement is refused, naming the JSON
+ * path. Special added tokens match only with allow_special; the others always
+ * (as Hugging Face does). Invalid UTF-8 (which Hugging Face cannot be given)
+ * encodes byte by byte as with tiktoken vocabularies, so decode stays exact.
+ * tokcfg (tokenizer_config.json, may be NULL) gives add_bos_token and
+ * chat_template; its added_tokens_decoder is not read (tokenizer.json is whole).
+ * The pattern of such a tok is TOK_PAT_HF. */
+int tok_open_hf(tok **out, const char *json_path, const char *tokcfg_path, int *cfg_bad, char *err, size_t errlen);
+int tok_open_hf_mem(tok **out, const uint8_t *json, size_t len, const char *name, const uint8_t *tokcfg,
+                    size_t tokcfg_len, const char *tokcfg_name, int *cfg_bad, char *err, size_t errlen);
+/* The tokenizer of a model directory: tiktoken.model (Kimi pattern) if there is
+ * one, else tokenizer.json; tokenizer_config.json beside either when present.
+ * STRATA_EIO when there is neither. */
+int tok_open_dir(tok **out, const char *dir, int *cfg_bad, char *err, size_t errlen);
+/* The id Hugging Face's encode(add_special_tokens=True) puts in front (the
+ * post-processor's BOS, unless tokenizer_config.json's add_bos_token is false),
+ * or -1. tok_encode never adds it. */
+int32_t tok_bos_id(const tok *t);
+/* tokenizer_config.json's chat_template (for a tokenizer.json model the "default"
+ * one of a list), or NULL. chat.c looks for format markers in it. */
+const char *tok_chat_template(const tok *t);
+
 /* Adds one special token (content matched literally when specials are allowed).
  * id must not collide with a rank or another special. */
 int tok_add_special(tok *t, const char *content, int32_t id, char *err, size_t errlen);

@@ -76,7 +76,14 @@ static const tool_fmt k_fmts[3] = {
     },
 };
 
-static const tool_fmt *fmt_of(int fmt) { return fmt >= 0 && fmt < 3 ? &k_fmts[fmt] : &k_fmts[0]; }
+/* A format's tool table: its family's. */
+static const tool_fmt *fmt_of(int fmt) {
+    switch (fmt) {
+    case CHAT_FMT_K2: case CHAT_FMT_K2_THINKING: case CHAT_FMT_K25: return &k_fmts[CHAT_FMT_K2];
+    case CHAT_FMT_DSV3: case CHAT_FMT_R1: case CHAT_FMT_V31: return &k_fmts[CHAT_FMT_DSV3];
+    default: return &k_fmts[CHAT_FMT_XTML];
+    }
+}
 
 int tools_name_ok(const char *name) {
     size_t n = 0;

@@ -32,9 +32,11 @@
 
 #include <stddef.h>
 
-/* The chat formats (chat.h renders their messages); CHAT_FMT_DSV3 is
- * DeepSeek-V3's, whose tool parts live here. */
-enum chat_fmt { CHAT_FMT_XTML = 0, CHAT_FMT_K2 = 1, CHAT_FMT_DSV3 = 2 };
+/* The chat formats (chat.h renders their messages and describes each). Tool
+ * parts come in three families: XTML, K2's (K2, K2-Thinking, K2.5) and
+ * DeepSeek-V3's (V3, R1, V3.1). */
+enum chat_fmt { CHAT_FMT_XTML = 0, CHAT_FMT_K2 = 1, CHAT_FMT_DSV3 = 2, CHAT_FMT_R1 = 3, CHAT_FMT_V31 = 4,
+                CHAT_FMT_K2_THINKING = 5, CHAT_FMT_K25 = 6 };
 
 /* One tool call of an assistant turn, independent of any API's JSON shape (the
  * OpenAI and Anthropic front ends both fill it). */

@@ -94,6 +94,17 @@ int64_t gen_n_reserved(const cfg *c, const gen_opts *o);
  * 0..255 are the single bytes. MEM_TOK buffers, caller base_free()s both. */
 int gen_tokenizer_ranks(int64_t n_ranks, uint8_t **bytes, uint64_t **offs, char *err, size_t errlen);
 
+/* A DeepSeek-V3-style tokenizer.json + tokenizer_config.json into dir
+ * (gen_tok_hf.c): byte-level BPE merges from gen_tokenizer_ranks, DeepSeek's
+ * Split regexes and special tokens (<｜begin▁of▁sentence｜> 0,
+ * <｜end▁of▁sentence｜> 1, <think> .. <｜tool▁sep｜> 8 ids below vocab_size, or
+ * at DeepSeek's ids when vocab_size >= 129,280), ids up to vocab_size - 1 with
+ * the top ones unused. variant picks the chat_template written. */
+enum { GEN_DS_V3 = 0, GEN_DS_R1 = 1, GEN_DS_V31 = 2 };
+int gen_tok_write_hf(const char *dir, int64_t vocab_size, int variant, char *err, size_t errlen);
+/* strata's transcription of DeepSeek's chat_template for a GEN_DS_* variant. */
+const char *gen_ds_chat_template(int variant);
+
 /* Name of special id `i` of the reserved block (0 -> "[BOS]", 1 -> "[EOS]", ...,
  * 6.. -> "<|reserved_token_N|>"); writes into buf. */
 const char *gen_special_name(int64_t i, char *buf, size_t n);
