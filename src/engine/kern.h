@@ -1,6 +1,7 @@
 /*
  * kern.h: compute kernels. kern_ref.c holds the plain scalar reference of every op;
- * kern_x86.c (AVX2+FMA, AVX-512) and kern_neon.c (arm64) hold fast paths, picked once
+ * kern_x86.c (AVX2+FMA, AVX-512; FP8 / INT4 in kern_x86q.c, shared blocks in
+ * kern_x86.h) and kern_neon.c (arm64) hold fast paths, picked once
  * by kern_init() into the table `K`. Kernels take (out, in..., dims), never allocate,
  * log or fail.
  *
