@@ -535,12 +535,22 @@ TEST(kern_fp8) {
             W[i] = (uint8_t)rnd();
             if ((W[i] & 0x7F) == 0x7F) W[i] ^= 1; /* NaN codes below, in chosen rows only */
         }
-        for (int pass = 0; pass < 2; pass++) {
-            /* pass 0: finite scales, checked against float64; pass 1: inf and NaN
-             * scales, NaN codes in rows 5 and rows - 2, x with inf and NaN */
-            for (int64_t i = 0; i < nrb * nb; i++) S[i] = pass ? rnd_fp8_scale(rnd() % 4 == 0) : ldexpf(1.0f + (float)(rnd() % 256) / 256.0f, -12 + (int)(rnd() % 9));
-            for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(20);
-            if (pass) {
+        for (int pass = 0; pass < 3; pass++) {
+            /* pass 0: finite scales, checked against float64; pass 1: one block of
+             * scale 2^120, the smallest the fast paths must not fold into 256 S
+             * (inf), on bytes below 256 and tiny x, so the reference's sums are
+             * finite; pass 2: inf and NaN scales, NaN codes in rows 5 and rows - 2,
+             * x with inf and NaN */
+            const int pk = pass;
+            for (int64_t i = 0; i < nrb * nb; i++) S[i] = pk == 2 ? rnd_fp8_scale(rnd() % 4 == 0) : ldexpf(1.0f + (float)(rnd() % 256) / 256.0f, -12 + (int)(rnd() % 9));
+            for (int64_t i = 0; i < T * ldx; i++) X[i] = pk == 1 ? ldexpf(rnd_val(20), -60) : rnd_val(20);
+            if (pk == 1) {
+                const int64_t rsp = rows - 5; /* inside every tested range */
+                S[(rsp / 128) * nb + nb - 1] = 0x1p120f;
+                for (int64_t i = (rsp / 128) * 128 * cols; i < rows * cols; i++) /* the scale's whole row block */
+                    if ((W[i] & 0x78) == 0x78) W[i] &= 0xF7;                          /* |e4m3| < 256 */
+            }
+            if (pk == 2) {
                 W[5 * cols + cols / 2] = 0x7F;
                 W[(rows - 2) * cols] = 0xFF;
                 X[1] = INFINITY;
@@ -548,13 +558,13 @@ TEST(kern_fp8) {
             }
             memset(Yref, 0x7F, (size_t)(T * ldy) * 4);
             kern_ref_table.matmul_fp8(Yref, ldy, W, S, cols, X, ldx, T, 0, rows);
-            if (!pass) {
+            if (pk != 2) {
                 for (int64_t r = 0; r < rows; r++)
                     for (int64_t i = 0; i < cols; i++) wf[r * cols + i] = kern_e4m3_f32(W[r * cols + i]) * S[(r / 128) * nb + i / 128];
                 int close = 1;
                 for (int64_t t = 0; t < T; t++)
                     for (int64_t r = 0; r < rows; r++) close &= ref_close(Yref[t * ldy + r], wf + r * cols, X + t * ldx, cols);
-                CHECK_MSG(close, "fp8 reference vs float64, cols %lld", (long long)cols);
+                CHECK_MSG(close, "fp8 reference vs float64, cols %lld pass %d", (long long)cols, pass);
             } else {
                 CHECK(isnan(Yref[5]) && isnan(Yref[rows - 2]) && isnan(Yref[ldy + 5]));
             }
@@ -564,7 +574,7 @@ TEST(kern_fp8) {
                     memset(Y, 0x7F, (size_t)(T * ldy) * 4);
                     av[k]->matmul_fp8(Y, ldy, W, S, cols, X, ldx, TT, r0, r1);
                     CHECK_MSG(same_range(Y, Yref, ldy, T, rows, TT, r0, r1), "table %s fp8 cols %lld T %lld pass %d",
-                              av[k]->name, (long long)cols, (long long)TT, pass);
+                              av[k]->name, (long long)cols, (long long)TT, pk);
                 }
         }
         base_free(W); base_free(S); base_free(wf); base_free(X); base_free(Yref); base_free(Y);
@@ -586,7 +596,7 @@ TEST(kern_fp8) {
 static uint16_t rnd_int4_scale(int special) {
     const uint32_t k = rnd() % 24;
     if (k == 0) return (uint16_t)(rnd() % 0x80);                         /* subnormal or +0 */
-    if (k == 1) return (uint16_t)(0x7E00 + rnd() % 0x180);               /* 2^125 .. max */
+    if (k == 1) return (uint16_t)(0x7D00 + rnd() % 0x280);               /* 2^123 .. max */
     if (k == 2) return (rnd() & 1) ? 0x0000 : 0x8000;
     if (k == 3) return (uint16_t)(0xBB00 + rnd() % 0x100);               /* negative */
     if (k == 4 && special) return (rnd() & 1) ? 0x7F80 : 0x7FC1;         /* inf, NaN */
@@ -608,12 +618,22 @@ TEST(kern_int4) {
         float *X = base_alloc((size_t)(T * ldx) * 4, MEM_MISC);
         float *Yref = base_alloc((size_t)(T * ldy) * 4, MEM_MISC), *Y = base_alloc((size_t)(T * ldy) * 4, MEM_MISC);
         for (int64_t i = 0; i < rows * cols / 8; i++) Wp[i] = (int32_t)rnd() ^ (int32_t)(rnd() << 8);
-        for (int pass = 0; pass < 2; pass++) {
-            for (int64_t i = 0; i < rows * ng; i++) S[i] = pass ? rnd_int4_scale(rnd() % 4 == 0) : (uint16_t)(0x3A00 + rnd() % 0x300);
-            for (int64_t i = 0; i < T * ldx; i++) X[i] = rnd_val(20);
+        for (int pass = 0; pass < 3; pass++) {
+            /* pass 0: ordinary scales, checked against float64; 1: extreme and
+             * non-finite ones; 2: ordinary but for one group of scale 2^125 (8 s
+             * overflows: the fast decoder must not take the call) in row rows - 5
+             * (inside every tested range) on nonzero nibbles (|q| s finite) and
+             * tiny x, so the reference's sums are finite */
+            for (int64_t i = 0; i < rows * ng; i++) S[i] = pass == 1 ? rnd_int4_scale(rnd() % 4 == 0) : (uint16_t)(0x3A00 + rnd() % 0x300);
+            for (int64_t i = 0; i < T * ldx; i++) X[i] = pass == 2 ? ldexpf(rnd_val(20), -60) : rnd_val(20);
+            if (pass == 2) {
+                const int64_t rsp = rows - 5;
+                S[rsp * ng + ng - 1] = 0x7E00;
+                for (int64_t i = 0; i < cols / 8; i++) Wp[rsp * cols / 8 + i] = (int32_t)0x9ABCDEF1u;
+            }
             memset(Yref, 0x7F, (size_t)(T * ldy) * 4);
             kern_ref_table.matmul_int4(Yref, ldy, Wp, S, cols, X, ldx, T, 0, rows);
-            if (!pass) {
+            if (pass != 1) {
                 for (int64_t r = 0; r < rows; r++)
                     for (int64_t i = 0; i < cols; i++) {
                         const int q = (int)(((uint32_t)Wp[r * cols / 8 + i / 8] >> (4 * (i % 8))) & 15) - 8;
@@ -622,7 +642,7 @@ TEST(kern_int4) {
                 int close = 1;
                 for (int64_t t = 0; t < T; t++)
                     for (int64_t r = 0; r < rows; r++) close &= ref_close(Yref[t * ldy + r], wf + r * cols, X + t * ldx, cols);
-                CHECK_MSG(close, "int4 reference vs float64, cols %lld", (long long)cols);
+                CHECK_MSG(close, "int4 reference vs float64, cols %lld pass %d", (long long)cols, pass);
             }
             for (int k = 0; av[k]; k++)
                 for (size_t ti = 0; ti < sizeof T_l / sizeof T_l[0]; ti++) {

@@ -1,6 +1,7 @@
 /*
  * kern.h: compute kernels. kern_ref.c holds the plain scalar reference of every op;
- * kern_x86.c (AVX2+FMA, AVX-512) and kern_neon.c (arm64) hold fast paths, picked once
+ * kern_x86.c (AVX2+FMA, AVX-512; FP8 / INT4 in kern_x86q.c, shared blocks in
+ * kern_x86.h) and kern_neon.c (arm64) hold fast paths, picked once
  * by kern_init() into the table `K`. Kernels take (out, in..., dims), never allocate,
  * log or fail.
  *
@@ -116,7 +117,10 @@ extern const float kern_fp4_lut[256][16];
 /* The value of an e4m3fn byte, exactly (every e4m3 value is an f32): sign, 4
  * exponent bits (bias 7), 3 mantissa bits; exponent 0 is subnormal (m * 2^-9), no
  * infinities, S.1111.111 is NaN. The references decode with it; kern_e4m3_lut holds
- * its 256 values for the fast paths (tests/t_kern.c checks they agree). */
+ * its 256 values (tests/t_kern.c checks they agree) for callers that widen FP8
+ * outside the matmuls. The SIMD matmuls decode arithmetically instead (an e4m3
+ * byte is an f16 pattern times 256, kern_x86q.c), one convert per 8-16 weights
+ * where a 256-entry table would need a gather. */
 static inline float kern_e4m3_f32(uint8_t b) {
     union { uint32_t u; float f; } v;
     const uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;

@@ -11,6 +11,7 @@
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
+#include <math.h>
 #include <string.h>
 #include "base.h"
 #include "num.h"
@@ -221,6 +222,170 @@ static void mxfp4_neon(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S
     }
 }
 
+/* FP8 e4m3fn: as kern_x86q.c, s << 15 | (b & 0x7F) << 7 is an f16 of e4m3 / 256
+ * (vshll of the sign-extended byte by 7, bit 14 cleared), fcvtl widens it exactly
+ * (subnormals kept: FPCR.FZ is off on Linux), and the weight is h (256 S), or
+ * (256 h) S where 256 S would overflow (finite |S| >= 2^120): the reference's one
+ * rounding of e4m3 S either way. NaN codes decode to +-1.875: a row holding one
+ * gets NaN (its dot is NaN) from a byte scan. Not timed (no arm64 hardware here);
+ * bit-identical to the reference under qemu-aarch64 (tests/t_kern.c). */
+INL v16 fp8_wn(const uint8_t *p, float32x4_t sc, float32x4_t pre, int slow) {
+    const int8x16_t b = vreinterpretq_s8_u8(vld1q_u8(p));
+    const uint16x8_t m = vdupq_n_u16(0x4000);
+    const uint16x8_t h0 = vbicq_u16(vreinterpretq_u16_s16(vshll_n_s8(vget_low_s8(b), 7)), m);
+    const uint16x8_t h1 = vbicq_u16(vreinterpretq_u16_s16(vshll_n_s8(vget_high_s8(b), 7)), m);
+    v16 w;
+    w.v[0] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h0)));
+    w.v[1] = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h0)));
+    w.v[2] = vcvt_f32_f16(vreinterpret_f16_u16(vget_low_u16(h1)));
+    w.v[3] = vcvt_f32_f16(vreinterpret_f16_u16(vget_high_u16(h1)));
+    for (int q = 0; q < 4; q++) w.v[q] = vmulq_f32(slow ? vmulq_f32(w.v[q], pre) : w.v[q], sc);
+    return w;
+}
+
+static int fp8_has_nan_n(const uint8_t *p, int64_t n) {
+    uint8x16_t a = vdupq_n_u8(0);
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16) a = vmaxq_u8(a, vandq_u8(vld1q_u8(p + i), vdupq_n_u8(0x7F)));
+    int bad = vmaxvq_u8(a) == 0x7F;
+    for (; i < n; i++) bad |= (p[i] & 0x7F) == 0x7F;
+    return bad;
+}
+
+INL void fp8blkn(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                 int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+    const int64_t nb = (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK, full = cols & ~(int64_t)15;
+    const uint8_t *wr[4];
+    const float *sr[4], *xr[2];
+    float32x4_t acc[4][2][4];
+    UNROLL for (int i = 0; i < RB; i++) { wr[i] = W + (r + i) * cols; sr[i] = S + ((r + i) / KERN_FP8_BLOCK) * nb; }
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        UNROLL for (int q = 0; q < 4; q++) acc[i][j][q] = vdupq_n_f32(0.0f);
+    for (int64_t b = 0; b * KERN_FP8_BLOCK < full; b++) {
+        const int64_t k0 = b * KERN_FP8_BLOCK, k1 = k0 + KERN_FP8_BLOCK < full ? k0 + KERN_FP8_BLOCK : full;
+        float32x4_t sc[4], pre[4];
+        int slow = 0;
+        UNROLL for (int i = 0; i < RB; i++) {
+            const float s = sr[i][b];
+            const int sl = isfinite(s) && fabsf(s) >= 0x1p120f;
+            slow |= sl;
+            sc[i] = vdupq_n_f32(sl ? s : s * 256.0f);
+            pre[i] = vdupq_n_f32(sl ? 256.0f : 1.0f);
+            if (TB == 1) { /* next row block, as kern_x86.c explains */
+                __builtin_prefetch(wr[i] + RB * cols + k0);
+                __builtin_prefetch(wr[i] + RB * cols + k0 + 64);
+            }
+        }
+        for (int64_t k = k0; k < k1; k += 16) {
+            v16 w[4];
+            UNROLL for (int i = 0; i < RB; i++) w[i] = fp8_wn(wr[i] + k, sc[i], pre[i], slow);
+            UNROLL for (int j = 0; j < TB; j++) {
+                const v16 x = wn(xr[j], DT_F32, k);
+                UNROLL for (int i = 0; i < RB; i++) UNROLL for (int q = 0; q < 4; q++)
+                    acc[i][j][q] = vfmaq_f32(acc[i][j][q], w[i].v[q], x.v[q]);
+            }
+        }
+    }
+    if (full < cols) { /* the contract's zero padding, weights by the reference's decode */
+        v16 w[4];
+        UNROLL for (int i = 0; i < RB; i++) {
+            float wt[16] = {0};
+            for (int64_t k = full; k < cols; k++) wt[k - full] = kern_e4m3_f32(wr[i][k]) * sr[i][k / KERN_FP8_BLOCK];
+            w[i] = wn(wt, DT_F32, 0);
+        }
+        UNROLL for (int j = 0; j < TB; j++) {
+            const v16 x = wn_tail(xr[j], DT_F32, full, cols - full);
+            UNROLL for (int i = 0; i < RB; i++) UNROLL for (int q = 0; q < 4; q++)
+                acc[i][j][q] = vfmaq_f32(acc[i][j][q], w[i].v[q], x.v[q]);
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) {
+        const int bad = fp8_has_nan_n(wr[i], full);
+        UNROLL for (int j = 0; j < TB; j++) Y[(t + j) * ldy + r + i] = bad ? NAN : redn(acc[i][j]);
+    }
+}
+
+/* INT4: 8 bytes -> 16 codes in element order (fp4_wn's zip: the packing is the
+ * MXFP4 one, low nibble first), q = code - 8 widened to s32, converted exactly,
+ * then the reference's product (float)q * s. Not timed; bit-identical under qemu. */
+INL v16 int4_wn(const int32_t *p, float32x4_t s) {
+    const uint8x8_t b = vld1_u8((const uint8_t *)p), lo_n = vand_u8(b, vdup_n_u8(15)), hi_n = vshr_n_u8(b, 4);
+    const uint8x16_t codes = vcombine_u8(vzip1_u8(lo_n, hi_n), vzip2_u8(lo_n, hi_n));
+    const int8x16_t q8 = vreinterpretq_s8_u8(vsubq_u8(codes, vdupq_n_u8(8)));
+    const int16x8_t q0 = vmovl_s8(vget_low_s8(q8)), q1 = vmovl_s8(vget_high_s8(q8));
+    v16 w;
+    w.v[0] = vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q0))), s);
+    w.v[1] = vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(q0))), s);
+    w.v[2] = vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_low_s16(q1))), s);
+    w.v[3] = vmulq_f32(vcvtq_f32_s32(vmovl_s16(vget_high_s16(q1))), s);
+    return w;
+}
+
+INL void int4blkn(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols, const float *X,
+                  int64_t ldx, int64_t r, int64_t t, int RB, int TB) {
+    const int64_t ng = cols / KERN_INT4_GROUP, rw = cols / 8;
+    const int32_t *wr[4];
+    const uint16_t *sr[4];
+    const float *xr[2];
+    float32x4_t acc[4][2][4];
+    UNROLL for (int i = 0; i < RB; i++) { wr[i] = Wp + (r + i) * rw; sr[i] = S + (r + i) * ng; }
+    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        UNROLL for (int q = 0; q < 4; q++) acc[i][j][q] = vdupq_n_f32(0.0f);
+    for (int64_t g = 0; g < ng; g++) {
+        float32x4_t sv[4];
+        UNROLL for (int i = 0; i < RB; i++) {
+            if (TB == 1 && (g & 3) == 0) __builtin_prefetch(wr[i] + RB * rw + g * 4);
+            sv[i] = vreinterpretq_f32_u32(vdupq_n_u32((uint32_t)sr[i][g] << 16));
+        }
+        UNROLL for (int h = 0; h < 2; h++) {
+            v16 w[4];
+            UNROLL for (int i = 0; i < RB; i++) w[i] = int4_wn(wr[i] + g * 4 + h * 2, sv[i]);
+            UNROLL for (int j = 0; j < TB; j++) {
+                const v16 x = wn(xr[j], DT_F32, g * 32 + h * 16);
+                UNROLL for (int i = 0; i < RB; i++) UNROLL for (int q = 0; q < 4; q++)
+                    acc[i][j][q] = vfmaq_f32(acc[i][j][q], w[i].v[q], x.v[q]);
+            }
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++)
+        Y[(t + j) * ldy + r + i] = redn(acc[i][j]);
+}
+
+/* The MXFP4 walk: decode 4 rows at once, prefill 2 x 2 blocks, the rest singly. */
+#define QWALK_N(BLK)                                                                  \
+    int64_t r = r0;                                                                   \
+    if (T == 1) {                                                                     \
+        for (; r + 4 <= r1; r += 4) BLK(r, 0, 4, 1);                                  \
+    } else {                                                                          \
+        for (; r + 2 <= r1; r += 2) {                                                 \
+            int64_t t = 0;                                                            \
+            for (; t + 2 <= T; t += 2) BLK(r, t, 2, 2);                               \
+            for (; t < T; t++) BLK(r, t, 2, 1);                                       \
+        }                                                                             \
+    }                                                                                 \
+    for (; r < r1; r++) {                                                             \
+        int64_t t = 0;                                                                \
+        for (; t + 2 <= T; t += 2) BLK(r, t, 1, 2);                                   \
+        for (; t < T; t++) BLK(r, t, 1, 1);                                           \
+    }
+
+static void fp8_neon(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                     int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+#define BLK8(R, TT, RB, TB) fp8blkn(Y, ldy, W, S, cols, X, ldx, R, TT, RB, TB)
+    QWALK_N(BLK8)
+#undef BLK8
+}
+
+static void int4_neon(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols, const float *X,
+                      int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    ST_ASSERT(cols % KERN_INT4_GROUP == 0);
+#define BLK4(R, TT, RB, TB) int4blkn(Y, ldy, Wp, S, cols, X, ldx, R, TT, RB, TB)
+    QWALK_N(BLK4)
+#undef BLK4
+}
+
 /* SiTU, 4 elements per step as two float64x2_t: kern_ref_situ's sequence op for op
  * (mul then add where it has two roundings, vfmaq/vfmsq where it has one fma); 2^k
  * from the shifter's low bits as kern_x86.c does. vmaxq/vminq (not the *nm forms)
@@ -352,7 +517,7 @@ static void vecmat_neon(float *y, const float *x, const void *W, int dt, int64_t
 }
 
 const kern_table kern_neon_table = {
-    .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .matmul_fp8 = kern_ref_matmul_fp8, .matmul_int4 = kern_ref_matmul_int4, .dot = dot_neon,
+    .name = "neon", .matmul = matmul_neon, .matmul_mxfp4 = mxfp4_neon, .matmul_fp8 = fp8_neon, .matmul_int4 = int4_neon, .dot = dot_neon,
     .situ = situ_neon, .exp_f64 = exp_f64_neon, .kda_step = kda_step_neon, .vecmat = vecmat_neon,
 };
 

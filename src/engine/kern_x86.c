@@ -108,12 +108,8 @@ A512 static float dot_avx512(const float *a, const float *b, int64_t n) {
  * before the reduction tree or the panel state. Shuffle-port ops per 16 weights
  * and row: 1 + 1/RB, where the previous decoders (zero-extend + shift + or, or the
  * VBMI vpmultishiftqb) needed 2: in-L2 T = 1 MXFP4 25 vs 20 G weights/s per core
- * (`make bench-kernels`, same run), so the VBMI table now shares this path. */
-A512 INL __m512i idx_s(const uint8_t *p, __m512i sh) {
-    uint64_t q;
-    memcpy(&q, p, 8);
-    return _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), sh);
-}
+ * (`make bench-kernels`, same run), so the VBMI table now shares this path.
+ * idx_s (kern_x86.h) is that index builder. */
 
 /* Block over groups [k0/32, k1/32) with the same state convention as blk512. */
 A512 INL void fp4blk512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
@@ -678,14 +674,14 @@ const kern_table kern_avx2_table = {
     .exp_f64 = exp_f64_avx2, .kda_step = kda_step_avx2, .vecmat = vecmat_avx2,
 };
 const kern_table kern_avx512_table = {
-    .name = "avx512", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .matmul_fp8 = kern_x86_fp8_avx2, .matmul_int4 = kern_x86_int4_avx2, .dot = dot_avx512,
+    .name = "avx512", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .matmul_fp8 = kern_x86_fp8_avx512, .matmul_int4 = kern_x86_int4_avx512, .dot = dot_avx512,
     .situ = situ_avx512, .exp_f64 = exp_f64_avx512, .kda_step = kda_step_avx512,
     .vecmat = vecmat_avx512,
 };
 /* Kept as a name (STRATA_KERNEL=avx512vbmi, run reports): its vpmultishiftqb MXFP4
  * decoder lost to the shift decoder above, which it now shares. */
 const kern_table kern_avx512vbmi_table = {
-    .name = "avx512vbmi", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .matmul_fp8 = kern_x86_fp8_avx2, .matmul_int4 = kern_x86_int4_avx2, .dot = dot_avx512,
+    .name = "avx512vbmi", .matmul = matmul_avx512, .matmul_mxfp4 = mxfp4_avx512, .matmul_fp8 = kern_x86_fp8_avx512, .matmul_int4 = kern_x86_int4_avx512, .dot = dot_avx512,
     .situ = situ_avx512, .exp_f64 = exp_f64_avx512, .kda_step = kda_step_avx512,
     .vecmat = vecmat_avx512,
 };

@@ -189,6 +189,15 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
  * 46.8-47.5; from DRAM with 2 threads MXFP4 T = 64 198-199 vs 165-166 GFLOP/s.
  * At T = 8 the extra store and load of the tile cost more than they saved (bf16
  * from DRAM: 83-92 vs 108-133 GFLOP/s), hence the threshold. */
+/* MXFP4 / INT4 index builder (kern_x86.c, before fp4blk512): 8 code bytes
+ * broadcast, dword 2i and 2i + 1 shifted right by 4i (sh), leave element i's code
+ * in dword 2i and element 8 + i's in dword 2i + 1 (vpermps reads the low 4 bits). */
+A512 INL __m512i idx_s(const uint8_t *p, __m512i sh) {
+    uint64_t q;
+    memcpy(&q, p, 8);
+    return _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), sh);
+}
+
 #ifndef WIDE_MIN_T
 #define WIDE_MIN_T 16
 #endif
@@ -335,10 +344,14 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
         }                                                                                     \
     }
 
-/* FP8 and INT4 (kern_x86q.c), in the AVX2 and AVX-512 tables. */
+/* FP8 and INT4 (kern_x86q.c). */
 A256 void kern_x86_fp8_avx2(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,
                             int64_t ldx, int64_t T, int64_t r0, int64_t r1);
 A256 void kern_x86_int4_avx2(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
                              const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+A512 void kern_x86_fp8_avx512(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                              int64_t ldx, int64_t T, int64_t r0, int64_t r1);
+A512 void kern_x86_int4_avx512(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
+                               const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1);
 
 #endif

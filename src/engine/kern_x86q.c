@@ -1,6 +1,6 @@
 /*
  * kern_x86q.c: FP8 e4m3fn (128 x 128 block scales) and INT4 pack-quantized (group
- * 32) matmuls on AVX2 (the AVX-512 tables share them). kern.h's lane contract and
+ * 32) matmuls on AVX2 and AVX-512. kern.h's lane contract and
  * kern_ref.c's weight values, bit for bit; where a path computes a weight another
  * way, the comment says why it is the same f32.
  *
@@ -266,6 +266,159 @@ A256 void kern_x86_int4_avx2(float *Y, int64_t ldy, const int32_t *Wp, const uin
     PANELS256(BLK_Q, PREP_Q)
 #undef PREP_Q
 #undef BLK_Q
+}
+
+/* ======================= AVX-512 ======================= */
+
+/* The AVX2 decoders' arithmetic on zmm (decode only; prefill is PANELS512 over
+ * the AVX2 tile decoders, as drv512_wide does for bf16 / MXFP4). Written to the
+ * same contract but not run on this dev VM (no AVX-512); tests/t_kern.c checks
+ * them bit for bit wherever the CPU has AVX-512.
+ * FP8: one vcvtph2ps zmm per 16 weights (fp8_h16's words in element order, so no
+ * lane relabelling), then h (256 S) or (256 h) S as fp8_w256. */
+A512 INL void fp8_span512(__m512 acc[4], const uint8_t *const wr[4], const __m512 sc[4], const __m512 pre[4],
+                          const float *X, int64_t k, int64_t k1, int RB, int SLOW) {
+    for (; k + 16 <= k1; k += 16) {
+        const __m512 x = _mm512_loadu_ps(X + k);
+        UNROLL for (int i = 0; i < RB; i++) {
+            __m512 w = _mm512_cvtph_ps(fp8_h16(wr[i] + k));
+            if (SLOW) w = _mm512_mul_ps(w, pre[i]);
+            acc[i] = _mm512_fmadd_ps(_mm512_mul_ps(w, sc[i]), x, acc[i]);
+        }
+    }
+}
+
+A512 INL void fp8dec512(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X, int64_t r,
+                        int64_t rs, int RB, int64_t pf) {
+    const int64_t nb = (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK, full = cols & ~(int64_t)15;
+    const uint8_t *wr[4];
+    const float *sr[4];
+    __m512 acc[4];
+    UNROLL for (int i = 0; i < RB; i++) {
+        wr[i] = W + (r + i * rs) * cols;
+        sr[i] = S + ((r + i * rs) / KERN_FP8_BLOCK) * nb;
+        acc[i] = _mm512_setzero_ps();
+    }
+    for (int64_t b = 0; b * KERN_FP8_BLOCK < full; b++) {
+        const int64_t k0 = b * KERN_FP8_BLOCK, k1 = k0 + KERN_FP8_BLOCK < full ? k0 + KERN_FP8_BLOCK : full;
+        __m512 sc[4], pre[4];
+        int slow = 0;
+        UNROLL for (int i = 0; i < RB; i++) {
+            const float s = sr[i][b];
+            const int sl = fp8_slow(s);
+            slow |= sl;
+            sc[i] = _mm512_set1_ps(sl ? s : s * 256.0f);
+            pre[i] = _mm512_set1_ps(sl ? 256.0f : 1.0f);
+            _mm_prefetch((const char *)wr[i] + pf + k0, _MM_HINT_T0);
+            _mm_prefetch((const char *)wr[i] + pf + k0 + 64, _MM_HINT_T0);
+        }
+        if (slow) fp8_span512(acc, wr, sc, pre, X, k0, k1, RB, 1);
+        else fp8_span512(acc, wr, sc, pre, X, k0, k1, RB, 0);
+    }
+    if (full < cols) {
+        const __mmask16 m = (__mmask16)((1u << (cols - full)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(m, X + full);
+        UNROLL for (int i = 0; i < RB; i++) {
+            float wt[16] = {0};
+            for (int64_t k = full; k < cols; k++) wt[k - full] = kern_e4m3_f32(wr[i][k]) * sr[i][k / KERN_FP8_BLOCK];
+            acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(wt), x, acc[i]);
+        }
+    }
+    UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = fp8_has_nan(wr[i], full) ? NAN : red512(acc[i]);
+}
+
+/* Prefill: PANELS512 over 4-row tiles decoded once (a function of its own, so
+ * the decode path's stack stays small). */
+#define BLK_Q(RB, TB, k0, k1, st, sts) blk512(NULL, 0, wt, DT_F32, PAN_K, X + (k0), ldx, 0, 1, t, RB, TB, 0, (k1) - (k0), st, sts)
+A512 __attribute__((noinline)) static void fp8_wide512(float *Y, int64_t ldy, const uint8_t *W, const float *S,
+                                                      int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
+                                                      int64_t r1) {
+    float wt[4 * PAN_K] __attribute__((aligned(64)));
+#define PREP_Q(rbn, k0, k1) for (int i_ = 0; i_ < (rbn); i_++) fp8_widen256(wt + i_ * PAN_K, W, S, cols, r + i_, k0, (k1) - (k0))
+    PANELS512(BLK_Q, PREP_Q)
+#undef PREP_Q
+}
+
+A512 __attribute__((noinline)) static void int4_wide512(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S,
+                                                       int64_t cols, const float *X, int64_t ldx, int64_t T, int64_t r0,
+                                                       int64_t r1) {
+    float wt[4 * PAN_K] __attribute__((aligned(64)));
+#define PREP_Q(rbn, k0, k1) for (int i_ = 0; i_ < (rbn); i_++) int4_widen256(wt + i_ * PAN_K, Wp, S, cols, r + i_, k0, (k1) - (k0))
+    PANELS512(BLK_Q, PREP_Q)
+#undef PREP_Q
+}
+#undef BLK_Q
+
+A512 void kern_x86_fp8_avx512(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                              int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    if (T == 1) {
+        const int64_t rs = (r1 - r0) / 4, pf = fp4_pf_rows(cols) * cols;
+        int64_t r = r0;
+        for (; r < r0 + rs; r++) fp8dec512(Y, W, S, cols, X, r, rs, 4, pf);
+        for (r = r0 + 4 * rs; r < r1; r++) fp8dec512(Y, W, S, cols, X, r, 1, 1, cols);
+        return;
+    }
+    fp8_wide512(Y, ldy, W, S, cols, X, ldx, T, r0, r1);
+}
+
+/* INT4: the MXFP4 decoder (fp4dec512) with the group's LUT computed instead of
+ * loaded: lut[c] = (float)(c - 8) * s, one vmulps per row and group, the
+ * reference's products; the nibble packing is MXFP4's, so idx_s's lane
+ * relabelling (x permuted once per call, accumulators back before the tree)
+ * applies unchanged. */
+#define KQ_XPRE_MAX 8192 /* widest decode row whose x is permuted once per call (32 KB of stack) */
+A512 INL void int4dec512(float *Y, const int32_t *Wp, const uint16_t *S, int64_t cols, const float *xp, int64_t r,
+                         int64_t rs, int RB, int64_t pf) {
+    const __m512i sh = _mm512_set_epi32(28, 28, 24, 24, 20, 20, 16, 16, 12, 12, 8, 8, 4, 4, 0, 0);
+    const __m512i inv = _mm512_set_epi32(15, 13, 11, 9, 7, 5, 3, 1, 14, 12, 10, 8, 6, 4, 2, 0);
+    const __m512 qv = _mm512_set_ps(7, 6, 5, 4, 3, 2, 1, 0, -1, -2, -3, -4, -5, -6, -7, -8); /* lane c: c - 8 */
+    const int64_t ng = cols / KERN_INT4_GROUP;
+    const uint8_t *pr[4];
+    const uint16_t *sr[4];
+    __m512 acc[4];
+    UNROLL for (int i = 0; i < RB; i++) {
+        pr[i] = (const uint8_t *)(Wp + (r + i * rs) * (cols / 8));
+        sr[i] = S + (r + i * rs) * ng;
+        acc[i] = _mm512_setzero_ps();
+    }
+#define INT4DEC_GROUP(G)                                                                                       \
+    do {                                                                                                       \
+        __m512 lut[4];                                                                                         \
+        UNROLL for (int i = 0; i < RB; i++) lut[i] = _mm512_mul_ps(qv, _mm512_set1_ps(bf16f(sr[i][G])));       \
+        UNROLL for (int h = 0; h < 2; h++) {                                                                   \
+            const __m512 x = _mm512_load_ps(xp + (G) * 32 + h * 16);                                           \
+            UNROLL for (int i = 0; i < RB; i++)                                                                \
+                acc[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx_s(pr[i] + (G) * 16 + h * 8, sh), lut[i]), x, acc[i]); \
+        }                                                                                                      \
+    } while (0)
+    int64_t g = 0;
+    for (; g + 4 <= ng; g += 4) {
+        UNROLL for (int i = 0; i < RB; i++) _mm_prefetch((const char *)pr[i] + pf + g * 16, _MM_HINT_T0);
+        INT4DEC_GROUP(g);
+        INT4DEC_GROUP(g + 1);
+        INT4DEC_GROUP(g + 2);
+        INT4DEC_GROUP(g + 3);
+    }
+    for (; g < ng; g++) INT4DEC_GROUP(g);
+#undef INT4DEC_GROUP
+    UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red512(_mm512_permutexvar_ps(inv, acc[i]));
+}
+
+A512 void kern_x86_int4_avx512(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
+                               const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
+    ST_ASSERT(cols % KERN_INT4_GROUP == 0);
+    if (T == 1 && cols <= KQ_XPRE_MAX) {
+        float xp[KQ_XPRE_MAX] __attribute__((aligned(64)));
+        const __m512i fwd = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
+        for (int64_t k = 0; k < cols; k += 16) _mm512_store_ps(xp + k, _mm512_permutexvar_ps(fwd, _mm512_loadu_ps(X + k)));
+        const int64_t rs = (r1 - r0) / 4, rb = cols / 2, pf = fp4_pf_rows(rb) * rb;
+        int64_t r = r0;
+        for (; r < r0 + rs; r++) int4dec512(Y, Wp, S, cols, xp, r, rs, 4, pf);
+        for (r = r0 + 4 * rs; r < r1; r++) int4dec512(Y, Wp, S, cols, xp, r, 1, 1, rb);
+        return;
+    }
+    if (T == 1) { kern_x86_int4_avx2(Y, ldy, Wp, S, cols, X, ldx, T, r0, r1); return; }
+    int4_wide512(Y, ldy, Wp, S, cols, X, ldx, T, r0, r1);
 }
 
 #endif
