@@ -347,9 +347,11 @@ TEST(cfg_unimplemented_keys_refused) {
          "'text_config.tie_word_embeddings' is true: not supported, this engine implements only false"},
         {"\"mla_use_nope\": true", "\"mla_use_nope\": false", "'text_config.mla_use_nope' is false"},
         {"\"format\": \"mxfp4\"", "\"format\": \"pack-quantized\"",
-         "'quantization_config.format' is \"pack-quantized\": not supported, this engine implements only \"mxfp4\""},
+         "'quantization_config.format' is \"pack-quantized\", which needs 'quant_method' \"compressed-tensors\""},
         {"\"format\": \"mxfp4\"", "\"format\": \"mxfp4\", \"quant_method\": \"compressed-tensors\"",
-         "'quantization_config.quant_method' is \"compressed-tensors\""},
+         "'quantization_config.quant_method' is \"compressed-tensors\": only its \"pack-quantized\" format"},
+        {"\"format\": \"mxfp4\"", "\"format\": \"nvfp4\"",
+         "'quantization_config.format' is \"nvfp4\": not supported"},
         {"\"scale_format\": \"e8m0\"", "\"scale_format\": \"bf16\"", "'quantization_config.scale_format' is \"bf16\""},
         {"\"model_type\": \"kimi_k3\",", "\"model_type\": \"kimi_k3\", \"tie_word_embeddings\": true,",
          "k3mut/config.json: 'tie_word_embeddings' is true"}, /* root of the nested shape */

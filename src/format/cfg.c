@@ -340,6 +340,16 @@ static void read_quant(rd *r, cfg *c) {
     } else if (m && json_is_string(m) && !strcasecmp(json_string_value(m), "compressed-tensors")) {
         c->wf = (c->wf & ~SW_EXP_MASK) | SW_EXP_INT4;
     }
+    /* format and quant_method must describe one format: a config that says
+     * pack-quantized for MXFP4 experts (or the reverse) describes weights one of
+     * the two readings would decode wrongly */
+    const int ct = m && json_is_string(m) && !strcasecmp(json_string_value(m), "compressed-tensors");
+    const int pq = f && !strcasecmp(json_string_value(f), "pack-quantized");
+    if (ct && !pq)
+        problem(r, "'%s.quant_method' is \"compressed-tensors\": only its \"pack-quantized\" format is implemented, 'format' is %s",
+                path, f ? json_string_value(f) : "absent");
+    else if (pq && !ct)
+        problem(r, "'%s.format' is \"pack-quantized\", which needs 'quant_method' \"compressed-tensors\"", path);
     const json_t *g = json_object_get(q, "group_size");
     /* The MXFP4 group is a compile-time constant of the kernels: a config that
      * claims another one describes weights we would decode wrongly. */
