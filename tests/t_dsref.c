@@ -90,7 +90,9 @@ static void budgets_below_size(const char *name, const char *gen_args) {
         else { CHECK_MSG(first && out && !strcmp(first, out), "%s %s: %s vs resident %s", name, budgets[i], out ? out : "", first ? first : ""); base_free(out); }
     }
     base_free(first);
-    for (int i = 0; i < 3; i++) ds_check(dir, budgets[i], 1);
+    /* the three runs are bit-identical (checked above), so one reference run covers
+     * them: the streamed one (the reference costs ~10 s per run on these sizes) */
+    ds_check(dir, budgets[1], 1);
 }
 
 TEST(ds_quant_budgets_below_size) {
@@ -98,10 +100,10 @@ TEST(ds_quant_budgets_below_size) {
         fprintf(stderr, "  (ds_quant_budgets_below_size: skipped, the engine has no DeepSeek-V3 architecture yet)\n");
         return;
     }
-    /* ~110 MB: 160 FP8 experts of [256, 256] x 3 MoE layers (+ the MTP layer, never read) */
-    budgets_below_size("dsr_fp8_medium", "--layout dsv3-fp8 --seed 311 --hidden 256 --layers 5 --experts 160 "
+    /* ~90 MB: 128 FP8 experts of [256, 256] x 3 MoE layers (+ the MTP layer, never read) */
+    budgets_below_size("dsr_fp8_medium", "--layout dsv3-fp8 --seed 311 --hidden 256 --layers 5 --experts 128 "
                        "--topk 8 --n-group 8 --topk-group 4 --moe-inter 256 --inter 512 --shards 2");
-    /* ~150 MB: 448 INT4 experts of [256, 256] x 3 MoE layers */
-    budgets_below_size("dsr_int4_medium", "--layout k2-int4 --seed 312 --hidden 256 --layers 4 --experts 448 "
+    /* ~90 MB: 256 INT4 experts of [256, 256] x 3 MoE layers */
+    budgets_below_size("dsr_int4_medium", "--layout k2-int4 --seed 312 --hidden 256 --layers 4 --experts 256 "
                        "--topk 8 --moe-inter 256 --inter 512 --shards 2");
 }
