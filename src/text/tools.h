@@ -50,6 +50,7 @@ typedef struct chat_tool {
     const char *name;        /* [A-Za-z0-9_-]{1,64} */
     const char *description; /* NULL: none */
     const char *parameters;  /* NULL: none */
+    int strict;              /* 1: a forced call's arguments must follow parameters (toolgram.h) */
 } chat_tool;
 
 /* tool_choice: AUTO lets the model choose; NONE declares the tools but reads no
@@ -90,6 +91,18 @@ int tools_emit_result(int fmt, const char *name, size_t index, size_t global, co
  * name; NAMED: up to the arguments); nothing for AUTO and NONE. global: the
  * number of calls before it in the conversation. */
 int tools_emit_prefill(int fmt, const chat_tools *tools, size_t global, tools_seg_fn seg, void *ud);
+
+/* ---- the parts of a call, for the forced-call grammar (toolgram.h) ---- */
+enum { TOOLS_SEC_OPEN, TOOLS_SEC_CLOSE, TOOLS_CALL_HEAD, TOOLS_CALL_HEAD_NAME /* call_head from the name on */,
+       TOOLS_CALL_TAIL, TOOLS_ARG_HEAD, TOOLS_ARG_TAIL, TOOLS_JSON_HEAD, TOOLS_JSON_TAIL };
+/* One part expanded (name, index, key, type fill its placeholders); STRATA_EINVAL
+ * when the format has no such part (typed arguments outside XTML). */
+int tools_expand_part(int fmt, int part, const char *name, size_t index, const char *key, const char *type,
+                      tools_seg_fn seg, void *ud);
+/* %I of the k-th call (from 0) of a turn after calls_before calls. */
+size_t tools_call_index(int fmt, size_t calls_before, size_t k);
+/* 1: arguments as typed blocks (XTML), 0: as JSON text. */
+int tools_typed(int fmt);
 
 /* ---- parsing generated text ----
  * A streaming parser over the reply's text (the response and tools channels,
