@@ -671,13 +671,17 @@ int jgram_vocab_build(jg_vocab **out, int32_t n_vocab, const uint8_t *(*bytes)(v
     for (int32_t id = 0; id < n_vocab; id++) {
         size_t len = 0;
         const uint8_t *p = bytes(ud, id, &len);
-        if (p == jgram_special_mark) { /* its own bytes: see jgram_special_bytes */
+        const int sp = p == jgram_special_mark;
+        if (sp) { /* its own bytes: see jgram_special_bytes */
             uint8_t *q = v->sp + n_sp++ * JG_SPECIAL_LEN;
             jgram_special_bytes(id, q);
             p = q;
             len = JG_SPECIAL_LEN;
         }
-        if (!p || len == 0 || len > 65535) continue;
+        /* text with the special lead byte (a byte-level BPE's raw 0xFF token) is
+         * never UTF-8, so no grammar takes it; left out, it cannot spell a special */
+        if (!p || len == 0 || len > 65535 || (!sp && memchr(p, JG_SPECIAL_LEAD, len)))
+            continue;
         e[ne++] = (vent){p, len, id};
         total += len;
         v->tb[id] = p;
