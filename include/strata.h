@@ -782,9 +782,9 @@ int strata_chat_render_tools(strata_tokenizer *t, const strata_chat_msg *msgs, s
 /* Tool calls in generated text, streamed: feed the reply's response (and tools
  * channel) text; content comes back, calls are kept once complete and well
  * formed (a declared name, arguments a JSON object); a call that is not comes
- * back as content, at the latest at flush. With a forced choice the first call
- * is always kept (named after the nearest declared tool, its arguments as
- * written). fmt: STRATA_CHAT_FMT_*; calls_before: the calls in the history. */
+ * back as content, at the latest at flush. With a forced choice a call cut
+ * short (max_tokens) is kept when its name is a declared tool (its arguments
+ * as written); strata_grammar_tools makes forced calls well formed. fmt: STRATA_CHAT_FMT_*; calls_before: the calls in the history. */
 typedef struct strata_tool_parser strata_tool_parser;
 int strata_tool_parser_open(strata_tool_parser **out, int fmt, const strata_chat_tools *tools, size_t calls_before,
                             char *err, size_t errlen);

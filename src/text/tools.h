@@ -111,8 +111,9 @@ int tools_typed(int fmt);
  * handed out once it is complete and well formed (a declared name, arguments
  * that parse as a JSON object); anything else, a truncated section included,
  * comes back as content at the end. With a forced choice (tools_parser_open's
- * prefill), the first call is always handed out: its name the declared one
- * nearest to what the model wrote, its arguments what it wrote. */
+ * prefill), a first call cut short is handed out when its name is a declared
+ * tool, its arguments as written; an undeclared name is content (never
+ * relabelled: the forced-call grammar, toolgram.h, writes declared names). */
 typedef struct tools_parser tools_parser;
 /* tools: copied (names only). calls_before: the calls in the history (K2's
  * index of the prefill). MEM_TOK. */
