@@ -507,6 +507,19 @@ int strata_grammar_json_schema_tree(strata_grammar **out, const struct json_t *s
 /* Any JSON object (response_format {"type": "json_object"}). */
 int strata_grammar_json_object(strata_grammar **out, char *err, size_t errlen);
 void strata_grammar_free(strata_grammar *g); /* accepts NULL */
+/* The grammar of a forced tool call (tools->choice REQUIRED or NAMED; *out NULL
+ * otherwise) in t's chat format, for the tokens after the prompt that
+ * strata_chat_render_tools rendered with the same tools: a declared name (NAMED:
+ * that one), arguments that are a document of the tool's parameters (every
+ * forced call; a schema that cannot be enforced is STRATA_EINVAL for a strict
+ * tool, any JSON object otherwise), with parallel calls (REQUIRED only) up to 8
+ * calls, then the end of the turn. calls_before: the calls in the history.
+ * Special-token markers match only their ids. Needs the generator's end ids
+ * (stop_at_end). docs/serve.md "Tool calls". */
+struct strata_tokenizer;
+struct strata_chat_tools;
+int strata_grammar_tools(strata_grammar **out, const struct strata_tokenizer *t, const struct strata_chat_tools *tools,
+                         size_t calls_before, char *err, size_t errlen);
 /* Whether bytes are a document of g: 1 a whole one, 0 a proper prefix of one,
  * -1 neither (tests, diagnostics). */
 int strata_grammar_check(const strata_grammar *g, const void *bytes, size_t n);
@@ -713,9 +726,11 @@ typedef struct strata_chat_msg {
 } strata_chat_msg;
 
 /* A declared tool (name [A-Za-z0-9_-]{1,64}; description and the JSON-schema
- * parameters as JSON text may be NULL). */
+ * parameters as JSON text may be NULL). strict: a schema that cannot be
+ * enforced is an error (strata_grammar_tools) rather than any JSON object. */
 typedef struct strata_chat_tool {
     const char *name, *description, *parameters;
+    int strict;
 } strata_chat_tool;
 /* tool_choice: AUTO the model chooses; NONE the tools are declared but no call is
  * read; REQUIRED / NAMED force a call (the generation prompt opens it). */
@@ -767,9 +782,9 @@ int strata_chat_render_tools(strata_tokenizer *t, const strata_chat_msg *msgs, s
 /* Tool calls in generated text, streamed: feed the reply's response (and tools
  * channel) text; content comes back, calls are kept once complete and well
  * formed (a declared name, arguments a JSON object); a call that is not comes
- * back as content, at the latest at flush. With a forced choice the first call
- * is always kept (named after the nearest declared tool, its arguments as
- * written). fmt: STRATA_CHAT_FMT_*; calls_before: the calls in the history. */
+ * back as content, at the latest at flush. With a forced choice a call cut
+ * short (max_tokens) is kept when its name is a declared tool (its arguments
+ * as written); strata_grammar_tools makes forced calls well formed. fmt: STRATA_CHAT_FMT_*; calls_before: the calls in the history. */
 typedef struct strata_tool_parser strata_tool_parser;
 int strata_tool_parser_open(strata_tool_parser **out, int fmt, const strata_chat_tools *tools, size_t calls_before,
                             char *err, size_t errlen);

@@ -663,9 +663,12 @@ int strata_step(strata_model *m, const strata_row *rows, int64_t n, float *logit
 
 /* ============================================================== generators */
 
+/* Special tokens take part as their own pseudo-bytes: only literals of a
+ * composed grammar (a forced tool call's markers) accept them. */
 static const uint8_t *text_bytes(void *ud, int32_t id, size_t *len) {
     const tok *t = ud;
-    return tok_is_special(t, id) ? NULL : tok_token_bytes(t, id, len);
+    if (tok_is_special(t, id)) return tok_token_bytes(t, id, len) ? jgram_special_mark : NULL;
+    return tok_token_bytes(t, id, len);
 }
 
 /* g's matcher of o->grammar, over the model's vocabulary trie (built once), with

@@ -30,7 +30,8 @@ _Static_assert(sizeof(strata_chat_call) == sizeof(chat_call) && offsetof(strata_
                "strata_chat_call is laid out as chat_call");
 _Static_assert(sizeof(strata_chat_tool) == sizeof(chat_tool) &&
                    offsetof(strata_chat_tool, description) == offsetof(chat_tool, description) &&
-                   offsetof(strata_chat_tool, parameters) == offsetof(chat_tool, parameters),
+                   offsetof(strata_chat_tool, parameters) == offsetof(chat_tool, parameters) &&
+                   offsetof(strata_chat_tool, strict) == offsetof(chat_tool, strict),
                "strata_chat_tool is laid out as chat_tool");
 _Static_assert(sizeof(strata_chat_tools) == sizeof(chat_tools) && offsetof(strata_chat_tools, n_tools) == offsetof(chat_tools, n_tools) &&
                    offsetof(strata_chat_tools, choice) == offsetof(chat_tools, choice) &&

@@ -6,8 +6,11 @@
 #include "base.h"
 #include "jgram.h"
 #include "jschema.h"
+#include "chat.h"
 #include "jsonx.h"
 #include "strata.h"
+#include "tok.h"
+#include "toolgram.h"
 
 int strata_grammar_json_schema(strata_grammar **out, const char *schema, size_t len, char *err, size_t errlen) {
     *out = NULL;
@@ -36,3 +39,21 @@ int strata_grammar_json_object(strata_grammar **out, char *err, size_t errlen) {
 void strata_grammar_free(strata_grammar *g) { jgram_free(g); }
 
 int strata_grammar_check(const strata_grammar *g, const void *bytes, size_t n) { return jgram_check(g, bytes, n); }
+
+/* A control marker's special id in the tokenizer, or -1 (it is then text). */
+static int32_t marker_special(void *ud, const char *m, size_t n) {
+    char buf[128];
+    if (n >= sizeof buf) return -1;
+    memcpy(buf, m, n);
+    buf[n] = 0;
+    return tok_special_id((const tok *)ud, buf);
+}
+
+int strata_grammar_tools(strata_grammar **out, const strata_tokenizer *t, const strata_chat_tools *tools, size_t calls_before,
+                         char *err, size_t errlen) {
+    *out = NULL;
+    chat_ids ci;
+    int rc = chat_ids_init(&ci, (const tok *)t, err, errlen);
+    if (rc) return rc;
+    return tools_grammar(out, ci.fmt, (const chat_tools *)tools, calls_before, marker_special, (void *)t, err, errlen);
+}

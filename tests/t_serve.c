@@ -1080,12 +1080,14 @@ TEST(serve_progress) {
 }
 
 /* Tool calls through the official client (tests/serve/tools.mjs) on K3's XTML
- * (tiny) and the Kimi K2 format (kimi-linear-tiny): the tool loop streamed and
- * not, a named choice, parallel calls, garbage as content, refusals. */
+ * (tiny), the Kimi K2 format (kimi-linear-tiny) and DeepSeek-V3's: the tool
+ * loop streamed and not, forced calls valid by ajv (alone and 4 concurrent ==
+ * solo), a named choice, parallel calls, garbage as content, refusals. */
 TEST(serve_tools) {
-    static const char *const presets[][2] = {{"serve_tools_k3", "tiny"}, {"serve_tools_kl", "kimi-linear-tiny"}};
+    static const char *const presets[][2] = {{"serve_tools_k3", "tiny"}, {"serve_tools_kl", "kimi-linear-tiny"},
+                                             {"serve_tools_ds", "deepseek-v3-tiny"}};
     if (node_ready()) return;
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 3; i++) {
         const char *dir = t_model(presets[i][0], presets[i][1], 5, 0);
         CHECK(dir != NULL);
         if (!dir) continue;

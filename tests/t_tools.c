@@ -14,8 +14,8 @@
 static void sink(void *ud, const char *s, size_t n, int special) { sbuf_printf(ud, "%.*s", (int)n, s); }
 
 static const chat_tool k_tools[] = {
-    {"get_weather", "Weather of a city", "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}"},
-    {"get_time", NULL, NULL},
+    {"get_weather", "Weather of a city", "{\"type\":\"object\",\"properties\":{\"city\":{\"type\":\"string\"}}}", 0},
+    {"get_time", NULL, NULL, 0},
 };
 static const chat_tools k_auto = {k_tools, 2, CHAT_TOOLS_AUTO, NULL, 1};
 static const chat_call k_calls[] = {
@@ -174,7 +174,9 @@ TEST(tools_hostile) {
     base_free(s.s);
 }
 
-/* A forced choice always yields its call, named after a declared tool. */
+/* A forced choice yields its call when the model wrote a declared name; any
+ * other name is never relabelled (the forced-call grammar writes only declared
+ * names): that text is content, without the prefill, which is the prompt's. */
 TEST(tools_forced) {
     const chat_tools req = {k_tools, 2, CHAT_TOOLS_REQUIRED, NULL, 1}, named = {k_tools, 2, CHAT_TOOLS_NAMED, "get_time", 1};
     static const char *const garbage[] = {"", "get_w", "zz\x01<|open|>", "get_time\" index=\"1\"<|sep|><|open|>argument key=\"tz\" type=\"string\"<|sep|>UTC"};
@@ -183,12 +185,13 @@ TEST(tools_forced) {
             for (int k = 0; k < 2; k++) {
                 tools_parser *p;
                 char *content = parse(fmt, k ? &named : &req, garbage[i], strlen(garbage[i]), 1, &p);
-                CHECK_MSG(tools_parser_n_calls(p) == 1, "fmt %d case %zu: no call", fmt, i);
                 const chat_call *c = tools_parser_call(p, 0);
-                CHECK(c && (!strcmp(c->name, "get_weather") || !strcmp(c->name, "get_time")));
-                if (c && k) CHECK(!strcmp(c->name, "get_time"));
-                if (c && !k && i == 1) CHECK(!strcmp(c->name, "get_weather"));
+                /* named: the prefill wrote the name; required: only case 3 (XTML) names a tool */
+                const int want = k || (fmt == 0 && i == 3);
+                CHECK_MSG((int)tools_parser_n_calls(p) == want, "fmt %d case %zu named %d: %zu calls", fmt, i, k, tools_parser_n_calls(p));
+                if (c) CHECK(!strcmp(c->name, k ? "get_time" : "get_time"));
                 if (c && fmt == 0 && !k && i == 3) CHECK_MSG(!strcmp(c->args, "{\"tz\":\"UTC\"}"), "%s", c->args);
+                if (!want) CHECK_MSG(!strcmp(content, garbage[i]), "fmt %d case %zu: content '%s'", fmt, i, content);
                 base_free(content);
                 tools_parser_close(p);
             }

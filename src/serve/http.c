@@ -388,6 +388,23 @@ static uint64_t draw_seed(http_server *h) {
     return (x ^ (x >> 31)) & (((uint64_t)1 << 53) - 1); /* exact in a JSON double too */
 }
 
+/* A forced call (tool_choice required or named): its grammar (strict arguments,
+ * declared names) in place of any response_format's. */
+static int forced_grammar(http_server *h, request *r, req_error *e) {
+    if (!r->n_tools || (r->tool_choice != STRATA_CHAT_TOOLS_REQUIRED && r->tool_choice != STRATA_CHAT_TOOLS_NAMED)) return 0;
+    size_t calls = 0;
+    for (size_t i = 0; i < r->n_msgs; i++) calls += r->msgs[i].n_calls;
+    const strata_chat_tools tools = {r->tools, r->n_tools, r->tool_choice, r->tool_choice_name, r->parallel_tools};
+    char err[512];
+    strata_grammar *g = NULL;
+    const int rc = strata_grammar_tools(&g, h->tk, &tools, calls, err, sizeof err);
+    if (rc == STRATA_EINVAL) return req_fail(e, 400, "invalid_request_error", "invalid_schema", "tools", "%s", err);
+    if (rc) return req_fail(e, 500, "server_error", NULL, NULL, "%s", err);
+    strata_grammar_free(r->grammar);
+    r->grammar = g;
+    return 0;
+}
+
 /* The jobs of r: one per choice, each with seed + index; *n set. */
 static int make_jobs(http_server *h, request *r, const char *rid, job **jobs, int *n, uint64_t *seed, req_error *e) {
     *n = 0;
@@ -399,6 +416,7 @@ static int make_jobs(http_server *h, request *r, const char *rid, job **jobs, in
         j->kind = r->kind;
         snprintf(j->rid, sizeof j->rid, "%s", rid);
         if (k == 0 && build_prompt(h, r, j, e)) return -1;
+        if (k == 0 && r->kind == REQ_CHAT && forced_grammar(h, r, e)) return -1;
         if (k) {
             char err[512];
             j->thinking = jobs[0]->thinking;

@@ -349,14 +349,23 @@ static int parse_tools(request *r, const json_t *v, req_error *e) {
                 if (own(r, d, e)) return -1;
                 o->parameters = d;
             } else if (!strcmp(key, "strict")) {
-                int b;
-                if (get_bool(f, "tools.function.strict", &b, e)) return -1;
+                if (get_bool(f, "tools.function.strict", &o->strict, e)) return -1;
             } else {
                 return BAD(e, "tools.function", "tools[%zu].function: unknown field '%s'", i, key);
             }
         }
         if (!o->name || !name_ok(o->name))
             return BAD(e, "tools.function.name", "tools[%zu].function.name must be 1-64 of A-Z a-z 0-9 _ -", i);
+        /* strict: the schema must compile now (a forced call enforces it) */
+        const json_t *params = json_object_get(fn, "parameters");
+        if (o->strict && params && !json_is_null(params)) {
+            char err[400];
+            strata_grammar *g = NULL;
+            const int rc = strata_grammar_json_schema_tree(&g, params, err, sizeof err);
+            strata_grammar_free(g);
+            if (rc == STRATA_ENOMEM) return OOM(e);
+            if (rc) return req_fail(e, 400, "invalid_request_error", "invalid_schema", "tools", "tools[%zu] '%s' (strict): %s", i, o->name, err);
+        }
         for (size_t k = 0; k < i; k++)
             if (!strcmp(r->tools[k].name, o->name)) return BAD(e, "tools.function.name", "tools[%zu]: '%s' is declared twice", i, o->name);
     }
@@ -497,9 +506,9 @@ static int common_field(request *r, const char *key, const json_t *f, req_error 
         r->go.top_logprobs = (int)x;
     } else if (!strcmp(key, "echo")) {
         if (!json_is_false(f)) return UNSUPPORTED(e, key, "'%s' is not supported", key);
-    } else if (!strcmp(key, "store") || !strcmp(key, "parallel_tool_calls")) {
+    } else if (!strcmp(key, "store") || (!strcmp(key, "parallel_tool_calls") && r->kind != REQ_CHAT)) {
         int b;
-        return get_bool(f, key, &b, e); /* accepted and ignored: nothing is stored; no tools yet */
+        return get_bool(f, key, &b, e); /* accepted and ignored: nothing is stored; completions have no tools */
     } else if (!strcmp(key, "metadata")) {
         if (!json_is_object(f)) return BAD(e, key, "'metadata' must be an object");
     } else if (!strcmp(key, "logit_bias")) {

@@ -15,7 +15,7 @@
 #include <string.h>
 #include "base.h"
 
-enum { F_VAL = 1, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT };
+enum { F_VAL = 1, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_SEQ, F_KEYED, F_RAW };
 /* object sub-states: after '{', inside a listed key, before ':', after a value, after ',' */
 enum { O_OPEN, O_KEY, O_COLON, O_AFTER, O_NEXT };
 enum { A_OPEN, A_AFTER };
@@ -79,6 +79,15 @@ static int ws_step(jg_frame *f, uint8_t c) {
 
 /* A value starting: the node's kind decides the frame. */
 static int step_val(const jgram *g, jg_frame *f, uint8_t c) {
+    const int32_t k0 = g->nodes[f->node].kind;
+    if (k0 == JG_SEQ || k0 == JG_KEYED || k0 == JG_RAW || (k0 == JG_LIT && g->nodes[f->node].extra == 1)) {
+        /* composition parts: exact bytes, no white space before them */
+        if (k0 == JG_LIT) { f->kind = F_LIT; f->a = g->nodes[f->node].lo; f->b = 0; return R_AGAIN; }
+        f->kind = k0 == JG_SEQ ? F_SEQ : k0 == JG_KEYED ? F_KEYED : F_RAW;
+        f->sub = S_NORM;
+        f->a = f->b = 0;
+        return R_AGAIN;
+    }
     if (is_ws(c)) return ws_step(f, c);
     for (int guard = 0; g->nodes[f->node].kind == JG_CHOICE; guard++) {
         const jg_node *n = &g->nodes[f->node];
@@ -274,8 +283,59 @@ static int step_lit(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
     return R_AGAIN;
 }
 
+
+/* ---- composition ---- */
+
+/* The next child, the last in place of the sequence (so chains of sequences
+ * keep the stack flat). */
+static int step_seq(const jgram *g, jg_state *s, jg_frame *f) {
+    const jg_node *n = &g->nodes[f->node];
+    if (f->a >= n->n) { s->depth--; return R_AGAIN; }
+    const int32_t kid = g->alts[n->lo + f->a];
+    if (f->a == n->n - 1) { *f = (jg_frame){.node = kid, .kind = F_VAL}; return R_AGAIN; }
+    f->a++;
+    return push(s, kid) ? R_DEAD : R_AGAIN;
+}
+
+/* a: the lowest key agreeing with the b bytes so far; a complete key (keys are
+ * prefix-free) hands over to its node, in place of this frame. */
+static int step_keyed(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
+    const jg_node *n = &g->nodes[f->node];
+    const jg_prop *P = g->props + n->lo, *p0 = &P[f->a];
+    const int32_t k = f->b;
+    for (int32_t j = f->a; j < n->n; j++) {
+        const jg_prop *p = &P[j];
+        if (p->len <= k || g->bytes[p->off + k] != c || memcmp(g->bytes + p->off, g->bytes + p0->off, (size_t)k)) continue;
+        f->a = j;
+        f->b = k + 1;
+        if (k + 1 == p->len) {
+            if (p->node < 0) s->depth--;
+            else *f = (jg_frame){.node = p->node, .kind = F_VAL};
+        }
+        return R_OK;
+    }
+    return R_DEAD;
+}
+
+/* Raw text: the string machine's UTF-8 and length rules, quotes and
+ * backslashes plain, tab/LF/CR allowed; any other byte ends it. */
+static int step_raw(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
+    if (f->sub != S_NORM) return step_str(g, s, f, c);
+    const jg_node *n = &g->nodes[f->node];
+    const int plain = c == '"' || c == '\\' || c == '\t' || c == '\n' || c == '\r';
+    if (c == JG_SPECIAL_LEAD || (c < 0x20 && !plain)) {
+        if (f->a < n->min) return R_DEAD;
+        s->depth--;
+        return R_AGAIN;
+    }
+    if (!plain) return step_str(g, s, f, c);
+    if (n->max >= 0 && f->a >= n->max) return R_DEAD;
+    if (n->min > 0 || n->max >= 0) f->a++;
+    return R_OK;
+}
+
 int jgram_feed(const jgram *g, jg_state *s, uint8_t c) {
-    for (int guard = 0; guard < 2 * JG_MAX_DEPTH + 4; guard++) {
+    for (int guard = 0; guard < 4 * JG_MAX_DEPTH + 8; guard++) {
         if (s->depth == 0) return -1;
         jg_frame *f = &s->f[s->depth - 1];
         int r = R_DEAD;
@@ -286,6 +346,9 @@ int jgram_feed(const jgram *g, jg_state *s, uint8_t c) {
         case F_STR: r = step_str(g, s, f, c); break;
         case F_NUM: r = step_num(g, s, f, c); break;
         case F_LIT: r = step_lit(g, s, f, c); break;
+        case F_SEQ: r = step_seq(g, s, f); break;
+        case F_KEYED: r = step_keyed(g, s, f, c); break;
+        case F_RAW: r = step_raw(g, s, f, c); break;
         }
         if (r == R_OK) return 0;
         if (r == R_DEAD) return -1;
@@ -314,6 +377,151 @@ int jgram_check(const jgram *g, const uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i++)
         if (jgram_feed(g, &s, p[i])) return -1;
     return jgram_can_end(g, &s) ? 1 : 0;
+}
+
+
+/* ===== building composed grammars ===== */
+
+const uint8_t jgram_special_mark[1] = {JG_SPECIAL_LEAD};
+
+void jgram_special_bytes(int32_t id, uint8_t out[JG_SPECIAL_LEN]) {
+    out[0] = JG_SPECIAL_LEAD;
+    out[1] = (uint8_t)(id >> 16);
+    out[2] = (uint8_t)(id >> 8);
+    out[3] = (uint8_t)id;
+}
+
+jgram *jgram_new(void) {
+    jgram *g = base_calloc(1, sizeof *g, MEM_MISC);
+    if (g) g->root = -1;
+    return g;
+}
+
+/* Room for need more elements of *p (cap *cap, elem bytes each): 0 or -1. */
+static int room(void **p, int64_t *cap, int64_t used, int64_t need, size_t elem) {
+    if (used + need <= *cap) return 0;
+    int64_t c = *cap ? *cap : 16;
+    while (c < used + need) c *= 2;
+    if (c > INT32_MAX / 2) return -1;
+    void *q = base_realloc(*p, (size_t)c * elem, MEM_MISC);
+    if (!q) return -1;
+    *p = q;
+    *cap = c;
+    return 0;
+}
+
+#define ROOM(arr, n_, cap_, need) \
+    (tmp = (cap_), rc_ = room((void **)&(arr), &tmp, (n_), (need), sizeof *(arr)), (cap_) = (int32_t)tmp, rc_)
+
+static int32_t node_new(jgram *g, int32_t kind) {
+    int64_t tmp;
+    int rc_;
+    if (ROOM(g->nodes, g->n_nodes, g->cap_nodes, 1)) return -1;
+    g->nodes[g->n_nodes] = (jg_node){.kind = kind, .extra = -1, .max = -1};
+    return g->n_nodes++;
+}
+
+static int64_t bytes_add(jgram *g, const uint8_t *p, size_t n) {
+    if (g->n_bytes + (int64_t)n > INT32_MAX / 2) return -1;
+    if (room((void **)&g->bytes, &g->cap_bytes, g->n_bytes, (int64_t)n, 1)) return -1;
+    memcpy(g->bytes + g->n_bytes, p, n);
+    g->n_bytes += (int64_t)n;
+    return g->n_bytes - (int64_t)n;
+}
+
+int32_t jgram_append(jgram *g, const jgram *src) {
+    int64_t tmp;
+    int rc_;
+    if (ROOM(g->nodes, g->n_nodes, g->cap_nodes, src->n_nodes) || ROOM(g->props, g->n_props, g->cap_props, src->n_props) ||
+        ROOM(g->lits, g->n_lits, g->cap_lits, src->n_lits) || ROOM(g->alts, g->n_alts, g->cap_alts, src->n_alts))
+        return -1;
+    const int32_t dn = g->n_nodes, dp = g->n_props, dl = g->n_lits, da = g->n_alts;
+    const int64_t db = bytes_add(g, src->bytes, (size_t)src->n_bytes);
+    if (db < 0 || src->root < 0) return -1;
+    for (int32_t i = 0; i < src->n_nodes; i++) {
+        jg_node n = src->nodes[i];
+        switch (n.kind) {
+        case JG_OBJ: case JG_KEYED: n.lo += dp; if (n.extra >= 0) n.extra += dn; break;
+        case JG_ARR: n.lo += dn; break;
+        case JG_LIT: n.lo += dl; break;
+        case JG_CHOICE: case JG_SEQ: n.lo += da; break;
+        case JG_ALIAS: n.extra += dn; break;
+        }
+        g->nodes[g->n_nodes++] = n;
+    }
+    for (int32_t i = 0; i < src->n_props; i++) {
+        jg_prop p = src->props[i];
+        p.off += (int32_t)db;
+        if (p.node >= 0) p.node += dn;
+        g->props[g->n_props++] = p;
+    }
+    for (int32_t i = 0; i < src->n_lits; i++) g->lits[g->n_lits++] = (jg_lit){src->lits[i].off + (int32_t)db, src->lits[i].len};
+    for (int32_t i = 0; i < src->n_alts; i++) g->alts[g->n_alts++] = src->alts[i] + dn;
+    return src->root + dn;
+}
+
+int32_t jgram_add_lits(jgram *g, const uint8_t *const *lits, const size_t *lens, int n) {
+    int64_t tmp;
+    int rc_;
+    if (n < 1 || ROOM(g->lits, g->n_lits, g->cap_lits, n)) return -1;
+    const int32_t lo = g->n_lits;
+    for (int i = 0; i < n; i++) {
+        const int64_t off = lens[i] ? bytes_add(g, lits[i], lens[i]) : -1;
+        if (off < 0) { g->n_lits = lo; return -1; }
+        g->lits[g->n_lits++] = (jg_lit){(int32_t)off, (int32_t)lens[i]};
+    }
+    const int32_t id = node_new(g, JG_LIT);
+    if (id < 0) return -1;
+    g->nodes[id].extra = 1; /* exact */
+    g->nodes[id].lo = lo;
+    g->nodes[id].n = n;
+    return id;
+}
+
+int32_t jgram_add_lit(jgram *g, const uint8_t *p, size_t n) { return jgram_add_lits(g, &p, &n, 1); }
+
+int32_t jgram_add_seq(jgram *g, const int32_t *kids, int n) {
+    int64_t tmp;
+    int rc_;
+    if (n < 1 || ROOM(g->alts, g->n_alts, g->cap_alts, n)) return -1;
+    for (int i = 0; i < n; i++)
+        if (kids[i] < 0 || kids[i] >= g->n_nodes) return -1;
+    const int32_t id = node_new(g, JG_SEQ);
+    if (id < 0) return -1;
+    g->nodes[id].lo = g->n_alts;
+    g->nodes[id].n = n;
+    for (int i = 0; i < n; i++) g->alts[g->n_alts++] = kids[i];
+    return id;
+}
+
+int32_t jgram_add_keyed(jgram *g, const uint8_t *const *keys, const size_t *lens, const int32_t *nodes, int n) {
+    int64_t tmp;
+    int rc_;
+    if (n < 1 || ROOM(g->props, g->n_props, g->cap_props, n)) return -1;
+    for (int i = 0; i < n; i++) {
+        if (!lens[i] || nodes[i] >= g->n_nodes) return -1;
+        for (int j = 0; j < i; j++) /* prefix-free: the bytes decide */
+            if (!memcmp(keys[i], keys[j], lens[i] < lens[j] ? lens[i] : lens[j])) return -1;
+    }
+    const int32_t lo = g->n_props;
+    for (int i = 0; i < n; i++) {
+        const int64_t off = bytes_add(g, keys[i], lens[i]);
+        if (off < 0) { g->n_props = lo; return -1; }
+        g->props[g->n_props++] = (jg_prop){(int32_t)off, (int32_t)lens[i], nodes[i], n};
+    }
+    const int32_t id = node_new(g, JG_KEYED);
+    if (id < 0) return -1;
+    g->nodes[id].lo = lo;
+    g->nodes[id].n = n;
+    return id;
+}
+
+int32_t jgram_add_raw(jgram *g, int64_t min, int64_t max) {
+    const int32_t id = node_new(g, JG_RAW);
+    if (id < 0) return -1;
+    g->nodes[id].min = min;
+    g->nodes[id].max = max;
+    return id;
 }
 
 /* ===== the vocabulary trie =====
@@ -348,7 +556,8 @@ struct jg_vocab {
     size_t words;        /* bitset words */
     uint64_t *plain;     /* (PLAIN_CAP + 1, words) row k: plain ids of at most k code points */
     int64_t n_plain[PLAIN_CAP + 1];
-    const uint8_t **tb;  /* (n_vocab) each id's bytes (the tokenizer's), NULL: not text */
+    const uint8_t **tb;  /* (n_vocab) each id's bytes (the tokenizer's, or in sp), NULL: never generated */
+    uint8_t *sp;         /* the special tokens' JG_SPECIAL_LEN bytes each */
     uint32_t *tl;        /* (n_vocab) their length */
     uint64_t bytes;
 };
@@ -377,6 +586,7 @@ void jgram_vocab_free(jg_vocab *v) {
     trie_free(&v->all);
     trie_free(&v->rest);
     base_free(v->plain);
+    base_free(v->sp);
     base_free(v->tb);
     base_free(v->tl);
     base_free(v);
@@ -451,11 +661,27 @@ int jgram_vocab_build(jg_vocab **out, int32_t n_vocab, const uint8_t *(*bytes)(v
     v->tb = base_calloc(nv, sizeof *v->tb, MEM_TOK);
     v->tl = base_calloc(nv, sizeof *v->tl, MEM_TOK);
     if (!v->plain || !v->tb || !v->tl) goto oom;
-    size_t ne = 0, nr = 0, total = 0, rtotal = 0;
+    size_t ne = 0, nr = 0, total = 0, rtotal = 0, n_sp = 0;
+    for (int32_t id = 0; id < n_vocab; id++) {
+        size_t len = 0;
+        n_sp += bytes(ud, id, &len) == jgram_special_mark;
+    }
+    if (n_sp && !(v->sp = base_alloc(n_sp * JG_SPECIAL_LEN, MEM_TOK))) goto oom;
+    n_sp = 0;
     for (int32_t id = 0; id < n_vocab; id++) {
         size_t len = 0;
         const uint8_t *p = bytes(ud, id, &len);
-        if (!p || len == 0 || len > 65535) continue;
+        const int sp = p == jgram_special_mark;
+        if (sp) { /* its own bytes: see jgram_special_bytes */
+            uint8_t *q = v->sp + n_sp++ * JG_SPECIAL_LEN;
+            jgram_special_bytes(id, q);
+            p = q;
+            len = JG_SPECIAL_LEN;
+        }
+        /* text with the special lead byte (a byte-level BPE's raw 0xFF token) is
+         * never UTF-8, so no grammar takes it; left out, it cannot spell a special */
+        if (!p || len == 0 || len > 65535 || (!sp && memchr(p, JG_SPECIAL_LEAD, len)))
+            continue;
         e[ne++] = (vent){p, len, id};
         total += len;
         v->tb[id] = p;
@@ -473,7 +699,7 @@ int jgram_vocab_build(jg_vocab **out, int32_t n_vocab, const uint8_t *(*bytes)(v
     }
     qsort(e, ne, sizeof *e, vent_cmp);
     qsort(r, nr, sizeof *r, vent_cmp);
-    v->bytes = (PLAIN_CAP + 1) * v->words * sizeof *v->plain + (uint64_t)nv * (sizeof *v->tb + sizeof *v->tl);
+    v->bytes = (PLAIN_CAP + 1) * v->words * sizeof *v->plain + (uint64_t)nv * (sizeof *v->tb + sizeof *v->tl) + n_sp * JG_SPECIAL_LEN;
     if (trie_build(&v->all, e, ne, total, &v->bytes) || trie_build(&v->rest, r, nr, rtotal, &v->bytes)) goto oom;
     goto done;
 oom:

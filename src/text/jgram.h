@@ -34,12 +34,20 @@
 #define JG_MAX_DEPTH 32 /* frames of a matcher's stack */
 #define JG_MAX_WS 16    /* whitespace bytes in a row */
 
-enum { JG_OBJ = 1, JG_ARR, JG_STR, JG_NUM, JG_INT, JG_LIT, JG_CHOICE, JG_ALIAS };
+enum { JG_OBJ = 1, JG_ARR, JG_STR, JG_NUM, JG_INT, JG_LIT, JG_CHOICE, JG_ALIAS,
+       /* composition (tool calls: a format's call syntax around argument documents):
+        * SEQ: alts[lo, lo+n) one after the other; KEYED: props[lo, lo+n) each a
+        * literal key (prefix-free, so the bytes pick one) followed by its node
+        * (-1: nothing); RAW: text of min..max code points (no quotes, no escapes)
+        * up to the first byte that cannot be content: a special-token lead or a
+        * control byte other than tab, LF, CR. */
+       JG_SEQ, JG_KEYED, JG_RAW };
 
 typedef struct jg_node {
     int32_t kind;       /* JG_* */
     int32_t lo, n;      /* OBJ: props[lo, lo+n); LIT: lits; CHOICE: alts; ARR: lo = items node */
-    int32_t extra;      /* OBJ without props: value node of free-form keys (-1: only {}); ALIAS: target */
+    int32_t extra;      /* OBJ without props: value node of free-form keys (-1: only {}); ALIAS: target;
+                         * LIT: 1 exact (a composition literal: no white space before it) */
     int64_t min, max;   /* STR: code points; ARR: items; max -1 = unbounded */
 } jg_node;
 
@@ -62,6 +70,28 @@ struct strata_grammar {
 typedef struct strata_grammar jgram;
 
 void jgram_free(jgram *g); /* accepts NULL */
+
+/* ---- building composed grammars (each returns the new node, or -1 out of
+ * memory or invalid: keys not prefix-free, an empty literal) ---- */
+
+/* Special tokens appear in grammars and in the vocabulary trie as 4 bytes that
+ * no UTF-8 text contains: JG_SPECIAL_LEAD and the id's 3 bytes, big-endian, so
+ * JSON and raw-text nodes never take them and literals can demand them. */
+#define JG_SPECIAL_LEAD 0xFF
+#define JG_SPECIAL_LEN 4
+void jgram_special_bytes(int32_t id, uint8_t out[JG_SPECIAL_LEN]);
+/* The mark a vocabulary's bytes callback returns for a special token. */
+extern const uint8_t jgram_special_mark[1];
+
+jgram *jgram_new(void); /* empty, MEM_MISC; NULL out of memory */
+/* src's nodes copied into g: the node of src's root in g. */
+int32_t jgram_append(jgram *g, const jgram *src);
+/* One literal of n >= 1 bytes, or a set of them (lits[i], lens[i]). */
+int32_t jgram_add_lit(jgram *g, const uint8_t *p, size_t n);
+int32_t jgram_add_lits(jgram *g, const uint8_t *const *lits, const size_t *lens, int n);
+int32_t jgram_add_seq(jgram *g, const int32_t *kids, int n);
+int32_t jgram_add_keyed(jgram *g, const uint8_t *const *keys, const size_t *lens, const int32_t *nodes, int n);
+int32_t jgram_add_raw(jgram *g, int64_t min, int64_t max);
 
 /* ---- the byte machine ---- */
 
@@ -88,8 +118,9 @@ int jgram_check(const jgram *g, const uint8_t *p, size_t n);
 /* ---- the vocabulary trie (one per tokenizer, shared read-only) ---- */
 
 typedef struct jg_vocab jg_vocab;
-/* bytes(ud, id, &len): the bytes of id, or NULL for ids never generated as text
- * (special tokens, holes). All memory MEM_TOK. */
+/* bytes(ud, id, &len): the bytes of id, NULL for ids never generated (holes),
+ * or jgram_special_mark for a special token (it then matches only grammar
+ * literals that name it: JG_SPECIAL_LEAD ...). All memory MEM_TOK. */
 int jgram_vocab_build(jg_vocab **out, int32_t n_vocab, const uint8_t *(*bytes)(void *ud, int32_t id, size_t *len),
                       void *ud, char *err, size_t errlen);
 void jgram_vocab_free(jg_vocab *v); /* accepts NULL */

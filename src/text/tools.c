@@ -324,6 +324,36 @@ int tools_emit_prefill(int fmt, const chat_tools *tools, size_t global, tools_se
     return ex_end(&x);
 }
 
+/* ===== parts, for the forced-call grammar (toolgram.c) ===== */
+
+int tools_expand_part(int fmt, int part, const char *name, size_t index, const char *key, const char *type,
+                      tools_seg_fn seg, void *ud) {
+    const tool_fmt *f = fmt_of(fmt);
+    const char *tpl = NULL;
+    switch (part) {
+    case TOOLS_SEC_OPEN: tpl = f->sec_open; break;
+    case TOOLS_SEC_CLOSE: tpl = f->sec_close; break;
+    case TOOLS_CALL_HEAD: tpl = f->call_head; break;
+    case TOOLS_CALL_HEAD_NAME: tpl = f->call_head ? strstr(f->call_head, "%N") : NULL; break;
+    case TOOLS_CALL_TAIL: tpl = f->call_tail; break;
+    case TOOLS_ARG_HEAD: tpl = f->arg_head; break;
+    case TOOLS_ARG_TAIL: tpl = f->arg_tail; break;
+    case TOOLS_JSON_HEAD: tpl = f->json_head; break;
+    case TOOLS_JSON_TAIL: tpl = f->json_tail; break;
+    }
+    if (!tpl) return STRATA_EINVAL;
+    expander x = {.seg = seg, .ud = ud, .name = name, .key = key, .type = type, .index = index};
+    expand(&x, tpl, 0);
+    return ex_end(&x);
+}
+
+size_t tools_call_index(int fmt, size_t calls_before, size_t k) {
+    const tool_fmt *f = fmt_of(fmt);
+    return f->index == IDX_GLOBAL ? calls_before + k : k + (size_t)f->index_base;
+}
+
+int tools_typed(int fmt) { return fmt_of(fmt)->arg_head != NULL; }
+
 /* ===== the parser ===== */
 
 /* What the parser expects next. */
@@ -346,6 +376,7 @@ struct tools_parser {
     char **names;            /* (n_names) declared tools */
     size_t n_names;
     int forced, forced_open; /* a forced choice / its call not handed out yet */
+    size_t pre_n;            /* bytes of unit from the forced call's prefill */
     int parallel;
     int st;
     const char *cur;         /* the template being matched (S_HEAD, S_ARGHEAD) */
@@ -444,6 +475,7 @@ int tools_parser_open(tools_parser **out, int fmt, const chat_tools *tools, size
         p->forced = p->forced_open = 1;
         if (pre.oom || feed(p, pre.s, pre.n)) bad = 1;
         p->out.n = 0;
+        p->pre_n = p->unit.n;
         base_free(pre.s);
     }
     if (bad || p->oom) {
@@ -460,18 +492,6 @@ static int declared(const tools_parser *p, const char *name) {
     for (size_t i = 0; i < p->n_names; i++)
         if (!strcmp(p->names[i], name)) return 1;
     return 0;
-}
-
-/* A forced call's name: the declared one sharing the longest prefix with what
- * the model wrote (the first on ties), so the call names a real tool. */
-static const char *nearest(const tools_parser *p, const char *name) {
-    size_t best = 0, best_len = 0;
-    for (size_t i = 0; i < p->n_names; i++) {
-        size_t k = 0;
-        while (p->names[i][k] && p->names[i][k] == name[k]) k++;
-        if (k > best_len) { best = i; best_len = k; }
-    }
-    return p->n_names ? p->names[best] : name;
 }
 
 static void add_call(tools_parser *p, const char *name, const char *args) {
@@ -516,29 +536,37 @@ static int finish_call(tools_parser *p) {
     const char *args = call_args(p);
     const char *name = p->name.s ? p->name.s : "";
     if (p->oom || p->args.oom || p->name.oom) return 0;
-    const int ok = declared(p, name) && is_object(args, strlen(args));
-    if (!ok && !p->forced_open) return 0;
-    add_call(p, ok ? name : nearest(p, name), args);
+    if (!declared(p, name) || !is_object(args, strlen(args))) return 0;
+    add_call(p, name, args);
     p->forced_open = 0;
     return 1;
 }
 
-/* The forced call did not complete: hand it out with what the model wrote. */
-static void finish_forced(tools_parser *p) {
+/* A forced call cut short (max_tokens) with its name written: handed out with
+ * the arguments as far as the model wrote them (finish_reason "length" says
+ * so). A name that is not a declared tool is never relabelled: a forced call's
+ * grammar (toolgram.h) writes only declared names, so that text is content. */
+static int finish_forced(tools_parser *p) {
+    const char *name = p->name.s ? p->name.s : "";
+    if (p->st == S_HEAD || !declared(p, name)) return 0;
     if (p->f->arg_head && p->n_args > 0) sb_byte(&p->args, '}');
     else if (p->f->arg_head && p->n_args == 0) { p->args.n = 0; sb_str(&p->args, "{}"); }
-    const char *name = p->name.s ? p->name.s : "";
-    add_call(p, declared(p, name) ? name : nearest(p, name), p->args.s ? p->args.s : "");
+    add_call(p, name, p->args.s ? p->args.s : "");
+    p->forced_open = 0;
+    return 1;
+}
+
+/* The unit's text as content: what the model wrote (a forced call's prefill is
+ * the prompt's, not the reply's). */
+static void unit_content(tools_parser *p) {
+    const size_t skip = p->forced_open ? (p->pre_n < p->unit.n ? p->pre_n : p->unit.n) : 0;
+    sb_add(&p->out, p->unit.s + skip, p->unit.n - skip);
     p->forced_open = 0;
 }
 
 /* What was parsed is not a call: its text becomes content. */
 static void fail_unit(tools_parser *p) {
-    if (p->forced_open) {
-        finish_forced(p);
-    } else {
-        sb_add(&p->out, p->unit.s, p->unit.n);
-    }
+    if (!(p->forced_open && finish_forced(p))) unit_content(p);
     p->unit.n = 0;
     reset_call(p);
     p->st = S_TEXT;
@@ -767,11 +795,9 @@ int tools_parser_flush(tools_parser *p, const char **content, size_t *content_n)
     if (p->st == S_TEXT) {
         sb_add(&p->out, p->term, p->tm); /* a held start of sec_open */
         p->tm = 0;
-    } else if (p->forced_open) {
-        if (p->st == S_VALUE) close_arg(p);
-        finish_forced(p);
     } else {
-        sb_add(&p->out, p->unit.s, p->unit.n);
+        if (p->forced_open && p->st == S_VALUE) close_arg(p);
+        if (!(p->forced_open && finish_forced(p))) unit_content(p);
     }
     p->unit.n = 0;
     p->st = S_TEXT;

@@ -50,6 +50,7 @@ typedef struct chat_tool {
     const char *name;        /* [A-Za-z0-9_-]{1,64} */
     const char *description; /* NULL: none */
     const char *parameters;  /* NULL: none */
+    int strict;              /* 1: a forced call's arguments must follow parameters (toolgram.h) */
 } chat_tool;
 
 /* tool_choice: AUTO lets the model choose; NONE declares the tools but reads no
@@ -91,6 +92,18 @@ int tools_emit_result(int fmt, const char *name, size_t index, size_t global, co
  * number of calls before it in the conversation. */
 int tools_emit_prefill(int fmt, const chat_tools *tools, size_t global, tools_seg_fn seg, void *ud);
 
+/* ---- the parts of a call, for the forced-call grammar (toolgram.h) ---- */
+enum { TOOLS_SEC_OPEN, TOOLS_SEC_CLOSE, TOOLS_CALL_HEAD, TOOLS_CALL_HEAD_NAME /* call_head from the name on */,
+       TOOLS_CALL_TAIL, TOOLS_ARG_HEAD, TOOLS_ARG_TAIL, TOOLS_JSON_HEAD, TOOLS_JSON_TAIL };
+/* One part expanded (name, index, key, type fill its placeholders); STRATA_EINVAL
+ * when the format has no such part (typed arguments outside XTML). */
+int tools_expand_part(int fmt, int part, const char *name, size_t index, const char *key, const char *type,
+                      tools_seg_fn seg, void *ud);
+/* %I of the k-th call (from 0) of a turn after calls_before calls. */
+size_t tools_call_index(int fmt, size_t calls_before, size_t k);
+/* 1: arguments as typed blocks (XTML), 0: as JSON text. */
+int tools_typed(int fmt);
+
 /* ---- parsing generated text ----
  * A streaming parser over the reply's text (the response and tools channels,
  * control markers spelled as text). Text outside a call section is content
@@ -98,8 +111,9 @@ int tools_emit_prefill(int fmt, const chat_tools *tools, size_t global, tools_se
  * handed out once it is complete and well formed (a declared name, arguments
  * that parse as a JSON object); anything else, a truncated section included,
  * comes back as content at the end. With a forced choice (tools_parser_open's
- * prefill), the first call is always handed out: its name the declared one
- * nearest to what the model wrote, its arguments what it wrote. */
+ * prefill), a first call cut short is handed out when its name is a declared
+ * tool, its arguments as written; an undeclared name is content (never
+ * relabelled: the forced-call grammar, toolgram.h, writes declared names). */
 typedef struct tools_parser tools_parser;
 /* tools: copied (names only). calls_before: the calls in the history (K2's
  * index of the prefill). MEM_TOK. */

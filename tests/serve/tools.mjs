@@ -5,7 +5,11 @@
 // model writes that is not a call comes back as content; malformed tool
 // definitions are 400s. Random weights write garbage, so the checks are on
 // shapes and on what a forced call guarantees (a declared name, arguments a
-// string), and streamed == not streamed for the same seed. "ALL OK" at the end.
+// string), and streamed == not streamed for the same seed. A forced call is
+// constrained decoding (docs/serve.md "Tool calls"): its name is declared and
+// its arguments validate against the tool's parameters with ajv, alone and 4
+// concurrent requests equal to their solo runs. "ALL OK" at the end.
+import Ajv from 'ajv';
 import OpenAI from 'openai';
 
 const [port, key, model] = process.argv.slice(2);
@@ -18,21 +22,32 @@ function check(cond, what, extra) {
   }
 }
 
+// short strings: random weights rarely end a string, so bounds keep forced calls short
 const tools = [
-  { type: 'function', function: { name: 'get_weather', description: 'Current weather of a city',
-    parameters: { type: 'object', properties: { city: { type: 'string' }, days: { type: 'integer' } }, required: ['city'] } } },
+  { type: 'function', function: { name: 'get_weather', description: 'Current weather of a city', strict: true,
+    parameters: { type: 'object', properties: { city: { type: 'string', maxLength: 6 }, days: { type: 'integer' },
+      units: { enum: ['C', 'F', null] } }, required: ['city', 'units'], additionalProperties: false } } },
   { type: 'function', function: { name: 'get_time', description: 'Local time',
     parameters: { type: 'object', properties: { tz: { type: 'string', enum: ['UTC', 'CET'] } } } } },
 ];
 const names = tools.map((t) => t.function.name);
+const ajv = new Ajv({ strict: false });
+const validators = Object.fromEntries(tools.map((t) => [t.function.name, ajv.compile(t.function.parameters)]));
 const base = { model, max_tokens: 24, seed: 7, temperature: 0.8, reasoning_effort: 'none' };
+const forcedMax = 160; // room for a whole constrained call (parallel: several)
 const ask = [{ role: 'user', content: 'What is the weather in Paris, and the time?' }];
 
-function checkCalls(calls, what) {
+// forced: the arguments parse and validate against the tool's parameters
+function checkCalls(calls, what, forced) {
   check(Array.isArray(calls) && calls.length >= 1, `${what}: tool_calls`, calls);
   calls.forEach((c, i) => {
     check(typeof c.id === 'string' && c.id.startsWith('call_') && c.type === 'function', `${what}: call ${i} id/type`, c);
     check(names.includes(c.function.name) && typeof c.function.arguments === 'string', `${what}: call ${i} name/arguments`, c);
+    if (!forced) return;
+    let args = null;
+    try { args = JSON.parse(c.function.arguments); } catch (e) { check(false, `${what}: call ${i} arguments parse`, c); }
+    const v = validators[c.function.name];
+    check(v(args), `${what}: call ${i} arguments validate`, { call: c, errors: v.errors });
   });
   check(new Set(calls.map((c) => c.id)).size === calls.length, `${what}: ids distinct`, calls);
 }
@@ -63,7 +78,7 @@ async function streamed(params) {
 for (const stream of [false, true]) {
   const what = stream ? 'loop (streamed)' : 'loop';
   // 1. the forced call
-  const p1 = { ...base, messages: ask, tools, tool_choice: 'required' };
+  const p1 = { ...base, max_tokens: forcedMax, messages: ask, tools, tool_choice: 'required' };
   let msg, finish;
   if (stream) {
     const r = await streamed(p1);
@@ -76,7 +91,7 @@ for (const stream of [false, true]) {
     check(msg.content === null || typeof msg.content === 'string', `${what}: content`, msg);
   }
   check(finish === 'tool_calls', `${what}: finish_reason`, finish);
-  checkCalls(msg.tool_calls, what);
+  checkCalls(msg.tool_calls, what, true);
   // 2. results in the history, 3. the answer (random weights may write NUL,
   // which a message may not hold: the echo drops it)
   const noNul = (x) => (typeof x === 'string' ? x.replaceAll('\u0000', '') : x);
@@ -97,7 +112,7 @@ for (const stream of [false, true]) {
 
 // the same request streamed and not gives the same calls, ids included
 {
-  const p = { ...base, messages: ask, tools, tool_choice: 'required' };
+  const p = { ...base, max_tokens: forcedMax, messages: ask, tools, tool_choice: 'required' };
   const a = (await client.chat.completions.create(p)).choices[0].message.tool_calls;
   const b = (await streamed(p)).calls;
   check(JSON.stringify(a) === JSON.stringify(b), 'streamed == not streamed', { a, b });
@@ -108,12 +123,38 @@ for (const stream of [false, true]) {
 
 // a named choice calls that tool; parallel_tool_calls false: one call
 {
-  const r = await client.chat.completions.create({ ...base, messages: ask, tools, parallel_tool_calls: false,
-    tool_choice: { type: 'function', function: { name: 'get_time' } } });
-  const m = r.choices[0].message;
-  check(r.choices[0].finish_reason === 'tool_calls' && m.tool_calls.length === 1 && m.tool_calls[0].function.name === 'get_time',
-        'named choice', r.choices[0]);
+  for (const name of names) {
+    for (const parallel of [false, true]) {
+      const p = { ...base, max_tokens: forcedMax, messages: ask, tools, parallel_tool_calls: parallel,
+        tool_choice: { type: 'function', function: { name } } };
+      const r = await client.chat.completions.create(p);
+      const m = r.choices[0].message;
+      check(r.choices[0].finish_reason === 'tool_calls' && m.tool_calls.length === 1 && m.tool_calls[0].function.name === name,
+            'named choice', r.choices[0]);
+      checkCalls(m.tool_calls, `named ${name}`, true);
+      const s = await streamed(p);
+      check(JSON.stringify(s.calls) === JSON.stringify(m.tool_calls), `named ${name}: streamed == not`, { s, m });
+    }
+  }
+  // required without parallel calls: exactly one
+  const one = await client.chat.completions.create({ ...base, max_tokens: forcedMax, messages: ask, tools, tool_choice: 'required',
+    parallel_tool_calls: false, seed: 11 });
+  check(one.choices[0].message.tool_calls.length === 1, 'required, parallel off: one call', one.choices[0]);
+  checkCalls(one.choices[0].message.tool_calls, 'required, parallel off', true);
   console.log('named: ok');
+}
+
+// forced calls over seeds, 4 at once: each equal to its solo run, each valid
+{
+  const reqs = [1, 2, 3, 4].map((seed) => ({ ...base, max_tokens: forcedMax, seed, messages: ask, tools, tool_choice: 'required' }));
+  const solo = [];
+  for (const p of reqs) solo.push((await client.chat.completions.create(p)).choices[0]);
+  const together = await Promise.all(reqs.map((p) => client.chat.completions.create(p)));
+  together.forEach((r, i) => {
+    check(JSON.stringify(r.choices[0]) === JSON.stringify(solo[i]), `concurrent ${i} == solo`, { c: r.choices[0], s: solo[i] });
+    checkCalls(solo[i].message.tool_calls, `seed ${i + 1}`, true);
+  });
+  console.log(`concurrent: ok (${solo.map((c) => c.message.tool_calls.length).join(', ')} calls)`);
 }
 
 // parallel calls in the history (two calls, two results in order), then an answer
@@ -161,6 +202,7 @@ for (const stream of [false, true]) {
     [{ tool_choice: 'required' }, 'tool_choice'],
     [{ tools, messages: [...ask, { role: 'tool', tool_call_id: 'call_none', content: 'x' }] }, 'messages.tool_call_id'],
     [{ tools, messages: [...ask, { role: 'tool', content: 'x' }] }, 'messages.tool_call_id'],
+    [{ tools: [{ type: 'function', function: { name: 'x', strict: true, parameters: { type: 'object', properties: { a: { type: 'string', format: 'x-nope' } } } } }] }, 'tools'],
     [{ tools, messages: [{ role: 'user', content: 'x', tool_calls: [{ id: 'a', type: 'function', function: { name: 'x', arguments: '{}' } }] }] }, 'messages.tool_calls'],
   ];
   for (const [extra, param] of bad) {
