@@ -4,6 +4,9 @@
  *                  supported keyword.
  *   gram_errors:   unsupported keywords and hostile schemas are bounded errors
  *                  naming the keyword or the place.
+ *   gram_pattern:  pattern (each regex construct) and format strings accepted /
+ *                  rejected, with length bounds; refused constructs and hostile
+ *                  patterns are bounded errors naming them.
  *   gram_mask:     token masks over a small vocabulary equal feeding each
  *                  token's bytes (string fast path and whole-trie walk); end
  *                  ids only when complete; the cache agrees.
@@ -129,9 +132,9 @@ static int refused(const char *schema, const char *want) {
 }
 
 TEST(gram_errors) {
-    CHECK(refused("{\"type\":\"string\",\"pattern\":\"^a\"}", "unsupported keyword 'pattern'"));
-    CHECK(refused("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}}}",
-                  "#/properties/d: unsupported keyword 'format'"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "'pattern' '(?=a)': lookahead"));
+    CHECK(refused("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"hostname\"}}}",
+                  "#/properties/d: unsupported format 'hostname'"));
     CHECK(refused("{\"type\":\"integer\",\"minimum\":0}", "'minimum'"));
     CHECK(refused("{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"));
     CHECK(refused("{\"type\":\"objekt\"}", "unknown type 'objekt'"));
@@ -335,4 +338,115 @@ TEST(gram_cli) {
     int rc = t_run(cmd, &out);
     CHECK_MSG(rc == 2 && out && strstr(out, "unsupported keyword 'pattern'"), "rc %d: %s", rc, out ? out : "");
     base_free(out);
+}
+
+/* ---- gram_pattern ---- */
+
+/* schema {"type":"string", EXTRA} against the JSON string text doc (quotes
+ * added): want 1 complete, 0 prefix (no closing quote added), -1 rejected. */
+static int pat_case(const char *extra, const char *doc, int want) {
+    char schema[1024], err[512], text[512];
+    snprintf(schema, sizeof schema, "{\"type\":\"string\",%s}", extra);
+    jgram *g = compile(schema, err, sizeof err);
+    if (!g) { fprintf(stderr, "  %s: %s\n", schema, err); return 0; }
+    snprintf(text, sizeof text, want == 0 ? "\"%s" : "\"%s\"", doc);
+    int ok = check(g, text, want);
+    if (!ok) fprintf(stderr, "    schema %s\n", schema);
+    strata_grammar_free(g);
+    return ok;
+}
+
+#define P(pat) "\"pattern\":\"" pat "\""
+#define F(fmt) "\"format\":\"" fmt "\""
+
+TEST(gram_pattern) {
+    /* literals, classes, quantifiers, anchors (JSON-escaped regex text) */
+    CHECK(pat_case(P("^[a-z]{2,3}$"), "ab", 1) && pat_case(P("^[a-z]{2,3}$"), "abc", 1));
+    CHECK(pat_case(P("^[a-z]{2,3}$"), "a", -1) && pat_case(P("^[a-z]{2,3}$"), "abcd", -1) && pat_case(P("^[a-z]{2,3}$"), "aB", -1));
+    CHECK(pat_case(P("^[a-z]{2,3}$"), "ab", 0));
+    CHECK(pat_case(P("^\\\\d+(\\\\.\\\\d{1,2})?$"), "12.5", 1) && pat_case(P("^\\\\d+(\\\\.\\\\d{1,2})?$"), "12.", -1));
+    CHECK(pat_case(P("^\\\\d+(\\\\.\\\\d{1,2})?$"), "1.234", -1) && pat_case(P("^\\\\d+(\\\\.\\\\d{1,2})?$"), "x", -1));
+    CHECK(pat_case(P("^(?:cat|dog)s?$"), "cats", 1) && pat_case(P("^(?:cat|dog)s?$"), "dog", 1) && pat_case(P("^(?:cat|dog)s?$"), "cow", -1));
+    CHECK(pat_case(P("^(?<x>a)(b)*?c$"), "abbc", 1) && pat_case(P("^a{3}$"), "aaa", 1) && pat_case(P("^a{3}$"), "aa", -1));
+    CHECK(pat_case(P("^a{2,}$"), "aaaaa", 1) && pat_case(P("^a{2,}$"), "a", -1) && pat_case(P("^a{$"), "a{", 1));
+    CHECK(pat_case(P("^[^\\\\d]$"), "a", 1) && pat_case(P("^[^\\\\d]$"), "1", -1) && pat_case(P("^[\\\\w-]+$"), "a_-9", 1));
+    CHECK(pat_case(P("^\\\\s\\\\S\\\\W\\\\D$"), " x-a", 1) && pat_case(P("^\\\\s$"), "\\t", 1) && pat_case(P("^\\\\W$"), "a", -1));
+    /* search semantics where an anchor is missing */
+    CHECK(pat_case(P("ab"), "xxabyy", 1) && pat_case(P("ab"), "xxa", -1) && pat_case(P("ab"), "xxa", 0));
+    CHECK(pat_case(P("^ab"), "abzz", 1) && pat_case(P("^ab"), "zab", -1) && pat_case(P("ab$"), "zzab", 1) && pat_case(P("ab$"), "abz", -1));
+    CHECK(pat_case(P("^a|b$"), "axx", 1) && pat_case(P("^a|b$"), "xxb", 1) && pat_case(P("^a|b$"), "xx", -1));
+    CHECK(pat_case(P("^$"), "", 1) && pat_case(P("^$"), "a", -1) && pat_case(P(""), "anything", 1));
+    /* '.' and negated classes: whole code points, not line terminators for '.' */
+    CHECK(pat_case(P("^.$"), "\xc3\xa9", 1) && pat_case(P("^.$"), "\xf0\x9f\x98\x80", 1) && pat_case(P("^.$"), "\\n", -1));
+    CHECK(pat_case(P("^.$"), "ab", -1) && pat_case(P("^[^a]$"), "\xe2\x82\xac", 1) && pat_case(P("^[^a]$"), "\\n", 1));
+    CHECK(pat_case(P("^[^a]$"), "a", -1) && pat_case(P("^[\\u00e0-\\u00ff]+$"), "\xc3\xa9\xc3\xa0", 1));
+    CHECK(pat_case(P("^\\\\u00e9\\\\x41$"), "\xc3\xa9" "A", 1) && pat_case(P("^\\\\u00e9$"), "\\u00e9", -1)); /* no \u in pattern strings */
+    CHECK(pat_case(P("^\\\\uD83D\\\\uDE00$"), "\xf0\x9f\x98\x80", 1));
+    /* characters JSON escapes: the escape feeds the byte it stands for */
+    CHECK(pat_case(P("^a\\\"\\\\\\\\b$"), "a\\\"\\\\b", 1) && pat_case(P("^a\\\\nb$"), "a\\nb", 1) && pat_case(P("^a\\\\nb$"), "a\\tb", -1));
+    CHECK(pat_case(P("^/$"), "\\/", 1) && pat_case(P("^/$"), "/", 1) && pat_case(P("^x$"), "\\x", -1));
+    /* length bounds fold into the DFA */
+    CHECK(pat_case(P("^[a-z]+$") ",\"maxLength\":3", "abc", 1) && pat_case(P("^[a-z]+$") ",\"maxLength\":3", "abcd", -1));
+    CHECK(pat_case(P("^[a-z]+$") ",\"minLength\":2", "a", -1) && pat_case(P("^[a-z]+$") ",\"minLength\":2", "ab", 1));
+    CHECK(pat_case(P("^(aa)+$") ",\"minLength\":3,\"maxLength\":4", "aaaa", 1) && pat_case(P("^(aa)+$") ",\"minLength\":3", "aa", -1));
+    CHECK(pat_case(P("^.+$") ",\"maxLength\":2", "\xe2\x82\xac\xe2\x82\xac", 1) && pat_case(P("^.+$") ",\"maxLength\":2", "abc", -1));
+    /* formats */
+    CHECK(pat_case(F("date"), "2024-02-29", 1) && pat_case(F("date"), "2000-02-29", 1) && pat_case(F("date"), "2023-02-29", -1));
+    CHECK(pat_case(F("date"), "1900-02-29", -1) && pat_case(F("date"), "2023-04-31", -1) && pat_case(F("date"), "2023-13-01", -1));
+    CHECK(pat_case(F("date"), "2023-12-31", 1) && pat_case(F("date"), "2023-1-01", -1));
+    CHECK(pat_case(F("time"), "12:30:00Z", 1) && pat_case(F("time"), "23:59:59.123+05:30", 1) && pat_case(F("time"), "24:00:00Z", -1));
+    CHECK(pat_case(F("time"), "12:30:00", -1) && pat_case(F("date-time"), "2024-01-01T00:00:00-08:00", 1));
+    CHECK(pat_case(F("date-time"), "2024-01-01 00:00:00Z", -1));
+    CHECK(pat_case(F("uuid"), "123e4567-e89b-12d3-a456-426614174000", 1) && pat_case(F("uuid"), "123e4567-e89b-12d3-a456-42661417400", -1));
+    CHECK(pat_case(F("email"), "first.last+x@mail.example.org", 1) && pat_case(F("email"), "a@b", -1));
+    CHECK(pat_case(F("email"), "a..b@x.org", -1) && pat_case(F("email"), "a@-x.org", -1));
+    CHECK(pat_case(F("ipv4"), "192.168.0.1", 1) && pat_case(F("ipv4"), "256.1.1.1", -1) && pat_case(F("ipv4"), "01.1.1.1", -1));
+    CHECK(pat_case(F("date") "," P("^2024"), "2024-01-31", 1) && pat_case(F("date") "," P("^2024"), "2023-01-31", -1));
+    /* a type list: the format applies to the string alternative only */
+    {
+        char err[512];
+        jgram *g = compile("{\"type\":[\"string\",\"integer\"],\"format\":\"ipv4\",\"pattern\":\"^1\"}", err, sizeof err);
+        CHECK_MSG(g != NULL, "%s", err);
+        if (g) CHECK(check(g, "\"10.0.0.1\"", 1) && check(g, "7", 1) && check(g, "\"20.0.0.1\"", -1));
+        strata_grammar_free(g);
+    }
+    /* refused constructs and hostile patterns: bounded errors naming them */
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"a(?!b)\"}", "lookahead '(?!'"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(?<=a)b\"}", "lookbehind '(?<='"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreferences (\\1)"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(?<n>a)\\\\k<n>\"}", "backreferences (\\k<name>)"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"\\\\bword\"}", "word boundaries"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"\\\\p{L}\"}", "Unicode property"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"a^b\"}", "'^' and '$' are supported only"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"a{65}\"}", "repeat counts above 64"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"[z-a]\"}", "out of order"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(ab\"}", "not closed"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"ab)\"}", "unmatched ')'"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"*a\"}", "nothing to repeat"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"a**\"}", "quantifier follows a quantifier"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":5}", "'pattern' must be a string"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"^a\\\\u0001b$\"}", "no string that JSON text can carry"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"^(aa)+$\",\"minLength\":3,\"maxLength\":3}", "no string"));
+    CHECK(refused("{\"type\":\"string\",\"format\":\"uri\"}", "unsupported format 'uri'"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(a|b)*a(a|b){20}\"}", "more than 4096 automaton states"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"((a{64}){64}){64}\"}", "too large"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":100000}", "more than 4096 automaton states") ||
+          refused("{\"type\":\"string\",\"pattern\":\"[a-z]\",\"maxLength\":100000}", "more than 4096 automaton states"));
+    {
+        /* catastrophic nesting for a backtracker is a small DFA here */
+        char err[512];
+        jgram *g = compile("{\"type\":\"string\",\"pattern\":\"^((a*)*)*b$\"}", err, sizeof err);
+        CHECK_MSG(g != NULL, "%s", err);
+        if (g) CHECK(check(g, "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\"", 1) && check(g, "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", -1));
+        strata_grammar_free(g);
+    }
+    {
+        /* the error names the place */
+        char err[512];
+        strata_grammar *g = NULL;
+        const char *s = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}";
+        strata_grammar_json_schema(&g, s, strlen(s), err, sizeof err);
+        CHECK_MSG(!g && strstr(err, "json schema at #/properties/x: 'pattern' '(?=x)': lookahead"), "%s", err);
+        strata_grammar_free(g);
+    }
 }

@@ -14,8 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base.h"
+#include "jregex.h"
 
-enum { F_VAL = 1, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT };
+enum { F_VAL = 1, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_PAT };
+/* pattern string sub-states (F_PAT; b = the DFA state): content, after '\\' */
+enum { P_NORM, P_ESC };
 /* object sub-states: after '{', inside a listed key, before ':', after a value, after ',' */
 enum { O_OPEN, O_KEY, O_COLON, O_AFTER, O_NEXT };
 enum { A_OPEN, A_AFTER };
@@ -41,6 +44,7 @@ void jgram_free(jgram *g) {
     base_free(g->lits);
     base_free(g->alts);
     base_free(g->bytes);
+    base_free(g->pat);
     base_free(g);
 }
 
@@ -50,7 +54,7 @@ static int first_ok(const jgram *g, int32_t node, uint8_t c, int guard) {
     switch (n->kind) {
     case JG_OBJ: return c == '{';
     case JG_ARR: return c == '[';
-    case JG_STR: return c == '"';
+    case JG_STR: case JG_PAT: return c == '"';
     case JG_NUM: case JG_INT: return c == '-' || is_digit(c);
     case JG_LIT:
         for (int32_t i = 0; i < n->n; i++)
@@ -96,6 +100,7 @@ static int step_val(const jgram *g, jg_frame *f, uint8_t c) {
     case JG_OBJ: if (c != '{') return R_DEAD; f->kind = F_OBJ; f->sub = O_OPEN; return R_OK;
     case JG_ARR: if (c != '[') return R_DEAD; f->kind = F_ARR; f->sub = A_OPEN; return R_OK;
     case JG_STR: if (c != '"') return R_DEAD; f->kind = F_STR; f->sub = S_NORM; return R_OK;
+    case JG_PAT: if (c != '"') return R_DEAD; f->kind = F_PAT; f->sub = P_NORM; return R_OK;
     case JG_NUM: case JG_INT: f->kind = F_NUM; f->sub = N_START; return R_AGAIN;
     case JG_LIT: f->kind = F_LIT; f->a = n->lo; f->b = 0; return R_AGAIN;
     }
@@ -219,6 +224,34 @@ static int step_str(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
     return R_DEAD;
 }
 
+/* A pattern string: the content bytes run the node's DFA, escapes by the byte
+ * they stand for (no \u: jregex.h); '"' closes in an accepting state. The DFA
+ * is trimmed, so every live state can still finish: no dead end. */
+static int step_pat(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
+    const uint16_t *row = g->pat + (size_t)(g->nodes[f->node].lo + f->b) * JRE_ROW;
+    if (f->sub == P_ESC) {
+        const int d = jregex_unescape(c);
+        if (d < 0 || row[d] == JRE_DEAD) return R_DEAD;
+        f->b = row[d];
+        f->sub = P_NORM;
+        return R_OK;
+    }
+    if (c == '"') {
+        if (!row[256]) return R_DEAD;
+        s->depth--;
+        return R_OK;
+    }
+    if (c == '\\') {
+        static const uint8_t esc[] = "btnfr\"\\/";
+        for (size_t i = 0; i + 1 < sizeof esc; i++)
+            if (row[jregex_unescape(esc[i])] != JRE_DEAD) { f->sub = P_ESC; return R_OK; }
+        return R_DEAD;
+    }
+    if (c < 0x20 || row[c] == JRE_DEAD) return R_DEAD;
+    f->b = row[c];
+    return R_OK;
+}
+
 static int num_accepting(const jg_frame *f) {
     return f->sub == N_ZERO || f->sub == N_INT || f->sub == N_FRAC || f->sub == N_EXP;
 }
@@ -286,6 +319,7 @@ int jgram_feed(const jgram *g, jg_state *s, uint8_t c) {
         case F_STR: r = step_str(g, s, f, c); break;
         case F_NUM: r = step_num(g, s, f, c); break;
         case F_LIT: r = step_lit(g, s, f, c); break;
+        case F_PAT: r = step_pat(g, s, f, c); break;
         }
         if (r == R_OK) return 0;
         if (r == R_DEAD) return -1;

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include "base.h"
+#include "jregex.h"
 #include "jsonx.h"
 
 #define MAX_ENUM 4096
@@ -22,6 +23,7 @@
 #define MAX_REFS 1024
 #define MAX_REC 200      /* compile recursion (C stack) */
 #define MAX_KEY 4096
+#define MAX_PAT_ROWS 16384 /* pattern DFA states, all strings of a schema (257 x 2 bytes each) */
 
 typedef struct { const json_t *s; int32_t node; } memo_t;
 
@@ -170,7 +172,8 @@ static int64_t add_text(cx *c, const json_t *v, const char *key, int32_t *len) {
 static const char *const k_notes[] = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
                                       "definitions", "deprecated", "readOnly", "writeOnly", NULL};
 static const char *const k_known[] = {"type", "properties", "required", "additionalProperties", "enum", "const", "items",
-                                      "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "$ref", NULL};
+                                      "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "$ref",
+                                      "pattern", "format", NULL};
 
 static int in_list(const char *k, const char *const *l) {
     for (; *l; l++) if (!strcmp(k, *l)) return 1;
@@ -390,6 +393,42 @@ static int32_t comp_array(cx *c, const json_t *s) {
     return id;
 }
 
+/* A string with a pattern and/or a format (checked in comp), its length bounds
+ * folded into one DFA (jregex.h) whose rows join the grammar's pat[]. */
+static int32_t comp_pattern(cx *c, const json_t *pat, const json_t *fmt, int64_t mn, int64_t mx) {
+    char why[256];
+    uint16_t *rows = NULL;
+    int32_t n = 0;
+    const char *ptext = pat ? json_string_value(pat) : NULL, *ftext = fmt ? json_string_value(fmt) : NULL;
+    if (jregex_compile(ptext, pat ? json_string_length(pat) : 0, ftext, mn, mx, &rows, &n, why, sizeof why)) {
+        if (pat) return fail(c, STRATA_EINVAL, "'pattern' '%.100s'%s%s%s: %s", ptext, fmt ? " with format '" : "", fmt ? ftext : "",
+                             fmt ? "'" : "", why);
+        return fail(c, STRATA_EINVAL, "'format' '%s': %s", ftext, why);
+    }
+    jgram *g = c->g;
+    if (g->n_pat / JRE_ROW + n > MAX_PAT_ROWS) {
+        base_free(rows);
+        return fail(c, STRATA_EINVAL, "the schema's patterns and formats need more than %d automaton states in all", MAX_PAT_ROWS);
+    }
+    const int64_t need = g->n_pat + (int64_t)n * JRE_ROW;
+    if (need > g->cap_pat) {
+        int64_t nc = g->cap_pat ? g->cap_pat : 64 * JRE_ROW;
+        while (nc < need) nc *= 2;
+        uint16_t *q = base_realloc(g->pat, (size_t)nc * sizeof *q, MEM_MISC);
+        if (!q) { base_free(rows); return fail(c, STRATA_ENOMEM, "out of memory"); }
+        g->pat = q;
+        g->cap_pat = nc;
+    }
+    const int32_t id = new_node(c, JG_PAT);
+    if (id < 0) { base_free(rows); return -1; }
+    memcpy(g->pat + g->n_pat, rows, (size_t)n * JRE_ROW * sizeof *rows);
+    g->nodes[id].lo = (int32_t)(g->n_pat / JRE_ROW);
+    g->nodes[id].n = n;
+    g->n_pat = need;
+    base_free(rows);
+    return id;
+}
+
 static int32_t comp_type(cx *c, const json_t *s, const char *t) {
     static const char *const k_null[] = {"null"}, *const k_bool[] = {"true", "false"};
     if (!strcmp(t, "null")) return lit_node(c, k_null, 1);
@@ -403,6 +442,8 @@ static int32_t comp_type(cx *c, const json_t *s, const char *t) {
         if (get_count(c, s, "minLength", &mn) || get_count(c, s, "maxLength", &mx)) return -1;
         if (mx >= 0 && mn > mx) return fail(c, STRATA_EINVAL, "minLength %" PRId64 " > maxLength %" PRId64, mn, mx);
         if (mn > 1000000 || mx > INT32_MAX) return fail(c, STRATA_EINVAL, "string lengths above 1000000 are not supported");
+        const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+        if (pat || fmt) return comp_pattern(c, pat, fmt, mn, mx);
         int32_t id = new_node(c, JG_STR);
         if (id < 0) return -1;
         c->g->nodes[id].min = mn;
@@ -511,11 +552,21 @@ static int32_t comp(cx *c, const json_t *s) {
             if (!dup) types[nt++] = x;
         }
     } else if (t) { fail(c, STRATA_EINVAL, "'type' must be a string or a list of 1 to 7 strings"); goto out; }
+    /* pattern and format constrain strings only (other types ignore them, as JSON
+     * Schema says), but an unknown format is refused wherever it is */
+    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    if (pat && !json_is_string(pat)) { fail(c, STRATA_EINVAL, "'pattern' must be a string"); goto out; }
+    if (fmt && (!json_is_string(fmt) || !jregex_format(json_string_value(fmt)))) {
+        fail(c, STRATA_EINVAL, "unsupported format '%.60s' (supported: date, time, date-time, uuid, email, ipv4)",
+             json_is_string(fmt) ? json_string_value(fmt) : "(not a string)");
+        goto out;
+    }
     if (json_object_get(s, "enum") || json_object_get(s, "const")) { id = comp_enum(c, s, types, nt); goto out; }
     if (nt == 0) { /* the type the keywords imply */
         int obj = json_object_get(s, "properties") || json_object_get(s, "required") || json_object_get(s, "additionalProperties");
         int arr = json_object_get(s, "items") || json_object_get(s, "minItems") || json_object_get(s, "maxItems");
-        int str = json_object_get(s, "minLength") || json_object_get(s, "maxLength");
+        int str = json_object_get(s, "minLength") || json_object_get(s, "maxLength") || json_object_get(s, "pattern") ||
+                  json_object_get(s, "format");
         if (obj + arr + str > 1) { fail(c, STRATA_EINVAL, "keywords of several types without 'type'"); goto out; }
         if (!obj && !arr && !str) { id = any_node(c); goto out; }
         types[nt++] = obj ? "object" : arr ? "array" : "string";
@@ -551,7 +602,7 @@ static int first_set(const jgram *g, int32_t id, uint8_t set[256], int guard) {
     switch (n->kind) {
     case JG_OBJ: set['{'] = 1; break;
     case JG_ARR: set['['] = 1; break;
-    case JG_STR: set['"'] = 1; break;
+    case JG_STR: case JG_PAT: set['"'] = 1; break;
     case JG_NUM: case JG_INT: set['-'] = 1; for (int ch = '0'; ch <= '9'; ch++) set[ch] = 1; break;
     case JG_LIT: for (int32_t i = 0; i < n->n; i++) set[g->bytes[g->lits[n->lo + i].off]] = 1; break;
     case JG_CHOICE:

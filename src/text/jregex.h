@@ -1,0 +1,49 @@
+/*
+ * jregex.h: JSON Schema `pattern` and `format` -> a DFA over the UTF-8 bytes of
+ * a string's content (for jschema.c's pattern strings, run by jgram.c).
+ *
+ * The regex subset (ECMA-262 syntax, no flags): literals; escapes \d \w \s \D \W
+ * \S, \t \n \r \v \f \0 \cX \xHH \uXXXX and escaped syntax characters; classes
+ * [a-z0-9_] and negated [^...]; `.` (any code point but \n \r U+2028 U+2029);
+ * groups (...) (?:...) (?<name>...); alternation |; quantifiers * + ? {m} {m,}
+ * {m,n} (n <= JRE_MAX_REPEAT; lazy forms accepted, the language is the same).
+ * Negated classes and `.` match whole code points (never a surrogate).
+ * Anchors: `^` at the start and `$` at the end of the whole pattern or of a
+ * top-level alternative. A side without its anchor is searched, as JSON Schema
+ * specifies: any code points may come before (after) the match. Refused, by
+ * name: lookarounds, backreferences, \b \B, anchors elsewhere, \u{...}.
+ *
+ * The DFA accepts exactly the well-formed UTF-8 strings the pattern matches
+ * (intersected with the code-point length bounds, and with a format), trimmed
+ * to the states from which an accepting state can still be reached through
+ * bytes a JSON string can carry (raw >= 0x20, or \b \t \n \f \r \" \\ escapes):
+ * a generator that follows it never dead-ends. At most JRE_MAX_STATES states.
+ */
+#ifndef STRATA_JREGEX_H
+#define STRATA_JREGEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define JRE_MAX_STATES 4096 /* DFA states of one pattern (after the length bounds) */
+#define JRE_MAX_REPEAT 64   /* the largest m or n of {m,n} */
+#define JRE_MAX_PATTERN 2048 /* bytes of pattern text */
+#define JRE_DEAD 0xFFFF
+#define JRE_ROW 257         /* a state's row: next state per byte, then [256] = 1 when accepting */
+
+/* The pattern text of a supported format ("date", "time", "date-time", "uuid",
+ * "email", "ipv4"), or NULL. */
+const char *jregex_format(const char *name);
+
+/* pattern (may be NULL), format (NULL or a name jregex_format knows), code-point
+ * bounds min_len, max_len (-1: none) -> *rows, *n_states: n_states rows of
+ * JRE_ROW uint16 (state 0 starts; JRE_DEAD: no transition), MEM_MISC. why gets
+ * the reason on failure (-1). */
+int jregex_compile(const char *pattern, size_t len, const char *format, int64_t min_len, int64_t max_len, uint16_t **rows,
+                   int32_t *n_states, char *why, size_t whylen);
+
+/* The byte a JSON escape letter decodes to (b f n r t " \ /), or -1 (also 'u':
+ * pattern strings take no \u escapes). */
+int jregex_unescape(uint8_t c);
+
+#endif
