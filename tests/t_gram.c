@@ -188,6 +188,8 @@ static const char *const mask_pieces[] = {
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", /* 31-33: the cap */
     NULL, "ab", "abcd", "a", "aa", "aaa", "aaaa", "[1,", "[]", "{}", "\"\"", "\"a\"", NULL, "e", "E-", ".5", "-",
+    /* pieces of pattern and format strings */
+    "2024", "-0", "-02-29", "T1", ":3", "0Z", "Z\"", "@", ".org", "192.", "\\/", "\\t", "1\"", "-12\"", "ab\"", "\"2024-",
 };
 #define MASK_NPIECES ((int32_t)(sizeof mask_pieces / sizeof *mask_pieces))
 #define MASK_NV (256 + MASK_NPIECES + 2) /* + an end id and a hole */
@@ -289,6 +291,13 @@ TEST(gram_mask) {
         "\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}",
         "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"maxLength\":5}}",
         "{\"type\":[\"number\",\"null\",\"string\"]}",
+        /* pattern and format strings: the whole-trie walk, never the plain sets */
+        "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},\"t\":{\"type\":\"string\","
+        "\"format\":\"date-time\"},\"e\":{\"type\":\"string\",\"format\":\"email\",\"maxLength\":12},"
+        "\"i\":{\"type\":\"string\",\"format\":\"ipv4\"}},\"required\":[\"d\",\"t\",\"e\",\"i\"]}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-c\\\\d]{1,3}(?:-\\\\d+)?$\"},\"maxItems\":5}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"pattern\":\"ab|[\\\"/\\t]\",\"maxLength\":6}}",
+        "{\"type\":[\"string\",\"null\"],\"format\":\"uuid\"}",
     };
     int64_t n_masks = 0, n_cached = 0;
     /* the string fast path and the whole-trie walk, each against the bytes */
@@ -331,12 +340,32 @@ TEST(gram_cli) {
         base_free(out[1]);
     }
     strata_grammar_free(g);
+    /* pattern and format strings on the random model: still a document, every string matching */
+    const char *ps = "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},"
+                     "\"id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"},\"ip\":{\"type\":\"string\",\"format\":\"ipv4\"},"
+                     "\"w\":{\"type\":\"string\",\"pattern\":\"ok\",\"maxLength\":8}},\"required\":[\"d\",\"id\",\"ip\",\"w\"]}";
+    const char *pp = t_write("gram_pattern.json", ps, strlen(ps));
+    g = compile(ps, err, sizeof err);
+    CHECK_MSG(g != NULL, "%s", err);
+    for (int sampled = 0; sampled < 2 && g; sampled++) {
+        char cmd[2048], *o = NULL;
+        snprintf(cmd, sizeof cmd, "%s run %s --prompt 'a date' --gen 300 --json-schema %s %s 2>/dev/null", t_strata(), dir, pp,
+                 sampled ? "--temp 0.9 --seed 5" : "");
+        CHECK(t_run(cmd, &o) == 0);
+        if (o) {
+            size_t n = strlen(o);
+            while (n && o[n - 1] == '\n') n--;
+            CHECK_MSG(jgram_check(g, (const uint8_t *)o, n) == 1, "not a document: %s", o);
+        }
+        base_free(o);
+    }
+    strata_grammar_free(g);
     char cmd[2048], *out = NULL;
-    const char *bj = "{\"type\":\"string\",\"pattern\":\"x\"}";
+    const char *bj = "{\"type\":\"array\",\"uniqueItems\":true}";
     const char *bad = t_write("gram_bad.json", bj, strlen(bj));
     snprintf(cmd, sizeof cmd, "%s run %s --prompt x --json-schema %s 2>&1", t_strata(), dir, bad);
     int rc = t_run(cmd, &out);
-    CHECK_MSG(rc == 2 && out && strstr(out, "unsupported keyword 'pattern'"), "rc %d: %s", rc, out ? out : "");
+    CHECK_MSG(rc == 2 && out && strstr(out, "unsupported keyword 'uniqueItems'"), "rc %d: %s", rc, out ? out : "");
     base_free(out);
 }
 
