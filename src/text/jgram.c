@@ -228,27 +228,28 @@ static int step_str(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
  * they stand for (no \u: jregex.h); '"' closes in an accepting state. The DFA
  * is trimmed, so every live state can still finish: no dead end. */
 static int step_pat(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
-    const uint16_t *row = g->pat + (size_t)(g->nodes[f->node].lo + f->b) * JRE_ROW;
+    const jg_node *n = &g->nodes[f->node];
+    const uint16_t *cls = g->pat + n->lo, *row = cls + 256 + (size_t)f->b * (size_t)(n->extra + 1);
     if (f->sub == P_ESC) {
         const int d = jregex_unescape(c);
-        if (d < 0 || row[d] == JRE_DEAD) return R_DEAD;
-        f->b = row[d];
+        if (d < 0 || row[cls[d]] == JRE_DEAD) return R_DEAD;
+        f->b = row[cls[d]];
         f->sub = P_NORM;
         return R_OK;
     }
     if (c == '"') {
-        if (!row[256]) return R_DEAD;
+        if (!row[n->extra]) return R_DEAD;
         s->depth--;
         return R_OK;
     }
     if (c == '\\') {
         static const uint8_t esc[] = "btnfr\"\\/";
         for (size_t i = 0; i + 1 < sizeof esc; i++)
-            if (row[jregex_unescape(esc[i])] != JRE_DEAD) { f->sub = P_ESC; return R_OK; }
+            if (row[cls[jregex_unescape(esc[i])]] != JRE_DEAD) { f->sub = P_ESC; return R_OK; }
         return R_DEAD;
     }
-    if (c < 0x20 || row[c] == JRE_DEAD) return R_DEAD;
-    f->b = row[c];
+    if (c < 0x20 || row[cls[c]] == JRE_DEAD) return R_DEAD;
+    f->b = row[cls[c]];
     return R_OK;
 }
 

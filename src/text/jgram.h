@@ -35,7 +35,8 @@
 #define JG_MAX_WS 16    /* whitespace bytes in a row */
 
 /* JG_PAT: a string whose content a DFA (jregex.h) constrains: pattern, format and
- * the length bounds folded in; lo = its first row in pat[], n = its states. */
+ * the length bounds folded in; lo = its table's offset in pat[] (256 byte classes,
+ * then a row of extra + 1 per state), n = its states, extra = its byte classes. */
 enum { JG_OBJ = 1, JG_ARR, JG_STR, JG_NUM, JG_INT, JG_LIT, JG_CHOICE, JG_ALIAS, JG_PAT };
 
 typedef struct jg_node {
@@ -59,7 +60,7 @@ struct strata_grammar {
     jg_lit *lits;    int32_t n_lits, cap_lits;
     int32_t *alts;   int32_t n_alts, cap_alts;
     uint8_t *bytes;  int64_t n_bytes, cap_bytes;
-    uint16_t *pat;   int64_t n_pat, cap_pat; /* pattern DFA rows (JRE_ROW uint16 each) */
+    uint16_t *pat;   int64_t n_pat, cap_pat; /* pattern DFA tables (jregex.h) */
     int32_t root;
 };
 typedef struct strata_grammar jgram;

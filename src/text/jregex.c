@@ -673,8 +673,8 @@ out:
  * (a counter: lead bytes count, max -1 unbounded). */
 static int product(const dfa *x, const dfa *y, int64_t min, int64_t max, dfa *out, char *why, size_t whylen) {
     const int64_t cap_cnt = max >= 0 ? max : min; /* unbounded: counts past min are all alike */
-    const int32_t nslot = 4 * JRE_MAX_STATES;
-    uint64_t *key = base_alloc(JRE_MAX_STATES * sizeof *key, MEM_MISC);
+    const int32_t limit = y ? JRE_MAX_STATES : JRE_MAX_LEN_STATES, nslot = 4 * limit;
+    uint64_t *key = base_alloc((size_t)limit * sizeof *key, MEM_MISC);
     int32_t *slot = base_alloc((size_t)nslot * sizeof *slot, MEM_MISC);
     int32_t cap = 0, count = 1;
     int rc = -1;
@@ -701,7 +701,10 @@ static int product(const dfa *x, const dfa *y, int64_t min, int64_t max, dfa *ou
             uint32_t h = (uint32_t)base_fnv1a(&k, 8, BASE_FNV_INIT) & (uint32_t)(nslot - 1);
             while (slot[h] >= 0 && key[slot[h]] != k) h = (h + 1) & (uint32_t)(nslot - 1);
             if (slot[h] < 0) {
-                if (count >= JRE_MAX_STATES) { snprintf(why, whylen, "it needs more than %d automaton states", JRE_MAX_STATES); goto out; }
+                if (count >= limit) {
+                    snprintf(why, whylen, "it needs more than %d automaton states%s", limit, y ? "" : " with minLength/maxLength");
+                    goto out;
+                }
                 key[count] = k;
                 slot[h] = count++;
             }
@@ -720,8 +723,8 @@ out:
 static int carried(int b) { return b >= 0x20 || b == 8 || b == 9 || b == 10 || b == 12 || b == 13; }
 
 /* Keeps the states reachable from 0 that can reach an accepting state through
- * carried bytes, renumbered (0 stays the start), as JRE_ROW rows. */
-static int trim(const dfa *d, uint16_t **rows, int32_t *n_states, char *why, size_t whylen) {
+ * carried bytes, renumbered (0 stays the start), as the table of jregex.h. */
+static int trim(const dfa *d, uint16_t **table, size_t *len_out, int32_t *n_states, int32_t *n_classes, char *why, size_t whylen) {
     const int32_t n = d->n;
     int32_t *live = base_calloc((size_t)n, sizeof *live, MEM_MISC), *q = base_alloc((size_t)n * sizeof *q, MEM_MISC);
     int32_t *rstart = base_calloc((size_t)n + 1, sizeof *rstart, MEM_MISC);
@@ -759,18 +762,36 @@ static int trim(const dfa *d, uint16_t **rows, int32_t *n_states, char *why, siz
             if (t >= 0 && carried(b) && live[t] && id[t] < 0) { id[t] = qt; q[qt++] = t; }
         }
     }
-    uint16_t *r = base_alloc((size_t)qt * JRE_ROW * sizeof *r, MEM_MISC);
-    if (!r) { snprintf(why, whylen, "out of memory"); goto out; }
-    for (int32_t i = 0; i < qt; i++) {
-        const int32_t s = q[i];
+    /* the new transitions, column by column (redge reused: qt * 256 entries) */
+    for (int32_t i = 0; i < qt; i++)
         for (int b = 0; b < 256; b++) {
-            const int32_t t = d->t[(size_t)s * 256 + b];
-            r[(size_t)i * JRE_ROW + b] = t >= 0 && carried(b) && live[t] ? (uint16_t)id[t] : JRE_DEAD;
+            const int32_t t = d->t[(size_t)q[i] * 256 + b];
+            redge[(size_t)b * qt + i] = t >= 0 && carried(b) && live[t] ? id[t] : -1;
         }
-        r[(size_t)i * JRE_ROW + 256] = d->acc[s];
+    /* byte classes: equal columns */
+    int cls[256], rep[256], ncls = 0;
+    for (int b = 0; b < 256; b++) {
+        cls[b] = -1;
+        for (int k = 0; k < ncls && cls[b] < 0; k++)
+            if (!memcmp(redge + (size_t)b * qt, redge + (size_t)rep[k] * qt, (size_t)qt * sizeof *redge)) cls[b] = k;
+        if (cls[b] < 0) { rep[ncls] = b; cls[b] = ncls++; }
     }
-    *rows = r;
+    const size_t len = 256 + (size_t)qt * (size_t)(ncls + 1);
+    uint16_t *r = base_alloc(len * sizeof *r, MEM_MISC);
+    if (!r) { snprintf(why, whylen, "out of memory"); goto out; }
+    for (int b = 0; b < 256; b++) r[b] = (uint16_t)cls[b];
+    for (int32_t i = 0; i < qt; i++) {
+        uint16_t *row = r + 256 + (size_t)i * (size_t)(ncls + 1);
+        for (int k = 0; k < ncls; k++) {
+            const int32_t t = redge[(size_t)rep[k] * qt + i];
+            row[k] = t < 0 ? JRE_DEAD : (uint16_t)t;
+        }
+        row[ncls] = d->acc[q[i]];
+    }
+    *table = r;
+    *len_out = len;
     *n_states = qt;
+    *n_classes = ncls;
     rc = 0;
 out:
     base_free(live); base_free(q); base_free(rstart); base_free(redge);
@@ -814,12 +835,13 @@ int jregex_unescape(uint8_t c) {
     return -1;
 }
 
-int jregex_compile(const char *pattern, size_t len, const char *format, int64_t min_len, int64_t max_len, uint16_t **rows,
-                   int32_t *n_states, char *why, size_t whylen) {
+int jregex_compile(const char *pattern, size_t len, const char *format, int64_t min_len, int64_t max_len, uint16_t **table,
+                   size_t *len_out, int32_t *n_states, int32_t *n_classes, char *why, size_t whylen) {
     dfa a = {0}, b = {0}, t = {0};
     int rc = -1;
-    *rows = NULL;
-    *n_states = 0;
+    *table = NULL;
+    *len_out = 0;
+    *n_states = *n_classes = 0;
     if (pattern && len > JRE_MAX_PATTERN) { snprintf(why, whylen, "longer than %d bytes", JRE_MAX_PATTERN); return -1; }
     if (pattern && compile_one(pattern, len, &a, why, whylen)) goto out;
     if (format) {
@@ -835,13 +857,13 @@ int jregex_compile(const char *pattern, size_t len, const char *format, int64_t 
         }
     }
     if (min_len > 0 || max_len >= 0) {
-        if (min_len > JRE_MAX_STATES || max_len > 1000000) { snprintf(why, whylen, "length bounds this large are not supported with it"); goto out; }
+        if (min_len > JRE_MAX_LEN_STATES || max_len > 1000000) { snprintf(why, whylen, "length bounds this large are not supported with it"); goto out; }
         if (product(&a, NULL, min_len, max_len, &t, why, whylen)) goto out;
         dfa_free(&a);
         a = t;
         t = (dfa){0};
     }
-    rc = trim(&a, rows, n_states, why, whylen);
+    rc = trim(&a, table, len_out, n_states, n_classes, why, whylen);
 out:
     dfa_free(&a);
     dfa_free(&b);

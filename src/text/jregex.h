@@ -25,22 +25,24 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define JRE_MAX_STATES 4096 /* DFA states of one pattern (after the length bounds) */
+#define JRE_MAX_STATES 4096     /* DFA states of a pattern or a format */
+#define JRE_MAX_LEN_STATES 16384 /* ... with the length bounds folded in (count x state) */
 #define JRE_MAX_REPEAT 64   /* the largest m or n of {m,n} */
 #define JRE_MAX_PATTERN 2048 /* bytes of pattern text */
 #define JRE_DEAD 0xFFFF
-#define JRE_ROW 257         /* a state's row: next state per byte, then [256] = 1 when accepting */
 
 /* The pattern text of a supported format ("date", "time", "date-time", "uuid",
  * "email", "ipv4"), or NULL. */
 const char *jregex_format(const char *name);
 
 /* pattern (may be NULL), format (NULL or a name jregex_format knows), code-point
- * bounds min_len, max_len (-1: none) -> *rows, *n_states: n_states rows of
- * JRE_ROW uint16 (state 0 starts; JRE_DEAD: no transition), MEM_MISC. why gets
- * the reason on failure (-1). */
-int jregex_compile(const char *pattern, size_t len, const char *format, int64_t min_len, int64_t max_len, uint16_t **rows,
-                   int32_t *n_states, char *why, size_t whylen);
+ * bounds min_len, max_len (-1: none) -> *table (MEM_MISC) of *len uint16: the
+ * byte class of each byte (256), then *n_states rows of *n_classes next states
+ * (JRE_DEAD: none) and a last entry 1 when the state accepts; state 0 starts.
+ * (Bytes no state tells apart share a class: rows stay short.) why gets the
+ * reason on failure (-1). */
+int jregex_compile(const char *pattern, size_t len, const char *format, int64_t min_len, int64_t max_len, uint16_t **table,
+                   size_t *len_out, int32_t *n_states, int32_t *n_classes, char *why, size_t whylen);
 
 /* The byte a JSON escape letter decodes to (b f n r t " \ /), or -1 (also 'u':
  * pattern strings take no \u escapes). */

@@ -23,7 +23,7 @@
 #define MAX_REFS 1024
 #define MAX_REC 200      /* compile recursion (C stack) */
 #define MAX_KEY 4096
-#define MAX_PAT_ROWS 16384 /* pattern DFA states, all strings of a schema (257 x 2 bytes each) */
+#define MAX_PAT (1 << 22) /* uint16 entries of the pattern DFA tables of a schema (8 MiB) */
 
 typedef struct { const json_t *s; int32_t node; } memo_t;
 
@@ -398,21 +398,22 @@ static int32_t comp_array(cx *c, const json_t *s) {
 static int32_t comp_pattern(cx *c, const json_t *pat, const json_t *fmt, int64_t mn, int64_t mx) {
     char why[256];
     uint16_t *rows = NULL;
-    int32_t n = 0;
+    size_t len = 0;
+    int32_t n = 0, ncls = 0;
     const char *ptext = pat ? json_string_value(pat) : NULL, *ftext = fmt ? json_string_value(fmt) : NULL;
-    if (jregex_compile(ptext, pat ? json_string_length(pat) : 0, ftext, mn, mx, &rows, &n, why, sizeof why)) {
+    if (jregex_compile(ptext, pat ? json_string_length(pat) : 0, ftext, mn, mx, &rows, &len, &n, &ncls, why, sizeof why)) {
         if (pat) return fail(c, STRATA_EINVAL, "'pattern' '%.100s'%s%s%s: %s", ptext, fmt ? " with format '" : "", fmt ? ftext : "",
                              fmt ? "'" : "", why);
         return fail(c, STRATA_EINVAL, "'format' '%s': %s", ftext, why);
     }
     jgram *g = c->g;
-    if (g->n_pat / JRE_ROW + n > MAX_PAT_ROWS) {
+    const int64_t need = g->n_pat + (int64_t)len;
+    if (need > MAX_PAT) {
         base_free(rows);
-        return fail(c, STRATA_EINVAL, "the schema's patterns and formats need more than %d automaton states in all", MAX_PAT_ROWS);
+        return fail(c, STRATA_EINVAL, "the schema's patterns and formats need more than %d MiB of automata in all", MAX_PAT >> 19);
     }
-    const int64_t need = g->n_pat + (int64_t)n * JRE_ROW;
     if (need > g->cap_pat) {
-        int64_t nc = g->cap_pat ? g->cap_pat : 64 * JRE_ROW;
+        int64_t nc = g->cap_pat ? g->cap_pat : 4096;
         while (nc < need) nc *= 2;
         uint16_t *q = base_realloc(g->pat, (size_t)nc * sizeof *q, MEM_MISC);
         if (!q) { base_free(rows); return fail(c, STRATA_ENOMEM, "out of memory"); }
@@ -421,9 +422,10 @@ static int32_t comp_pattern(cx *c, const json_t *pat, const json_t *fmt, int64_t
     }
     const int32_t id = new_node(c, JG_PAT);
     if (id < 0) { base_free(rows); return -1; }
-    memcpy(g->pat + g->n_pat, rows, (size_t)n * JRE_ROW * sizeof *rows);
-    g->nodes[id].lo = (int32_t)(g->n_pat / JRE_ROW);
+    memcpy(g->pat + g->n_pat, rows, len * sizeof *rows);
+    g->nodes[id].lo = (int32_t)g->n_pat;
     g->nodes[id].n = n;
+    g->nodes[id].extra = ncls;
     g->n_pat = need;
     base_free(rows);
     return id;
