@@ -3,7 +3,8 @@
  *
  * A compiled grammar (struct strata_grammar, built by jschema.c from a JSON schema
  * or as "any JSON object") is a graph of nodes: objects with their properties in
- * schema order, arrays, strings, numbers, literal sets (enum, const, true, false,
+ * schema order, arrays, strings, pattern strings (a DFA over the content bytes,
+ * jregex.h), numbers, literal sets (enum, const, true, false,
  * null) and choices between nodes that differ in their first byte (type lists,
  * anyOf). It is immutable once built and may be shared by any number of matchers.
  *
@@ -13,7 +14,8 @@
  * valid document (a depth-first walk of the vocabulary's byte trie, each subtree
  * dropped at its first dead byte; inside a string, a precomputed set of plain
  * content ids filtered by the remaining maxLength plus a walk of the few other
- * ids; results cached per state), with the end ids
+ * ids, except in pattern strings, which walk the whole trie; results cached
+ * per state), with the end ids
  * allowed exactly when the document is complete. The mask depends only on the
  * bytes fed so far, never on other sequences.
  *
