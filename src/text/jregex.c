@@ -539,7 +539,7 @@ static int dfa_grow(dfa *d, int32_t *cap, int32_t need) {
 }
 
 typedef struct {
-    int32_t *pool; int64_t npool;
+    int32_t *pool; int64_t npool, cap;
     int64_t *off; int32_t *len; uint64_t *hash;
     int32_t *slot; int32_t nslot;
 } sets;
@@ -593,7 +593,8 @@ static int subset(nfa *a, int32_t start, dfa *d) {
     uint32_t *mark = base_calloc((size_t)a->n, sizeof *mark, MEM_MISC);
     int32_t *stack = base_alloc((size_t)a->n * 2 * sizeof *stack + 8, MEM_MISC);
     int32_t *tmp = base_alloc((size_t)a->n * sizeof *tmp + 8, MEM_MISC);
-    S.pool = base_alloc((size_t)MAX_POOL * sizeof *S.pool, MEM_MISC);
+    S.cap = a->n > (1 << 16) ? a->n : 1 << 16; /* grows as sets come: most patterns need little */
+    S.pool = base_alloc((size_t)S.cap * sizeof *S.pool, MEM_MISC);
     S.off = base_alloc(JRE_MAX_STATES * sizeof *S.off, MEM_MISC);
     S.len = base_alloc(JRE_MAX_STATES * sizeof *S.len, MEM_MISC);
     S.hash = base_alloc(JRE_MAX_STATES * sizeof *S.hash, MEM_MISC);
@@ -629,6 +630,14 @@ static int subset(nfa *a, int32_t start, dfa *d) {
             if (t < 0) {
                 if (count >= JRE_MAX_STATES) { bad(c, "it needs more than %d automaton states", JRE_MAX_STATES); goto out; }
                 if (S.npool + n > MAX_POOL) { bad(c, "it is too large to compile"); goto out; }
+                if (S.npool + n > S.cap) {
+                    int64_t nc = S.cap;
+                    while (nc < S.npool + n) nc *= 2;
+                    int32_t *np = base_realloc(S.pool, (size_t)nc * sizeof *np, MEM_MISC);
+                    if (!np) { bad(c, "out of memory"); goto out; }
+                    S.pool = np;
+                    S.cap = nc;
+                }
                 S.slot[-1 - t] = count;
                 memcpy(S.pool + S.npool, tmp, (size_t)n * sizeof *tmp);
                 S.off[count] = S.npool; S.len[count] = n; S.hash[count] = h;
