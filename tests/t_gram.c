@@ -7,6 +7,8 @@
  *   gram_pattern:  pattern (each regex construct) and format strings accepted /
  *                  rejected, with length bounds; refused constructs and hostile
  *                  patterns are bounded errors naming them.
+ *   gram_range:    integer minimum / maximum / exclusive bounds: every integer
+ *                  of a window accepted exactly when in range.
  *   gram_mask:     token masks over a small vocabulary equal feeding each
  *                  token's bytes (string fast path and whole-trie walk); end
  *                  ids only when complete; the cache agrees.
@@ -135,7 +137,8 @@ TEST(gram_errors) {
     CHECK(refused("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "'pattern' '(?=a)': lookahead"));
     CHECK(refused("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"hostname\"}}}",
                   "#/properties/d: unsupported format 'hostname'"));
-    CHECK(refused("{\"type\":\"integer\",\"minimum\":0}", "'minimum'"));
+    CHECK(refused("{\"type\":\"number\",\"minimum\":0}", "'minimum' is supported on 'integer', not on 'number'"));
+    CHECK(refused("{\"type\":\"integer\",\"multipleOf\":2}", "unsupported keyword 'multipleOf'"));
     CHECK(refused("{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"));
     CHECK(refused("{\"type\":\"objekt\"}", "unknown type 'objekt'"));
     CHECK(refused("{\"type\":\"object\",\"properties\":{},\"required\":[\"a\"]}", "required property 'a'"));
@@ -298,6 +301,7 @@ TEST(gram_mask) {
         "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-c\\\\d]{1,3}(?:-\\\\d+)?$\"},\"maxItems\":5}",
         "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"pattern\":\"ab|[\\\"/\\t]\",\"maxLength\":6}}",
         "{\"type\":[\"string\",\"null\"],\"format\":\"uuid\"}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":-12,\"exclusiveMaximum\":306},\"maxItems\":5}",
     };
     int64_t n_masks = 0, n_cached = 0;
     /* the string fast path and the whole-trie walk, each against the bytes */
@@ -478,4 +482,52 @@ TEST(gram_pattern) {
         CHECK_MSG(!g && strstr(err, "json schema at #/properties/x: 'pattern' '(?=x)': lookahead"), "%s", err);
         strata_grammar_free(g);
     }
+}
+
+/* ---- gram_range ---- */
+
+TEST(gram_range) {
+    static const struct { const char *bounds; int64_t lo, hi; } k[] = {
+        {"\"minimum\":0,\"maximum\":100", 0, 100},
+        {"\"minimum\":-137,\"maximum\":45", -137, 45},
+        {"\"minimum\":-20,\"maximum\":-3", -20, -3},
+        {"\"minimum\":7,\"maximum\":7", 7, 7},
+        {"\"minimum\":0,\"maximum\":0", 0, 0},
+        {"\"exclusiveMinimum\":0,\"exclusiveMaximum\":10", 1, 9},
+        {"\"minimum\":2.5,\"maximum\":1099.9", 3, 1099},
+        {"\"exclusiveMinimum\":-1.5,\"exclusiveMaximum\":1000", -1, 999},
+        {"\"minimum\":10,\"maximum\":1099,\"exclusiveMaximum\":500", 10, 499},
+        {"\"minimum\":1000", 1000, INT64_MAX},
+        {"\"maximum\":-5", INT64_MIN, -5},
+    };
+    char schema[256], err[512], doc[64];
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        snprintf(schema, sizeof schema, "{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\",%s}},\"required\":[\"v\"]}",
+                 k[i].bounds);
+        jgram *g = compile(schema, err, sizeof err);
+        CHECK_MSG(g != NULL, "%s: %s", schema, err);
+        if (!g) continue;
+        int bad = 0;
+        for (int64_t v = -1500; v <= 1500 && bad < 3; v++) {
+            snprintf(doc, sizeof doc, "{\"v\":%lld}", (long long)v);
+            const int want = v >= k[i].lo && v <= k[i].hi ? 1 : -1;
+            if (jgram_check(g, (const uint8_t *)doc, strlen(doc)) != want) {
+                fprintf(stderr, "  %s: %s want %d\n", k[i].bounds, doc, want);
+                bad++;
+            }
+        }
+        CHECK(bad == 0);
+        /* JSON's own rules stay: no leading zeros, no fraction */
+        CHECK(check(g, "{\"v\":0007}", -1) && check(g, "{\"v\":1.0}", -1));
+        strata_grammar_free(g);
+    }
+    jgram *g = compile("{\"type\":\"integer\",\"minimum\":1000}", err, sizeof err);
+    CHECK_MSG(g != NULL, "%s", err);
+    if (g) {
+        CHECK(check(g, "123456789012345", 1) && check(g, "1234567890123456", -1) && check(g, "999", 0) && check(g, "-5", -1));
+        strata_grammar_free(g);
+    }
+    CHECK(refused("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer lies between"));
+    CHECK(refused("{\"type\":\"integer\",\"minimum\":1e20}", "bounds of 15 digits"));
+    CHECK(refused("{\"type\":\"integer\",\"minimum\":true}", "'minimum' must be a number"));
 }

@@ -39,7 +39,9 @@
 /* JG_PAT: a string whose content a DFA (jregex.h) constrains: pattern, format and
  * the length bounds folded in; lo = its table's offset in pat[] (256 byte classes,
  * then a row of extra + 1 per state), n = its states, extra = its byte classes. */
-enum { JG_OBJ = 1, JG_ARR, JG_STR, JG_NUM, JG_INT, JG_LIT, JG_CHOICE, JG_ALIAS, JG_PAT };
+/* JG_INTR: an integer in a range (minimum, maximum, ...): a DFA over its digits,
+ * laid out as JG_PAT's. */
+enum { JG_OBJ = 1, JG_ARR, JG_STR, JG_NUM, JG_INT, JG_LIT, JG_CHOICE, JG_ALIAS, JG_PAT, JG_INTR };
 
 typedef struct jg_node {
     int32_t kind;       /* JG_* */

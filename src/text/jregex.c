@@ -832,6 +832,75 @@ const char *jregex_format(const char *name) {
     return NULL;
 }
 
+/* ===== integer ranges: the classic split into digit-class runs ===== */
+
+typedef struct { char *p; size_t n, cap; int over; } sout;
+
+static void sput(sout *o, const char *s, size_t n) {
+    if (o->n + n >= o->cap) { o->over = 1; return; }
+    memcpy(o->p + o->n, s, n);
+    o->n += n;
+    o->p[o->n] = 0;
+}
+
+/* Digit strings lo..hi of the same length n (lo <= hi). */
+static void range_same(sout *o, const char *lo, const char *hi, int n) {
+    while (n > 0 && *lo == *hi) { sput(o, lo, 1); lo++; hi++; n--; }
+    if (n == 0) return;
+    int all0 = 1, all9 = 1;
+    for (int i = 1; i < n; i++) { all0 &= lo[i] == '0'; all9 &= hi[i] == '9'; }
+    char from = all0 ? lo[0] : (char)(lo[0] + 1), to = all9 ? hi[0] : (char)(hi[0] - 1), buf[48], nines[16], zeros[16];
+    memset(nines, '9', sizeof nines);
+    memset(zeros, '0', sizeof zeros);
+    int alts = 0;
+    sput(o, "(?:", 3);
+    if (!all0) { sput(o, lo, 1); range_same(o, lo + 1, nines, n - 1); alts++; }
+    if (from <= to) {
+        if (alts++) sput(o, "|", 1);
+        sput(o, buf, (size_t)snprintf(buf, sizeof buf, "[%c-%c]", from, to));
+        if (n > 1) sput(o, buf, (size_t)snprintf(buf, sizeof buf, "\\d{%d}", n - 1));
+    }
+    if (!all9) { if (alts++) sput(o, "|", 1); sput(o, hi, 1); range_same(o, zeros, hi + 1, n - 1); }
+    sput(o, ")", 1);
+}
+
+/* Non-negative lo..hi: one run per digit count. */
+static void range_pos(sout *o, uint64_t lo, uint64_t hi) {
+    uint64_t p = 1;
+    int first = 1;
+    for (int d = 1; d <= 16 && lo <= hi; d++, p *= 10) {
+        const uint64_t top = p * 10 - 1;
+        if (lo > top) continue;
+        const uint64_t a = lo, b = hi < top ? hi : top;
+        char sa[24], sb[24];
+        snprintf(sa, sizeof sa, "%0*llu", d, (unsigned long long)a);
+        snprintf(sb, sizeof sb, "%0*llu", d, (unsigned long long)b);
+        if (!first) sput(o, "|", 1);
+        first = 0;
+        range_same(o, sa, sb, d);
+        lo = b + 1;
+    }
+}
+
+long jregex_int_range(int64_t lo, int64_t hi, char *buf, size_t cap) {
+    sout o = {buf, 0, cap, 0};
+    if (cap) buf[0] = 0;
+    sput(&o, "^(?:", 4);
+    int any = 0;
+    if (lo < 0) { /* -(|min(hi,-1)| .. |lo|) */
+        sput(&o, "-(?:", 4);
+        range_pos(&o, (uint64_t)(hi < 0 ? -hi : 1), (uint64_t)-lo);
+        sput(&o, ")", 1);
+        any = 1;
+    }
+    if (hi >= 0) {
+        if (any) sput(&o, "|", 1);
+        range_pos(&o, (uint64_t)(lo > 0 ? lo : 0), (uint64_t)hi);
+    }
+    sput(&o, ")$", 2);
+    return o.over ? -1 : (long)o.n;
+}
+
 int jregex_unescape(uint8_t c) {
     switch (c) {
     case 'b': return 8;

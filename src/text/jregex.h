@@ -44,6 +44,10 @@ const char *jregex_format(const char *name);
 int jregex_compile(const char *pattern, size_t len, const char *format, int64_t min_len, int64_t max_len, uint16_t **table,
                    size_t *len_out, int32_t *n_states, int32_t *n_classes, char *why, size_t whylen);
 
+/* The pattern of the integers in [lo, hi] as JSON writes them (no leading zeros,
+ * no "-0"), |lo|, |hi| < 10^15, into buf: its length, or -1 when it does not fit. */
+long jregex_int_range(int64_t lo, int64_t hi, char *buf, size_t cap);
+
 /* The byte a JSON escape letter decodes to (b f n r t " \ /), or -1 (also 'u':
  * pattern strings take no \u escapes). */
 int jregex_unescape(uint8_t c);

@@ -3,7 +3,8 @@
  *
  * Supported: type (a name or a list), properties, required, additionalProperties,
  * enum, const, items, minItems, maxItems, minLength, maxLength, pattern and
- * format on strings (jregex.h: one DFA with the length bounds), anyOf / oneOf
+ * format on strings (jregex.h: one DFA with the length bounds), minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum on integers (a DFA over the digits), anyOf / oneOf
  * (alternatives that differ in their first byte: different JSON types), local
  * $ref ("#", "#/$defs/NAME", any "#/..." pointer; recursion allowed), and the
  * annotations title, description, default, examples, $schema, $id, $comment,

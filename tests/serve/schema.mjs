@@ -55,7 +55,8 @@ const schemas = {
               tag: { type: 'string', pattern: 'ok|yes', maxLength: 8 }, word: { type: 'string', pattern: '^[^\\s"]+$', maxLength: 5 },
               esc: { type: 'string', pattern: '^["\\\\/]{1,3}$' } }, required: ['code', 'tag', 'word', 'esc'] },
   when: { type: 'object', properties: { d: { type: 'string', format: 'date' }, t: { type: 'string', format: 'date-time' },
-          tm: { type: 'string', format: 'time' } }, required: ['d', 't', 'tm'] },
+          tm: { type: 'string', format: 'time' }, n: { type: 'integer', exclusiveMinimum: 0, maximum: 12 },
+          y: { type: 'integer', minimum: -40, exclusiveMaximum: 2100 } }, required: ['d', 't', 'tm', 'n', 'y'] },
   where: { type: 'object', properties: { u: { type: 'string', format: 'uuid' }, ip: { type: 'string', format: 'ipv4' },
            e: { type: 'string', format: 'email', maxLength: 20 } }, required: ['u', 'ip', 'e'] },
 };
