@@ -4,7 +4,8 @@
  * A compiled grammar (struct strata_grammar, built by jschema.c from a JSON schema
  * or as "any JSON object") is a graph of nodes: objects with their properties in
  * schema order, arrays, strings, pattern strings (a DFA over the content bytes,
- * jregex.h), numbers, literal sets (enum, const, true, false,
+ * jregex.h), numbers, integers in a range (a DFA over the digits), literal sets
+ * (enum, const, true, false,
  * null) and choices between nodes that differ in their first byte (type lists,
  * anyOf). It is immutable once built and may be shared by any number of matchers.
  *
