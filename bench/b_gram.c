@@ -4,7 +4,8 @@
  * Two measurements:
  *   --masks DIR   the mask alone on DIR's vocabulary (strata_bench_grammar_masks:
  *                 whole-trie walk vs the string fast path, ms per step); `make
- *                 bench-grammar` gives it a generated model with K3's 163,840 ids.
+ *                 bench-grammar` gives it a generated model with K3's 163,840 ids;
+ *                 --schema FILE measures FILE's schema instead of the built-in one.
  *   MODEL_DIR     greedy decode of --tokens tokens after a 3-token prompt, plain
  *                 and under a JSON schema (mostly length-bounded strings, as tool
  *                 arguments are), alternating, --reps times each; prints the
@@ -14,7 +15,7 @@
  * A constrained document may end before --tokens (its end id): s/token counts
  * the tokens actually generated, prefill excluded.
  *
- * usage: b_gram [MODEL_DIR] [--ram-gb X] [--threads N] [--tokens N] [--reps N] [--masks DIR] [--steps N]
+ * usage: b_gram [MODEL_DIR] [--ram-gb X] [--threads N] [--tokens N] [--reps N] [--masks DIR] [--schema FILE] [--steps N]
  * Reference run: docs/performance.md, Structured output.
  */
 #include <stdio.h>
@@ -93,12 +94,12 @@ static int parse_num(const char *s, const char *what, double lo, double hi, doub
 
 int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
-    const char *dir = NULL, *masks = NULL;
+    const char *dir = NULL, *masks = NULL, *schema_file = NULL;
     double ram_gb = 0, threads = strata_default_threads(), n_tok = 64, reps = 3, steps = 2000;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         int need = !strcmp(a, "--ram-gb") || !strcmp(a, "--threads") || !strcmp(a, "--tokens") || !strcmp(a, "--reps") ||
-                   !strcmp(a, "--masks") || !strcmp(a, "--steps");
+                   !strcmp(a, "--masks") || !strcmp(a, "--steps") || !strcmp(a, "--schema");
         if (need && i + 1 >= argc) { fprintf(stderr, "b_gram: %s needs a value\n", a); return 2; }
         int bad = 0;
         if (!strcmp(a, "--ram-gb")) bad = parse_num(argv[++i], a, 0, 1e6, &ram_gb);
@@ -107,16 +108,25 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--reps")) bad = parse_num(argv[++i], a, 1, 99, &reps);
         else if (!strcmp(a, "--steps")) bad = parse_num(argv[++i], a, 1, 1e7, &steps);
         else if (!strcmp(a, "--masks")) masks = argv[++i];
+        else if (!strcmp(a, "--schema")) schema_file = argv[++i];
         else if (a[0] == '-') bad = 1;
         else dir = a;
         if (bad) {
-            fprintf(stderr, "usage: b_gram [MODEL_DIR] [--ram-gb X] [--threads N] [--tokens N] [--reps N] [--masks DIR] [--steps N]\n");
+            fprintf(stderr, "usage: b_gram [MODEL_DIR] [--ram-gb X] [--threads N] [--tokens N] [--reps N] [--masks DIR] [--schema FILE] [--steps N]\n");
             return 2;
         }
     }
     char err[4096];
     if (masks) {
-        strata_bench_gmask_opts go = {masks, NULL, (int)steps};
+        static char text[1 << 16];
+        if (schema_file) {
+            FILE *f = fopen(schema_file, "rb");
+            size_t n = f ? fread(text, 1, sizeof text - 1, f) : 0;
+            if (f) fclose(f);
+            if (!n) { fprintf(stderr, "b_gram: cannot read %s\n", schema_file); return 1; }
+            text[n] = 0;
+        }
+        strata_bench_gmask_opts go = {masks, schema_file ? text : NULL, (int)steps};
         if (strata_bench_grammar_masks(&go, stdout, err, sizeof err)) { fprintf(stderr, "b_gram: %s\n", err); return 1; }
     }
     if (!dir) return 0;

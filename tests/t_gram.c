@@ -4,6 +4,11 @@
  *                  supported keyword.
  *   gram_errors:   unsupported keywords and hostile schemas are bounded errors
  *                  naming the keyword or the place.
+ *   gram_pattern:  pattern (each regex construct) and format strings accepted /
+ *                  rejected, with length bounds; refused constructs and hostile
+ *                  patterns are bounded errors naming them.
+ *   gram_range:    integer minimum / maximum / exclusive bounds: every integer
+ *                  of a window accepted exactly when in range.
  *   gram_mask:     token masks over a small vocabulary equal feeding each
  *                  token's bytes (string fast path and whole-trie walk); end
  *                  ids only when complete; the cache agrees.
@@ -129,10 +134,11 @@ static int refused(const char *schema, const char *want) {
 }
 
 TEST(gram_errors) {
-    CHECK(refused("{\"type\":\"string\",\"pattern\":\"^a\"}", "unsupported keyword 'pattern'"));
-    CHECK(refused("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"}}}",
-                  "#/properties/d: unsupported keyword 'format'"));
-    CHECK(refused("{\"type\":\"integer\",\"minimum\":0}", "'minimum'"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(?=a)\"}", "'pattern' '(?=a)': lookahead"));
+    CHECK(refused("{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"hostname\"}}}",
+                  "#/properties/d: unsupported format 'hostname'"));
+    CHECK(refused("{\"type\":\"number\",\"minimum\":0}", "'minimum' is supported on 'integer', not on 'number'"));
+    CHECK(refused("{\"type\":\"integer\",\"multipleOf\":2}", "unsupported keyword 'multipleOf'"));
     CHECK(refused("{\"type\":\"array\",\"uniqueItems\":true}", "'uniqueItems'"));
     CHECK(refused("{\"type\":\"objekt\"}", "unknown type 'objekt'"));
     CHECK(refused("{\"type\":\"object\",\"properties\":{},\"required\":[\"a\"]}", "required property 'a'"));
@@ -185,6 +191,8 @@ static const char *const mask_pieces[] = {
     "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa",
     "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb", /* 31-33: the cap */
     NULL, "ab", "abcd", "a", "aa", "aaa", "aaaa", "[1,", "[]", "{}", "\"\"", "\"a\"", NULL, "e", "E-", ".5", "-",
+    /* pieces of pattern and format strings */
+    "2024", "-0", "-02-29", "T1", ":3", "0Z", "Z\"", "@", ".org", "192.", "\\/", "\\t", "1\"", "-12\"", "ab\"", "\"2024-",
 };
 #define MASK_NPIECES ((int32_t)(sizeof mask_pieces / sizeof *mask_pieces))
 #define MASK_NV (256 + MASK_NPIECES + 2) /* + an end id and a hole */
@@ -286,6 +294,14 @@ TEST(gram_mask) {
         "\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}},\"$ref\":\"#/$defs/node\"}",
         "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"maxLength\":5}}",
         "{\"type\":[\"number\",\"null\",\"string\"]}",
+        /* pattern and format strings: the whole-trie walk, never the plain sets */
+        "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},\"t\":{\"type\":\"string\","
+        "\"format\":\"date-time\"},\"e\":{\"type\":\"string\",\"format\":\"email\",\"maxLength\":12},"
+        "\"i\":{\"type\":\"string\",\"format\":\"ipv4\"}},\"required\":[\"d\",\"t\",\"e\",\"i\"]}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"string\",\"pattern\":\"^[a-c\\\\d]{1,3}(?:-\\\\d+)?$\"},\"maxItems\":5}",
+        "{\"type\":\"object\",\"additionalProperties\":{\"type\":\"string\",\"pattern\":\"ab|[\\\"/\\t]\",\"maxLength\":6}}",
+        "{\"type\":[\"string\",\"null\"],\"format\":\"uuid\"}",
+        "{\"type\":\"array\",\"items\":{\"type\":\"integer\",\"minimum\":-12,\"exclusiveMaximum\":306},\"maxItems\":5}",
     };
     int64_t n_masks = 0, n_cached = 0;
     /* the string fast path and the whole-trie walk, each against the bytes */
@@ -328,11 +344,190 @@ TEST(gram_cli) {
         base_free(out[1]);
     }
     strata_grammar_free(g);
+    /* pattern and format strings on the random model: still a document, every string matching */
+    const char *ps = "{\"type\":\"object\",\"properties\":{\"d\":{\"type\":\"string\",\"format\":\"date\"},"
+                     "\"id\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}$\"},\"ip\":{\"type\":\"string\",\"format\":\"ipv4\"},"
+                     "\"w\":{\"type\":\"string\",\"pattern\":\"ok\",\"maxLength\":8}},\"required\":[\"d\",\"id\",\"ip\",\"w\"]}";
+    const char *pp = t_write("gram_pattern.json", ps, strlen(ps));
+    g = compile(ps, err, sizeof err);
+    CHECK_MSG(g != NULL, "%s", err);
+    for (int sampled = 0; sampled < 2 && g; sampled++) {
+        char cmd[2048], *o = NULL;
+        snprintf(cmd, sizeof cmd, "%s run %s --prompt 'a date' --gen 300 --json-schema %s %s 2>/dev/null", t_strata(), dir, pp,
+                 sampled ? "--temp 0.9 --seed 5" : "");
+        CHECK(t_run(cmd, &o) == 0);
+        if (o) {
+            size_t n = strlen(o);
+            while (n && o[n - 1] == '\n') n--;
+            CHECK_MSG(jgram_check(g, (const uint8_t *)o, n) == 1, "not a document: %s", o);
+        }
+        base_free(o);
+    }
+    strata_grammar_free(g);
     char cmd[2048], *out = NULL;
-    const char *bj = "{\"type\":\"string\",\"pattern\":\"x\"}";
+    const char *bj = "{\"type\":\"array\",\"uniqueItems\":true}";
     const char *bad = t_write("gram_bad.json", bj, strlen(bj));
     snprintf(cmd, sizeof cmd, "%s run %s --prompt x --json-schema %s 2>&1", t_strata(), dir, bad);
     int rc = t_run(cmd, &out);
-    CHECK_MSG(rc == 2 && out && strstr(out, "unsupported keyword 'pattern'"), "rc %d: %s", rc, out ? out : "");
+    CHECK_MSG(rc == 2 && out && strstr(out, "unsupported keyword 'uniqueItems'"), "rc %d: %s", rc, out ? out : "");
     base_free(out);
+}
+
+/* ---- gram_pattern ---- */
+
+/* schema {"type":"string", EXTRA} against the JSON string text doc (quotes
+ * added): want 1 complete, 0 prefix (no closing quote added), -1 rejected. */
+static int pat_case(const char *extra, const char *doc, int want) {
+    char schema[1024], err[512], text[512];
+    snprintf(schema, sizeof schema, "{\"type\":\"string\",%s}", extra);
+    jgram *g = compile(schema, err, sizeof err);
+    if (!g) { fprintf(stderr, "  %s: %s\n", schema, err); return 0; }
+    snprintf(text, sizeof text, want == 0 ? "\"%s" : "\"%s\"", doc);
+    int ok = check(g, text, want);
+    if (!ok) fprintf(stderr, "    schema %s\n", schema);
+    strata_grammar_free(g);
+    return ok;
+}
+
+#define P(pat) "\"pattern\":\"" pat "\""
+#define F(fmt) "\"format\":\"" fmt "\""
+
+TEST(gram_pattern) {
+    /* literals, classes, quantifiers, anchors (JSON-escaped regex text) */
+    CHECK(pat_case(P("^[a-z]{2,3}$"), "ab", 1) && pat_case(P("^[a-z]{2,3}$"), "abc", 1));
+    CHECK(pat_case(P("^[a-z]{2,3}$"), "a", -1) && pat_case(P("^[a-z]{2,3}$"), "abcd", -1) && pat_case(P("^[a-z]{2,3}$"), "aB", -1));
+    CHECK(pat_case(P("^[a-z]{2,3}$"), "ab", 0));
+    CHECK(pat_case(P("^\\\\d+(\\\\.\\\\d{1,2})?$"), "12.5", 1) && pat_case(P("^\\\\d+(\\\\.\\\\d{1,2})?$"), "12.", -1));
+    CHECK(pat_case(P("^\\\\d+(\\\\.\\\\d{1,2})?$"), "1.234", -1) && pat_case(P("^\\\\d+(\\\\.\\\\d{1,2})?$"), "x", -1));
+    CHECK(pat_case(P("^(?:cat|dog)s?$"), "cats", 1) && pat_case(P("^(?:cat|dog)s?$"), "dog", 1) && pat_case(P("^(?:cat|dog)s?$"), "cow", -1));
+    CHECK(pat_case(P("^(?<x>a)(b)*?c$"), "abbc", 1) && pat_case(P("^a{3}$"), "aaa", 1) && pat_case(P("^a{3}$"), "aa", -1));
+    CHECK(pat_case(P("^a{2,}$"), "aaaaa", 1) && pat_case(P("^a{2,}$"), "a", -1) && pat_case(P("^a{$"), "a{", 1));
+    CHECK(pat_case(P("^[^\\\\d]$"), "a", 1) && pat_case(P("^[^\\\\d]$"), "1", -1) && pat_case(P("^[\\\\w-]+$"), "a_-9", 1));
+    CHECK(pat_case(P("^\\\\s\\\\S\\\\W\\\\D$"), " x-a", 1) && pat_case(P("^\\\\s$"), "\\t", 1) && pat_case(P("^\\\\W$"), "a", -1));
+    /* search semantics where an anchor is missing */
+    CHECK(pat_case(P("ab"), "xxabyy", 1) && pat_case(P("ab"), "xxa", -1) && pat_case(P("ab"), "xxa", 0));
+    CHECK(pat_case(P("^ab"), "abzz", 1) && pat_case(P("^ab"), "zab", -1) && pat_case(P("ab$"), "zzab", 1) && pat_case(P("ab$"), "abz", -1));
+    CHECK(pat_case(P("^a|b$"), "axx", 1) && pat_case(P("^a|b$"), "xxb", 1) && pat_case(P("^a|b$"), "xx", -1));
+    CHECK(pat_case(P("^$"), "", 1) && pat_case(P("^$"), "a", -1) && pat_case(P(""), "anything", 1));
+    /* '.' and negated classes: whole code points, not line terminators for '.' */
+    CHECK(pat_case(P("^.$"), "\xc3\xa9", 1) && pat_case(P("^.$"), "\xf0\x9f\x98\x80", 1) && pat_case(P("^.$"), "\\n", -1));
+    CHECK(pat_case(P("^.$"), "ab", -1) && pat_case(P("^[^a]$"), "\xe2\x82\xac", 1) && pat_case(P("^[^a]$"), "\\n", 1));
+    CHECK(pat_case(P("^[^a]$"), "a", -1) && pat_case(P("^[\\u00e0-\\u00ff]+$"), "\xc3\xa9\xc3\xa0", 1));
+    CHECK(pat_case(P("^\\\\u00e9\\\\x41$"), "\xc3\xa9" "A", 1) && pat_case(P("^\\\\u00e9$"), "\\u00e9", -1)); /* no \u in pattern strings */
+    CHECK(pat_case(P("^\\\\uD83D\\\\uDE00$"), "\xf0\x9f\x98\x80", 1));
+    /* characters JSON escapes: the escape feeds the byte it stands for */
+    CHECK(pat_case(P("^a\\\"\\\\\\\\b$"), "a\\\"\\\\b", 1) && pat_case(P("^a\\\\nb$"), "a\\nb", 1) && pat_case(P("^a\\\\nb$"), "a\\tb", -1));
+    CHECK(pat_case(P("^/$"), "\\/", 1) && pat_case(P("^/$"), "/", 1) && pat_case(P("^x$"), "\\x", -1));
+    /* length bounds fold into the DFA */
+    CHECK(pat_case(P("^[a-z]+$") ",\"maxLength\":3", "abc", 1) && pat_case(P("^[a-z]+$") ",\"maxLength\":3", "abcd", -1));
+    CHECK(pat_case(P("^[a-z]+$") ",\"minLength\":2", "a", -1) && pat_case(P("^[a-z]+$") ",\"minLength\":2", "ab", 1));
+    CHECK(pat_case(P("^(aa)+$") ",\"minLength\":3,\"maxLength\":4", "aaaa", 1) && pat_case(P("^(aa)+$") ",\"minLength\":3", "aa", -1));
+    CHECK(pat_case(P("^.+$") ",\"maxLength\":2", "\xe2\x82\xac\xe2\x82\xac", 1) && pat_case(P("^.+$") ",\"maxLength\":2", "abc", -1));
+    /* formats */
+    CHECK(pat_case(F("date"), "2024-02-29", 1) && pat_case(F("date"), "2000-02-29", 1) && pat_case(F("date"), "2023-02-29", -1));
+    CHECK(pat_case(F("date"), "1900-02-29", -1) && pat_case(F("date"), "2023-04-31", -1) && pat_case(F("date"), "2023-13-01", -1));
+    CHECK(pat_case(F("date"), "2023-12-31", 1) && pat_case(F("date"), "2023-1-01", -1));
+    CHECK(pat_case(F("time"), "12:30:00Z", 1) && pat_case(F("time"), "23:59:59.123+05:30", 1) && pat_case(F("time"), "24:00:00Z", -1));
+    CHECK(pat_case(F("time"), "12:30:00", -1) && pat_case(F("date-time"), "2024-01-01T00:00:00-08:00", 1));
+    CHECK(pat_case(F("date-time"), "2024-01-01 00:00:00Z", -1));
+    CHECK(pat_case(F("uuid"), "123e4567-e89b-12d3-a456-426614174000", 1) && pat_case(F("uuid"), "123e4567-e89b-12d3-a456-42661417400", -1));
+    CHECK(pat_case(F("email"), "first.last+x@mail.example.org", 1) && pat_case(F("email"), "a@b", -1));
+    CHECK(pat_case(F("email"), "a..b@x.org", -1) && pat_case(F("email"), "a@-x.org", -1));
+    CHECK(pat_case(F("ipv4"), "192.168.0.1", 1) && pat_case(F("ipv4"), "256.1.1.1", -1) && pat_case(F("ipv4"), "01.1.1.1", -1));
+    CHECK(pat_case(F("date") "," P("^2024"), "2024-01-31", 1) && pat_case(F("date") "," P("^2024"), "2023-01-31", -1));
+    /* a type list: the format applies to the string alternative only */
+    {
+        char err[512];
+        jgram *g = compile("{\"type\":[\"string\",\"integer\"],\"format\":\"ipv4\",\"pattern\":\"^1\"}", err, sizeof err);
+        CHECK_MSG(g != NULL, "%s", err);
+        if (g) CHECK(check(g, "\"10.0.0.1\"", 1) && check(g, "7", 1) && check(g, "\"20.0.0.1\"", -1));
+        strata_grammar_free(g);
+    }
+    /* refused constructs and hostile patterns: bounded errors naming them */
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"a(?!b)\"}", "lookahead '(?!'"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(?<=a)b\"}", "lookbehind '(?<='"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(a)\\\\1\"}", "backreferences (\\1)"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(?<n>a)\\\\k<n>\"}", "backreferences (\\k<name>)"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"\\\\bword\"}", "word boundaries"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"\\\\p{L}\"}", "Unicode property"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"a^b\"}", "'^' and '$' are supported only"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"a{65}\"}", "repeat counts above 64"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"[z-a]\"}", "out of order"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(ab\"}", "not closed"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"ab)\"}", "unmatched ')'"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"*a\"}", "nothing to repeat"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"a**\"}", "quantifier follows a quantifier"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":5}", "'pattern' must be a string"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"^a\\\\u0001b$\"}", "no string that JSON text can carry"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"^(aa)+$\",\"minLength\":3,\"maxLength\":3}", "no string"));
+    CHECK(refused("{\"type\":\"string\",\"format\":\"uri\"}", "unsupported format 'uri'"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"(a|b)*a(a|b){20}\"}", "more than 4096 automaton states"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"((a{64}){64}){64}\"}", "too large"));
+    CHECK(refused("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"maxLength\":100000}", "more than 16384 automaton states with minLength"));
+    CHECK(pat_case(P("ok") ",\"maxLength\":300", "xx ok", 1)); /* a search with a long bound fits */
+    {
+        /* catastrophic nesting for a backtracker is a small DFA here */
+        char err[512];
+        jgram *g = compile("{\"type\":\"string\",\"pattern\":\"^((a*)*)*b$\"}", err, sizeof err);
+        CHECK_MSG(g != NULL, "%s", err);
+        if (g) CHECK(check(g, "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaab\"", 1) && check(g, "\"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"", -1));
+        strata_grammar_free(g);
+    }
+    {
+        /* the error names the place */
+        char err[512];
+        strata_grammar *g = NULL;
+        const char *s = "{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"string\",\"pattern\":\"(?=x)\"}}}";
+        strata_grammar_json_schema(&g, s, strlen(s), err, sizeof err);
+        CHECK_MSG(!g && strstr(err, "json schema at #/properties/x: 'pattern' '(?=x)': lookahead"), "%s", err);
+        strata_grammar_free(g);
+    }
+}
+
+/* ---- gram_range ---- */
+
+TEST(gram_range) {
+    static const struct { const char *bounds; int64_t lo, hi; } k[] = {
+        {"\"minimum\":0,\"maximum\":100", 0, 100},
+        {"\"minimum\":-137,\"maximum\":45", -137, 45},
+        {"\"minimum\":-20,\"maximum\":-3", -20, -3},
+        {"\"minimum\":7,\"maximum\":7", 7, 7},
+        {"\"minimum\":0,\"maximum\":0", 0, 0},
+        {"\"exclusiveMinimum\":0,\"exclusiveMaximum\":10", 1, 9},
+        {"\"minimum\":2.5,\"maximum\":1099.9", 3, 1099},
+        {"\"exclusiveMinimum\":-1.5,\"exclusiveMaximum\":1000", -1, 999},
+        {"\"minimum\":10,\"maximum\":1099,\"exclusiveMaximum\":500", 10, 499},
+        {"\"minimum\":1000", 1000, INT64_MAX},
+        {"\"maximum\":-5", INT64_MIN, -5},
+    };
+    char schema[256], err[512], doc[64];
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        snprintf(schema, sizeof schema, "{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\",%s}},\"required\":[\"v\"]}",
+                 k[i].bounds);
+        jgram *g = compile(schema, err, sizeof err);
+        CHECK_MSG(g != NULL, "%s: %s", schema, err);
+        if (!g) continue;
+        int bad = 0;
+        for (int64_t v = -1500; v <= 1500 && bad < 3; v++) {
+            snprintf(doc, sizeof doc, "{\"v\":%lld}", (long long)v);
+            const int want = v >= k[i].lo && v <= k[i].hi ? 1 : -1;
+            if (jgram_check(g, (const uint8_t *)doc, strlen(doc)) != want) {
+                fprintf(stderr, "  %s: %s want %d\n", k[i].bounds, doc, want);
+                bad++;
+            }
+        }
+        CHECK(bad == 0);
+        /* JSON's own rules stay: no leading zeros, no fraction */
+        CHECK(check(g, "{\"v\":0007}", -1) && check(g, "{\"v\":1.0}", -1));
+        strata_grammar_free(g);
+    }
+    jgram *g = compile("{\"type\":\"integer\",\"minimum\":1000}", err, sizeof err);
+    CHECK_MSG(g != NULL, "%s", err);
+    if (g) {
+        CHECK(check(g, "123456789012345", 1) && check(g, "1234567890123456", -1) && check(g, "999", 0) && check(g, "-5", -1));
+        strata_grammar_free(g);
+    }
+    CHECK(refused("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer lies between"));
+    CHECK(refused("{\"type\":\"integer\",\"minimum\":1e20}", "bounds of 15 digits"));
+    CHECK(refused("{\"type\":\"integer\",\"minimum\":true}", "'minimum' must be a number"));
 }

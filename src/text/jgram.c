@@ -14,8 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include "base.h"
+#include "jregex.h"
 
-enum { F_VAL = 1, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_SEQ, F_KEYED, F_RAW };
+enum { F_VAL = 1, F_OBJ, F_ARR, F_STR, F_NUM, F_LIT, F_SEQ, F_KEYED, F_RAW, F_PAT, F_INTR };
+/* pattern string sub-states (F_PAT; b = the DFA state): content, after '\\' */
+enum { P_NORM, P_ESC };
 /* object sub-states: after '{', inside a listed key, before ':', after a value, after ',' */
 enum { O_OPEN, O_KEY, O_COLON, O_AFTER, O_NEXT };
 enum { A_OPEN, A_AFTER };
@@ -41,6 +44,7 @@ void jgram_free(jgram *g) {
     base_free(g->lits);
     base_free(g->alts);
     base_free(g->bytes);
+    base_free(g->pat);
     base_free(g);
 }
 
@@ -50,8 +54,8 @@ static int first_ok(const jgram *g, int32_t node, uint8_t c, int guard) {
     switch (n->kind) {
     case JG_OBJ: return c == '{';
     case JG_ARR: return c == '[';
-    case JG_STR: return c == '"';
-    case JG_NUM: case JG_INT: return c == '-' || is_digit(c);
+    case JG_STR: case JG_PAT: return c == '"';
+    case JG_NUM: case JG_INT: case JG_INTR: return c == '-' || is_digit(c);
     case JG_LIT:
         for (int32_t i = 0; i < n->n; i++)
             if (g->bytes[g->lits[n->lo + i].off] == c) return 1;
@@ -105,6 +109,8 @@ static int step_val(const jgram *g, jg_frame *f, uint8_t c) {
     case JG_OBJ: if (c != '{') return R_DEAD; f->kind = F_OBJ; f->sub = O_OPEN; return R_OK;
     case JG_ARR: if (c != '[') return R_DEAD; f->kind = F_ARR; f->sub = A_OPEN; return R_OK;
     case JG_STR: if (c != '"') return R_DEAD; f->kind = F_STR; f->sub = S_NORM; return R_OK;
+    case JG_PAT: if (c != '"') return R_DEAD; f->kind = F_PAT; f->sub = P_NORM; return R_OK;
+    case JG_INTR: f->kind = F_INTR; f->b = 0; return R_AGAIN;
     case JG_NUM: case JG_INT: f->kind = F_NUM; f->sub = N_START; return R_AGAIN;
     case JG_LIT: f->kind = F_LIT; f->a = n->lo; f->b = 0; return R_AGAIN;
     }
@@ -228,6 +234,53 @@ static int step_str(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
     return R_DEAD;
 }
 
+/* A pattern string: the content bytes run the node's DFA, escapes by the byte
+ * they stand for (no \u: jregex.h); '"' closes in an accepting state. The DFA
+ * is trimmed, so every live state can still finish: no dead end. */
+static int step_pat(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
+    const jg_node *n = &g->nodes[f->node];
+    const uint16_t *cls = g->pat + n->lo, *row = cls + 256 + (size_t)f->b * (size_t)(n->extra + 1);
+    if (f->sub == P_ESC) {
+        const int d = jregex_unescape(c);
+        if (d < 0 || row[cls[d]] == JRE_DEAD) return R_DEAD;
+        f->b = row[cls[d]];
+        f->sub = P_NORM;
+        return R_OK;
+    }
+    if (c == '"') {
+        if (!row[n->extra]) return R_DEAD;
+        s->depth--;
+        return R_OK;
+    }
+    if (c == '\\') {
+        static const uint8_t esc[] = "btnfr\"\\/";
+        for (size_t i = 0; i + 1 < sizeof esc; i++)
+            if (row[cls[jregex_unescape(esc[i])]] != JRE_DEAD) { f->sub = P_ESC; return R_OK; }
+        return R_DEAD;
+    }
+    if (c < 0x20 || row[cls[c]] == JRE_DEAD) return R_DEAD;
+    f->b = row[cls[c]];
+    return R_OK;
+}
+
+/* The DFA row of a pattern or range frame's state. */
+static const uint16_t *dfa_row(const jgram *g, const jg_frame *f, const uint16_t **cls) {
+    const jg_node *n = &g->nodes[f->node];
+    *cls = g->pat + n->lo;
+    return *cls + 256 + (size_t)f->b * (size_t)(n->extra + 1);
+}
+
+/* An integer in a range: digits while the DFA takes them; a byte it refuses
+ * ends the number (handed to the parent) when the DFA accepts. Delimiters never
+ * continue a number, so this stays deterministic. */
+static int step_intr(const jgram *g, jg_state *s, jg_frame *f, uint8_t c) {
+    const uint16_t *cls, *row = dfa_row(g, f, &cls);
+    if (row[cls[c]] != JRE_DEAD) { f->b = row[cls[c]]; return R_OK; }
+    if (!row[g->nodes[f->node].extra]) return R_DEAD;
+    s->depth--;
+    return R_AGAIN;
+}
+
 static int num_accepting(const jg_frame *f) {
     return f->sub == N_ZERO || f->sub == N_INT || f->sub == N_FRAC || f->sub == N_EXP;
 }
@@ -349,6 +402,8 @@ int jgram_feed(const jgram *g, jg_state *s, uint8_t c) {
         case F_SEQ: r = step_seq(g, s, f); break;
         case F_KEYED: r = step_keyed(g, s, f, c); break;
         case F_RAW: r = step_raw(g, s, f, c); break;
+        case F_PAT: r = step_pat(g, s, f, c); break;
+        case F_INTR: r = step_intr(g, s, f, c); break;
         }
         if (r == R_OK) return 0;
         if (r == R_DEAD) return -1;
@@ -367,6 +422,7 @@ int jgram_can_end(const jgram *g, const jg_state *s) {
     if (s->depth != 1) return 0;
     const jg_frame *f = &s->f[0];
     if (f->kind == F_NUM) return num_accepting(f);
+    if (f->kind == F_INTR) { const uint16_t *cls, *row = dfa_row(g, f, &cls); return row[g->nodes[f->node].extra] != 0; }
     if (f->kind == F_LIT) return lit_next(g, &g->nodes[f->node], f->a, f->b, -1) >= 0;
     return 0;
 }

@@ -3,7 +3,9 @@
  *
  * A compiled grammar (struct strata_grammar, built by jschema.c from a JSON schema
  * or as "any JSON object") is a graph of nodes: objects with their properties in
- * schema order, arrays, strings, numbers, literal sets (enum, const, true, false,
+ * schema order, arrays, strings, pattern strings (a DFA over the content bytes,
+ * jregex.h), numbers, integers in a range (a DFA over the digits), literal sets
+ * (enum, const, true, false,
  * null) and choices between nodes that differ in their first byte (type lists,
  * anyOf). It is immutable once built and may be shared by any number of matchers.
  *
@@ -13,7 +15,8 @@
  * valid document (a depth-first walk of the vocabulary's byte trie, each subtree
  * dropped at its first dead byte; inside a string, a precomputed set of plain
  * content ids filtered by the remaining maxLength plus a walk of the few other
- * ids; results cached per state), with the end ids
+ * ids, except in pattern strings, which walk the whole trie; results cached
+ * per state), with the end ids
  * allowed exactly when the document is complete. The mask depends only on the
  * bytes fed so far, never on other sequences.
  *
@@ -34,6 +37,11 @@
 #define JG_MAX_DEPTH 32 /* frames of a matcher's stack */
 #define JG_MAX_WS 16    /* whitespace bytes in a row */
 
+/* JG_PAT: a string whose content a DFA (jregex.h) constrains: pattern, format and
+ * the length bounds folded in; lo = its table's offset in pat[] (256 byte classes,
+ * then a row of extra + 1 per state), n = its states, extra = its byte classes. */
+/* JG_INTR: an integer in a range (minimum, maximum, ...): a DFA over its digits,
+ * laid out as JG_PAT's. */
 enum { JG_OBJ = 1, JG_ARR, JG_STR, JG_NUM, JG_INT, JG_LIT, JG_CHOICE, JG_ALIAS,
        /* composition (tool calls: a format's call syntax around argument documents):
         * SEQ: alts[lo, lo+n) one after the other; KEYED: props[lo, lo+n) each a
@@ -41,7 +49,7 @@ enum { JG_OBJ = 1, JG_ARR, JG_STR, JG_NUM, JG_INT, JG_LIT, JG_CHOICE, JG_ALIAS,
         * (-1: nothing); RAW: text of min..max code points (no quotes, no escapes)
         * up to the first byte that cannot be content: a special-token lead or a
         * control byte other than tab, LF, CR. */
-       JG_SEQ, JG_KEYED, JG_RAW };
+       JG_SEQ, JG_KEYED, JG_RAW, JG_PAT, JG_INTR };
 
 typedef struct jg_node {
     int32_t kind;       /* JG_* */
@@ -65,6 +73,7 @@ struct strata_grammar {
     jg_lit *lits;    int32_t n_lits, cap_lits;
     int32_t *alts;   int32_t n_alts, cap_alts;
     uint8_t *bytes;  int64_t n_bytes, cap_bytes;
+    uint16_t *pat;   int64_t n_pat, cap_pat; /* pattern DFA tables (jregex.h) */
     int32_t root;
 };
 typedef struct strata_grammar jgram;

@@ -9,10 +9,12 @@
 #include "jschema.h"
 
 #include <inttypes.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include "base.h"
+#include "jregex.h"
 #include "jsonx.h"
 
 #define MAX_ENUM 4096
@@ -22,6 +24,7 @@
 #define MAX_REFS 1024
 #define MAX_REC 200      /* compile recursion (C stack) */
 #define MAX_KEY 4096
+#define MAX_PAT (1 << 22) /* uint16 entries of the pattern DFA tables of a schema (8 MiB) */
 
 typedef struct { const json_t *s; int32_t node; } memo_t;
 
@@ -170,7 +173,8 @@ static int64_t add_text(cx *c, const json_t *v, const char *key, int32_t *len) {
 static const char *const k_notes[] = {"title", "description", "default", "examples", "$schema", "$id", "$comment", "$defs",
                                       "definitions", "deprecated", "readOnly", "writeOnly", NULL};
 static const char *const k_known[] = {"type", "properties", "required", "additionalProperties", "enum", "const", "items",
-                                      "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "$ref", NULL};
+                                      "minItems", "maxItems", "minLength", "maxLength", "anyOf", "oneOf", "$ref",
+                                      "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
 
 static int in_list(const char *k, const char *const *l) {
     for (; *l; l++) if (!strcmp(k, *l)) return 1;
@@ -390,12 +394,75 @@ static int32_t comp_array(cx *c, const json_t *s) {
     return id;
 }
 
+/* A string with a pattern and/or a format (checked in comp), its length bounds
+ * folded into one DFA (jregex.h) whose rows join the grammar's pat[]; kind
+ * JG_INTR: the digits of an integer range, pat its pattern. */
+static int32_t comp_pattern(cx *c, const json_t *pat, const json_t *fmt, int64_t mn, int64_t mx, int kind, const char *range) {
+    char why[256];
+    uint16_t *rows = NULL;
+    size_t len = 0;
+    int32_t n = 0, ncls = 0;
+    const char *ptext = pat ? json_string_value(pat) : range, *ftext = fmt ? json_string_value(fmt) : NULL;
+    if (jregex_compile(ptext, pat ? json_string_length(pat) : range ? strlen(range) : 0, ftext, mn, mx, &rows, &len, &n, &ncls, why,
+                       sizeof why)) {
+        if (range) return fail(c, STRATA_EINVAL, "the integer range: %s", why);
+        if (pat) return fail(c, STRATA_EINVAL, "'pattern' '%.100s'%s%s%s: %s", ptext, fmt ? " with format '" : "", fmt ? ftext : "",
+                             fmt ? "'" : "", why);
+        return fail(c, STRATA_EINVAL, "'format' '%s': %s", ftext, why);
+    }
+    jgram *g = c->g;
+    const int64_t need = g->n_pat + (int64_t)len;
+    if (need > MAX_PAT) {
+        base_free(rows);
+        return fail(c, STRATA_EINVAL, "the schema's patterns and formats need more than %d MiB of automata in all", MAX_PAT >> 19);
+    }
+    if (need > g->cap_pat) {
+        int64_t nc = g->cap_pat ? g->cap_pat : 4096;
+        while (nc < need) nc *= 2;
+        uint16_t *q = base_realloc(g->pat, (size_t)nc * sizeof *q, MEM_MISC);
+        if (!q) { base_free(rows); return fail(c, STRATA_ENOMEM, "out of memory"); }
+        g->pat = q;
+        g->cap_pat = nc;
+    }
+    const int32_t id = new_node(c, kind);
+    if (id < 0) { base_free(rows); return -1; }
+    memcpy(g->pat + g->n_pat, rows, len * sizeof *rows);
+    g->nodes[id].lo = (int32_t)g->n_pat;
+    g->nodes[id].n = n;
+    g->nodes[id].extra = ncls;
+    g->n_pat = need;
+    base_free(rows);
+    return id;
+}
+
 static int32_t comp_type(cx *c, const json_t *s, const char *t) {
     static const char *const k_null[] = {"null"}, *const k_bool[] = {"true", "false"};
     if (!strcmp(t, "null")) return lit_node(c, k_null, 1);
     if (!strcmp(t, "boolean")) return lit_node(c, k_bool, 2);
-    if (!strcmp(t, "number")) return new_node(c, JG_NUM);
-    if (!strcmp(t, "integer")) return new_node(c, JG_INT);
+    if (!strcmp(t, "number") || !strcmp(t, "integer")) {
+        static const char *const kb[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+        const int integer = !strcmp(t, "integer");
+        int64_t lo = -(INT64_C(1000000000000000) - 1), hi = INT64_C(1000000000000000) - 1; /* 15 digits, as JG_INT */
+        int bounded = 0;
+        for (int k = 0; k < 4; k++) {
+            const json_t *v = json_object_get(s, kb[k]);
+            if (!v) continue;
+            if (!json_is_number(v)) return fail(c, STRATA_EINVAL, "'%s' must be a number", kb[k]);
+            if (!integer) return fail(c, STRATA_EINVAL, "'%s' is supported on 'integer', not on 'number'", kb[k]);
+            const double x = json_number_value(v);
+            if (!(fabs(x) < 1e15)) return fail(c, STRATA_EINVAL, "'%s' %g: bounds of 15 digits at most are supported", kb[k], x);
+            /* the integers the bound lets through: inclusive ceil/floor, exclusive one past */
+            const int64_t b = k == 0 ? (int64_t)ceil(x) : k == 1 ? (int64_t)floor(x) + 1 : k == 2 ? (int64_t)floor(x) : (int64_t)ceil(x) - 1;
+            if (k < 2 && b > lo) lo = b;
+            if (k >= 2 && b < hi) hi = b;
+            bounded = 1;
+        }
+        if (!bounded) return new_node(c, integer ? JG_INT : JG_NUM);
+        if (lo > hi) return fail(c, STRATA_EINVAL, "no integer lies between the bounds");
+        char range[4096];
+        if (jregex_int_range(lo, hi, range, sizeof range) < 0) return fail(c, STRATA_EINVAL, "the integer range is too complex");
+        return comp_pattern(c, NULL, NULL, 0, -1, JG_INTR, range);
+    }
     if (!strcmp(t, "object")) return comp_object(c, s);
     if (!strcmp(t, "array")) return comp_array(c, s);
     if (!strcmp(t, "string")) {
@@ -403,6 +470,8 @@ static int32_t comp_type(cx *c, const json_t *s, const char *t) {
         if (get_count(c, s, "minLength", &mn) || get_count(c, s, "maxLength", &mx)) return -1;
         if (mx >= 0 && mn > mx) return fail(c, STRATA_EINVAL, "minLength %" PRId64 " > maxLength %" PRId64, mn, mx);
         if (mn > 1000000 || mx > INT32_MAX) return fail(c, STRATA_EINVAL, "string lengths above 1000000 are not supported");
+        const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+        if (pat || fmt) return comp_pattern(c, pat, fmt, mn, mx, JG_PAT, NULL);
         int32_t id = new_node(c, JG_STR);
         if (id < 0) return -1;
         c->g->nodes[id].min = mn;
@@ -511,11 +580,21 @@ static int32_t comp(cx *c, const json_t *s) {
             if (!dup) types[nt++] = x;
         }
     } else if (t) { fail(c, STRATA_EINVAL, "'type' must be a string or a list of 1 to 7 strings"); goto out; }
+    /* pattern and format constrain strings only (other types ignore them, as JSON
+     * Schema says), but an unknown format is refused wherever it is */
+    const json_t *pat = json_object_get(s, "pattern"), *fmt = json_object_get(s, "format");
+    if (pat && !json_is_string(pat)) { fail(c, STRATA_EINVAL, "'pattern' must be a string"); goto out; }
+    if (fmt && (!json_is_string(fmt) || !jregex_format(json_string_value(fmt)))) {
+        fail(c, STRATA_EINVAL, "unsupported format '%.60s' (supported: date, time, date-time, uuid, email, ipv4)",
+             json_is_string(fmt) ? json_string_value(fmt) : "(not a string)");
+        goto out;
+    }
     if (json_object_get(s, "enum") || json_object_get(s, "const")) { id = comp_enum(c, s, types, nt); goto out; }
     if (nt == 0) { /* the type the keywords imply */
         int obj = json_object_get(s, "properties") || json_object_get(s, "required") || json_object_get(s, "additionalProperties");
         int arr = json_object_get(s, "items") || json_object_get(s, "minItems") || json_object_get(s, "maxItems");
-        int str = json_object_get(s, "minLength") || json_object_get(s, "maxLength");
+        int str = json_object_get(s, "minLength") || json_object_get(s, "maxLength") || json_object_get(s, "pattern") ||
+                  json_object_get(s, "format");
         if (obj + arr + str > 1) { fail(c, STRATA_EINVAL, "keywords of several types without 'type'"); goto out; }
         if (!obj && !arr && !str) { id = any_node(c); goto out; }
         types[nt++] = obj ? "object" : arr ? "array" : "string";
@@ -551,8 +630,8 @@ static int first_set(const jgram *g, int32_t id, uint8_t set[256], int guard) {
     switch (n->kind) {
     case JG_OBJ: set['{'] = 1; break;
     case JG_ARR: set['['] = 1; break;
-    case JG_STR: set['"'] = 1; break;
-    case JG_NUM: case JG_INT: set['-'] = 1; for (int ch = '0'; ch <= '9'; ch++) set[ch] = 1; break;
+    case JG_STR: case JG_PAT: set['"'] = 1; break;
+    case JG_NUM: case JG_INT: case JG_INTR: set['-'] = 1; for (int ch = '0'; ch <= '9'; ch++) set[ch] = 1; break;
     case JG_LIT: for (int32_t i = 0; i < n->n; i++) set[g->bytes[g->lits[n->lo + i].off]] = 1; break;
     case JG_CHOICE:
         for (int32_t i = 0; i < n->n; i++)

@@ -2,12 +2,14 @@
  * jschema.h: JSON schema (a subset) -> a byte grammar (jgram.h).
  *
  * Supported: type (a name or a list), properties, required, additionalProperties,
- * enum, const, items, minItems, maxItems, minLength, maxLength, anyOf / oneOf
+ * enum, const, items, minItems, maxItems, minLength, maxLength, pattern and
+ * format on strings (jregex.h: one DFA with the length bounds), minimum, maximum,
+ * exclusiveMinimum, exclusiveMaximum on integers (a DFA over the digits), anyOf / oneOf
  * (alternatives that differ in their first byte: different JSON types), local
  * $ref ("#", "#/$defs/NAME", any "#/..." pointer; recursion allowed), and the
  * annotations title, description, default, examples, $schema, $id, $comment,
  * $defs, definitions, deprecated, readOnly, writeOnly (ignored). Every other
- * keyword is refused by name (pattern, format, minimum, ...), as are unsatisfiable
+ * keyword is refused by name (minimum, uniqueItems, ...), as are unsatisfiable
  * or hostile schemas (a required property not listed, min > max, nesting deeper
  * than the matcher's stack, $ref cycles with no value between, more than 4096
  * enum values or properties in one place, more than 1 MiB of keys and literals).
