@@ -21,7 +21,7 @@ FUZZ_ENTRY(req) {
         for (int i = 0; i < r.n_stop; i++) ST_ASSERT(r.stop_len[i] >= 1 && r.stop_len[i] <= REQ_MAX_STOP_BYTES);
         if (kind == REQ_CHAT) {
             ST_ASSERT(r.n_msgs >= 1);
-            for (size_t i = 0; i < r.n_msgs; i++) ST_ASSERT(r.msgs[i].content && r.msgs[i].role >= 0 && r.msgs[i].role <= 2);
+            for (size_t i = 0; i < r.n_msgs; i++) ST_ASSERT(r.msgs[i].content && r.msgs[i].role >= 0 && r.msgs[i].role <= STRATA_CHAT_TOOL);
         }
         for (size_t i = 0; i < r.n_ids; i++) ST_ASSERT(r.ids[i] >= 0);
     }

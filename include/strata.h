@@ -727,7 +727,9 @@ typedef struct strata_chat_msg {
 
 /* A declared tool (name [A-Za-z0-9_-]{1,64}; description and the JSON-schema
  * parameters as JSON text may be NULL). strict: a schema that cannot be
- * enforced is an error (strata_grammar_tools) rather than any JSON object. */
+ * enforced is an error (strata_grammar_tools) rather than any JSON object. Only
+ * forced calls are constrained: with tool_choice AUTO the arguments are what the
+ * model writes, strict or not (docs/serve.md "Tool calls"). */
 typedef struct strata_chat_tool {
     const char *name, *description, *parameters;
     int strict;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include "chat.h"
 #include "test.h"
+#include "tools.h"
 
 /* ranks 0..255 bytes, then: */
 static const char *k_words[] = {"message", " role", "=\"", "user", "system", "assistant", "think", "response", "Hi", NULL};
@@ -226,6 +227,90 @@ TEST(chat_parse) {
     CHECK(!strcmp(r.reasoning, "I'll remember.") && !strcmp(r.content, "473, 921") && r.closed && r.ended);
     chat_reply_free(&r);
     base_free(ids);
+    tok_close(t);
+}
+
+/* Ids of text with the markers <|open|> <|close|> <|sep|> and [EOS] as their
+ * ids, every other byte as its byte id. */
+static size_t spell(const char *s, int32_t *ids, size_t cap) {
+    static const struct { const char *m; int32_t id; } k_marks[] = {{"<|open|>", OPEN}, {"<|close|>", CLOSE}, {"<|sep|>", SEP}, {"[EOS]", EOS}};
+    size_t n = 0;
+    while (*s && n < cap) {
+        size_t k = 0;
+        while (k < 4 && strncmp(s, k_marks[k].m, strlen(k_marks[k].m))) k++;
+        if (k < 4) { ids[n++] = k_marks[k].id; s += strlen(k_marks[k].m); }
+        else ids[n++] = (uint8_t)*s++;
+    }
+    return n;
+}
+
+/* K3's tools channel after the response (or the think) channel: its text, markers
+ * spelled, for the tool-call parser, which finds the calls in it. */
+TEST(chat_parse_tools) {
+    tok *t = chat_tok();
+    if (!t) return;
+    chat_reply r;
+    char err[256];
+    int32_t ids[512];
+    static const char chan[] = "<|open|>tools<|sep|><|open|>call tool=\"get_weather\" index=\"1\"<|sep|>"
+                               "<|open|>argument key=\"city\" type=\"string\"<|sep|>Paris<|close|>argument<|sep|>"
+                               "<|close|>call<|sep|><|close|>tools<|sep|>";
+    char text[1024];
+    snprintf(text, sizeof text, "Hi<|close|>response<|sep|>%s<|close|>message<|sep|>[EOS]", chan);
+    size_t n = spell(text, ids, 512);
+    CHECK_MSG(chat_parse_reply(t, ids, n, 0, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(!strcmp(r.content, "Hi") && r.tools && r.tools_len == strlen(chan) && !strcmp(r.tools, chan) && r.closed && r.ended &&
+          r.n_used == n);
+    /* the channel's text is what the streaming parser reads */
+    const chat_tool decl[] = {{.name = "get_weather"}};
+    const chat_tools tl = {decl, 1, CHAT_TOOLS_AUTO, NULL, 1};
+    tools_parser *tp = NULL;
+    const char *c;
+    size_t cn;
+    CHECK(tools_parser_open(&tp, CHAT_FMT_XTML, &tl, 0, err, sizeof err) == 0);
+    if (tp) {
+        CHECK(tools_parser_push(tp, r.tools, r.tools_len, &c, &cn) == 0 && tools_parser_flush(tp, &c, &cn) == 0 && cn == 0);
+        CHECK(tools_parser_n_calls(tp) == 1 && !strcmp(tools_parser_call(tp, 0)->name, "get_weather") &&
+              !strcmp(tools_parser_call(tp, 0)->args, "{\"city\":\"Paris\"}"));
+        tools_parser_close(tp);
+    }
+    chat_reply_free(&r);
+    /* no channel: tools NULL */
+    n = spell("Hi<|close|>response<|sep|><|close|>message<|sep|>[EOS]", ids, 512);
+    CHECK(chat_parse_reply(t, ids, n, 0, &r, err, sizeof err) == 0 && r.tools == NULL && r.closed);
+    chat_reply_free(&r);
+    /* right after the think channel; control ids inside are text; cut off */
+    n = spell("hm<|close|>think<|sep|><|open|>tools<|sep|><|open|>call<|open|>x", ids, 512);
+    CHECK_MSG(chat_parse_reply(t, ids, n, 1, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(!strcmp(r.reasoning, "hm") && !strcmp(r.content, "") && r.tools && !strcmp(r.tools, "<|open|>tools<|sep|><|open|>call<|open|>x") &&
+          !r.closed && !r.ended);
+    chat_reply_free(&r);
+    /* a forced call's prefill opened the channel (thinking 2) */
+    n = spell("<|open|>argument key=\"a\" type=\"integer\"<|sep|>1<|close|>argument<|sep|><|close|>call<|sep|><|close|>tools<|sep|>"
+              "<|close|>message<|sep|>[EOS]", ids, 512);
+    CHECK_MSG(chat_parse_reply(t, ids, n, 2, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(r.reasoning == NULL && !strcmp(r.content, "") && r.tools && strstr(r.tools, "type=\"integer\"<|sep|>1<|close|>argument") &&
+          r.closed && r.ended);
+    chat_reply_free(&r);
+    /* a render -> reply roundtrip: an assistant turn with calls parses back to them */
+    const chat_call calls[] = {{"get_weather", "{\"city\":\"Oslo\",\"days\":2}"}};
+    chat_msg turn[] = {{.role = CHAT_ASSISTANT, .content = "ok", .calls = calls, .n_calls = 1}};
+    int32_t *rid = NULL;
+    size_t rn = 0, cap = 0, at = 0;
+    CHECK(chat_render_tools(t, turn, 1, &tl, CHAT_THINK_OFF, 0, &rid, &rn, &cap, err, sizeof err) == 0);
+    for (size_t i = 0; i + 2 < rn; i++)
+        if (rid[i] == OPEN && rid[i + 1] == RESPONSE && rid[i + 2] == SEP) { at = i + 3; break; }
+    CHECK(at > 0);
+    CHECK_MSG(chat_parse_reply(t, rid + at, rn - at, 0, &r, err, sizeof err) == 0, "%s", err);
+    CHECK(!strcmp(r.content, "ok") && r.tools && r.closed && r.ended);
+    tp = NULL;
+    if (r.tools && tools_parser_open(&tp, CHAT_FMT_XTML, &tl, 0, err, sizeof err) == 0) {
+        CHECK(tools_parser_push(tp, r.tools, r.tools_len, &c, &cn) == 0 && tools_parser_flush(tp, &c, &cn) == 0);
+        CHECK(tools_parser_n_calls(tp) == 1 && !strcmp(tools_parser_call(tp, 0)->args, calls[0].args));
+        tools_parser_close(tp);
+    }
+    chat_reply_free(&r);
+    base_free(rid);
     tok_close(t);
 }
 

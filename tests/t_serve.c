@@ -1082,7 +1082,10 @@ TEST(serve_progress) {
 /* Tool calls through the official client (tests/serve/tools.mjs) on K3's XTML
  * (tiny), the Kimi K2 format (kimi-linear-tiny) and DeepSeek-V3's: the tool
  * loop streamed and not, forced calls valid by ajv (alone and 4 concurrent ==
- * solo), a named choice, parallel calls, garbage as content, refusals. */
+ * solo), a named choice, parallel calls, garbage as content, refusals. On K3
+ * and Kimi Linear also /v1/messages tool use with @anthropic-ai/sdk
+ * (anthropic.mjs tools: the loop, tool_use / tool_result blocks, streamed ==
+ * not). */
 TEST(serve_tools) {
     static const char *const presets[][2] = {{"serve_tools_k3", "tiny"}, {"serve_tools_kl", "kimi-linear-tiny"},
                                              {"serve_tools_ds", "deepseek-v3-tiny"}};
@@ -1100,6 +1103,13 @@ TEST(serve_tools) {
             int rc = t_run(cmd, &out);
             CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "tools.mjs on %s: %s", presets[i][1], out);
             base_free(out);
+            if (i < 2) { /* tool use on /v1/messages (@anthropic-ai/sdk): K3's XTML and the K2 format */
+                out = NULL;
+                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/anthropic.mjs %d %s %s tools", s.port, KEY, presets[i][0]);
+                rc = t_run(cmd, &out);
+                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "anthropic.mjs tools on %s: %s", presets[i][1], out);
+                base_free(out);
+            }
         } else {
             CHECK(0);
         }

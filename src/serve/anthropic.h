@@ -4,10 +4,13 @@
  *
  * A body becomes a `request` of kind REQ_CHAT: `system` (a string or text
  * blocks) is the first message, each message's content (a string or a list of
- * blocks) is parsed by a table of block types (text; thinking on assistant
- * turns; tool_use / tool_result are refused until the tools branch adds their
- * rows), `thinking` maps to the effort. Answers and stream events are built
- * here from the job's text; the HTTP side only moves the bytes.
+ * blocks) is parsed by a table of block types (text; thinking and tool_use on
+ * assistant turns; tool_result on user turns, each a tool message answering
+ * the tool_use of that id), `thinking` maps to the effort, `tools` and
+ * `tool_choice` to the OpenAI path's (same renderer, forced-call grammar and
+ * streaming parser). Answers and stream events are built here from the job's
+ * text and calls (tool_use blocks, stop_reason "tool_use"); the HTTP side only
+ * moves the bytes.
  */
 #ifndef STRATA_SERVE_ANTHROPIC_H
 #define STRATA_SERVE_ANTHROPIC_H
@@ -28,9 +31,9 @@ json_t *anth_message_json(const job *j, const char *id, const char *model);
 typedef struct anth_stream {
     int started;            /* message_start sent */
     int block;              /* index of the open content block, -1 none */
-    int block_kind;         /* 1 thinking, 2 text */
+    int block_kind;         /* 1 thinking, 2 text, 3 tool_use */
     int n_blocks;
-    size_t sent_reasoning, sent_content;
+    size_t sent_reasoning, sent_content, sent_calls;
     int done;               /* message_stop sent */
 } anth_stream;
 /* Appends the events of j's new text to out (j's mutex held): message_start

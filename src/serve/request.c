@@ -197,8 +197,7 @@ static int get_content(request *r, const json_t *v, const char *name, const char
 
 #define OOM(e) req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory")
 
-/* Keeps a string the request owns (freed with it). */
-static int own(request *r, char *s, req_error *e) {
+int req_own(request *r, char *s, req_error *e) {
     char **np = s ? strata_realloc(r->parts, (r->n_parts + 1) * sizeof *np) : NULL;
     if (!np) { strata_free(s); return OOM(e); }
     r->parts = np;
@@ -206,8 +205,7 @@ static int own(request *r, char *s, req_error *e) {
     return 0;
 }
 
-/* A tool name as OpenAI allows it: [A-Za-z0-9_-]{1,64}. */
-static int name_ok(const char *s) {
+int req_tool_name_ok(const char *s) {
     size_t n = strspn(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-");
     return n >= 1 && n <= 64 && !s[n];
 }
@@ -247,7 +245,7 @@ static int parse_calls(request *r, req_msg *o, size_t i, const json_t *v, req_er
                 return BAD(e, "messages.tool_calls", "messages[%zu].tool_calls[%zu].function: unknown field '%s'", i, k, key);
             }
         }
-        if (!o->calls[k].name || !name_ok(o->calls[k].name))
+        if (!o->calls[k].name || !req_tool_name_ok(o->calls[k].name))
             return BAD(e, "messages.tool_calls.function.name",
                        "messages[%zu].tool_calls[%zu].function.name must be 1-64 of A-Z a-z 0-9 _ -", i, k);
         if (!o->calls[k].args) o->calls[k].args = "{}";
@@ -257,12 +255,17 @@ static int parse_calls(request *r, req_msg *o, size_t i, const json_t *v, req_er
     return 0;
 }
 
-/* A tool message's tool_call_id -> the number of the call it answers. */
-static int resolve_call(request *r, size_t i, const char *id, req_error *e) {
+size_t req_find_call(const request *r, size_t upto, const char *id) {
     size_t g = 0, found = (size_t)-1;
-    for (size_t m = 0; m < i; m++)
+    for (size_t m = 0; m < upto; m++)
         for (size_t k = 0; k < r->msgs[m].n_calls; k++, g++)
             if (!strcmp(r->msgs[m].call_ids[k], id)) found = g; /* the latest call with that id */
+    return found;
+}
+
+/* A tool message's tool_call_id -> the number of the call it answers. */
+static int resolve_call(request *r, size_t i, const char *id, req_error *e) {
+    const size_t found = req_find_call(r, i, id);
     if (found == (size_t)-1)
         return BAD(e, "messages.tool_call_id", "messages[%zu].tool_call_id '%.64s' names no tool call of an earlier assistant message",
                    i, id);
@@ -275,6 +278,7 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
     if (json_array_size(v) > REQ_MAX_MSGS) return BAD(e, "messages", "'messages' has more than %d entries", REQ_MAX_MSGS);
     r->msgs = strata_calloc(json_array_size(v), sizeof *r->msgs);
     if (!r->msgs) return req_fail(e, 500, "server_error", "out_of_memory", NULL, "out of memory");
+    r->cap_msgs = json_array_size(v);
     size_t i;
     json_t *m;
     json_array_foreach(v, i, m) {
@@ -346,7 +350,7 @@ static int parse_tools(request *r, const json_t *v, req_error *e) {
             } else if (!strcmp(key, "parameters")) {
                 if (!json_is_object(f)) return BAD(e, "tools.function.parameters", "tools[%zu].function.parameters must be a JSON schema object", i);
                 char *d = json_dumps(f, JSON_COMPACT);
-                if (own(r, d, e)) return -1;
+                if (req_own(r, d, e)) return -1;
                 o->parameters = d;
             } else if (!strcmp(key, "strict")) {
                 if (get_bool(f, "tools.function.strict", &o->strict, e)) return -1;
@@ -354,7 +358,7 @@ static int parse_tools(request *r, const json_t *v, req_error *e) {
                 return BAD(e, "tools.function", "tools[%zu].function: unknown field '%s'", i, key);
             }
         }
-        if (!o->name || !name_ok(o->name))
+        if (!o->name || !req_tool_name_ok(o->name))
             return BAD(e, "tools.function.name", "tools[%zu].function.name must be 1-64 of A-Z a-z 0-9 _ -", i);
         /* strict: the schema must compile now (a forced call enforces it) */
         const json_t *params = json_object_get(fn, "parameters");
@@ -675,7 +679,7 @@ int request_parse(request *r, int kind, const uint8_t *body, size_t len, req_err
 void request_free(request *r) {
     for (size_t i = 0; i < r->n_parts; i++) strata_free(r->parts[i]);
     strata_free(r->parts);
-    for (size_t i = 0; r->msgs && i < r->n_msgs + 1 && i < json_array_size(json_object_get(r->root, "messages")); i++) {
+    for (size_t i = 0; r->msgs && i < r->cap_msgs; i++) {
         strata_free(r->msgs[i].calls);
         strata_free(r->msgs[i].call_ids);
     }

@@ -54,8 +54,9 @@ typedef struct request {
     int kind;                 /* REQ_* */
     json_t *root;             /* the parsed body; every string below points into it */
     const char *model;        /* NULL when absent */
-    req_msg *msgs;            /* (n_msgs) chat; counted */
-    size_t n_msgs;
+    req_msg *msgs;            /* (n_msgs) chat; counted; cap_msgs allocated (zeroed: the
+                               * slot being parsed may own calls before it is counted) */
+    size_t n_msgs, cap_msgs;
     char **parts;             /* joined content-part strings owned by the request (counted) */
     size_t n_parts;
     const char *text;         /* completion prompt / tokenize content (may hold NUL bytes) */
@@ -91,6 +92,14 @@ typedef struct request {
 /* OpenAI's / Anthropic's effort names -> STRATA_CHAT_THINK_* (the nearest level
  * K3 has: off, low, high, max), or -1. */
 int req_effort(const char *name);
+
+/* Keeps s for the request's lifetime (freed with it); s NULL or no memory: 500. */
+int req_own(request *r, char *s, req_error *e);
+/* 1 when s is a tool name as OpenAI allows it: [A-Za-z0-9_-]{1,64}. */
+int req_tool_name_ok(const char *s);
+/* The number of the latest call with id among the calls of msgs[0..upto), in
+ * order (strata_chat_msg.call_of), or (size_t)-1. */
+size_t req_find_call(const request *r, size_t upto, const char *id);
 
 /* Parses and validates body as a request of kind. 0, or -1 with e filled (the
  * request is then empty; request_free is still safe). */

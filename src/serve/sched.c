@@ -75,6 +75,7 @@ static void job_destroy(job *j) {
     }
     strata_free(j->call_name);
     strata_free(j->call_args);
+    strata_free(j->call_at);
     req_buf_free(&j->pend);
     req_buf_free(&j->content);
     req_buf_free(&j->reasoning);
@@ -215,7 +216,9 @@ static void job_calls(job *j) {
             if (a) j->call_name = a;
             char **b = a ? strata_realloc(j->call_args, cap * sizeof *b) : NULL;
             if (b) j->call_args = b;
-            if (!a || !b) break;
+            size_t *at = b ? strata_realloc(j->call_at, cap * sizeof *at) : NULL;
+            if (at) j->call_at = at;
+            if (!a || !b || !at) break;
             j->cap_calls = cap;
         }
         const strata_chat_call *c = strata_tool_parser_call(j->tp, i);
@@ -223,6 +226,7 @@ static void job_calls(job *j) {
         if (!name || !args) { strata_free(name); strata_free(args); break; }
         j->call_name[i] = name;
         j->call_args[i] = args;
+        j->call_at[i] = j->content.n;
         j->n_calls = i + 1;
     }
     pthread_mutex_unlock(&j->mu);

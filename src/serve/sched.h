@@ -67,6 +67,8 @@ typedef struct job {
     pthread_cond_t cv;
     req_buf content, reasoning;   /* UTF-8-clean text so far */
     char **call_name, **call_args; /* (n_calls, cap_calls) tool calls handed out, counted */
+    size_t *call_at;              /* (n_calls) content.n when each call was handed out: where its
+                                   * tool_use block goes among the text (/v1/messages) */
     size_t n_calls, cap_calls;
     int64_t n_gen;                /* completion tokens */
     int64_t n_cached;             /* prompt tokens restored from the prefix cache */

@@ -451,6 +451,7 @@ void chat_reply_free(chat_reply *r) {
     if (!r) return;
     base_free(r->reasoning);
     base_free(r->content);
+    base_free(r->tools);
     memset(r, 0, sizeof *r);
 }
 
@@ -474,15 +475,43 @@ static int think_marker(const chat_ids *c, int32_t id, int st, size_t n_text) {
     return -1;
 }
 
+/* The end of the tag that starts at ids[i] (a marker, text ids, <|sep|>): the
+ * index of its <|sep|>, n when cut off, or that of the special id that breaks it. */
+static size_t tag_end(const tok *t, const chat_ids *c, const int32_t *ids, size_t n, size_t i) {
+    size_t j = i + 1;
+    while (j < n && ids[j] != c->sep && !tok_is_special(t, ids[j])) j++;
+    return j;
+}
+
+/* One id of K3's tools channel (the state is P_TOOLS): everything up to
+ * <|close|>tools<|sep|> is text for the tool-call parser, markers spelled out
+ * as the follower hands them over; that closing tag ends the channel. Returns
+ * the ids used. */
+static int reply_tools(const tok *t, const chat_ids *c, const int32_t *ids, size_t n, size_t i, bytes *tools, bytes *tag, int *st,
+                       size_t *used) {
+    size_t j = ids[i] == c->close ? tag_end(t, c, ids, n, i) : n;
+    int rc;
+    tag->n = 0;
+    if (j < n && ids[j] == c->sep && !(rc = add_ids(t, tag, ids + i + 1, j - i - 1)) && !(rc = bytes_add(tag, NULL, 0)) &&
+        !strcmp(tag->s, "tools")) {
+        *st = P_AFTER_RESPONSE;
+        *used = j + 1 - i;
+        return add_ids(t, tools, ids + i, j + 1 - i);
+    }
+    *used = 1;
+    return add_ids(t, tools, ids + i, 1);
+}
+
 int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, chat_reply *out, char *err,
                      size_t errlen) {
     memset(out, 0, sizeof *out);
     chat_ids c;
     int rc = chat_ids_init(&c, t, err, errlen);
     if (rc) return rc;
-    bytes think = {0}, resp = {0}, tag = {0};
-    thinking = reply_thinking(c.fmt, thinking);
-    int st = thinking ? P_THINK : P_RESPONSE;
+    bytes think = {0}, resp = {0}, tag = {0}, tools = {0};
+    const int in_tools = thinking == 2 && c.fmt == CHAT_FMT_XTML; /* a forced call's prefill opened the channel */
+    thinking = !in_tools && reply_thinking(c.fmt, thinking);
+    int st = in_tools ? P_TOOLS : thinking ? P_THINK : P_RESPONSE, has_tools = in_tools;
     size_t i = 0;
     while (i < n) {
         int32_t id = ids[i];
@@ -490,6 +519,15 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
             out->ended = 1;
             i++;
             break;
+        }
+        if (st == P_TOOLS) {
+            size_t used;
+            if ((rc = reply_tools(t, &c, ids, n, i, &tools, &tag, &st, &used))) {
+                rc = base_fail(err, errlen, rc, "chat reply: id %d at %zu is not in the vocabulary (or out of memory)", id, i);
+                goto fail;
+            }
+            i += used;
+            continue;
         }
         int next = think_marker(&c, id, st, think.n + resp.n);
         if (next >= 0) {
@@ -500,8 +538,7 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
         }
         if (id == c.open || id == c.close) {
             /* a tag: marker, text ids, <|sep|> */
-            size_t j = i + 1;
-            while (j < n && ids[j] != c.sep && !tok_is_special(t, ids[j])) j++;
+            size_t j = tag_end(t, &c, ids, n, i);
             if (j == n) { i = n; break; } /* cut off inside the tag */
             if (ids[j] != c.sep) {
                 rc = base_fail(err, errlen, STRATA_EFORMAT, "chat reply: id %d inside a tag at %zu", ids[j], j);
@@ -515,11 +552,14 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
             else if (is_open && st == P_AFTER_THINK && !strcmp(tag.s, "response")) next = P_RESPONSE;
             else if (!is_open && st == P_RESPONSE && !strcmp(tag.s, "response")) next = P_AFTER_RESPONSE;
             else if (!is_open && st == P_AFTER_RESPONSE && !strcmp(tag.s, "message")) next = P_CLOSED;
+            else if (is_open && (st == P_AFTER_RESPONSE || st == P_AFTER_THINK) && !strcmp(tag.s, "tools")) next = P_TOOLS;
             if (next < 0) {
                 rc = base_fail(err, errlen, STRATA_EFORMAT, "chat reply: unexpected %s%.40s%s at id %zu",
                                is_open ? "<|open|>" : "<|close|>", tag.s, "<|sep|>", i);
                 goto fail;
             }
+            if (next == P_TOOLS && (rc = add_ids(t, &tools, ids + i, j + 1 - i))) goto fail; /* the parser reads the opening too */
+            has_tools |= next == P_TOOLS;
             st = next;
             i = j + 1;
             continue;
@@ -538,7 +578,8 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
         }
         i++;
     }
-    if ((rc = bytes_add(&resp, NULL, 0)) || (thinking && (rc = bytes_add(&think, NULL, 0)))) {
+    if ((rc = bytes_add(&resp, NULL, 0)) || (thinking && (rc = bytes_add(&think, NULL, 0))) ||
+        (has_tools && (rc = bytes_add(&tools, NULL, 0)))) {
         rc = base_fail(err, errlen, rc, "chat reply: out of memory");
         goto fail;
     }
@@ -548,6 +589,9 @@ int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, c
     if (!thinking) base_free(think.s);
     out->content = resp.s;
     out->content_len = resp.n;
+    out->tools = has_tools ? tools.s : NULL;
+    out->tools_len = has_tools ? tools.n : 0;
+    if (!has_tools) base_free(tools.s);
     out->closed = st == P_CLOSED || (c.fmt != CHAT_FMT_XTML && out->ended); /* K2, DeepSeek: the end id closes */
     out->n_used = i;
     return STRATA_OK;
@@ -555,6 +599,7 @@ fail:
     base_free(think.s);
     base_free(resp.s);
     base_free(tag.s);
+    base_free(tools.s);
     return rc;
 }
 

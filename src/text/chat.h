@@ -147,17 +147,25 @@ typedef struct chat_reply {
     size_t reasoning_len;
     char *content;        /* response channel text (never NULL after success) */
     size_t content_len;
+    char *tools;          /* XTML's tools channel as text, markers spelled out, from
+                           * <|open|>tools<|sep|> to <|close|>tools<|sep|> as far as
+                           * written (with a prefilled channel, from where the prefill
+                           * left it): what tools_parser_push reads; NULL: no channel */
+    size_t tools_len;
     int closed;           /* 1: </response></message> closure was seen */
     int ended;            /* 1: an end id ([EOS] or <|end_of_msg|>) was seen */
     size_t n_used;        /* ids consumed, up to and including the end id */
 } chat_reply;
 
 /* Parses ids generated after the generation prompt (thinking selects which
- * prompt was used). Stops at the first [EOS] or <|end_of_msg|> (the released
+ * prompt was used; 2: a forced call's prefill opened XTML's tools channel, as
+ * chat_follow_open). Stops at the first [EOS] or <|end_of_msg|> (the released
  * model ends turns with [EOS], the template writes <|end_of_msg|>: both are
  * accepted). A turn that ends early (end id before the closure) or is cut off
- * (no end id) still parses, with closed/ended telling which. STRATA_EFORMAT for
- * an out-of-order channel tag or a stray control id, with a message. */
+ * (no end id) still parses, with closed/ended telling which. XTML's tools
+ * channel (after the response or the think channel) is taken whole as text,
+ * its control ids included, into tools. STRATA_EFORMAT for an out-of-order
+ * channel tag or a stray control id outside the tools channel, with a message. */
 int chat_parse_reply(const tok *t, const int32_t *ids, size_t n, int thinking, chat_reply *out,
                      char *err, size_t errlen);
 void chat_reply_free(chat_reply *r);
