@@ -203,25 +203,45 @@ TEST(ds_route_groups) {
     CHECK(idx[0] == 0 && idx[1] == 1);
 }
 
-/* The published layouts: names, dtypes and shapes the releases use. */
+/* The published layouts: names, dtypes and shapes the releases use, the
+ * tokenizer files and the quantization_config they declare. */
 TEST(ds_tiny_layout) {
-    static const struct { const char *preset, *must[6], *mustnot; } k[] = {
+    static const struct { const char *preset, *must[6], *mustnot, *tok, *quant; int unused, wrapped; } k[] = {
         {"deepseek-v3-tiny",
+         {"\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"F32\"", "\"model.layers.2.mlp.gate.e_score_correction_bias\":{\"dtype\":\"F32\"",
+          "\"model.layers.2.mlp.experts.0.gate_proj.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[32,64]",
+          "\"model.layers.2.mlp.experts.0.gate_proj.weight_scale_inv\":{\"dtype\":\"F32\",\"shape\":[1,1]",
+          "\"model.layers.1.self_attn.q_b_proj.weight\":{\"dtype\":\"F8_E4M3\"", "\"model.layers.5.eh_proj.weight\""},
+         "block_sparse_moe", "tokenizer.json", "\"quant_method\": \"fp8\"", 1, 0},
+        {"deepseek-v3-bf16-tiny",
          {"\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"F32\"", "\"model.layers.2.mlp.gate.e_score_correction_bias\":{\"dtype\":\"F32\"",
           "\"model.layers.2.mlp.experts.0.gate_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[32,64]",
           "\"model.layers.1.mlp.down_proj.weight\"", "\"model.layers.5.eh_proj.weight\"", "\"model.layers.2.mlp.shared_experts.up_proj.weight\""},
-         "block_sparse_moe"},
+         "weight_scale", "tiktoken.model", NULL, 1, 0},
         {"kimi-k2-tiny",
          {"\"model.layers.0.self_attn.q_a_layernorm.weight\":{\"dtype\":\"BF16\"", "\"model.layers.1.mlp.gate.e_score_correction_bias\":{\"dtype\":\"F32\"",
           "\"model.layers.1.mlp.experts.3.down_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[64,32]",
           "\"model.layers.0.self_attn.kv_a_proj_with_mqa.weight\":{\"dtype\":\"BF16\",\"shape\":[48,64]", "\"lm_head.weight\"",
           "\"model.norm.weight\""},
-         "layers.4."},
+         "layers.4.", "tiktoken.model", NULL, 0, 0},
+        {"kimi-k2-instruct-tiny",
+         {"\"model.layers.0.self_attn.q_a_layernorm.weight\":{\"dtype\":\"BF16\"", "\"lm_head.weight\":{\"dtype\":\"BF16\"",
+          "\"model.layers.1.mlp.experts.3.down_proj.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[64,32]",
+          "\"model.layers.0.self_attn.kv_a_proj_with_mqa.weight_scale_inv\":{\"dtype\":\"F32\",\"shape\":[1,1]",
+          "\"model.layers.1.mlp.gate.weight\":{\"dtype\":\"BF16\"", "\"model.layers.1.mlp.shared_experts.up_proj.weight\":{\"dtype\":\"F8_E4M3\""},
+         "layers.4.", "tiktoken.model", "\"quant_method\": \"fp8\"", 0, 0},
+        {"kimi-k2-thinking-tiny",
+         {"\"model.layers.1.mlp.experts.3.down_proj.weight_packed\":{\"dtype\":\"I32\",\"shape\":[64,4]",
+          "\"model.layers.1.mlp.experts.3.down_proj.weight_scale\":{\"dtype\":\"BF16\",\"shape\":[64,1]",
+          "\"model.layers.1.mlp.experts.3.down_proj.weight_shape\":{\"dtype\":\"I32\",\"shape\":[2]",
+          "\"model.layers.0.self_attn.q_a_proj.weight\":{\"dtype\":\"BF16\"", "\"model.layers.1.mlp.shared_experts.up_proj.weight\":{\"dtype\":\"BF16\"",
+          "\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"BF16\""},
+         "weight_scale_inv", "tiktoken.model", "\"format\": \"pack-quantized\"", 0, 0},
         {"kimi-k25-tiny",
          {"\"language_model.model.layers.1.mlp.experts.0.up_proj.weight\"", "\"language_model.lm_head.weight\"",
           "\"vision_tower.patch_embed.proj.weight\"", "\"mm_projector.proj.0.weight\"",
           "\"language_model.model.embed_tokens.weight\"", "\"language_model.model.layers.3.self_attn.q_b_proj.weight\""},
-         "\"model.layers"},
+         "\"model.layers", "tiktoken.model", NULL, 1, 1},
     };
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         const char *m = t_model(k[i].preset, k[i].preset, 7, 0);
@@ -235,17 +255,22 @@ TEST(ds_tiny_layout) {
         for (int j = 0; j < 6; j++) CHECK_MSG(strstr(st, k[i].must[j]) != NULL, "%s: %s", k[i].preset, k[i].must[j]);
         CHECK_MSG(!strstr(st, k[i].mustnot), "%s: %s", k[i].preset, k[i].mustnot);
         base_free(raw);
+        snprintf(path, sizeof path, "%s/%s", m, k[i].tok);
+        FILE *tf = fopen(path, "rb");
+        CHECK_MSG(tf != NULL, "%s: no %s", k[i].preset, k[i].tok);
+        if (tf) fclose(tf);
         snprintf(path, sizeof path, "%s/config.json", m);
         char *js = slurp(path);
         CHECK(js && strstr(js, "\"rope_scaling\": {") && strstr(js, "\"n_routed_experts\": 16"));
-        CHECK(js && (i == 2) == (strstr(js, "\"text_config\"") != NULL));
+        CHECK(js && k[i].wrapped == (strstr(js, "\"text_config\"") != NULL));
+        CHECK_MSG(js && (k[i].quant ? strstr(js, k[i].quant) != NULL : !strstr(js, "quantization_config")), "%s", k[i].preset);
         base_free(js);
         /* the skipped tensors are warnings, not problems */
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s inspect %s", t_strata(), m);
         CHECK(t_run(cmd, &out) == 0);
-        CHECK_MSG(out && strstr(out, "problems: none") && (i == 1 || strstr(out, "not used by the model")), "%s",
-                  out ? out : "");
+        CHECK_MSG(out && strstr(out, "problems: none") && (!k[i].unused || strstr(out, "not used by the model")), "%s: %s",
+                  k[i].preset, out ? out : "");
         base_free(out);
     }
 }
@@ -269,7 +294,8 @@ static int same_file(const char *a, const char *b) {
 /* Resident, budgets below the model, one or two threads, chunked, batched and
  * speculative runs: the same bits, on each tiny preset. */
 TEST(ds_forward_invariants) {
-    static const char *const k[] = {"deepseek-v3-tiny", "kimi-k2-tiny", "kimi-k25-tiny"};
+    static const char *const k[] = {"deepseek-v3-tiny", "kimi-k2-tiny", "kimi-k25-tiny", "kimi-k2-instruct-tiny",
+                                    "kimi-k2-thinking-tiny"};
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         const char *m = t_model(k[i], k[i], 7, 0);
         CHECK(m != NULL);
@@ -327,9 +353,12 @@ TEST(ds_inspect_plan_real_and_sparse) {
         CHECK_MSG(out && strstr(out, "minimum budget"), "%s: %s", cfgs[i], out ? out : "");
         base_free(out);
     }
-    static const struct { const char *preset, *inspect; } k[] = {
-        {"deepseek-v3", "one expert 88,080,384 bytes"},
-        {"kimi-k2-thinking", "one expert 88,080,384 bytes"},
+    /* the releases' formats and shard names: FP8 experts 44,050,944 B (3 x
+     * 2048 x 7168 e4m3 + 3 x 16 x 56 f32 scales), INT4 24,772,632 B */
+    static const struct { const char *preset, *inspect, *shard; } k[] = {
+        {"deepseek-v3", "one expert 44,050,944 bytes", "model-00163-of-00163.safetensors"},
+        {"kimi-k2-thinking", "one expert 24,772,632 bytes", "model-00062-of-000062.safetensors"},
+        {"kimi-k2-instruct", "one expert 44,050,944 bytes", "model-61-of-61.safetensors"},
     };
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         snprintf(cmd, sizeof cmd, "rm -rf %s/dsfull && %s gen-model %s/dsfull --preset %s --sparse --quiet", t_tmpdir,
@@ -341,6 +370,8 @@ TEST(ds_inspect_plan_real_and_sparse) {
         CHECK_MSG(out && strstr(out, "problems: none") && strstr(out, k[i].inspect), "%s: %s", k[i].preset, out ? out : "");
         CHECK(i != 0 || (out && strstr(out, "unused tensors model.layers.*")));
         base_free(out);
+        snprintf(cmd, sizeof cmd, "test -f %s/dsfull/%s", t_tmpdir, k[i].shard);
+        CHECK_MSG(t_run(cmd, NULL) == 0, "%s: no %s", k[i].preset, k[i].shard);
         snprintf(cmd, sizeof cmd, "%s plan %s/dsfull --ram-gb 8", t_strata(), t_tmpdir);
         CHECK(t_run(cmd, &out) == 0);
         CHECK_MSG(out && strstr(out, "minimum budget"), "%s: %s", k[i].preset, out ? out : "");
@@ -404,8 +435,9 @@ TEST(ds_budgets_below_size) {
         int rc = t_run(cmd, &out);
         CHECK_MSG(rc == 0 && out && strstr(out, "PASS"), "rc %d: %s", rc, out ? out : "");
         base_free(out);
-        static const char *const tiny[] = {"deepseek-v3-tiny", "kimi-k2-tiny", "kimi-k25-tiny"};
-        for (size_t i = 0; i < 3; i++) {
+        static const char *const tiny[] = {"deepseek-v3-tiny", "kimi-k2-tiny", "kimi-k25-tiny", "kimi-k2-instruct-tiny",
+                                           "kimi-k2-thinking-tiny"};
+        for (size_t i = 0; i < sizeof tiny / sizeof *tiny; i++) {
             const char *m = t_model(tiny[i], tiny[i], 7, 0);
             snprintf(cmd, sizeof cmd, "bash tests/reference/ds_check.sh %s %s --long --gen 8", m ? m : "missing", t_strata());
             rc = t_run(cmd, &out);

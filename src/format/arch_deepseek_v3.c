@@ -401,6 +401,12 @@ char *arch_deepseek_v3_to_json(const cfg *c) {
     else sbuf_printf(&b, "%s\"q_lora_rank\": null,\n", in);
     I("qk_nope_head_dim", c->qk_nope);
     I("qk_rope_head_dim", c->qk_rope);
+    if (!k25) { /* the releases' quantization_config (FP8: DeepSeek-V3, K2-Instruct; INT4: K2-Thinking) */
+        sbuf q = {0};
+        cfg_json_quant(&q, c);
+        if (q.s && q.len > 2) sbuf_printf(&b, "%s,\n", q.s + 2); /* cfg_json_quant writes ",\n" first */
+        sbuf_free(&q);
+    }
     N("rms_norm_eps", c->rms_eps);
     if (c->yarn_factor > 1) {
         sbuf_printf(&b, "%s\"rope_scaling\": {\n%s  \"beta_fast\": ", in, in);

@@ -862,12 +862,17 @@ void cfg_json_quant(sbuf *b, const cfg *c) {
                        "    \"quant_method\": \"fp8\",\n    \"weight_block_size\": [\n      %d,\n      %d\n    ]\n  }",
                     FP8_BLOCK, FP8_BLOCK);
     else if ((c->wf & SW_EXP_MASK) == SW_EXP_INT4)
+        /* K2-Thinking's fragment as published (tests/data/configs/kimi-k2-thinking-style.config.json) */
         sbuf_printf(b, ",\n  \"quantization_config\": {\n    \"config_groups\": {\n      \"group_0\": {\n"
-                       "        \"targets\": [\"Linear\"],\n        \"weights\": {\n          \"group_size\": %d,\n"
-                       "          \"num_bits\": 4,\n          \"strategy\": \"group\",\n          \"symmetric\": true,\n"
+                       "        \"input_activations\": null,\n        \"output_activations\": null,\n"
+                       "        \"targets\": [\"Linear\"],\n        \"weights\": {\n          \"actorder\": null,\n"
+                       "          \"block_structure\": null,\n          \"dynamic\": false,\n          \"group_size\": %d,\n"
+                       "          \"num_bits\": 4,\n          \"observer\": \"minmax\",\n          \"observer_kwargs\": {},\n"
+                       "          \"strategy\": \"group\",\n          \"symmetric\": true,\n"
                        "          \"type\": \"int\"\n        }\n      }\n    },\n    \"format\": \"pack-quantized\",\n"
                        "    \"ignore\": [\"lm_head\", \"re:.*self_attn.*\", \"re:.*shared_experts.*\", \"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\"],\n"
-                       "    \"quant_method\": \"compressed-tensors\"\n  }",
+                       "    \"kv_cache_scheme\": null,\n    \"quant_method\": \"compressed-tensors\",\n"
+                       "    \"quantization_status\": \"compressed\"\n  }",
                     I4_GROUP);
 }
 
