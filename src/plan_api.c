@@ -201,6 +201,13 @@ int strata_plan(const strata_plan_opts *o, FILE *out, char *err, size_t errlen) 
     rc = place_plan_compute(&c, lp, model, &po, &plan, err, errlen);
     st_close(ix);
     if (rc) return rc == STRATA_EBUDGET ? rc : model_error(rc);
+    if (o->disk_gbs > 0 || o->mem_gbs > 0) { /* a prediction for another machine: the same model, given bandwidths */
+        if (o->disk_gbs > 0) plan.disk_bw = o->disk_gbs * 1e9;
+        if (o->mem_gbs > 0) plan.mem_bw = o->mem_gbs * 1e9;
+        snprintf(plan.bw_source, sizeof plan.bw_source, "given%s", o->disk_gbs > 0 && o->mem_gbs > 0 ? "" : " in part");
+        plan.pred_s_per_token = (plan.disk_bw > 0 ? (double)plan.read_bytes_per_token / plan.disk_bw : 0) +
+                                (plan.mem_bw > 0 ? (double)plan.touch_bytes_per_token / plan.mem_bw : 0);
+    }
     if (o->json) {
         json_t *j = place_plan_json(&plan);
         char *s = json_dumps(j, JSON_INDENT(2));

@@ -448,3 +448,34 @@ TEST(ds_budgets_below_size) {
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     t_run(cmd, NULL);
 }
+
+/* plan --config counts FP8 / INT4 bytes as the checkpoint stores them (the
+ * quantization_config decides): expert slots of 44.06 MB (FP8) and 24.78 MB
+ * (INT4), 88.09 MB without a quantization_config (bf16); K2-Thinking plans at 8
+ * GB; --disk-gbs / --mem-gbs set the prediction's bandwidths. */
+TEST(ds_plan_bytes_as_stored) {
+    static const struct { const char *cfg, *slot; } k[] = {
+        {DS_K2, "slots of 44.06 MB"}, {DS_R1, "slots of 44.06 MB"}, {DS_K2T, "slots of 24.78 MB"},
+    };
+    char cmd[2048], *out = NULL;
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8 --disk-gbs 7 --mem-gbs 25", t_strata(), k[i].cfg);
+        CHECK(t_run(cmd, &out) == 0);
+        CHECK_MSG(out && strstr(out, k[i].slot) && strstr(out, "at 7.00 GB/s disk") && strstr(out, "at 25.00 GB/s memory (given)"),
+                  "%s: %s", k[i].cfg, out ? out : "");
+        base_free(out);
+    }
+    char *js = slurp(DS_K2T);
+    const char *q = js ? strstr(js, "\"quantization_config\"") : NULL, *r = q ? strstr(q, "\"rms_norm_eps\"") : NULL;
+    CHECK(q && r);
+    if (!q || !r) { base_free(js); return; }
+    char *plain = base_alloc(strlen(js) + 1, MEM_MISC);
+    snprintf(plain, strlen(js) + 1, "%.*s%s", (int)(q - js), js, r);
+    const char *pf = t_write("k2t-bf16.json", plain, strlen(plain));
+    snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8", t_strata(), pf);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "slots of 88.09 MB"), "%s", out ? out : "");
+    base_free(out);
+    base_free(plain);
+    base_free(js);
+}

@@ -72,6 +72,7 @@ static void ds_defaults(cfg *c) {
     c->no_kda = 1;
     c->ds_names = 1;
     c->mla_rope = 1;
+    c->wf = SW_EXP_PLAIN; /* bf16 unless quantization_config says FP8 / INT4 (no release is MXFP4) */
     c->kv_norm_eps = DS_LOWRANK_NORM_EPS;
     c->qa_norm_eps = DS_LOWRANK_NORM_EPS;
     /* Hugging Face DeepseekV3Config's defaults for the keys read below */
