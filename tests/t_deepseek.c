@@ -479,3 +479,51 @@ TEST(ds_plan_bytes_as_stored) {
     base_free(plain);
     base_free(js);
 }
+
+/* Helpers' reports: --router hf is refused on the DeepSeek-V3 architectures
+ * (exit 2, naming it); plan's per-sequence line says what the model holds;
+ * inspect names the stored formats; compressed-tensors must be pack-quantized
+ * symmetric INT4 in groups of 32. */
+TEST(ds_small_defects) {
+    char cmd[2048], *out = NULL;
+    const char *m = t_model("kimi-k2-thinking-tiny", "kimi-k2-thinking-tiny", 7, 0);
+    CHECK(m != NULL);
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 1 --router hf 2>&1", t_strata(), m ? m : "missing");
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK_MSG(out && strstr(out, "--router hf") && strstr(out, "kimi_k2 architecture"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8", t_strata(), DS_R1);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "(MLA latent cache for ctx 4096)") && !strstr(out, "KDA"), "%s", out ? out : "");
+    base_free(out);
+    static const struct { const char *cfg, *want[3]; } k[] = {
+        {DS_R1, {"bytes, FP8 e4m3 + 128x128 f32 scales)", "trunk + embeddings (FP8 matrices, bf16 rest)", "experts fp8 (quantization_config)"}},
+        {DS_K2T, {"bytes, INT4 pack-quantized + bf16 group-32 scales)", "trunk + embeddings (bf16)", "experts int4 pack-quantized"}},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        snprintf(cmd, sizeof cmd, "%s inspect --config %s", t_strata(), k[i].cfg);
+        CHECK(t_run(cmd, &out) == 0);
+        for (int j = 0; j < 3; j++) CHECK_MSG(out && strstr(out, k[i].want[j]), "%s: %s", k[i].want[j], out ? out : "");
+        base_free(out);
+    }
+    char *js = slurp(DS_K2T);
+    static const struct { const char *from, *to, *want; } bad[] = {
+        {"\"format\": \"pack-quantized\",", "", "'quantization_config.format' is missing: compressed-tensors weights are read only as"},
+        {"\"format\": \"pack-quantized\"", "\"format\": \"float-quantized\"", "'quantization_config.format' is \"float-quantized\""},
+        {"\"num_bits\": 4", "\"num_bits\": 8", "config_groups.group_0.weights.num_bits' must be 4"},
+        {"\"symmetric\": true", "\"symmetric\": false", "asymmetric INT4 (zero points) is not implemented"},
+        {"\"group_size\": 32", "\"group_size\": 128", "config_groups.group_0.weights.group_size' must be 32"},
+    };
+    for (size_t i = 0; js && i < sizeof bad / sizeof *bad; i++) {
+        char *mut = subst1(js, bad[i].from, bad[i].to);
+        CHECK(mut != NULL);
+        if (!mut) continue;
+        const char *pf = t_write("k2t-bad.json", mut, strlen(mut));
+        snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8 2>&1", t_strata(), pf);
+        CHECK(t_run(cmd, &out) == 1);
+        CHECK_MSG(out && strstr(out, bad[i].want), "case %zu: %s", i, out ? out : "");
+        base_free(out);
+        base_free(mut);
+    }
+    base_free(js);
+}
