@@ -791,6 +791,9 @@ void strata_tool_parser_close(strata_tool_parser *p);     /* accepts NULL */
  * whether it may carry reasoning at all (the same, plus K2-Thinking, whose
  * model opens <think> itself whatever the effort). */
 int strata_chat_fmt_starts_thinking(int fmt, int effort);
+/* "Kimi K3 (XTML)", "Kimi K2", "DeepSeek-V3", "DeepSeek-R1", "DeepSeek-V3.1",
+ * "Kimi K2-Thinking", "Kimi K2.5"; "unknown" for another value. */
+const char *strata_chat_fmt_name(int fmt);
 int strata_chat_fmt_reasons(int fmt, int effort);
 
 /* Following a reply while it is generated, one id at a time, with streaming

@@ -97,6 +97,11 @@ int strata_tool_parser_done(const strata_tool_parser *p) { return tools_parser_d
 void strata_tool_parser_close(strata_tool_parser *p) { tools_parser_close((tools_parser *)p); }
 
 int strata_chat_fmt_starts_thinking(int fmt, int effort) { return chat_fmt_thinking(fmt, effort); }
+const char *strata_chat_fmt_name(int fmt) {
+    static const char *const k[] = {"Kimi K3 (XTML)", "Kimi K2", "DeepSeek-V3", "DeepSeek-R1", "DeepSeek-V3.1",
+                                    "Kimi K2-Thinking", "Kimi K2.5"};
+    return fmt >= 0 && fmt < (int)(sizeof k / sizeof *k) ? k[fmt] : "unknown";
+}
 int strata_chat_fmt_reasons(int fmt, int effort) {
     return fmt == STRATA_CHAT_FMT_K2_THINKING || chat_fmt_thinking(fmt, effort);
 }

@@ -527,3 +527,25 @@ TEST(ds_small_defects) {
     }
     base_free(js);
 }
+
+/* strata chat picks the format from the model's tokenizer (tokenizer.json's
+ * chat_template for DeepSeek, K2's specials and <think> for K2-Thinking), and an
+ * R1 reply starts in the think channel. */
+TEST(ds_chat_formats_from_tokenizer) {
+    static const struct { const char *preset, *fmt; int think; } k[] = {
+        {"deepseek-v3-tiny", "DeepSeek-V3", 0}, {"deepseek-r1-tiny", "DeepSeek-R1", 1},
+        {"kimi-k2-instruct-tiny", "Kimi K2 ", 0}, {"kimi-k2-thinking-tiny", "Kimi K2-Thinking", -1},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        const char *m = t_model(k[i].preset, k[i].preset, 7, 0);
+        CHECK(m != NULL);
+        if (!m) continue;
+        char cmd[1024], want[96], *out = NULL;
+        snprintf(cmd, sizeof cmd, "echo 'hello there' | %s chat %s --gen 6 --show-think 2>&1", t_strata(), m);
+        CHECK(t_run(cmd, &out) == 0);
+        snprintf(want, sizeof want, "chat format %s", k[i].fmt);
+        CHECK_MSG(out && strstr(out, want), "%s: %s", k[i].preset, out ? out : "");
+        if (k[i].think >= 0) CHECK_MSG(out && !!strstr(out, "<think>\n") == k[i].think, "%s: %s", k[i].preset, out ? out : "");
+        base_free(out);
+    }
+}
