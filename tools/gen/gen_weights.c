@@ -521,7 +521,6 @@ static void gen_quant_part(const gitem *t, const cfg *c, uint64_t pos, uint8_t *
             const uint8_t b[4] = {map[r & 255u], map[r >> 8 & 255u], map[r >> 16 & 255u], map[r >> 24]};
             memcpy(dst + 4 * i, b, 4); /* little-endian int32 */
         }
-        (void)c; (void)tmp; (void)tmpn;
         return;
     }
     case TK_I4_SCALE: {
