@@ -276,6 +276,7 @@ int cmd_chat(int argc, char **argv) {
     r.vocab = r.m.info.vocab;
     if (strata_tokenizer_open_dir(&r.tk, o.model_dir, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
     if (strata_chat_ids_get(r.tk, &r.ci, err, sizeof err)) { fprintf(stderr, "strata chat: %s\n", err); goto out; }
+    fprintf(stderr, "strata chat: chat format %s (from the tokenizer)\n", strata_chat_fmt_name(r.ci.fmt));
     const int64_t mctx = r.m.info.model_max_ctx;
     if (o.ao.ctx > mctx)
         fprintf(stderr, "strata chat: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ao.ctx,

@@ -16,9 +16,10 @@ static void usage(FILE *f) {
             "usage: strata gen-model OUT_DIR (--preset NAME | --config FILE) [options]\n"
             "       strata gen-model --list-presets\n\n"
             "Writes a complete K3-format model directory with random, numerically alive\n"
-            "weights: config.json, sharded safetensors + index, tiktoken.model and\n"
-            "tokenizer_config.json. Same seed, same bytes. Built in OUT_DIR.partial-PID and\n"
-            "renamed at the end, so OUT_DIR never holds a half-written model.\n\n"
+            "weights: config.json, sharded safetensors + index, the tokenizer (tiktoken.model,\n"
+            "or DeepSeek's tokenizer.json) and tokenizer_config.json. Same seed, same bytes.\n"
+            "Built in OUT_DIR.partial-PID and renamed at the end, so OUT_DIR never holds a\n"
+            "half-written model.\n\n"
             "options:\n"
             "  --preset NAME     a named configuration (--list-presets)\n"
             "  --config FILE     a config.json (released nested or flat shape)\n"
@@ -26,11 +27,13 @@ static void usage(FILE *f) {
             "  --shard-gb X      target shard size in GB (default: the preset's, else 4)\n"
             "  --force           replace a model an earlier gen-model wrote at OUT_DIR (only\n"
             "                    once the new one is complete; anything else there is\n"
-            "                    refused); also needed to write the 1.56 TB k3 preset\n"
+            "                    refused); also needed to write the full-size presets\n"
             "  --experts-bf16    plain BF16 expert weights instead of MXFP4\n"
-            "  --weights F       fp8: every linear but embed, lm_head and router gate FP8\n"
-            "                    e4m3 with a 128x128 weight_scale_inv grid (DeepSeek-V3);\n"
-            "                    int4: routed experts INT4 pack-quantized (K2-Thinking)\n"
+            "  --weights F       override the preset's formats. fp8: every linear but embed,\n"
+            "                    lm_head and router gate FP8 e4m3 with a 128x128\n"
+            "                    weight_scale_inv grid (DeepSeek-V3, K2-Instruct); int4:\n"
+            "                    routed experts INT4 pack-quantized (K2-Thinking); bf16:\n"
+            "                    every tensor plain\n"
             "  --scales S        FP8/INT4 scales: random (default) or pow2 (powers of two)\n"
             "  --dequantize      write the FP8/INT4 model's values as plain tensors (BF16\n"
             "                    with --scales pow2, else F32): the same numbers, bit for bit\n"
@@ -69,16 +72,16 @@ static void on_progress(void *ud, uint64_t done, uint64_t total, double secs) {
 }
 
 static int list_presets(void) {
-    printf("%-18s %16s %10s %8s %7s  %s\n", "preset", "bytes", "size", "experts", "shards", "description");
+    printf("%-22s %16s %10s %8s %7s  %s\n", "preset", "bytes", "size", "experts", "shards", "description");
     for (size_t i = 0; i < strata_genmodel_preset_count(); i++) {
         const strata_genmodel_preset *pi = strata_genmodel_preset_at(i);
         strata_genmodel_sizes s;
         char err[512], hb[32];
         if (strata_genmodel_preset_sizes(pi->name, &s, err, sizeof err)) {
-            printf("%-18s %s\n", pi->name, err);
+            printf("%-22s %s\n", pi->name, err);
             continue;
         }
-        printf("%-18s %16llu %10s %7.1f%% %7d  %s\n", pi->name, (unsigned long long)s.total,
+        printf("%-22s %16llu %10s %7.1f%% %7d  %s\n", pi->name, (unsigned long long)s.total,
                strata_fmt_bytes(s.total, hb, sizeof hb), s.total ? 100.0 * (double)s.experts / (double)s.total : 0.0,
                s.n_shards, pi->summary);
     }
@@ -116,7 +119,8 @@ int cmd_gen_model(int argc, char **argv) {
             if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
             if (!strcmp(v, "fp8")) weights = STRATA_GENMODEL_W_FP8;
             else if (!strcmp(v, "int4")) weights = STRATA_GENMODEL_W_INT4;
-            else return cli_usage_error(k_cmd, "--weights must be fp8 or int4");
+            else if (!strcmp(v, "bf16")) weights = STRATA_GENMODEL_W_BF16;
+            else return cli_usage_error(k_cmd, "--weights must be fp8, int4 or bf16");
         } else if (!strcmp(a, "--scales")) {
             if (!(v = cli_need_arg(argc, argv, &i, k_cmd))) return EXIT_USAGE;
             if (strcmp(v, "pow2") && strcmp(v, "random")) return cli_usage_error(k_cmd, "--scales must be pow2 or random");
@@ -138,7 +142,7 @@ int cmd_gen_model(int argc, char **argv) {
         if (!pi) return cli_usage_error(k_cmd, "unknown preset '%s' (strata gen-model --list-presets)", preset);
         if (pi->big && !force && !sparse) {
             fprintf(stderr, "strata gen-model: preset '%s' is %s; pass --force to really write it, or --sparse\n",
-                    preset, "larger than any test disk (1.56 TB)");
+                    preset, "larger than any test disk");
             return 1;
         }
     }
@@ -147,7 +151,8 @@ int cmd_gen_model(int argc, char **argv) {
     if (shard_gb > 0) o.shard_bytes = (uint64_t)(shard_gb * 1e9);
     if (reserved) o.n_reserved = reserved;
     if (ebf16) o.experts_bf16 = 1;
-    if ((pow2 || dequant) && !weights) return cli_usage_error(k_cmd, "--scales and --dequantize go with --weights");
+    if ((pow2 || dequant) && (weights == STRATA_GENMODEL_W_BF16 || (!weights && !preset)))
+        return cli_usage_error(k_cmd, "--scales and --dequantize go with --weights fp8|int4 or a quantised preset");
     o.weights = weights;
     o.scales_pow2 = pow2;
     o.dequantize = dequant;

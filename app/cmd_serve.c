@@ -235,6 +235,7 @@ int cmd_serve(int argc, char **argv) {
     if (strata_tokenizer_open_dir(&tk, o.model_dir, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
     strata_chat_ids ci;
     if (strata_chat_ids_get(tk, &ci, err, sizeof err)) { fprintf(stderr, "strata serve: %s\n", err); goto out; }
+    fprintf(stderr, "strata serve: chat format %s (from the tokenizer)\n", strata_chat_fmt_name(ci.fmt));
     const int64_t mctx = m.info.model_max_ctx;
     if (o.ao.ctx > mctx)
         fprintf(stderr, "strata serve: note: --ctx %lld is above the model's maximum of %lld positions\n", (long long)o.ao.ctx, (long long)mctx);

@@ -52,10 +52,13 @@ int mo_place(mo_model *m, const app_opts *o, int64_t ctx, int max_seqs) {
     so.progress = preload_progress;
     so.progress_ud = &ui;
     so.hash_progress = hash_progress;
+    strata_model_info pre;
+    strata_model_get_info(m->m, &pre);
+    const int bad_router = so.router == STRATA_ROUTER_HF && !pre.router_hf_ok; /* refused by the load: a usage error */
     int rc = strata_model_load(m->m, &so, err, sizeof err);
     if (rc) {
         fprintf(stderr, "strata %s: %s\n", m->cmd, err);
-        return rc == STRATA_EBUDGET ? EXIT_USAGE : 1;
+        return rc == STRATA_EBUDGET || (bad_router && rc == STRATA_EINVAL) ? EXIT_USAGE : 1;
     }
     strata_model_get_info(m->m, &m->info);
     if (o->plan_only) {

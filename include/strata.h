@@ -145,6 +145,9 @@ typedef struct strata_model_info {
     int mtp;                   /* 1: the MTP layer is bound (strata_model_opts.mtp; n_layers and
                                   n_mla count the model's own layers, the byte counts include it) */
     const char *kernel;        /* kernel table in use ("avx512", ...) */
+    const char *arch;          /* the config's architecture ("k3", "kimi_linear", "deepseek_v3",
+                                  "kimi_k2", "kimi_k25"); known once the model is open */
+    int router_hf_ok;          /* 1: STRATA_ROUTER_HF applies (an architecture with Kimi Linear's router code) */
     double load_s;             /* seconds to open the weights */
     uint64_t mla_cache_bytes_per_pos, seq_bytes, engine_bytes;
     uint64_t budget_bytes, plan_bytes, min_bytes; /* 0 when not placed */
@@ -798,6 +801,17 @@ size_t strata_tool_parser_n_calls(const strata_tool_parser *p);
 const strata_chat_call *strata_tool_parser_call(const strata_tool_parser *p, size_t i);
 int strata_tool_parser_done(const strata_tool_parser *p); /* 1: parallel off and a call kept */
 void strata_tool_parser_close(strata_tool_parser *p);     /* accepts NULL */
+
+/* A reply in chat format fmt (STRATA_CHAT_FMT_*) for a request's effort:
+ * whether it starts in the think channel (XTML, V3.1, K2.5: effort not off; R1
+ * always: its prompt opens <think>; K2, K2-Thinking, DeepSeek-V3 never), and
+ * whether it may carry reasoning at all (the same, plus K2-Thinking, whose
+ * model opens <think> itself whatever the effort). */
+int strata_chat_fmt_starts_thinking(int fmt, int effort);
+/* "Kimi K3 (XTML)", "Kimi K2", "DeepSeek-V3", "DeepSeek-R1", "DeepSeek-V3.1",
+ * "Kimi K2-Thinking", "Kimi K2.5"; "unknown" for another value. */
+const char *strata_chat_fmt_name(int fmt);
+int strata_chat_fmt_reasons(int fmt, int effort);
 
 /* Following a reply while it is generated, one id at a time, with streaming
  * UTF-8 decoding. thinking: whether the generation prompt opened the think

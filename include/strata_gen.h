@@ -39,8 +39,8 @@ enum { STRATA_GENMODEL_TRUNK_BF16 = 0, STRATA_GENMODEL_TRUNK_MIXED = 1, STRATA_G
 /* Weight formats (strata_genmodel_opts.weights): FP8 = every eligible linear
  * (not embed, lm_head, router gate) e4m3fn with a 128 x 128 weight_scale_inv grid,
  * as DeepSeek-V3 / K2-Instruct; INT4 = routed experts pack-quantized (group 32),
- * as K2-Thinking. */
-enum { STRATA_GENMODEL_W_PRESET = 0, STRATA_GENMODEL_W_FP8 = 1, STRATA_GENMODEL_W_INT4 = 2 };
+ * as K2-Thinking; BF16 = every tensor plain (a quantised preset's bf16 variant). */
+enum { STRATA_GENMODEL_W_PRESET = 0, STRATA_GENMODEL_W_FP8 = 1, STRATA_GENMODEL_W_INT4 = 2, STRATA_GENMODEL_W_BF16 = 3 };
 
 typedef struct strata_genmodel_opts {
     const char *preset;       /* a preset name, or NULL ... */
@@ -51,7 +51,7 @@ typedef struct strata_genmodel_opts {
     uint64_t shard_bytes;     /* target shard size; 0 = the preset's, else 4 GiB */
     int64_t n_reserved;       /* special ids at the end of the vocab; 0 = the preset's (256, or 16) */
     int trunk_dtype;          /* STRATA_GENMODEL_TRUNK_*; -1 = the preset's */
-    int experts_bf16;         /* 1: plain BF16 expert weights instead of MXFP4 */
+    int experts_bf16;         /* 1: plain BF16 expert weights instead of MXFP4 (and no FP8 / INT4) */
     int weights;              /* STRATA_GENMODEL_W_*: 0 = the preset's formats */
     int scales_pow2;          /* 1: FP8 / INT4 scales are powers of two (the dequantised values are bf16) */
     int dequantize;           /* 1: the FP8 / INT4 model's values written as plain tensors (BF16 with

@@ -18,6 +18,7 @@
 #include <unistd.h>
 #include <jansson.h>
 #include <xxhash.h>
+#include "arch.h"
 #include "cfg.h"
 #include "cluster.h"
 #include "ident.h"
@@ -277,6 +278,11 @@ int strata_model_load(strata_model *m, const strata_model_opts *o, char *err, si
     m->o = *o;
     if (o->router < STRATA_ROUTER_DEFAULT || o->router > STRATA_ROUTER_HF)
         return base_fail(err, errlen, STRATA_EINVAL, "%s: unknown router convention %d", m->dir, o->router);
+    /* The biased routed weights are what Kimi Linear's released modeling code
+     * computes (family-formats.md C3); no DeepSeek-V3 code does that. */
+    if (o->router == STRATA_ROUTER_HF && m->c.no_kda)
+        return base_fail(err, errlen, STRATA_EINVAL, "%s: --router hf is Kimi Linear's released router code; the %s "
+                         "architecture has none like it (its weights are the unbiased sigmoid)", m->dir, arch_of(&m->c)->name);
     m->c.router_hf = o->router == STRATA_ROUTER_HF; /* before the identity and the engine */
     m->ctx = o->ctx > 0 ? o->ctx : (m->c.max_ctx < API_DEFAULT_CTX ? m->c.max_ctx : API_DEFAULT_CTX);
     m->rows = o->rows > 0 ? o->rows : INFER_DEFAULT_CHUNK;
@@ -425,6 +431,8 @@ void strata_model_get_info(const strata_model *m, strata_model_info *o) {
     o->placed = m->placed;
     o->has_tokenizer = m->tk != NULL;
     o->kernel = m->kname ? m->kname : k_api_dflt;
+    o->arch = arch_of(&m->c)->name;
+    o->router_hf_ok = !m->c.no_kda;
     o->load_s = m->t_load;
     o->mla_cache_bytes_per_pos = infer_mla_cache_bytes_per_pos(&m->c);
     o->seq_bytes = m->ctx ? infer_session_bytes(&m->c, m->ctx) : 0;

@@ -97,6 +97,16 @@ const strata_chat_call *strata_tool_parser_call(const strata_tool_parser *p, siz
 int strata_tool_parser_done(const strata_tool_parser *p) { return tools_parser_done((const tools_parser *)p); }
 void strata_tool_parser_close(strata_tool_parser *p) { tools_parser_close((tools_parser *)p); }
 
+int strata_chat_fmt_starts_thinking(int fmt, int effort) { return chat_fmt_thinking(fmt, effort); }
+const char *strata_chat_fmt_name(int fmt) {
+    static const char *const k[] = {"Kimi K3 (XTML)", "Kimi K2", "DeepSeek-V3", "DeepSeek-R1", "DeepSeek-V3.1",
+                                    "Kimi K2-Thinking", "Kimi K2.5"};
+    return fmt >= 0 && fmt < (int)(sizeof k / sizeof *k) ? k[fmt] : "unknown";
+}
+int strata_chat_fmt_reasons(int fmt, int effort) {
+    return fmt == STRATA_CHAT_FMT_K2_THINKING || chat_fmt_thinking(fmt, effort);
+}
+
 /* A strata_chat_follow is a chat_follow. */
 int strata_chat_follow_open(strata_chat_follow **out, const strata_tokenizer *t, int thinking, char *err,
                             size_t errlen) {

@@ -124,6 +124,18 @@ static const char *layer_class_name(int k) {
     static const char *const n[4] = {"KDA + dense", "KDA + MoE", "MLA + dense", "MLA + MoE"};
     return n[k];
 }
+/* The stored formats the byte counts are of (c->wf: quantization_config, or the
+ * headers for a directory): the routed experts' and the trunk's. */
+static const char *exp_fmt(const cfg *c) {
+    switch (c->wf & SW_EXP_MASK) {
+    case SW_EXP_PLAIN: return "BF16";
+    case SW_EXP_FP8: return "FP8 e4m3 + 128x128 f32 scales";
+    case SW_EXP_INT4: return "INT4 pack-quantized + bf16 group-32 scales";
+    default: return c->moe_plain ? "BF16" : "MXFP4";
+    }
+}
+static const char *trunk_fmt(const cfg *c) { return c->wf & SW_TRUNK_FP8 ? "FP8 matrices, bf16 rest" : "bf16"; }
+
 static int layer_class(const cfg *c, int64_t L) { return (c->is_mla[L] ? 2 : 0) + (cfg_is_moe(c, L) ? 1 : 0); }
 
 /* The config summary and the layer map. */
@@ -168,7 +180,10 @@ static void print_config(const report *r, FILE *out) {
     if (!c->n_eos) fprintf(out, " none");
     for (int64_t i = 0; i < c->n_eos; i++) fprintf(out, "%s%lld", i ? "," : " ", (long long)c->eos_ids[i]);
     fprintf(out, ", pad %lld; max context %s; experts %s\n", (long long)c->pad_id, commas((uint64_t)c->max_ctx, a, sizeof a),
-           c->mxfp4_experts ? "mxfp4 (quantization_config)" : "format not declared");
+           c->mxfp4_experts ? "mxfp4 (quantization_config)"
+           : (c->wf & SW_EXP_MASK) == SW_EXP_FP8 ? "fp8 (quantization_config)"
+           : (c->wf & SW_EXP_MASK) == SW_EXP_INT4 ? "int4 pack-quantized (quantization_config)"
+                                                  : "format not declared");
 
     fprintf(out, "layer map: %lld layers = %lld KDA + %lld MLA; %lld dense + %lld MoE\n", (long long)c->n_layers,
            (long long)s->n_kda, (long long)s->n_mla, (long long)s->n_dense, (long long)s->n_moe);
@@ -195,7 +210,7 @@ static void print_sizes(const report *r, FILE *out) {
         char f[64];
         fprintf(out, "  experts: %s experts x %s bytes = %s (%s bytes, %s)\n", commas(s->n_expert_total, a, sizeof a),
                commas(s->expert_bytes, b, sizeof b), bytes3(s->experts_bytes, d, sizeof d),
-               commas(s->experts_bytes, f, sizeof f), c->moe_plain ? "BF16" : "MXFP4");
+               commas(s->experts_bytes, f, sizeof f), exp_fmt(c));
         /* Release notes multiply the per-expert size rounded to 0.01 MB (K3: 17.55 MB x
          * 82,432 = 1.447 TB against the exact 1.446 TB); show that figure too when the
          * rounding moves the third decimal, so both quotes can be found here. */
@@ -210,7 +225,7 @@ static void print_sizes(const report *r, FILE *out) {
     } else {
         fprintf(out, "  experts: none (no MoE layer)\n");
     }
-    fprintf(out, "  trunk + embeddings (bf16): %s (trunk %s, embeddings %s)\n",
+    fprintf(out, "  trunk + embeddings (%s): %s (trunk %s, embeddings %s)\n", trunk_fmt(c),
            base_fmt_bytes(s->trunk_bytes_bf16 + s->embed_bytes_bf16, a, sizeof a),
            base_fmt_bytes(s->trunk_bytes_bf16, b, sizeof b), base_fmt_bytes(s->embed_bytes_bf16, d, sizeof d));
     /* Per-layer trunk: one line per layer class, with the layers' size range. */
@@ -227,16 +242,16 @@ static void print_sizes(const report *r, FILE *out) {
         }
         if (!n) continue;
         if (lo == hi)
-            fprintf(out, "  trunk per layer (bf16), %s: %lld layer%s x %s (first: layer %lld)\n", layer_class_name(k),
+            fprintf(out, "  trunk per layer (%s), %s: %lld layer%s x %s (first: layer %lld)\n", trunk_fmt(c), layer_class_name(k),
                    (long long)n, n > 1 ? "s" : "", bytes3(lo, a, sizeof a), (long long)first);
         else
-            fprintf(out, "  trunk per layer (bf16), %s: %lld layers, %s .. %s\n", layer_class_name(k), (long long)n,
+            fprintf(out, "  trunk per layer (%s), %s: %lld layers, %s .. %s\n", trunk_fmt(c), layer_class_name(k), (long long)n,
                    bytes3(lo, a, sizeof a), bytes3(hi, b, sizeof b));
     }
     uint64_t big = 0;
     int64_t bigL = 0;
     for (int64_t L = 0; L < c->n_layers; L++) if (s->layer_bytes_bf16[L] > big) { big = s->layer_bytes_bf16[L]; bigL = L; }
-    fprintf(out, "  largest layer: layer %lld = %s (bf16)\n", (long long)bigL, bytes3(big, a, sizeof a));
+    fprintf(out, "  largest layer: layer %lld = %s (%s)\n", (long long)bigL, bytes3(big, a, sizeof a), trunk_fmt(c));
     fprintf(out, "  MLA cache per position: %lld x (%lld + %lld) = %s elements (%s bf16)\n", (long long)s->n_mla,
            (long long)c->kv_lora, (long long)c->qk_rope, commas(s->mla_cache_elems_per_pos, a, sizeof a),
            base_fmt_bytes(s->mla_cache_elems_per_pos * 2, b, sizeof b));

@@ -115,7 +115,8 @@ int strata_plan_policy(const char *name) { return place_policy_parse(name); }
 
 /* The sequences table under the plan: every sequence slot (KDA state + MLA cache)
  * is RAM the weights do not get; the step reads the trunk once for all of them. */
-static void print_seqs(const cfg *c, const model_layout *lp, const char *model, const place_opts *po, FILE *out) {
+static void print_seqs(const cfg *c, const model_layout *lp, const char *model, const place_opts *po, double disk_bw,
+                       double mem_bw, FILE *out) {
     fprintf(out, "sequences at this budget (one decode row each per step):\n");
     fprintf(out, "  %4s  %10s  %7s  %12s  %12s  %14s\n", "seqs", "state GB", "pinned", "expert slots", "s/step", "tokens/s (sum)");
     static const int k_n[] = {1, 2, 4, 8, 16};
@@ -128,6 +129,8 @@ static void print_seqs(const cfg *c, const model_layout *lp, const char *model, 
             fprintf(out, "  %4d  %10s  (does not fit: needs %.3f GB)\n", k_n[i], "-", (double)q.min_bytes / 1e9);
             continue;
         }
+        if (disk_bw > 0) q.disk_bw = disk_bw; /* --disk-gbs / --mem-gbs, as the plan above */
+        if (mem_bw > 0) q.mem_bw = mem_bw;
         const double st = place_plan_step_seconds(&q, c, k_n[i]);
         fprintf(out, "  %4d  %10.3f  %7lld  %12lld  %12.3f  %14.3f\n", k_n[i], (double)q.session_bytes / 1e9, (long long)q.n_pinned,
                 (long long)q.n_expert_slots, st, st > 0 ? k_n[i] / st : 0);
@@ -201,6 +204,13 @@ int strata_plan(const strata_plan_opts *o, FILE *out, char *err, size_t errlen) 
     rc = place_plan_compute(&c, lp, model, &po, &plan, err, errlen);
     st_close(ix);
     if (rc) return rc == STRATA_EBUDGET ? rc : model_error(rc);
+    if (o->disk_gbs > 0 || o->mem_gbs > 0) { /* a prediction for another machine: the same model, given bandwidths */
+        if (o->disk_gbs > 0) plan.disk_bw = o->disk_gbs * 1e9;
+        if (o->mem_gbs > 0) plan.mem_bw = o->mem_gbs * 1e9;
+        snprintf(plan.bw_source, sizeof plan.bw_source, "given%s", o->disk_gbs > 0 && o->mem_gbs > 0 ? "" : " in part");
+        plan.pred_s_per_token = (plan.disk_bw > 0 ? (double)plan.read_bytes_per_token / plan.disk_bw : 0) +
+                                (plan.mem_bw > 0 ? (double)plan.touch_bytes_per_token / plan.mem_bw : 0);
+    }
     if (o->json) {
         json_t *j = place_plan_json(&plan);
         char *s = json_dumps(j, JSON_INDENT(2));
@@ -212,7 +222,7 @@ int strata_plan(const strata_plan_opts *o, FILE *out, char *err, size_t errlen) 
         json_decref(j);
     } else {
         place_plan_print(&plan, out);
-        print_seqs(&c, lp, model, &po, out);
+        print_seqs(&c, lp, model, &po, o->disk_gbs * 1e9, o->mem_gbs * 1e9, out);
     }
     return STRATA_OK;
 }

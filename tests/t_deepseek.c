@@ -203,25 +203,45 @@ TEST(ds_route_groups) {
     CHECK(idx[0] == 0 && idx[1] == 1);
 }
 
-/* The published layouts: names, dtypes and shapes the releases use. */
+/* The published layouts: names, dtypes and shapes the releases use, the
+ * tokenizer files and the quantization_config they declare. */
 TEST(ds_tiny_layout) {
-    static const struct { const char *preset, *must[6], *mustnot; } k[] = {
+    static const struct { const char *preset, *must[6], *mustnot, *tok, *quant; int unused, wrapped; } k[] = {
         {"deepseek-v3-tiny",
+         {"\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"F32\"", "\"model.layers.2.mlp.gate.e_score_correction_bias\":{\"dtype\":\"F32\"",
+          "\"model.layers.2.mlp.experts.0.gate_proj.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[32,64]",
+          "\"model.layers.2.mlp.experts.0.gate_proj.weight_scale_inv\":{\"dtype\":\"F32\",\"shape\":[1,1]",
+          "\"model.layers.1.self_attn.q_b_proj.weight\":{\"dtype\":\"F8_E4M3\"", "\"model.layers.5.eh_proj.weight\""},
+         "block_sparse_moe", "tokenizer.json", "\"quant_method\": \"fp8\"", 1, 0},
+        {"deepseek-v3-bf16-tiny",
          {"\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"F32\"", "\"model.layers.2.mlp.gate.e_score_correction_bias\":{\"dtype\":\"F32\"",
           "\"model.layers.2.mlp.experts.0.gate_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[32,64]",
           "\"model.layers.1.mlp.down_proj.weight\"", "\"model.layers.5.eh_proj.weight\"", "\"model.layers.2.mlp.shared_experts.up_proj.weight\""},
-         "block_sparse_moe"},
+         "weight_scale", "tiktoken.model", NULL, 1, 0},
         {"kimi-k2-tiny",
          {"\"model.layers.0.self_attn.q_a_layernorm.weight\":{\"dtype\":\"BF16\"", "\"model.layers.1.mlp.gate.e_score_correction_bias\":{\"dtype\":\"F32\"",
           "\"model.layers.1.mlp.experts.3.down_proj.weight\":{\"dtype\":\"BF16\",\"shape\":[64,32]",
           "\"model.layers.0.self_attn.kv_a_proj_with_mqa.weight\":{\"dtype\":\"BF16\",\"shape\":[48,64]", "\"lm_head.weight\"",
           "\"model.norm.weight\""},
-         "layers.4."},
+         "layers.4.", "tiktoken.model", NULL, 0, 0},
+        {"kimi-k2-instruct-tiny",
+         {"\"model.layers.0.self_attn.q_a_layernorm.weight\":{\"dtype\":\"BF16\"", "\"lm_head.weight\":{\"dtype\":\"BF16\"",
+          "\"model.layers.1.mlp.experts.3.down_proj.weight\":{\"dtype\":\"F8_E4M3\",\"shape\":[64,32]",
+          "\"model.layers.0.self_attn.kv_a_proj_with_mqa.weight_scale_inv\":{\"dtype\":\"F32\",\"shape\":[1,1]",
+          "\"model.layers.1.mlp.gate.weight\":{\"dtype\":\"BF16\"", "\"model.layers.1.mlp.shared_experts.up_proj.weight\":{\"dtype\":\"F8_E4M3\""},
+         "layers.4.", "tiktoken.model", "\"quant_method\": \"fp8\"", 0, 0},
+        {"kimi-k2-thinking-tiny",
+         {"\"model.layers.1.mlp.experts.3.down_proj.weight_packed\":{\"dtype\":\"I32\",\"shape\":[64,4]",
+          "\"model.layers.1.mlp.experts.3.down_proj.weight_scale\":{\"dtype\":\"BF16\",\"shape\":[64,1]",
+          "\"model.layers.1.mlp.experts.3.down_proj.weight_shape\":{\"dtype\":\"I32\",\"shape\":[2]",
+          "\"model.layers.0.self_attn.q_a_proj.weight\":{\"dtype\":\"BF16\"", "\"model.layers.1.mlp.shared_experts.up_proj.weight\":{\"dtype\":\"BF16\"",
+          "\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"BF16\""},
+         "weight_scale_inv", "tiktoken.model", "\"format\": \"pack-quantized\"", 0, 0},
         {"kimi-k25-tiny",
          {"\"language_model.model.layers.1.mlp.experts.0.up_proj.weight\"", "\"language_model.lm_head.weight\"",
           "\"vision_tower.patch_embed.proj.weight\"", "\"mm_projector.proj.0.weight\"",
           "\"language_model.model.embed_tokens.weight\"", "\"language_model.model.layers.3.self_attn.q_b_proj.weight\""},
-         "\"model.layers"},
+         "\"model.layers", "tiktoken.model", NULL, 1, 1},
     };
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         const char *m = t_model(k[i].preset, k[i].preset, 7, 0);
@@ -235,17 +255,22 @@ TEST(ds_tiny_layout) {
         for (int j = 0; j < 6; j++) CHECK_MSG(strstr(st, k[i].must[j]) != NULL, "%s: %s", k[i].preset, k[i].must[j]);
         CHECK_MSG(!strstr(st, k[i].mustnot), "%s: %s", k[i].preset, k[i].mustnot);
         base_free(raw);
+        snprintf(path, sizeof path, "%s/%s", m, k[i].tok);
+        FILE *tf = fopen(path, "rb");
+        CHECK_MSG(tf != NULL, "%s: no %s", k[i].preset, k[i].tok);
+        if (tf) fclose(tf);
         snprintf(path, sizeof path, "%s/config.json", m);
         char *js = slurp(path);
         CHECK(js && strstr(js, "\"rope_scaling\": {") && strstr(js, "\"n_routed_experts\": 16"));
-        CHECK(js && (i == 2) == (strstr(js, "\"text_config\"") != NULL));
+        CHECK(js && k[i].wrapped == (strstr(js, "\"text_config\"") != NULL));
+        CHECK_MSG(js && (k[i].quant ? strstr(js, k[i].quant) != NULL : !strstr(js, "quantization_config")), "%s", k[i].preset);
         base_free(js);
         /* the skipped tensors are warnings, not problems */
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s inspect %s", t_strata(), m);
         CHECK(t_run(cmd, &out) == 0);
-        CHECK_MSG(out && strstr(out, "problems: none") && (i == 1 || strstr(out, "not used by the model")), "%s",
-                  out ? out : "");
+        CHECK_MSG(out && strstr(out, "problems: none") && (!k[i].unused || strstr(out, "not used by the model")), "%s: %s",
+                  k[i].preset, out ? out : "");
         base_free(out);
     }
 }
@@ -269,7 +294,8 @@ static int same_file(const char *a, const char *b) {
 /* Resident, budgets below the model, one or two threads, chunked, batched and
  * speculative runs: the same bits, on each tiny preset. */
 TEST(ds_forward_invariants) {
-    static const char *const k[] = {"deepseek-v3-tiny", "kimi-k2-tiny", "kimi-k25-tiny"};
+    static const char *const k[] = {"deepseek-v3-tiny", "kimi-k2-tiny", "kimi-k25-tiny", "kimi-k2-instruct-tiny",
+                                    "kimi-k2-thinking-tiny"};
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         const char *m = t_model(k[i], k[i], 7, 0);
         CHECK(m != NULL);
@@ -327,9 +353,12 @@ TEST(ds_inspect_plan_real_and_sparse) {
         CHECK_MSG(out && strstr(out, "minimum budget"), "%s: %s", cfgs[i], out ? out : "");
         base_free(out);
     }
-    static const struct { const char *preset, *inspect; } k[] = {
-        {"deepseek-v3", "one expert 88,080,384 bytes"},
-        {"kimi-k2-thinking", "one expert 88,080,384 bytes"},
+    /* the releases' formats and shard names: FP8 experts 44,050,944 B (3 x
+     * 2048 x 7168 e4m3 + 3 x 16 x 56 f32 scales), INT4 24,772,632 B */
+    static const struct { const char *preset, *inspect, *shard; } k[] = {
+        {"deepseek-v3", "one expert 44,050,944 bytes", "model-00163-of-00163.safetensors"},
+        {"kimi-k2-thinking", "one expert 24,772,632 bytes", "model-00062-of-000062.safetensors"},
+        {"kimi-k2-instruct", "one expert 44,050,944 bytes", "model-61-of-61.safetensors"},
     };
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         snprintf(cmd, sizeof cmd, "rm -rf %s/dsfull && %s gen-model %s/dsfull --preset %s --sparse --quiet", t_tmpdir,
@@ -341,6 +370,8 @@ TEST(ds_inspect_plan_real_and_sparse) {
         CHECK_MSG(out && strstr(out, "problems: none") && strstr(out, k[i].inspect), "%s: %s", k[i].preset, out ? out : "");
         CHECK(i != 0 || (out && strstr(out, "unused tensors model.layers.*")));
         base_free(out);
+        snprintf(cmd, sizeof cmd, "test -f %s/dsfull/%s", t_tmpdir, k[i].shard);
+        CHECK_MSG(t_run(cmd, NULL) == 0, "%s: no %s", k[i].preset, k[i].shard);
         snprintf(cmd, sizeof cmd, "%s plan %s/dsfull --ram-gb 8", t_strata(), t_tmpdir);
         CHECK(t_run(cmd, &out) == 0);
         CHECK_MSG(out && strstr(out, "minimum budget"), "%s: %s", k[i].preset, out ? out : "");
@@ -404,8 +435,9 @@ TEST(ds_budgets_below_size) {
         int rc = t_run(cmd, &out);
         CHECK_MSG(rc == 0 && out && strstr(out, "PASS"), "rc %d: %s", rc, out ? out : "");
         base_free(out);
-        static const char *const tiny[] = {"deepseek-v3-tiny", "kimi-k2-tiny", "kimi-k25-tiny"};
-        for (size_t i = 0; i < 3; i++) {
+        static const char *const tiny[] = {"deepseek-v3-tiny", "kimi-k2-tiny", "kimi-k25-tiny", "kimi-k2-instruct-tiny",
+                                           "kimi-k2-thinking-tiny"};
+        for (size_t i = 0; i < sizeof tiny / sizeof *tiny; i++) {
             const char *m = t_model(tiny[i], tiny[i], 7, 0);
             snprintf(cmd, sizeof cmd, "bash tests/reference/ds_check.sh %s %s --long --gen 8", m ? m : "missing", t_strata());
             rc = t_run(cmd, &out);
@@ -415,4 +447,105 @@ TEST(ds_budgets_below_size) {
     }
     snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
     t_run(cmd, NULL);
+}
+
+/* plan --config counts FP8 / INT4 bytes as the checkpoint stores them (the
+ * quantization_config decides): expert slots of 44.06 MB (FP8) and 24.78 MB
+ * (INT4), 88.09 MB without a quantization_config (bf16); K2-Thinking plans at 8
+ * GB; --disk-gbs / --mem-gbs set the prediction's bandwidths. */
+TEST(ds_plan_bytes_as_stored) {
+    static const struct { const char *cfg, *slot; } k[] = {
+        {DS_K2, "slots of 44.06 MB"}, {DS_R1, "slots of 44.06 MB"}, {DS_K2T, "slots of 24.78 MB"},
+    };
+    char cmd[2048], *out = NULL;
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8 --disk-gbs 7 --mem-gbs 25", t_strata(), k[i].cfg);
+        CHECK(t_run(cmd, &out) == 0);
+        CHECK_MSG(out && strstr(out, k[i].slot) && strstr(out, "at 7.00 GB/s disk") && strstr(out, "at 25.00 GB/s memory (given)"),
+                  "%s: %s", k[i].cfg, out ? out : "");
+        base_free(out);
+    }
+    char *js = slurp(DS_K2T);
+    const char *q = js ? strstr(js, "\"quantization_config\"") : NULL, *r = q ? strstr(q, "\"rms_norm_eps\"") : NULL;
+    CHECK(q && r);
+    if (!q || !r) { base_free(js); return; }
+    char *plain = base_alloc(strlen(js) + 1, MEM_MISC);
+    snprintf(plain, strlen(js) + 1, "%.*s%s", (int)(q - js), js, r);
+    const char *pf = t_write("k2t-bf16.json", plain, strlen(plain));
+    snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8", t_strata(), pf);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "slots of 88.09 MB"), "%s", out ? out : "");
+    base_free(out);
+    base_free(plain);
+    base_free(js);
+}
+
+/* Helpers' reports: --router hf is refused on the DeepSeek-V3 architectures
+ * (exit 2, naming it); plan's per-sequence line says what the model holds;
+ * inspect names the stored formats; compressed-tensors must be pack-quantized
+ * symmetric INT4 in groups of 32. */
+TEST(ds_small_defects) {
+    char cmd[2048], *out = NULL;
+    const char *m = t_model("kimi-k2-thinking-tiny", "kimi-k2-thinking-tiny", 7, 0);
+    CHECK(m != NULL);
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 1 --router hf 2>&1", t_strata(), m ? m : "missing");
+    CHECK(t_run(cmd, &out) == 2);
+    CHECK_MSG(out && strstr(out, "--router hf") && strstr(out, "kimi_k2 architecture"), "%s", out ? out : "");
+    base_free(out);
+    snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8", t_strata(), DS_R1);
+    CHECK(t_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "(MLA latent cache for ctx 4096)") && !strstr(out, "KDA"), "%s", out ? out : "");
+    base_free(out);
+    static const struct { const char *cfg, *want[3]; } k[] = {
+        {DS_R1, {"bytes, FP8 e4m3 + 128x128 f32 scales)", "trunk + embeddings (FP8 matrices, bf16 rest)", "experts fp8 (quantization_config)"}},
+        {DS_K2T, {"bytes, INT4 pack-quantized + bf16 group-32 scales)", "trunk + embeddings (bf16)", "experts int4 pack-quantized"}},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        snprintf(cmd, sizeof cmd, "%s inspect --config %s", t_strata(), k[i].cfg);
+        CHECK(t_run(cmd, &out) == 0);
+        for (int j = 0; j < 3; j++) CHECK_MSG(out && strstr(out, k[i].want[j]), "%s: %s", k[i].want[j], out ? out : "");
+        base_free(out);
+    }
+    char *js = slurp(DS_K2T);
+    static const struct { const char *from, *to, *want; } bad[] = {
+        {"\"format\": \"pack-quantized\",", "", "'quantization_config.format' is missing: compressed-tensors weights are read only as"},
+        {"\"format\": \"pack-quantized\"", "\"format\": \"float-quantized\"", "'quantization_config.format' is \"float-quantized\""},
+        {"\"num_bits\": 4", "\"num_bits\": 8", "config_groups.group_0.weights.num_bits' must be 4"},
+        {"\"symmetric\": true", "\"symmetric\": false", "asymmetric INT4 (zero points) is not implemented"},
+        {"\"group_size\": 32", "\"group_size\": 128", "config_groups.group_0.weights.group_size' must be 32"},
+    };
+    for (size_t i = 0; js && i < sizeof bad / sizeof *bad; i++) {
+        char *mut = subst1(js, bad[i].from, bad[i].to);
+        CHECK(mut != NULL);
+        if (!mut) continue;
+        const char *pf = t_write("k2t-bad.json", mut, strlen(mut));
+        snprintf(cmd, sizeof cmd, "%s plan --config %s --ram-gb 8 2>&1", t_strata(), pf);
+        CHECK(t_run(cmd, &out) == 1);
+        CHECK_MSG(out && strstr(out, bad[i].want), "case %zu: %s", i, out ? out : "");
+        base_free(out);
+        base_free(mut);
+    }
+    base_free(js);
+}
+
+/* strata chat picks the format from the model's tokenizer (tokenizer.json's
+ * chat_template for DeepSeek, K2's specials and <think> for K2-Thinking), and an
+ * R1 reply starts in the think channel. */
+TEST(ds_chat_formats_from_tokenizer) {
+    static const struct { const char *preset, *fmt; int think; } k[] = {
+        {"deepseek-v3-tiny", "DeepSeek-V3", 0}, {"deepseek-r1-tiny", "DeepSeek-R1", 1},
+        {"kimi-k2-instruct-tiny", "Kimi K2 ", 0}, {"kimi-k2-thinking-tiny", "Kimi K2-Thinking", -1},
+    };
+    for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
+        const char *m = t_model(k[i].preset, k[i].preset, 7, 0);
+        CHECK(m != NULL);
+        if (!m) continue;
+        char cmd[1024], want[96], *out = NULL;
+        snprintf(cmd, sizeof cmd, "echo 'hello there' | %s chat %s --gen 6 --show-think 2>&1", t_strata(), m);
+        CHECK(t_run(cmd, &out) == 0);
+        snprintf(want, sizeof want, "chat format %s", k[i].fmt);
+        CHECK_MSG(out && strstr(out, want), "%s: %s", k[i].preset, out ? out : "");
+        if (k[i].think >= 0) CHECK_MSG(out && !!strstr(out, "<think>\n") == k[i].think, "%s: %s", k[i].preset, out ? out : "");
+        base_free(out);
+    }
 }

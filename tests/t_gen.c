@@ -134,14 +134,20 @@ static int count_tensor(void *ud, const tspec *t) {
 
 /* Experts of each MoE layer are not in id order on disk; each expert's tensors
  * are in the released order. */
-static int experts_shuffled(const cfg *c, const st_index *ix, int bf16) {
+static int first_name(void *ud, const tspec *t) {
+    char *nm = ud;
+    if (!nm[0]) snprintf(nm, 200, "%s", t->name);
+    return 0;
+}
+
+static int experts_shuffled(const cfg *c, const st_index *ix, int wf) {
     int shuffled_layers = 0;
     for (int64_t L = c->first_dense; L < c->n_layers; L++) {
         uint64_t prev = 0;
         int out_of_order = 0;
         for (int64_t E = 0; E < c->n_experts; E++) {
-            char nm[200];
-            schema_expert_w1_name(c, L, E, !bf16, nm, sizeof nm);
+            char nm[200] = "";
+            schema_walk_expert(c, L, E, wf, first_name, nm); /* the expert's first tensor */
             const st_tensor *t = st_find(ix, nm);
             if (!t) return -1;
             uint64_t key = (uint64_t)t->shard << 48 | t->off;
@@ -167,14 +173,20 @@ static void check_dir(const char *preset, const char *dir) {
     CHECK(c.n_experts == pc.n_experts && c.latent == pc.latent && c.n_mla == pc.n_mla);
     CHECK(!memcmp(c.is_mla, pc.is_mla, sizeof c.is_mla));
     int64_t ranks = c.vocab - gen_n_reserved(&pc, &o);
-    if (c.arch == ARCH_KIMI_LINEAR) /* one eos, <|im_end|>, as published */
+    const int wf = gen_wf(&pc, &o);
+    if (o.tok >= GEN_TOK_DS_V3) /* DeepSeek's tokenizer.json: BOS 0, EOS 1, no pad */
+        CHECK(c.bos_id == 0 && c.n_eos == 1 && c.eos_ids[0] == 1 && c.pad_id == -1);
+    else if (c.arch == ARCH_KIMI_LINEAR) /* one eos, <|im_end|>, as published */
         CHECK(c.bos_id == ranks && c.n_eos == 1 && c.eos_ids[0] == ranks + 2);
     else if (c.no_kda) /* DeepSeek-V3 / K2: one eos, [EOS] */
         CHECK(c.bos_id == ranks && c.n_eos == 1 && c.eos_ids[0] == ranks + 1);
     else
         CHECK(c.bos_id == ranks && c.n_eos == 2 && c.eos_ids[0] == ranks + 1 && c.eos_ids[1] == ranks + 2);
-    CHECK(c.pad_id == c.vocab - 1);
+    CHECK(o.tok >= GEN_TOK_DS_V3 || c.pad_id == c.vocab - 1);
     CHECK(c.max_ctx == pc.max_ctx);
+    /* FP8 / INT4 are declared by quantization_config (plain and MXFP4 by the architecture) */
+    const int qz = (wf & SW_EXP_MASK) >= SW_EXP_FP8 || (wf & SW_TRUNK_FP8);
+    CHECK_MSG(!qz || c.wf == wf, "%s: config declares formats %d, the files hold %d", preset, c.wf, wf);
     /* the released layer map: last layer MLA, layer 0 KDA with the dense MLP */
     if (c.no_kda) CHECK(c.n_mla == c.n_layers && c.first_dense == pc.first_dense); /* DeepSeek-V3: every layer MLA */
     else CHECK(c.is_mla[c.n_layers - 1] && !c.is_mla[0] && c.first_dense == 1);
@@ -184,12 +196,12 @@ static void check_dir(const char *preset, const char *dir) {
     CHECK_MSG(rc == 0, "%s: %s", preset, err);
     if (rc) return;
     schema_chk k = {ix, o.experts_bf16, o.trunk_dtype == GEN_TRUNK_MIXED, 0, 0, {0}};
-    schema_walk(&c, o.experts_bf16, chk_tensor, &k);
+    schema_walk(&c, wf, chk_tensor, &k);
     CHECK_MSG(k.missing == 0 && k.bad == 0, "%s: %d missing, %d bad", preset, k.missing, k.bad);
     if (k.trunk_mixed) CHECK(k.seen_dt[DT_F32] > 0 && k.seen_dt[DT_F16] > 0 && k.seen_dt[DT_BF16] > 0);
     /* nothing but schema tensors */
     size_t n_schema = 0;
-    schema_walk(&c, o.experts_bf16, count_tensor, &n_schema);
+    schema_walk(&c, wf, count_tensor, &n_schema);
     /* plus, for DeepSeek-V3, the MTP layer (as cfg mtp binds it, with its experts)
      * and its embedding and head copies, and K2.5's 2 vision tensors (never read) */
     size_t n_extra = (size_t)(c.arch == ARCH_KIMI_K25 ? 2 : 0);
@@ -197,7 +209,7 @@ static void check_dir(const char *preset, const char *dir) {
         cfg x = c;
         CHECK(cfg_bind_mtp(&x) == 0);
         size_t n_mtp = 0;
-        schema_walk(&x, o.experts_bf16, count_tensor, &n_mtp);
+        schema_walk(&x, wf, count_tensor, &n_mtp);
         n_extra += n_mtp - n_schema + 2;
     }
     CHECK_MSG(st_count(ix) == n_schema + n_extra, "%s: %zu tensors, %zu expected", preset, st_count(ix), n_schema + n_extra);
@@ -206,10 +218,10 @@ static void check_dir(const char *preset, const char *dir) {
     rc = model_bind_check(&c, ix, lay, &pb);
     CHECK_MSG(rc == 0 && pb.n == 0, "%s: bind: %s", preset, pb.s ? pb.s : "");
     CHECK(lay->experts_contiguous && lay->layers_contiguous);
-    CHECK(lay->experts_bf16 == o.experts_bf16);
+    CHECK(lay->wf == wf);
     sbuf_free(&pb);
     base_free(lay);
-    int sh = experts_shuffled(&c, ix, o.experts_bf16);
+    int sh = experts_shuffled(&c, ix, wf);
     CHECK_MSG(sh == c.n_layers - c.first_dense, "%s: %d of %lld MoE layers shuffled", preset, sh,
               (long long)(c.n_layers - c.first_dense));
     /* trunk of a layer: one shard, and the tensors sit back to back */

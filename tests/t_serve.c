@@ -1116,3 +1116,39 @@ TEST(serve_tools) {
         CHECK(server_stop(&s) == 0);
     }
 }
+
+/* The chat format comes from the model's tokenizer (DeepSeek's tokenizer.json,
+ * Kimi's tiktoken with K2-Thinking's <think>): reasoning_content exactly where
+ * the format reasons (R1 and K2-Thinking whatever the effort, DeepSeek-V3
+ * never), streamed == not streamed (tests/serve/reasoning.mjs); a tool loop
+ * through the K2 tool format on K2-Thinking's layout (tests/serve/tools.mjs). */
+TEST(serve_reasoning_formats) {
+    static const char *const k[][3] = {{"serve_fmt_r1", "deepseek-r1-tiny", "always"},
+                                       {"serve_fmt_v3", "deepseek-v3-tiny", "never"},
+                                       {"serve_fmt_k2t", "kimi-k2-thinking-tiny", "always"}};
+    if (node_ready()) return;
+    for (int i = 0; i < 3; i++) {
+        const char *dir = t_model(k[i][0], k[i][1], 5, 0);
+        CHECK(dir != NULL);
+        if (!dir) continue;
+        server s;
+        static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "2048", NULL};
+        CHECK(server_start(&s, dir, NULL, args) == 0);
+        if (s.port && !wait_health(s.port)) {
+            char cmd[512], *out = NULL;
+            snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/reasoning.mjs %d %s %s %s", s.port, KEY, k[i][0], k[i][2]);
+            int rc = t_run(cmd, &out);
+            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "reasoning.mjs on %s: %s", k[i][1], out);
+            base_free(out);
+            if (i == 2) {
+                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, k[i][0]);
+                rc = t_run(cmd, &out);
+                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "tools.mjs on %s: %s", k[i][1], out);
+                base_free(out);
+            }
+        } else {
+            CHECK(0);
+        }
+        CHECK(server_stop(&s) == 0);
+    }
+}

@@ -72,6 +72,7 @@ static void ds_defaults(cfg *c) {
     c->no_kda = 1;
     c->ds_names = 1;
     c->mla_rope = 1;
+    c->wf = SW_EXP_PLAIN; /* bf16 unless quantization_config says FP8 / INT4 (no release is MXFP4) */
     c->kv_norm_eps = DS_LOWRANK_NORM_EPS;
     c->qa_norm_eps = DS_LOWRANK_NORM_EPS;
     /* Hugging Face DeepseekV3Config's defaults for the keys read below */
@@ -401,6 +402,12 @@ char *arch_deepseek_v3_to_json(const cfg *c) {
     else sbuf_printf(&b, "%s\"q_lora_rank\": null,\n", in);
     I("qk_nope_head_dim", c->qk_nope);
     I("qk_rope_head_dim", c->qk_rope);
+    if (!k25) { /* the releases' quantization_config (FP8: DeepSeek-V3, K2-Instruct; INT4: K2-Thinking) */
+        sbuf q = {0};
+        cfg_json_quant(&q, c);
+        if (q.s && q.len > 2) sbuf_printf(&b, "%s,\n", q.s + 2); /* cfg_json_quant writes ",\n" first */
+        sbuf_free(&q);
+    }
     N("rms_norm_eps", c->rms_eps);
     if (c->yarn_factor > 1) {
         sbuf_printf(&b, "%s\"rope_scaling\": {\n%s  \"beta_fast\": ", in, in);

@@ -318,6 +318,34 @@ static int64_t read_layer_list(rd *r, const char *name, int required, int64_t n_
     return bad ? -1 : count;
 }
 
+/* compressed-tensors config_groups: every group's weights must be what
+ * pack-quantized INT4 decodes (4 bits, symmetric int, groups of 32); keys
+ * absent are not checked. */
+static void read_i4_groups(rd *r, const json_t *q, const char *path) {
+    const json_t *g = json_object_get(q, "config_groups"), *grp;
+    const char *gname;
+    if (!g || !json_is_object(g)) return;
+    json_object_foreach((json_t *)g, gname, grp) {
+        const json_t *w = json_is_object(grp) ? json_object_get(grp, "weights") : NULL;
+        if (!w || !json_is_object(w)) continue;
+        const json_t *nb = json_object_get(w, "num_bits"), *gs = json_object_get(w, "group_size"),
+                     *sy = json_object_get(w, "symmetric"), *ty = json_object_get(w, "type"),
+                     *st = json_object_get(w, "strategy");
+        if (nb && !(json_is_integer(nb) && json_integer_value(nb) == 4))
+            problem(r, "'%s.config_groups.%s.weights.num_bits' must be 4 (INT4 pack-quantized)", path, gname);
+        if (gs && !(json_is_integer(gs) && json_integer_value(gs) == I4_GROUP))
+            problem(r, "'%s.config_groups.%s.weights.group_size' must be %d (INT4 pack-quantized)", path, gname, I4_GROUP);
+        if (sy && !json_is_true(sy))
+            problem(r, "'%s.config_groups.%s.weights.symmetric' must be true: asymmetric INT4 (zero points) is not "
+                       "implemented", path, gname);
+        if (ty && !(json_is_string(ty) && !strcasecmp(json_string_value(ty), "int")))
+            problem(r, "'%s.config_groups.%s.weights.type' must be \"int\" (INT4 pack-quantized)", path, gname);
+        if (st && !(json_is_string(st) && !strcasecmp(json_string_value(st), "group")))
+            problem(r, "'%s.config_groups.%s.weights.strategy' must be \"group\" (scales per %d inputs)", path, gname,
+                    I4_GROUP);
+    }
+}
+
 static void read_quant(rd *r, cfg *c) {
     char path[160], tb[64];
     const json_t *q = get_in(r->root, "", "quantization_config", path, sizeof path);
@@ -339,6 +367,12 @@ static void read_quant(rd *r, cfg *c) {
             problem(r, "'%s.weight_block_size' must be [%d, %d] for fp8", path, FP8_BLOCK, FP8_BLOCK);
     } else if (m && json_is_string(m) && !strcasecmp(json_string_value(m), "compressed-tensors")) {
         c->wf = (c->wf & ~SW_EXP_MASK) | SW_EXP_INT4;
+        /* compressed-tensors names many layouts; only pack-quantized symmetric
+         * INT4 in groups of 32 is what the kernels decode (another value of
+         * format is refused by the architecture's fixed keys) */
+        if (!f) problem(r, "'%s.format' is missing: compressed-tensors weights are read only as \"pack-quantized\" "
+                           "(INT4, 8 values per int32, groups of %d)", path, I4_GROUP);
+        read_i4_groups(r, q, path);
     }
     /* format and quant_method must describe one format: a config that says
      * pack-quantized for MXFP4 experts (or the reverse) describes weights one of
@@ -872,12 +906,17 @@ void cfg_json_quant(sbuf *b, const cfg *c) {
                        "    \"quant_method\": \"fp8\",\n    \"weight_block_size\": [\n      %d,\n      %d\n    ]\n  }",
                     FP8_BLOCK, FP8_BLOCK);
     else if ((c->wf & SW_EXP_MASK) == SW_EXP_INT4)
+        /* K2-Thinking's fragment as published (tests/data/configs/kimi-k2-thinking-style.config.json) */
         sbuf_printf(b, ",\n  \"quantization_config\": {\n    \"config_groups\": {\n      \"group_0\": {\n"
-                       "        \"targets\": [\"Linear\"],\n        \"weights\": {\n          \"group_size\": %d,\n"
-                       "          \"num_bits\": 4,\n          \"strategy\": \"group\",\n          \"symmetric\": true,\n"
+                       "        \"input_activations\": null,\n        \"output_activations\": null,\n"
+                       "        \"targets\": [\"Linear\"],\n        \"weights\": {\n          \"actorder\": null,\n"
+                       "          \"block_structure\": null,\n          \"dynamic\": false,\n          \"group_size\": %d,\n"
+                       "          \"num_bits\": 4,\n          \"observer\": \"minmax\",\n          \"observer_kwargs\": {},\n"
+                       "          \"strategy\": \"group\",\n          \"symmetric\": true,\n"
                        "          \"type\": \"int\"\n        }\n      }\n    },\n    \"format\": \"pack-quantized\",\n"
                        "    \"ignore\": [\"lm_head\", \"re:.*self_attn.*\", \"re:.*shared_experts.*\", \"re:.*mlp\\\\.(gate|up|gate_up|down)_proj.*\"],\n"
-                       "    \"quant_method\": \"compressed-tensors\"\n  }",
+                       "    \"kv_cache_scheme\": null,\n    \"quant_method\": \"compressed-tensors\",\n"
+                       "    \"quantization_status\": \"compressed\"\n  }",
                     I4_GROUP);
 }
 

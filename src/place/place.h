@@ -176,6 +176,7 @@ typedef struct place_plan {
     uint64_t read_bytes_per_token;  /* streamed trunk + routed experts */
     uint64_t touch_bytes_per_token; /* every weight byte a decode token reads, and its KDA state */
     uint64_t state_touch_bytes;     /* the KDA state one row reads and writes per token (this process's layers) */
+    int64_t n_kda_layers, n_mla_layers; /* this process's layers of each kind (what a sequence holds) */
     double expert_hit_uniform;      /* the cache's hit rate the reads assume: slots / experts (uniform routing) */
     double pred_s_per_token;
     /* options carried to place_open */

@@ -351,6 +351,8 @@ static void plan_fixed(place_plan *p, const cfg *c, const model_layout *lay, con
     for (int64_t L = lo; L < hi; L++) n_kda += c->is_mla[L] ? 0 : 1;
     const uint64_t kda_layer = k->n_kda > 0 ? k->kda_state_elems / (uint64_t)k->n_kda : 0; /* the census's layout */
     p->state_touch_bytes = 2 * (uint64_t)n_kda * kda_layer * sizeof(float);
+    p->n_kda_layers = n_kda;
+    p->n_mla_layers = hi - lo - n_kda;
     p->n_owned = 0;
     for (int64_t u = 0; u < p->n_units; u++) p->n_owned += !p->absent[u];
     const int64_t n_expert_all = n_moe * c->n_experts;
@@ -546,8 +548,12 @@ void place_plan_print(const place_plan *p, FILE *f) {
     if (p->guess_bytes)
         fprintf(f, "  guess routers     %10.3f GB  MXFP4 copies of %lld pinned MoE routers (expert reads a layer ahead)\n",
                 gb(p->guess_bytes), (long long)p->n_guess);
-    fprintf(f, "  sequences         %10.3f GB  %d x %.3f GB (KDA state + MLA latent cache for ctx %lld)\n",
-            gb(p->session_bytes), p->n_seqs, gb(p->seq_bytes), (long long)p->ctx);
+    fprintf(f, "  sequences         %10.3f GB  %d x %.3f GB (%s for ctx %lld)\n", gb(p->session_bytes), p->n_seqs,
+            gb(p->seq_bytes),
+            p->n_kda_layers && p->n_mla_layers ? "KDA state + MLA latent cache"
+            : p->n_kda_layers                  ? "KDA state"
+                                               : "MLA latent cache",
+            (long long)p->ctx);
     fprintf(f, "  engine scratch    %10.3f GB  %lld rows per pass (prefill chunk %lld)\n", gb(p->engine_bytes),
             (long long)p->prefill_chunk, (long long)p->prefill_chunk);
     fprintf(f, "  I/O buffers       %10.3f GB\n", gb(p->io_bytes));

@@ -335,7 +335,13 @@ static int build_prompt(http_server *h, const request *r, job *j, req_error *e) 
         int rc = strata_chat_render_tools(h->tk, m, r->n_msgs, &tools, r->effort, STRATA_CHAT_GEN, &ids, &n, &cap, err, sizeof err);
         strata_free(m);
         if (rc) { strata_free(ids); return req_fail(e, rc == STRATA_EINVAL ? 400 : 500, rc == STRATA_EINVAL ? "invalid_request_error" : "server_error", NULL, "messages", "%s", err); }
-        j->thinking = r->effort != STRATA_CHAT_THINK_OFF;
+        /* the chat format decides (R1 always reasons, V3.1 and K2.5 as the effort,
+         * K2-Thinking's model opens <think> itself, DeepSeek-V3 and K2 never):
+         * reasoning_content and the stream's channels follow it */
+        strata_chat_ids ci;
+        const int fmt = strata_chat_ids_get(h->tk, &ci, err, sizeof err) ? STRATA_CHAT_FMT_XTML : ci.fmt;
+        j->thinking = strata_chat_fmt_reasons(fmt, r->effort);
+        j->think_first = strata_chat_fmt_starts_thinking(fmt, r->effort);
         if ((rc = open_tools(h, r, j, err, sizeof err))) { strata_free(ids); return req_fail(e, 500, "server_error", NULL, NULL, "%s", err); }
         /* call ids: the same request gets the same ids (FNV-1a of the prompt) */
         uint64_t hsh = 1469598103934665603ull;
@@ -420,6 +426,7 @@ static int make_jobs(http_server *h, request *r, const char *rid, job **jobs, in
         if (k) {
             char err[512];
             j->thinking = jobs[0]->thinking;
+            j->think_first = jobs[0]->think_first;
             j->n_prompt = jobs[0]->n_prompt; /* members use the leader's prompt */
             snprintf(j->call_id, sizeof j->call_id, "%.32s-%d", jobs[0]->call_id, k & 0xff);
             if (r->kind == REQ_CHAT && open_tools(h, r, j, err, sizeof err))

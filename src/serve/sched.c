@@ -401,7 +401,7 @@ static void slot_start(sched *s, int i, job *j) {
     if (j->kind == REQ_CHAT) rc = strata_chat_follow_open((strata_chat_follow **)&j->follow, s->tk, j->follow_from, err, sizeof err);
     else if (strata_detok_open(&j->ts, s->tk)) rc = strata_fail(err, sizeof err, STRATA_ENOMEM, "out of memory");
     j->go.spec = s->o.spec;
-    j->ch_last = j->thinking ? STRATA_CHAT_CH_THINK : STRATA_CHAT_CH_RESPONSE;
+    j->ch_last = j->think_first ? STRATA_CHAT_CH_THINK : STRATA_CHAT_CH_RESPONSE;
     j->go.mtp_draft = s->o.mtp_draft;
     s->slot[i] = j;
     s->n_active++;

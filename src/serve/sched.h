@@ -51,7 +51,8 @@ typedef struct job {
     struct job **group;
     int n_group, index;
     struct job *notify;           /* whose ver / cv a change of this job bumps (the leader; itself alone) */
-    int thinking;                 /* chat: the generation prompt opened the think channel */
+    int thinking;                 /* chat: the reply may carry reasoning (reasoning_content; strata_chat_fmt_reasons) */
+    int think_first;              /* chat: the reply starts in the think channel (strata_chat_fmt_starts_thinking) */
     int follow_from;              /* chat: the follower's start (thinking, or 2: a forced call's tools channel) */
     int32_t *prompt;              /* (n_prompt) counted */
     int64_t n_prompt;

@@ -287,6 +287,7 @@ static int fsync_dir(const char *path) {
 static int is_model_file(const char *n) {
     size_t l = strlen(n);
     return !strcmp(n, "config.json") || !strcmp(n, "model.safetensors.index.json") || !strcmp(n, "tiktoken.model") ||
+           !strcmp(n, "tokenizer.json") ||
            !strcmp(n, "tokenizer_config.json") || (n[0] != '.' && l > 12 && !strcmp(n + l - 12, ".safetensors"));
 }
 
@@ -417,13 +418,22 @@ static void final_cfg(cfg *w, const cfg *c, const gen_opts *o) {
         w->n_eos = 1;
         w->eos_ids[0] = ranks + 1;
     }
+    if (o->tok >= GEN_TOK_DS_V3) { /* DeepSeek's tokenizer.json: BOS 0, EOS 1, no pad_token_id (gen_tok_hf.c) */
+        w->bos_id = 0;
+        w->eos_ids[0] = 1;
+        w->n_eos = 1;
+        w->pad_id = -1;
+    }
     w->wf = gen_wf(c, o);
     w->mxfp4_experts = (w->wf & SW_EXP_MASK) == SW_EXP_MXFP4;
     if (w->max_ctx <= 0) w->max_ctx = CFG_DEFAULT_CTX;
 }
 
-static void shard_name(char *buf, size_t n, int i, int n_shards) {
-    snprintf(buf, n, "model-%05d-of-%05d.safetensors", i + 1, n_shards);
+static void shard_name(char *buf, size_t n, const plan *p, int i) {
+    const int k = p->o->shard_names;
+    if (k == GEN_SHARDS_PLAIN) snprintf(buf, n, "model-%d-of-%d.safetensors", i + 1, p->n_shards);
+    else snprintf(buf, n, k == GEN_SHARDS_5_6 ? "model-%05d-of-%06d.safetensors" : "model-%05d-of-%05d.safetensors", i + 1,
+                  p->n_shards);
 }
 
 /* Header bytes of shard s (built to know its length); caller base_free()s. */
@@ -459,7 +469,7 @@ static int write_index(const char *dir, const plan *p, char *err, size_t errlen)
                 (unsigned long long)total, p->o->sparse ? ",\n    \"strata_sparse\": \"true\"" : "");
     char sn[64];
     for (size_t i = 0; i < p->n; i++) {
-        shard_name(sn, sizeof sn, p->it[i].shard, p->n_shards);
+        shard_name(sn, sizeof sn, p, p->it[i].shard);
         sbuf_printf(&b, "%s\n    \"%s\": \"%s\"", i ? "," : "", gen_item_name(p, &p->it[i]), sn);
     }
     sbuf_printf(&b, "\n  }\n}\n");
@@ -670,7 +680,7 @@ static int write_shard(grun *r, int s, char *err, size_t errlen) {
     char sn[64];
     size_t hlen;
     int rc;
-    shard_name(sn, sizeof sn, s, p->n_shards);
+    shard_name(sn, sizeof sn, p, s);
     snprintf(r->shard_path, sizeof r->shard_path, "%s/%s", r->tmp, sn);
     if (!(r->hdr = shard_header(p, s, &hlen, err, errlen))) return STRATA_ENOMEM;
     if ((rc = stw_file_create(f, r->shard_path, err, errlen))) return rc;
@@ -695,6 +705,17 @@ static int write_shard(grun *r, int s, char *err, size_t errlen) {
         if ((rc = write_buffer(r, j, err, errlen))) return rc;
     while (r->q.inflight)
         if ((rc = reap_one(&r->wc, &r->stats, err, errlen))) return rc;
+    /* Sparse: the INT4 weight_shape tensors still hold their values (8 bytes
+     * each), which the loader checks; everything else stays a hole. */
+    for (size_t i = p->shard_first[s]; o->sparse && i < p->shard_first[s + 1]; i++) {
+        const gitem *t = &p->it[i];
+        uint8_t v[16];
+        float tmp[4];
+        if (t->kind != TK_I4_SHAPE || t->nbytes > sizeof v) continue;
+        gen_fill_buffer(p, s, t->off, (size_t)t->nbytes, v, tmp, 4);
+        if (pwrite_all(f->fd, v, (size_t)t->nbytes, hlen + t->off))
+            return base_fail(err, errlen, STRATA_EIO, "gen: %s: write failed: %s", r->shard_path, strerror(errno));
+    }
     double tf = base_now();
     if (r->shard_fds) {
         /* fsync later, all at once: on ext4 each fsync is a journal commit
@@ -723,7 +744,7 @@ static int finish(grun *r, char *err, size_t errlen) {
         r->shard_fds[s] = -1;
         if (e) {
             char sn[64];
-            shard_name(sn, sizeof sn, s, p->n_shards);
+            shard_name(sn, sizeof sn, p, s);
             return base_fail(err, errlen, STRATA_EIO, "gen: %s/%s: fsync: %s", r->tmp, sn, strerror(e));
         }
     }
@@ -749,7 +770,9 @@ static int build(grun *r, char *err, size_t errlen) {
     int rc;
     int64_t n_ranks = r->c.vocab - gen_n_reserved(&r->c, o);
     if ((rc = write_config(r->tmp, &r->c, o, err, errlen))) return rc;
-    if ((rc = gen_write_tokenizer(r->tmp, &r->c, n_ranks, err, errlen))) return rc;
+    if (o->tok >= GEN_TOK_DS_V3) rc = gen_tok_write_hf(r->tmp, r->c.vocab, o->tok - GEN_TOK_DS_V3, err, errlen);
+    else rc = gen_write_tokenizer(r->tmp, &r->c, o, n_ranks, err, errlen);
+    if (rc) return rc;
     if ((rc = write_index(r->tmp, &r->p, err, errlen))) return rc;
 
     r->stats.prep_secs = base_now() - r->t0;

@@ -47,12 +47,21 @@ typedef struct gen_opts {
     int dequantize;           /* write the FP8 / INT4 values as plain tensors (BF16 if pow2, else F32) */
     int sparse;               /* headers + holes, no data (metadata says so) */
     int force;                /* replace an existing OUT */
+    int tok;                  /* GEN_TOK_*: the tokenizer files written */
+    int shard_names;          /* GEN_SHARDS_*: how the shard files are numbered */
     const char *preset;       /* informational, recorded in metadata; may be NULL */
     gen_progress_fn progress; /* optional */
     void *progress_ud;
 } gen_opts;
 #define GEN_DEFAULT_SHARD (4ull << 30)
 enum { GEN_W_PRESET = 0, GEN_W_FP8 = 1, GEN_W_INT4 = 2 };
+/* Tokenizers: K3's tiktoken specials (Kimi Linear's: the K2 ones); Kimi's
+ * tiktoken with K2's specials, with <think> </think> and a K2-Thinking
+ * chat_template; DeepSeek's tokenizer.json with the V3 / R1 / V3.1 template. */
+enum { GEN_TOK_DEFAULT = 0, GEN_TOK_K2 = 1, GEN_TOK_K2_THINKING = 2, GEN_TOK_DS_V3 = 3, GEN_TOK_DS_R1 = 4, GEN_TOK_DS_V31 = 5 };
+/* Shard names: model-00001-of-00005 (most releases), model-00001-of-000062
+ * (K2-Thinking, K2-Instruct-0905), model-1-of-61 (K2-Instruct). */
+enum { GEN_SHARDS_5 = 0, GEN_SHARDS_5_6 = 1, GEN_SHARDS_PLAIN = 2 };
 /* The schema formats (schema.h SW_*) of the tensors o writes for c. */
 int gen_wf(const cfg *c, const gen_opts *o);
 

@@ -56,8 +56,11 @@ int strata_genmodel_write(const char *out_dir, const strata_genmodel_opts *go, s
     if (go->have_seed) o.seed = go->seed;
     if (go->shard_bytes > 0) o.shard_bytes = go->shard_bytes;
     if (go->n_reserved) o.n_reserved = go->n_reserved;
-    if (go->experts_bf16) o.experts_bf16 = 1;
-    if (go->weights) o.weights = go->weights;
+    if (go->experts_bf16 || go->weights == STRATA_GENMODEL_W_BF16) { o.experts_bf16 = 1; o.weights = GEN_W_PRESET; }
+    else if (go->weights) o.weights = go->weights;
+    if ((go->scales_pow2 || go->dequantize) && o.weights == GEN_W_PRESET)
+        return base_fail(err, errlen, STRATA_EINVAL, "--scales and --dequantize need FP8 or INT4 weights (--weights, or a "
+                         "preset in such a layout)");
     if (go->scales_pow2) o.scales_pow2 = 1;
     if (go->dequantize) o.dequantize = 1;
     if (go->trunk_dtype >= 0) o.trunk_dtype = go->trunk_dtype;

@@ -103,6 +103,6 @@ void gen_plan_free(plan *p);
 void gen_fill_buffer(const plan *p, int s, uint64_t off, size_t len, uint8_t *dst, float *tmp, size_t tmpn);
 
 /* tiktoken.model and tokenizer_config.json into dir (gen_tok.c). */
-int gen_write_tokenizer(const char *dir, const cfg *c, int64_t n_ranks, char *err, size_t errlen);
+int gen_write_tokenizer(const char *dir, const cfg *c, const struct gen_opts *o, int64_t n_ranks, char *err, size_t errlen);
 
 #endif

@@ -498,8 +498,53 @@ static const char *kl_special_name(int64_t i, char *buf, size_t n) {
     return buf;
 }
 
-static const char *special_name(const cfg *c, int64_t i, char *buf, size_t n) {
-    return c->arch == ARCH_KIMI_LINEAR ? kl_special_name(i, buf, n) : gen_special_name(i, buf, n);
+/* K2-Thinking adds <think> and </think> to the K2 specials; their ids in the
+ * release are not documented (family-formats.md 2.1), so they take two of the
+ * reserved slots after K2.5's media placeholder (+21). */
+#define K2_THINK_AT 22
+
+static const char *special_name(const cfg *c, const gen_opts *o, int64_t i, char *buf, size_t n) {
+    if (o->tok == GEN_TOK_K2_THINKING && (i == K2_THINK_AT || i == K2_THINK_AT + 1)) {
+        snprintf(buf, n, "%s", i == K2_THINK_AT ? "<think>" : "</think>");
+        return buf;
+    }
+    return c->arch == ARCH_KIMI_LINEAR || o->tok == GEN_TOK_K2 || o->tok == GEN_TOK_K2_THINKING ? kl_special_name(i, buf, n)
+                                                                                                 : gen_special_name(i, buf, n);
+}
+
+/* strata's transcription of K2-Thinking's chat_template (family-formats.md 2.1,
+ * not a copy): the default system prompt when none is given, history assistant
+ * turns with their reasoning dropped (<think></think>), the turns after the last
+ * user message keep theirs, and the prompt ends at <|im_middle|>: the model opens
+ * <think> itself. Plain K2's is the same without the think parts. */
+static const char k_k2_thinking_template[] =
+    "{% if messages[0]['role'] != 'system' %}<|im_system|>system<|im_middle|>"
+    "You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>{% endif %}"
+    "{% set ns = namespace(last_user=-1) %}{% for m in messages %}{% if m['role'] == 'user' %}"
+    "{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
+    "{% for m in messages %}{% if m['role'] == 'system' %}<|im_system|>system<|im_middle|>{{ m['content'] }}<|im_end|>"
+    "{% elif m['role'] == 'user' %}<|im_user|>user<|im_middle|>{{ m['content'] }}<|im_end|>"
+    "{% elif m['role'] == 'assistant' %}<|im_assistant|>assistant<|im_middle|>"
+    "{% if loop.index0 > ns.last_user %}<think>{{ m.get('reasoning_content', '') }}</think>{% else %}<think></think>{% endif %}"
+    "{{ m['content'] }}<|im_end|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}";
+static const char k_k2_template[] =
+    "{% if messages[0]['role'] != 'system' %}<|im_system|>system<|im_middle|>"
+    "You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>{% endif %}"
+    "{% for m in messages %}{% if m['role'] == 'system' %}<|im_system|>system<|im_middle|>{{ m['content'] }}<|im_end|>"
+    "{% elif m['role'] == 'user' %}<|im_user|>user<|im_middle|>{{ m['content'] }}<|im_end|>"
+    "{% elif m['role'] == 'assistant' %}<|im_assistant|>assistant<|im_middle|>{{ m['content'] }}<|im_end|>"
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}";
+
+/* A JSON string literal of s (quotes, backslashes and newlines escaped). */
+static void put_json_text(sbuf *b, const char *s) {
+    sbuf_printf(b, "\"");
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') sbuf_printf(b, "\\%c", *s);
+        else if (*s == '\n') sbuf_printf(b, "\\n");
+        else sbuf_printf(b, "%c", *s);
+    }
+    sbuf_printf(b, "\"");
 }
 
 const char *gen_special_name(int64_t i, char *buf, size_t n) {
@@ -533,7 +578,7 @@ static void put_b64(sbuf *b, const uint8_t *p, size_t n) {
 }
 
 /* tiktoken.model and tokenizer_config.json into dir. */
-int gen_write_tokenizer(const char *dir, const cfg *c, int64_t n_ranks, char *err, size_t errlen) {
+int gen_write_tokenizer(const char *dir, const cfg *c, const gen_opts *o, int64_t n_ranks, char *err, size_t errlen) {
     uint8_t *bytes = NULL;
     uint64_t *offs = NULL;
     sbuf b = {0};
@@ -558,14 +603,20 @@ int gen_write_tokenizer(const char *dir, const cfg *c, int64_t n_ranks, char *er
     for (int64_t id = n_ranks; id < c->vocab; id++)
         sbuf_printf(&b, "%s\n    \"%lld\": {\"content\": \"%s\", \"lstrip\": false, \"normalized\": false, "
                         "\"rstrip\": false, \"single_word\": false, \"special\": true}",
-                    id == n_ranks ? "" : ",", (long long)id, special_name(c, id - n_ranks, name, sizeof name));
-    if (c->arch == ARCH_KIMI_LINEAR)
+                    id == n_ranks ? "" : ",", (long long)id, special_name(c, o, id - n_ranks, name, sizeof name));
+    const int k2 = c->arch == ARCH_KIMI_LINEAR || o->tok == GEN_TOK_K2 || o->tok == GEN_TOK_K2_THINKING;
+    if (k2)
         sbuf_printf(&b, "\n  },\n  \"additional_special_tokens\": [\"<|im_end|>\", \"<|im_user|>\", \"<|im_assistant|>\", "
                         "\"<|im_system|>\", \"<|im_middle|>\"],\n");
     else
         sbuf_printf(&b, "\n  },\n  \"additional_special_tokens\": [\"<|end_of_msg|>\", \"<|open|>\", \"<|close|>\", \"<|sep|>\"],\n");
     sbuf_printf(&b, "  \"bos_token\": \"[BOS]\",\n  \"eos_token\": \"[EOS]\",\n");
-    sbuf_printf(&b, "  \"pad_token\": \"%s\",\n", special_name(c, c->vocab - 1 - n_ranks, name, sizeof name));
+    sbuf_printf(&b, "  \"pad_token\": \"%s\",\n", special_name(c, o, c->vocab - 1 - n_ranks, name, sizeof name));
+    if (o->tok == GEN_TOK_K2 || o->tok == GEN_TOK_K2_THINKING) {
+        sbuf_printf(&b, "  \"chat_template\": ");
+        put_json_text(&b, o->tok == GEN_TOK_K2 ? k_k2_template : k_k2_thinking_template);
+        sbuf_printf(&b, ",\n");
+    }
     sbuf_printf(&b, "  \"unk_token\": null,\n  \"clean_up_tokenization_spaces\": false,\n");
     sbuf_printf(&b, "  \"model_max_length\": %lld,\n  \"tokenizer_class\": \"TikTokenTokenizer\"\n}\n", (long long)c->max_ctx);
     if (snprintf(path, sizeof path, "%s/tokenizer_config.json", dir) >= (int)sizeof path)

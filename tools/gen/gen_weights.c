@@ -383,23 +383,33 @@ static void gen_scales(const gitem *t, uint64_t e0, uint8_t *out, size_t n) {
 
 /* ============================================================= FP8 and INT4 */
 
-/* The e4m3fn code nearest x (ties to even), saturating at +-448: no NaN, no inf. */
+/* The e4m3fn code nearest x (ties to even), saturating at +-448: no NaN, no inf.
+ * Normal range on the f32 bits (round the mantissa to 3 bits, rebias the
+ * exponent): frexpf / ldexpf per element made FP8 generation 5x slower. */
 static uint8_t e4m3_enc(float x) {
-    const uint8_t s = signbit(x) ? 0x80 : 0;
-    const float a = fabsf(x);
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    const uint8_t s = (uint8_t)(u >> 24 & 0x80);
+    u &= 0x7FFFFFFFu;
+    float a;
+    memcpy(&a, &u, 4);
     if (!(a < 448.0f)) return s | 0x7E;
     if (a < 0x1p-6f) return s | (uint8_t)(int)rintf(a * 512.0f); /* subnormal m * 2^-9; m = 8 is 2^-6 itself */
-    int ex;
-    frexpf(a, &ex);
-    int E = ex - 1, q = (int)rintf((ldexpf(a, -E) - 1.0f) * 8.0f); /* a = 1.q * 2^E */
-    if (q == 8) { q = 0; E++; }
-    return s | (uint8_t)((E + 7) << 3 | q);
+    u += 0x7FFFFu + ((u >> 20) & 1u); /* ties to even on the 3 kept mantissa bits; a carry bumps the exponent */
+    const int E = (int)(u >> 23) - 127;
+    return s | (uint8_t)((E + 7) << 3 | (int)(u >> 20 & 7u));
 }
 
 /* Its value (every e4m3 value is an f32, so exact). */
 static float e4m3_dec(uint8_t b) {
-    const int e = (b >> 3) & 15, m = b & 7;
-    const float v = e ? ldexpf(1.0f + (float)m / 8.0f, e - 7) : (float)m * 0x1p-9f;
+    const uint32_t e = (b >> 3) & 15u, m = b & 7u;
+    float v;
+    if (e) {
+        const uint32_t u = (e + 120u) << 23 | m << 20; /* (1 + m/8) 2^(e-7) */
+        memcpy(&v, &u, 4);
+    } else {
+        v = (float)m * 0x1p-9f;
+    }
     return b & 0x80 ? -v : v;
 }
 
@@ -426,16 +436,43 @@ static float fp8_scale(const gitem *t, uint64_t br, uint64_t bc) {
     return q_scale_of(t, q_row_sd(t, -1) / 64.0f, br * nbc + bc);
 }
 
-/* INT4 group g of row r: the row's std maps to 2.5 of the 7 steps; a bf16. */
+/* INT4 group g of row r: the codes are uniform over -7..7 (rms sqrt(17.5)), so
+ * the group's scale maps that rms to the row's std; a bf16. */
 static float i4_scale(const gitem *t, uint64_t r, uint64_t g) {
-    float s = q_scale_of(t, q_row_sd(t, (int64_t)r) * 2.5f / 7.0f, r * ((uint64_t)t->mcols / I4_GROUP) + g);
+    float s = q_scale_of(t, q_row_sd(t, (int64_t)r) * 0.23904572f, r * ((uint64_t)t->mcols / I4_GROUP) + g);
     return num_bf16_to_f32(num_f32_to_bf16(s)); /* exact for a power of two */
+}
+
+/* INT4 codes straight from the random bits: each nibble n of the stream is a
+ * sign (bit 3) and a magnitude (bits 0-2), q = +-(n & 7) in -7..7 (symmetric,
+ * no -8), stored as q + 8. Nibble e of the stream is element e of the matrix
+ * (16 per word), so a packed int32 word is 4 random bytes mapped byte-wise
+ * (gen_quant_part). Generating normals and rounding them was 4x slower, and
+ * the ladder-sized model is ~15 GB of these. */
+static uint8_t i4_code(uint32_t nib) { return (uint8_t)(nib & 8u ? 8u - (nib & 7u) : 8u + (nib & 7u)); }
+static uint64_t i4_stream(const gitem *t) { return t->mseed ^ 0x1A7C0DE5ull; }
+
+/* INT4 elements e0 .. e0+n-1 (the dequantize twin's values: q * scale, exact). */
+static void i4_values(const gitem *t, uint64_t e0, float *f, uint8_t *code, size_t n) {
+    const uint64_t cols = (uint64_t)t->mcols, seed = i4_stream(t);
+    uint64_t r = e0 / cols, col = e0 % cols, w = rnd_at(seed, e0 / 16);
+    float S = i4_scale(t, r, col / I4_GROUP);
+    for (size_t i = 0; i < n; i++) {
+        const uint64_t e = e0 + i;
+        if (i && !(e % 16)) w = rnd_at(seed, e / 16);
+        const uint8_t q8 = i4_code((uint32_t)(w >> (4 * (e % 16))) & 15u);
+        f[i] = (float)((int)q8 - 8) * S;
+        if (code) code[i] = q8;
+        if (++col == cols) { col = 0; r++; }
+        if (i + 1 < n && !(col % I4_GROUP)) S = i4_scale(t, r, col / I4_GROUP);
+    }
 }
 
 /* Elements e0 .. e0+n-1 of t's matrix (mrows, mcols) through its format: f[i]
  * the dequantised value (FP8: e4m3 * scale in one f32 rounding; INT4: (q) *
  * scale, exact), code[i] (may be NULL) the FP8 byte or the INT4 nibble q + 8. */
 static void q_values(const gitem *t, const cfg *c, uint64_t e0, float *f, uint8_t *code, size_t n) {
+    if (t->qfmt != WF_FP8) { i4_values(t, e0, f, code, n); return; }
     gitem m = *t;
     m.kind = TK_MATRIX;
     m.seed = t->mseed;
@@ -444,25 +481,14 @@ static void q_values(const gitem *t, const cfg *c, uint64_t e0, float *f, uint8_
     m.shape[1] = t->mcols;
     gen_floats(&m, c, e0, f, n);
     const uint64_t cols = (uint64_t)t->mcols;
-    uint64_t key = UINT64_MAX;
-    float S = 1.0f;
+    uint64_t r = e0 / cols, col = e0 % cols;
+    float S = fp8_scale(t, r / FP8_BLOCK, col / FP8_BLOCK), inv = 1.0f / S;
     for (size_t i = 0; i < n; i++) {
-        const uint64_t e = e0 + i, r = e / cols, col = e % cols;
-        const uint64_t k = t->qfmt == WF_FP8 ? (r / FP8_BLOCK) << 32 | col / FP8_BLOCK : r << 32 | col / I4_GROUP;
-        if (k != key) {
-            key = k;
-            S = t->qfmt == WF_FP8 ? fp8_scale(t, r / FP8_BLOCK, col / FP8_BLOCK) : i4_scale(t, r, col / I4_GROUP);
-        }
-        if (t->qfmt == WF_FP8) {
-            const uint8_t b = e4m3_enc(f[i] / S);
-            f[i] = e4m3_dec(b) * S;
-            if (code) code[i] = b;
-        } else {
-            float q = rintf(f[i] / S);
-            q = q < -8.0f ? -8.0f : q > 7.0f ? 7.0f : q;
-            f[i] = q * S;
-            if (code) code[i] = (uint8_t)((int)q + 8);
-        }
+        const uint8_t b = e4m3_enc(f[i] * inv);
+        f[i] = e4m3_dec(b) * S;
+        if (code) code[i] = b;
+        if (++col == cols) { col = 0; r++; }
+        if (i + 1 < n && !(col % FP8_BLOCK)) { S = fp8_scale(t, r / FP8_BLOCK, col / FP8_BLOCK); inv = 1.0f / S; }
     }
 }
 
@@ -485,17 +511,15 @@ static void gen_quant_part(const gitem *t, const cfg *c, uint64_t pos, uint8_t *
         return;
     }
     case TK_I4_PACKED: {
-        uint8_t code[4096];
-        size_t words = tmpn / 8 < sizeof code / 8 ? tmpn / 8 : sizeof code / 8;
-        for (size_t done = 0; done < n;) {
-            const size_t k = n - done < words ? n - done : words;
-            q_values(t, c, (pos + done) * 8, tmp, code, k * 8); /* word w holds elements 8w .. 8w+7 */
-            for (size_t w = 0; w < k; w++) {
-                uint32_t u = 0;
-                for (int i = 0; i < 8; i++) u |= (uint32_t)code[8 * w + (size_t)i] << (4 * i); /* low nibble first */
-                memcpy(dst + 4 * (done + w), &u, 4);
-            }
-            done += k;
+        /* word w holds elements 8w .. 8w+7, low nibble first: half a random word */
+        uint8_t map[256];
+        for (uint32_t b = 0; b < 256; b++) map[b] = (uint8_t)(i4_code(b & 15u) | i4_code(b >> 4) << 4);
+        const uint64_t seed = i4_stream(t);
+        for (size_t i = 0; i < n; i++) {
+            const uint64_t w = pos + i;
+            const uint32_t r = (uint32_t)(rnd_at(seed, w / 2) >> (32 * (w & 1)));
+            const uint8_t b[4] = {map[r & 255u], map[r >> 8 & 255u], map[r >> 16 & 255u], map[r >> 24]};
+            memcpy(dst + 4 * i, b, 4); /* little-endian int32 */
         }
         return;
     }

@@ -285,6 +285,20 @@ static void ds_tiny(cfg *c, gen_opts *o) {
     arch_deepseek_v3.finish(c);
 }
 
+/* DeepSeek-V3's release: FP8 e4m3 with 128x128 weight_scale_inv (every linear
+ * but the embedding, lm_head and router gate), its tokenizer.json. */
+static void ds_tiny_fp8(cfg *c, gen_opts *o) {
+    ds_tiny(c, o);
+    o->weights = GEN_W_FP8;
+    o->tok = GEN_TOK_DS_V3;
+}
+
+/* DeepSeek-R1: the same weights layout, R1's chat_template (the prompt opens <think>). */
+static void r1_tiny(cfg *c, gen_opts *o) {
+    ds_tiny_fp8(c, o);
+    o->tok = GEN_TOK_DS_R1;
+}
+
 /* Kimi K2's: 4 layers (1 dense), ungrouped top-4 of 16, theta 5e4, factor 32, beta 1/1. */
 static void k2_tiny(cfg *c, gen_opts *o) {
     ds_base(c, o, ARCH_KIMI_K2);
@@ -299,6 +313,24 @@ static void k2_tiny(cfg *c, gen_opts *o) {
     arch_kimi_k2.finish(c);
 }
 
+/* K2-Instruct's release: FP8 as DeepSeek-V3's, Kimi's tiktoken with K2's specials. */
+static void k2_instruct_tiny(cfg *c, gen_opts *o) {
+    k2_tiny(c, o);
+    o->weights = GEN_W_FP8;
+    o->tok = GEN_TOK_K2;
+}
+
+/* K2-Thinking's release: routed experts INT4 (compressed-tensors pack-quantized,
+ * group 32), the rest bf16; its config scalars (factor 64, eps 1e-5, max_pos
+ * 262144 at full size); K2's specials with <think> </think> and its template. */
+static void k2_thinking_tiny(cfg *c, gen_opts *o) {
+    k2_tiny(c, o);
+    c->rms_eps = 1e-5;
+    c->yarn_factor = 64.0;
+    o->weights = GEN_W_INT4;
+    o->tok = GEN_TOK_K2_THINKING;
+}
+
 /* K2.5's wrapper: text_config, language_model. names, a vision tensor to skip. */
 static void k25_tiny(cfg *c, gen_opts *o) {
     k2_tiny(c, o);
@@ -310,11 +342,14 @@ static void k25_tiny(cfg *c, gen_opts *o) {
     arch_kimi_k25.finish(c);
 }
 
-/* ~15 GB with K2's proportions: 384 experts top-8, one dense layer, experts ~95%. */
+/* ~15 GB in K2-Thinking's layout (INT4 experts, the rest bf16) with K2's
+ * proportions: 384 experts top-8, one dense layer, experts ~95%. */
 static void k2_ladder(cfg *c, gen_opts *o) {
     ds_base(c, o, ARCH_KIMI_K2);
+    o->weights = GEN_W_INT4;
+    o->tok = GEN_TOK_K2_THINKING;
     c->hidden = 1024;
-    c->n_layers = 25;
+    c->n_layers = 29;
     c->vocab = 32768;
     c->n_heads = 8;
     c->q_lora = 384;
@@ -324,7 +359,7 @@ static void k2_ladder(cfg *c, gen_opts *o) {
     c->v_head = 64;
     c->n_experts = 384;
     c->topk = 8;
-    c->moe_inter = 256;
+    c->moe_inter = 768;
     c->dense_inter = 4096;
     c->first_dense = 1;
     c->routed_scale = 2.827;
@@ -340,18 +375,40 @@ static void k2_ladder(cfg *c, gen_opts *o) {
     arch_kimi_k2.finish(c);
 }
 
+/* The full-size replicas, in the releases' formats and shard counts. Norm
+ * dtypes: the architecture's (arch_deepseek_v3.c: F32 for deepseek_v3, as
+ * V3.2's files have them; V3's own are unverified, family-formats.md C7). */
 static void ds_v3(cfg *c, gen_opts *o) {
     cfg_deepseek_v3(c);
     o->experts_bf16 = 1;
-    o->n_reserved = 1280; /* 129280 = 128000 ranks + specials, as the release */
-    o->shard_bytes = 8400000000ull; /* ~163 shards of bf16 */
+    o->weights = GEN_W_FP8;
+    o->tok = GEN_TOK_DS_V3;
+    o->shard_bytes = 4277000000ull; /* 163 shards of ~4.3 GB, as the release */
 }
 
 static void k2_thinking(cfg *c, gen_opts *o) {
     cfg_kimi_k2_thinking(c);
     o->experts_bf16 = 1;
+    o->weights = GEN_W_INT4;
+    o->tok = GEN_TOK_K2_THINKING;
     o->n_reserved = 256;
-    o->shard_bytes = 9000000000ull;
+    o->shard_bytes = 9750000000ull; /* 62 shards, model-000NN-of-000062 */
+    o->shard_names = GEN_SHARDS_5_6;
+}
+
+/* K2-Instruct: K2-Thinking's config with FP8 weights, K2's scalars (factor 32,
+ * eps 1e-6, max_pos 131072), 61 shards named model-N-of-61. */
+static void k2_instruct(cfg *c, gen_opts *o) {
+    cfg_kimi_k2_thinking(c);
+    c->rms_eps = 1e-6;
+    c->yarn_factor = 32.0;
+    c->max_ctx = 131072;
+    o->experts_bf16 = 1;
+    o->weights = GEN_W_FP8;
+    o->tok = GEN_TOK_K2;
+    o->n_reserved = 256;
+    o->shard_bytes = 17000000000ull;
+    o->shard_names = GEN_SHARDS_PLAIN;
 }
 
 typedef struct {
@@ -373,13 +430,22 @@ static const preset_def k_presets[] = {
     {{"kimi-linear-tiny", "Kimi Linear layout: hidden 64, 6 layers, 16 BF16 experts top-4", 0, 1}, kl_tiny, 1},
     {{"kimi-linear-ladder", "Kimi Linear proportions, ~16 GB: hidden 1024, 27 layers, 256 experts top-8", 0, 0}, kl_ladder, 1},
     {{"kimi-linear-48b", "the real Kimi-Linear-48B-A3B configuration (98 GB)", 1, 0}, kl_48b, 1},
-    {{"deepseek-v3-tiny", "DeepSeek-V3 layout: hidden 64, 5 layers, 16 BF16 experts in 4 groups, top-4", 0, 1}, ds_tiny, 1},
-    {{"kimi-k2-tiny", "Kimi K2 layout: hidden 64, 4 layers, 16 BF16 experts top-4", 0, 1}, k2_tiny, 1},
+    {{"deepseek-v3-tiny", "DeepSeek-V3 layout: FP8 (128x128 scales), tokenizer.json; hidden 64, 5 layers, 16 experts "
+                          "in 4 groups, top-4", 0, 1}, ds_tiny_fp8, 1},
+    {{"deepseek-v3-bf16-tiny", "deepseek-v3-tiny with bf16 weights and Kimi-style tiktoken specials", 0, 1}, ds_tiny, 1},
+    {{"deepseek-r1-tiny", "deepseek-v3-tiny with DeepSeek-R1's chat template", 0, 1}, r1_tiny, 1},
+    {{"kimi-k2-tiny", "Kimi K2 layout, bf16: hidden 64, 4 layers, 16 experts top-4", 0, 1}, k2_tiny, 1},
+    {{"kimi-k2-instruct-tiny", "Kimi K2-Instruct layout: FP8 (128x128 scales), K2 tokenizer; hidden 64, 4 layers", 0, 1},
+     k2_instruct_tiny, 1},
+    {{"kimi-k2-thinking-tiny", "Kimi K2-Thinking layout: INT4 experts (group 32), rest bf16, K2 tokenizer with <think>",
+      0, 1}, k2_thinking_tiny, 1},
     {{"kimi-k25-tiny", "Kimi K2.5 wrapper layout (language_model., a vision tensor): hidden 64, 4 layers", 0, 1},
      k25_tiny, 1},
-    {{"kimi-k2-ladder", "Kimi K2 proportions, ~15 GB: hidden 1024, 25 layers, 384 experts top-8", 0, 0}, k2_ladder, 1},
-    {{"deepseek-v3", "the real DeepSeek-V3 configuration, BF16 (1.34 TB)", 1, 0}, ds_v3, 1},
-    {{"kimi-k2-thinking", "the real Kimi-K2-Thinking configuration, BF16 (2.05 TB)", 1, 0}, k2_thinking, 1},
+    {{"kimi-k2-ladder", "K2-Thinking layout (INT4 experts), ~15 GB: hidden 1024, 29 layers, 384 experts top-8", 0, 0},
+     k2_ladder, 1},
+    {{"deepseek-v3", "the real DeepSeek-V3 configuration, FP8 (689 GB)", 1, 0}, ds_v3, 1},
+    {{"kimi-k2-thinking", "the real Kimi-K2-Thinking configuration, INT4 experts (594 GB)", 1, 0}, k2_thinking, 1},
+    {{"kimi-k2-instruct", "the real Kimi-K2-Instruct configuration, FP8 (1.03 TB)", 1, 0}, k2_instruct, 1},
 };
 #define N_PRESETS (sizeof k_presets / sizeof *k_presets)
 
