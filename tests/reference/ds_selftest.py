@@ -13,7 +13,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -23,38 +22,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import dsref as R               # noqa: E402
 import make_deepseek as MK      # noqa: E402
-from k3ref import read_safetensors, RefError  # noqa: E402
-
-FAILS = []
-
-
-def check(name, value, bound):
-    ok = bool(np.isfinite(value)) and value <= bound
-    print('%-4s %-66s %.3e (<= %.0e)' % ('ok' if ok else 'FAIL', name, value, bound))
-    if not ok:
-        FAILS.append(name)
-
-
-def check_true(name, cond, detail=''):
-    print('%-4s %-66s %s' % ('ok' if cond else 'FAIL', name, detail))
-    if not cond:
-        FAILS.append(name)
-
-
-def maxabs(a, b):
-    return float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if np.size(a) else 0.0
-
-
-def rel(a, b):
-    return maxabs(a, b) / max(float(np.max(np.abs(b))), 1e-300)
-
-
-def raises(fn, *words):
-    try:
-        fn()
-    except RefError as e:
-        return all(w in str(e) for w in words), str(e)[:90]
-    return False, 'no error'
+from k3ref import read_safetensors  # noqa: E402
+from refcheck import (check, check_true, maxabs, rel, raises, report,  # noqa: E402
+                      check_script)
 
 
 # ---------------------------------------------------------------------------
@@ -418,23 +388,14 @@ sys.exit(rc)
 
 
 def test_ds_check(tmp, d):
-    fake = os.path.join(tmp, 'fake-strata')
-    with open(fake, 'w') as f:
-        f.write(FAKE_ENGINE % HERE)
-    os.chmod(fake, 0o755)
-    script = os.path.join(HERE, 'ds_check.sh')
-    for label, env, args, want_rc, want in [
-            ('PASS when engine == reference', {}, ['--gen', '5'], 0, 'PASS'),
-            ('PASS with a long prompt', {}, ['--long', '--gen', '2'], 0, 'PASS'),
-            ('FAIL on a 1e-2 logit error', {'FAKE_PERTURB': '0.01'}, ['--gen', '3'], 1, 'FAIL'),
-            ('FAIL when the reference runs another eps', {}, ['--gen', '5', '--ref-args',
-                                                              '--lora-norm-eps 0.5'], 1, 'FAIL'),
-            ('SKIP (77) without a deepseek preset', {'FAKE_NO_ARCH': '1'}, [], 77, 'SKIP'),
-            ('SKIP (77) when gen-model names no fp8', {'FAKE_NO_FMT': '1'}, [], 77, 'FP8')]:
-        r = subprocess.run(['bash', script, d, fake] + args, env=dict(os.environ, **env),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-        check_true('ds_check.sh: ' + label, r.returncode == want_rc and want in r.stdout,
-                   'rc %d: %s' % (r.returncode, r.stdout.strip()[:70]))
+    check_script(tmp, FAKE_ENGINE, 'ds_check.sh', d, [
+        ('PASS when engine == reference', {}, ['--gen', '5'], 0, 'PASS'),
+        ('PASS with a long prompt', {}, ['--long', '--gen', '2'], 0, 'PASS'),
+        ('FAIL on a 1e-2 logit error', {'FAKE_PERTURB': '0.01'}, ['--gen', '3'], 1, 'FAIL'),
+        ('FAIL when the reference runs another eps', {}, ['--gen', '5', '--ref-args',
+                                                          '--lora-norm-eps 0.5'], 1, 'FAIL'),
+        ('SKIP (77) without a deepseek preset', {'FAKE_NO_ARCH': '1'}, [], 77, 'SKIP'),
+        ('SKIP (77) when gen-model names no fp8', {'FAKE_NO_FMT': '1'}, [], 77, 'FP8')])
 
 
 def main():
@@ -458,11 +419,7 @@ def main():
             test_model(md, os.path.basename(md.rstrip('/')), prompt, 8)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if FAILS:
-        print('%d FAILED: %s' % (len(FAILS), ', '.join(FAILS)))
-        return 1
-    print('all ds_selftest checks passed')
-    return 0
+    return report('ds_selftest')
 
 
 if __name__ == '__main__':

@@ -35,15 +35,16 @@ import math
 import os
 import re
 import sys
-import time
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # From the K3 reference: config-file reading (+ tokenizer eos ids), the safetensors
 # reader, the bounded LRU of widened expert matrices, and the common CLI.
-from k3ref import (RefError, open_checkpoint, _ExpertCache, _Lazy,  # noqa: E402
-                   bf16_bits_to_f64, common_args, write_outputs)
+from k3ref import (RefError, open_checkpoint, _Lazy, bf16_bits_to_f64,  # noqa: E402
+                   Config, DecoderWeights, read_fields, argmax_first, greedy_decode,
+                   common_args, tail_args, check_args, check_eps_arg, run_cli)
+from k3ref import _is_number as _is_num  # noqa: E402
 from k3ref import load_config as k3_load_config  # noqa: E402
 
 
@@ -59,15 +60,6 @@ from k3ref import load_config as k3_load_config  # noqa: E402
 LORA_NORM_EPS = 1e-6
 
 MODEL_TYPES = ('deepseek_v3', 'kimi_k2')
-
-
-def _is_num(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-class Config:
-    def __repr__(self):
-        return 'Config(%s)' % ', '.join('%s=%r' % kv for kv in sorted(vars(self).items()))
 
 
 # (attribute, key, kind, default; None = required).
@@ -96,25 +88,6 @@ _FIELDS = [
     ('tie_embed', 'tie_word_embeddings', 'bool', False),
     ('n_mtp', 'num_nextn_predict_layers', 'int', 0),
 ]
-
-
-def _read_fields(scope, cfg, problems):
-    for attr, key, kind, default in _FIELDS:
-        v = scope.get(key)
-        if v is None:
-            if default is None:
-                problems.append('missing %s' % key)
-            else:
-                setattr(cfg, attr, default)
-            continue
-        if kind == 'int' and not (_is_num(v) and float(v) == int(v)):
-            problems.append('%s is not an integer: %r' % (key, v))
-        elif kind == 'float' and not _is_num(v):
-            problems.append('%s is not a number: %r' % (key, v))
-        elif kind == 'bool' and not isinstance(v, bool):
-            problems.append('%s is not a boolean: %r' % (key, v))
-        else:
-            setattr(cfg, attr, int(v) if kind == 'int' else float(v) if kind == 'float' else v)
 
 
 def yarn_get_mscale(factor, m):
@@ -180,7 +153,7 @@ def parse_config(obj):
     if any('V32' in str(a) for a in archs) or 'index_topk' in scope:
         problems.append('DeepSeek-V3.2 sparse attention (index_topk, DeepseekV32ForCausalLM) '
                         'is not implemented')
-    _read_fields(scope, cfg, problems)
+    read_fields(scope, _FIELDS, '', cfg, problems)
     ql = scope.get('q_lora_rank')
     if ql is not None and not (_is_num(ql) and float(ql) == int(ql) and ql > 0):
         problems.append('q_lora_rank is not a positive integer or null: %r' % (ql,))
@@ -323,74 +296,26 @@ def round_bf16(x):
 # ============================================================================
 
 EXPERT_CACHE_BYTES = int(os.environ.get('DSREF_EXPERT_CACHE_MB', '1024')) << 20
-LM_HEAD_KEEP = 1 << 26
-LM_HEAD_CHUNK = 1 << 22
 # Tensors this model never reads: the wrapper's vision side (family-formats 3.3).
 _SKIP = re.compile(r'^(vision_tower|mm_projector|multi_modal_projector)\.')
 
 
-class Weights:
+class Weights(DecoderWeights):
     """Binds and shape-checks every tensor the forward pass uses, decoded to float64.
     A linear `P` is `P.weight` in a float dtype, `P.weight` F8_E4M3 with
     `P.weight_scale_inv` F32, or `P.weight_packed` I32 + `P.weight_scale` BF16 +
     `P.weight_shape` I32/I64 (any linear may take any form)."""
 
     def __init__(self, cfg, tensors, int4_bf16=False):
-        self.cfg, self.t, self.int4_bf16 = cfg, tensors, int4_bf16
-        self.used = set()
-        self.cache = _ExpertCache(EXPERT_CACHE_BYTES)
-        c, d, p = cfg, cfg.hidden, cfg.prefix
-        self.embed_t = self.table(p + 'model.embed_tokens.weight')
-        if c.tie_embed and p + 'lm_head.weight' not in tensors:
-            self.lm_head_t = self.embed_t
-        else:
-            self.lm_head_t = self.table(p + 'lm_head.weight')
-        self.lm_head = self.lm_head_t.as_f64() if c.vocab * d <= LM_HEAD_KEEP else None
-        self.norm = self.vec(p + 'model.norm.weight', d)
-        self.layers = [self.bind_layer(L) for L in range(c.n_layers)]
+        self.int4_bf16 = int4_bf16
         # MTP layers (model.layers.N.* with N >= num_hidden_layers, family-math 8.1 and
         # family-formats C6) and vision tensors are skipped without a word.
-        mtp = re.compile(r'^%smodel\.layers\.(\d+)\.' % re.escape(p))
-        unused = sorted(n for n in set(tensors) - self.used if not _SKIP.match(n)
-                        and not (mtp.match(n) and int(mtp.match(n).group(1)) >= c.n_layers))
-        if unused:
-            sys.stderr.write('dsref: warning: %d tensors not used, e.g. %s\n'
-                             % (len(unused), unused[0]))
+        self._mtp = re.compile(r'^%smodel\.layers\.(\d+)\.' % re.escape(cfg.prefix))
+        super().__init__(cfg, tensors, cfg.prefix, 'dsref', EXPERT_CACHE_BYTES)
 
-    def get(self, name):
-        t = self.t.get(name)
-        if t is None:
-            raise RefError('missing tensor %s' % name)
-        self.used.add(name)
-        return t
-
-    def table(self, name):
-        t = self.get(name)
-        want = (self.cfg.vocab, self.cfg.hidden)
-        if tuple(t.shape) != want:
-            raise RefError('%s: shape %s, expected %s' % (name, list(t.shape), list(want)))
-        t._typed()
-        return t
-
-    def embed(self, ids):
-        return self.embed_t.rows_f64(np.asarray(ids))
-
-    def logits(self, x):
-        if self.lm_head is not None:
-            return x @ self.lm_head.T
-        V = self.cfg.vocab
-        out = np.empty((x.shape[0], V))
-        step = max(1, LM_HEAD_CHUNK // self.cfg.hidden)
-        for r0 in range(0, V, step):
-            out[:, r0:r0 + step] = x @ self.lm_head_t.rows_f64(slice(r0, r0 + step)).T
-        return out
-
-    def vec(self, name, n):
-        """n values stored as [n] or [1, n], any float dtype (bf16 or f32 in releases)."""
-        t = self.get(name)
-        if int(np.prod(t.shape)) != n or sum(1 for s in t.shape if s != 1) > 1:
-            raise RefError('%s: shape %s, expected [%d]' % (name, list(t.shape), n))
-        return t.as_f64().reshape(n).copy()
+    def skip(self, name):
+        m = self._mtp.match(name)
+        return bool(_SKIP.match(name)) or (m is not None and int(m.group(1)) >= self.cfg.n_layers)
 
     def _bind(self, pre, rows, cols):
         """Checks linear `pre` (names, dtypes, shapes; see the class comment) and
@@ -732,35 +657,14 @@ class Model:
         return logits if all_logits else logits[-1]
 
 
-def argmax_first(v):
-    """Greedy pick: the lowest id among equal maxima."""
-    return int(np.argmax(v))
-
-
 def generate(model, prompt, n_gen, full_recompute=False, stop_eos=False, force=None,
              mla='absorbed'):
-    """Greedy decode; returns (generated ids, logits [steps, vocab]), step 0 = the
-    logits after the prompt. force: ids fed back instead of the argmax (teacher
-    forcing); the returned ids stay the argmax picks. Incremental: one prefill,
-    then one token per step over the carried latent cache. Full recompute (the
-    oracle): every step reruns the whole sequence from a fresh state with the
-    expanded MLA."""
-    ids, rows, seq, state = [], [], list(prompt), None
-    for step in range(n_gen):
-        if full_recompute:
-            logits = model.forward(seq, model.new_state(), mla='expanded')
-        elif step == 0:
-            state = model.new_state()
-            logits = model.forward(seq, state, mla=mla)
-        else:
-            logits = model.forward(seq[-1:], state, mla=mla)
-        rows.append(logits)
-        nxt = argmax_first(logits)
-        ids.append(nxt)
-        seq.append(force[step] if force is not None and step < len(force) else nxt)
-        if stop_eos and nxt in model.cfg.eos_ids:
-            break
-    return ids, (np.stack(rows) if rows else np.zeros((0, model.cfg.vocab)))
+    """Greedy decode (k3ref.greedy_decode). Incremental: one prefill, then one token
+    per step over the carried latent cache. Full recompute (the oracle): every step
+    reruns the whole sequence from a fresh state with the expanded MLA."""
+    full = dict(mla='expanded') if full_recompute else None
+    return greedy_decode(model, prompt, n_gen, full, dict(mla=mla), dict(mla=mla),
+                         stop_eos, force)
 
 
 # ============================================================================
@@ -782,44 +686,15 @@ def main(argv=None):
     ap.add_argument('--group-mask', choices=GROUP_MASKS, default='inf',
                     help='value of experts in dropped groups: -inf (default; DeepSeek '
                          'reference, vLLM) or 0.0 (HF modeling_deepseek.py)')
-    ap.add_argument('--dump-layers', metavar='FILE.npz',
-                    help='float64 intermediates of the prompt prefill (see Model.forward)')
-    ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
-    ap.add_argument('--quiet', action='store_true')
+    tail_args(ap)
     a = ap.parse_args(argv)
-    if a.temp != 0.0:
-        ap.error('only --temp 0 (greedy) is supported')
-    if a.gen < 0:
-        ap.error('--gen must be >= 0')
-    if not a.ids:
-        ap.error('--ids is empty')
-    if a.lora_norm_eps is not None and a.lora_norm_eps != 'config':
-        try:
-            eps = float(a.lora_norm_eps)
-        except ValueError:
-            eps = float('nan')
-        if not (eps > 0 and math.isfinite(eps)):
-            ap.error('--lora-norm-eps must be a positive number or "config"')
-    try:
-        t0 = time.time()
-        model = Model(a.model_dir, lora_eps=a.lora_norm_eps, int4=a.int4, group_mask=a.group_mask)
-        t1 = time.time()
-        ids, logits = generate(model, a.ids, a.gen, full_recompute=a.full_recompute,
-                               stop_eos=a.stop_eos, force=a.force_ids, mla=a.mla)
-        t2 = time.time()
-        if a.dump_layers:
-            tr = {}
-            model.forward(a.ids, model.new_state(), mla='expanded', trace=tr)
-            np.savez(a.dump_layers, **tr)
-    except RefError as e:
-        sys.stderr.write('dsref: %s\n' % e)
-        return 1
-    write_outputs(a, ids, logits)
-    if not a.quiet:
-        sys.stderr.write('dsref: load %.2fs, %d steps in %.2fs (%s)\n'
-                         % (t1 - t0, len(ids), t2 - t1,
-                            'full recompute' if a.full_recompute else 'incremental'))
-    return 0
+    check_args(ap, a)
+    check_eps_arg(ap, a.lora_norm_eps, '--lora-norm-eps')
+    return run_cli(a, 'dsref', lambda: Model(a.model_dir, lora_eps=a.lora_norm_eps, int4=a.int4,
+                                             group_mask=a.group_mask),
+                   lambda m: generate(m, a.ids, a.gen, full_recompute=a.full_recompute,
+                                      stop_eos=a.stop_eos, force=a.force_ids, mla=a.mla),
+                   dict(mla='expanded'))
 
 
 if __name__ == '__main__':

@@ -91,6 +91,29 @@ def _is_number(v):
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def read_fields(scope, fields, where, cfg, problems):
+    """Sets cfg.ATTR from scope[KEY] for each (ATTR, KEY, kind, default) of fields
+    (kind int, float or bool; default None = required). An absent or null key takes
+    the default; every problem is appended (prefixed with where) so that all of them
+    are reported together. Used by the other references' flat configs."""
+    for attr, key, kind, default in fields:
+        v = scope.get(key)
+        if v is None:
+            if default is None:
+                problems.append('missing %s%s' % (where, key))
+            else:
+                setattr(cfg, attr, default)
+            continue
+        if kind == 'int' and not (_is_number(v) and float(v) == int(v)):
+            problems.append('%s%s is not an integer: %r' % (where, key, v))
+        elif kind == 'float' and not _is_number(v):
+            problems.append('%s%s is not a number: %r' % (where, key, v))
+        elif kind == 'bool' and not isinstance(v, bool):
+            problems.append('%s%s is not a boolean: %r' % (where, key, v))
+        else:
+            setattr(cfg, attr, int(v) if kind == 'int' else float(v) if kind == 'float' else v)
+
+
 def parse_config(obj):
     """Builds a Config from a parsed config.json (nested or flat). Raises RefError
     listing every missing or malformed required key."""
@@ -596,6 +619,70 @@ class Weights:
         return w
 
 
+class DecoderWeights:
+    """The trunk of the other references' Weights (klref, dsref): embedding and
+    lm_head tables kept in their stored dtype (rows widened on use), the final norm,
+    a bounded expert cache and a warning for tensors nothing read. A subclass
+    supplies bind_layer(L) and may set skip(name) for tensors it never reads."""
+
+    def __init__(self, cfg, tensors, prefix, tag, cache_bytes):
+        self.cfg, self.t = cfg, tensors
+        self.used = set()
+        self.cache = _ExpertCache(cache_bytes)
+        c, d, p = cfg, cfg.hidden, prefix
+        self.embed_t = self.table(p + 'model.embed_tokens.weight')
+        if c.tie_embed and p + 'lm_head.weight' not in tensors:
+            self.lm_head_t = self.embed_t
+        else:
+            self.lm_head_t = self.table(p + 'lm_head.weight')
+        self.lm_head = self.lm_head_t.as_f64() if c.vocab * d <= LM_HEAD_KEEP else None
+        self.norm = self.vec(p + 'model.norm.weight', d)
+        self.layers = [self.bind_layer(L) for L in range(c.n_layers)]
+        unused = sorted(n for n in set(tensors) - self.used if not self.skip(n))
+        if unused:
+            sys.stderr.write('%s: warning: %d tensors not used, e.g. %s\n'
+                             % (tag, len(unused), unused[0]))
+
+    def skip(self, name):
+        return False
+
+    def get(self, name):
+        t = self.t.get(name)
+        if t is None:
+            raise RefError('missing tensor %s' % name)
+        self.used.add(name)
+        return t
+
+    def table(self, name):
+        t = self.get(name)
+        want = (self.cfg.vocab, self.cfg.hidden)
+        if tuple(t.shape) != want:
+            raise RefError('%s: shape %s, expected %s' % (name, list(t.shape), list(want)))
+        t._typed()                                  # a float dtype
+        return t
+
+    def embed(self, ids):
+        return self.embed_t.rows_f64(np.asarray(ids))
+
+    def logits(self, x):
+        if self.lm_head is not None:
+            return x @ self.lm_head.T
+        V = self.cfg.vocab
+        out = np.empty((x.shape[0], V))
+        step = max(1, LM_HEAD_CHUNK // self.cfg.hidden)
+        for r0 in range(0, V, step):
+            out[:, r0:r0 + step] = x @ self.lm_head_t.rows_f64(slice(r0, r0 + step)).T
+        return out
+
+    def vec(self, name, n):
+        """A vector of n values; any shape with n elements whose other dimensions are
+        1 ([n], [1, n], A_log's [1, 1, H, 1]); any float dtype."""
+        t = self.get(name)
+        if int(np.prod(t.shape)) != n or sum(1 for s in t.shape if s != 1) > 1:
+            raise RefError('%s: shape %s, expected %d values' % (name, list(t.shape), n))
+        return t.as_f64().reshape(n).copy()
+
+
 # ============================================================================
 # 5. Building blocks (x: [..., n] float64)
 # ============================================================================
@@ -928,39 +1015,41 @@ def argmax_first(v):
     return int(np.argmax(v))
 
 
-def generate(model, prompt, n_gen, full_recompute=False, stop_eos=False, force=None,
-             kda='chunked', chunk=64, mla='absorbed'):
-    """Greedy decode. Returns (generated ids, logits [steps, vocab]). Step 0 is the
-    logits after the prompt. With force, the listed ids are fed back instead of the
-    argmax (teacher forcing along another run's trajectory); the returned ids are
-    still the argmax picks.
-    Incremental mode: one prefill (KDA chunked by default, MLA over the latent
-    cache) then one token per step carrying KDA conv+S and the MLA latent cache.
-    Full recompute: every step reruns the whole sequence from a fresh state with
-    the plain recurrent KDA and the expanded MLA (the oracle)."""
-    ids, rows = [], []
-    seq = list(prompt)
-    state = None
+def greedy_decode(model, prompt, n_gen, full_kw, prefill_kw, step_kw, stop_eos=False,
+                  force=None):
+    """The greedy loop every reference shares; model.forward takes the keyword sets.
+    Returns (generated ids, logits [steps, vocab]); step 0 is the logits after the
+    prompt. full_kw: every step reruns the whole sequence from a fresh state (the
+    oracle); else prefill_kw for the prompt, then step_kw per token on the carried
+    state. force: ids fed back instead of the argmax (teacher forcing along another
+    run's trajectory); the returned ids stay the argmax picks."""
+    ids, rows, seq, state = [], [], list(prompt), None
     for step in range(n_gen):
-        if full_recompute:
-            logits = model.forward(seq, model.new_state(), kda='recurrent', mla='expanded')
+        if full_kw is not None:
+            logits = model.forward(seq, model.new_state(), **full_kw)
         elif step == 0:
             state = model.new_state()
-            logits = model.forward(seq, state, kda=kda, chunk=chunk, mla=mla)
+            logits = model.forward(seq, state, **prefill_kw)
         else:
-            logits = model.forward(seq[-1:], state, kda='recurrent', mla=mla)
+            logits = model.forward(seq[-1:], state, **step_kw)
         rows.append(logits)
         nxt = argmax_first(logits)
         ids.append(nxt)
-        if force is not None and step < len(force):
-            feed = force[step]
-        else:
-            feed = nxt
-        seq.append(feed)
+        seq.append(force[step] if force is not None and step < len(force) else nxt)
         if stop_eos and nxt in model.cfg.eos_ids:
             break
-    vocab = model.cfg.vocab
-    return ids, (np.stack(rows) if rows else np.zeros((0, vocab)))
+    return ids, (np.stack(rows) if rows else np.zeros((0, model.cfg.vocab)))
+
+
+def generate(model, prompt, n_gen, full_recompute=False, stop_eos=False, force=None,
+             kda='chunked', chunk=64, mla='absorbed'):
+    """Greedy decode (K3 and Kimi Linear: KDA + MLA). Incremental mode: one prefill
+    (KDA chunked by default, MLA over the latent cache) then one token per step
+    carrying KDA conv+S and the MLA latent cache. Full recompute: every step reruns
+    the whole sequence with the plain recurrent KDA and the expanded MLA."""
+    full = dict(kda='recurrent', mla='expanded') if full_recompute else None
+    return greedy_decode(model, prompt, n_gen, full, dict(kda=kda, chunk=chunk, mla=mla),
+                         dict(kda='recurrent', mla=mla), stop_eos, force)
 
 
 # ============================================================================
@@ -978,7 +1067,7 @@ def parse_ids(s):
 
 
 def common_args(ap):
-    """The arguments every reference CLI takes (k3ref, klref)."""
+    """The arguments every reference CLI takes first (k3ref, klref, dsref)."""
     ap.add_argument('model_dir')
     ap.add_argument('--ids', type=parse_ids, required=True, help='prompt ids, e.g. 1,2,3')
     ap.add_argument('--gen', type=int, default=1, help='tokens to generate (default 1)')
@@ -1000,6 +1089,63 @@ def write_outputs(a, ids, logits):
         sys.stdout.write(','.join(str(i) for i in ids) + '\n')
 
 
+def tail_args(ap):
+    """The arguments every reference CLI takes last."""
+    ap.add_argument('--dump-layers', metavar='FILE.npz',
+                    help='float64 intermediates of the prompt prefill (see Model.forward)')
+    ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
+    ap.add_argument('--quiet', action='store_true')
+
+
+def check_args(ap, a):
+    """Usage errors common to every reference CLI (exit 2 through ap.error)."""
+    if a.temp != 0.0:
+        ap.error('only --temp 0 (greedy) is supported')
+    if hasattr(a, 'chunk'):
+        if a.gen < 0 or a.chunk < 1:
+            ap.error('--gen must be >= 0 and --chunk >= 1')
+    elif a.gen < 0:
+        ap.error('--gen must be >= 0')
+    if not a.ids:
+        ap.error('--ids is empty')
+
+
+def check_eps_arg(ap, value, flag):
+    """An epsilon option: absent, 'config' or a positive finite number."""
+    if value is None or value == 'config':
+        return
+    try:
+        eps = float(value)
+    except ValueError:
+        eps = float('nan')
+    if not (eps > 0 and math.isfinite(eps)):
+        ap.error('%s must be a positive number or "config"' % flag)
+
+
+def run_cli(a, tag, load, decode, trace_kw, note=''):
+    """Loads the model, decodes, writes --dump-layers / --dump-logits / --print-ids
+    and the timing line; a RefError is one 'TAG: message' line and exit 1."""
+    try:
+        t0 = time.time()
+        model = load()
+        t1 = time.time()
+        ids, logits = decode(model)
+        t2 = time.time()
+        if a.dump_layers:
+            tr = {}
+            model.forward(a.ids, model.new_state(), trace=tr, **trace_kw)
+            np.savez(a.dump_layers, **tr)
+    except RefError as e:
+        sys.stderr.write('%s: %s\n' % (tag, e))
+        return 1
+    write_outputs(a, ids, logits)
+    if not a.quiet:
+        sys.stderr.write('%s: load %.2fs, %d steps in %.2fs (%s%s)\n'
+                         % (tag, t1 - t0, len(ids), t2 - t1,
+                            'full recompute' if a.full_recompute else 'incremental', note))
+    return 0
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description='float64 reference of Kimi K3 (greedy decode)')
     common_args(ap)
@@ -1008,42 +1154,18 @@ def main(argv=None):
     ap.add_argument('--chunk', type=int, default=64, help='KDA chunk size (default 64)')
     ap.add_argument('--mla', choices=['absorbed', 'expanded'], default='absorbed',
                     help='MLA attention form in incremental mode (default absorbed)')
-    ap.add_argument('--dump-layers', metavar='FILE.npz',
-                    help='float64 intermediates of the prompt prefill (see Model.forward)')
     ap.add_argument('--sim-f32', action='store_true',
                     help='DIAGNOSTIC, not the reference: round matmul/norm outputs to float32')
-    ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
-    ap.add_argument('--quiet', action='store_true')
+    tail_args(ap)
     a = ap.parse_args(argv)
-    if a.temp != 0.0:
-        ap.error('only --temp 0 (greedy) is supported')
-    if a.gen < 0 or a.chunk < 1:
-        ap.error('--gen must be >= 0 and --chunk >= 1')
-    if not a.ids:
-        ap.error('--ids is empty')
+    check_args(ap, a)
     global SIM_F32
     SIM_F32 = a.sim_f32
-    try:
-        t0 = time.time()
-        model = Model(a.model_dir)
-        t1 = time.time()
-        ids, logits = generate(model, a.ids, a.gen, full_recompute=a.full_recompute,
-                               stop_eos=a.stop_eos, force=a.force_ids,
-                               kda=a.kda, chunk=a.chunk, mla=a.mla)
-        t2 = time.time()
-        if a.dump_layers:
-            tr = {}
-            model.forward(a.ids, model.new_state(), kda='recurrent', mla='expanded', trace=tr)
-            np.savez(a.dump_layers, **tr)
-    except RefError as e:
-        sys.stderr.write('k3ref: %s\n' % e)
-        return 1
-    write_outputs(a, ids, logits)
-    if not a.quiet:
-        sys.stderr.write('k3ref: load %.2fs, %d steps in %.2fs (%s)\n'
-                         % (t1 - t0, len(ids), t2 - t1,
-                            'full recompute' if a.full_recompute else 'incremental'))
-    return 0
+    return run_cli(a, 'k3ref', lambda: Model(a.model_dir),
+                   lambda m: generate(m, a.ids, a.gen, full_recompute=a.full_recompute,
+                                      stop_eos=a.stop_eos, force=a.force_ids,
+                                      kda=a.kda, chunk=a.chunk, mla=a.mla),
+                   dict(kda='recurrent', mla='expanded'))
 
 
 if __name__ == '__main__':

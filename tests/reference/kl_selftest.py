@@ -22,29 +22,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import klref as R               # noqa: E402
 import make_kimi_linear as MK   # noqa: E402
 from k3ref import read_safetensors  # noqa: E402
-
-FAILS = []
-
-
-def check(name, value, bound):
-    ok = bool(np.isfinite(value)) and value <= bound
-    print('%-4s %-64s %.3e (<= %.0e)' % ('ok' if ok else 'FAIL', name, value, bound))
-    if not ok:
-        FAILS.append(name)
-
-
-def check_true(name, cond, detail=''):
-    print('%-4s %-64s %s' % ('ok' if cond else 'FAIL', name, detail))
-    if not cond:
-        FAILS.append(name)
-
-
-def maxabs(a, b):
-    return float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if np.size(a) else 0.0
-
-
-def rel(a, b):
-    return maxabs(a, b) / max(float(np.max(np.abs(b))), 1e-300)
+from refcheck import check, check_true, maxabs, rel, report, check_script  # noqa: E402
 
 
 def first_layer(m, kind):
@@ -478,23 +456,12 @@ sys.exit(rc)
 def test_kl_check(tmp, d):
     """kl_check.sh against a stand-in engine: PASS, FAIL on a logit error or a
     different router, SKIP (77) when the engine has no --router."""
-    import subprocess
-    here = os.path.dirname(os.path.abspath(__file__))
-    fake = os.path.join(tmp, 'fake-strata')
-    with open(fake, 'w') as f:
-        f.write(FAKE_ENGINE % here)
-    os.chmod(fake, 0o755)
-    script = os.path.join(here, 'kl_check.sh')
-    for label, env, args, want_rc, want in [
-            ('PASS when engine == reference', {}, ['--gen', '6'], 0, 'PASS'),
-            ('PASS with --router hf and a long prompt', {}, ['--router', 'hf', '--long', '--gen', '3'], 0, 'PASS'),
-            ('FAIL on a 1e-2 logit error', {'FAKE_PERTURB': '0.01'}, ['--gen', '4'], 1, 'FAIL'),
-            ('FAIL when the engine routes the other way', {'FAKE_ROUTER': 'hf'}, ['--gen', '6'], 1, 'ids=differ'),
-            ('SKIP (77) without --router in run --help', {'FAKE_NO_ROUTER': '1'}, [], 77, 'SKIP')]:
-        r = subprocess.run(['bash', script, d, fake] + args, env=dict(os.environ, **env),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-        check_true('kl_check.sh: ' + label, r.returncode == want_rc and want in r.stdout,
-                   'rc %d: %s' % (r.returncode, r.stdout.strip()[:70]))
+    check_script(tmp, FAKE_ENGINE, 'kl_check.sh', d, [
+        ('PASS when engine == reference', {}, ['--gen', '6'], 0, 'PASS'),
+        ('PASS with --router hf and a long prompt', {}, ['--router', 'hf', '--long', '--gen', '3'], 0, 'PASS'),
+        ('FAIL on a 1e-2 logit error', {'FAKE_PERTURB': '0.01'}, ['--gen', '4'], 1, 'FAIL'),
+        ('FAIL when the engine routes the other way', {'FAKE_ROUTER': 'hf'}, ['--gen', '6'], 1, 'ids=differ'),
+        ('SKIP (77) without --router in run --help', {'FAKE_NO_ROUTER': '1'}, [], 77, 'SKIP')])
 
 
 def main():
@@ -520,11 +487,7 @@ def main():
             test_model(md, os.path.basename(md.rstrip('/')), prompt, 8)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    if FAILS:
-        print('%d FAILED: %s' % (len(FAILS), ', '.join(FAILS)))
-        return 1
-    print('all kl_selftest checks passed')
-    return 0
+    return report('kl_selftest')
 
 
 if __name__ == '__main__':

@@ -30,7 +30,6 @@ import argparse
 import math
 import os
 import sys
-import time
 
 import numpy as np
 
@@ -38,9 +37,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # From the K3 reference: config/shard reading, bounded expert cache, and the KDA
 # recurrence (family-math 4.4) and chunked WY/UT form (4.5), which are the same
 # maths for both architectures (only the gate and the conv/norm plumbing differ).
-from k3ref import (RefError, open_checkpoint, _ExpertCache,  # noqa: E402
-                   _Lazy, short_conv, kda_recurrent, kda_chunked, sigmoid, silu,
-                   l2norm, common_args, write_outputs)
+from k3ref import (RefError, open_checkpoint, _Lazy, short_conv,  # noqa: E402
+                   kda_recurrent, kda_chunked, sigmoid, silu, l2norm, Config,
+                   DecoderWeights, read_fields, generate, common_args, tail_args,
+                   argmax_first, check_args, check_eps_arg, run_cli)
+from k3ref import _is_number as _is_num  # noqa: E402
 from k3ref import load_config as k3_load_config  # noqa: E402
 
 
@@ -58,15 +59,6 @@ KV_NORM_EPS = 1e-6
 
 def _is_int(v):
     return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_num(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-class Config:
-    def __repr__(self):
-        return 'Config(%s)' % ', '.join('%s=%r' % kv for kv in sorted(vars(self).items()))
 
 
 # (attribute, key, kind, default; None = required). Top-level keys of the flat config.
@@ -101,27 +93,6 @@ _LIN_FIELDS = [
 ]
 
 
-def _read_fields(scope, fields, where, cfg, problems):
-    for attr, key, kind, default in fields:
-        if key not in scope or scope[key] is None and default is not None:
-            if default is None:
-                problems.append('missing %s%s' % (where, key))
-            else:
-                setattr(cfg, attr, default)
-            continue
-        v = scope[key]
-        if kind == 'int' and not (_is_num(v) and float(v) == int(v)):
-            problems.append('%s%s is not an integer: %r' % (where, key, v))
-            continue
-        if kind == 'float' and not _is_num(v):
-            problems.append('%s%s is not a number: %r' % (where, key, v))
-            continue
-        if kind == 'bool' and not isinstance(v, bool):
-            problems.append('%s%s is not a boolean: %r' % (where, key, v))
-            continue
-        setattr(cfg, attr, int(v) if kind == 'int' else float(v) if kind == 'float' else v)
-
-
 def _int_list(v):
     return (isinstance(v, list) and all(_is_num(x) and float(x) == int(x) for x in v))
 
@@ -136,12 +107,12 @@ def parse_config(obj):
     mt = obj.get('model_type')
     if mt is not None and mt != 'kimi_linear':
         problems.append('model_type is %r, expected "kimi_linear"' % (mt,))
-    _read_fields(obj, _FIELDS, '', cfg, problems)
+    read_fields(obj, _FIELDS, '', cfg, problems)
     lin = obj.get('linear_attn_config')
     if not isinstance(lin, dict):
         problems.append('missing linear_attn_config (object)')
         lin = {}
-    _read_fields(lin, _LIN_FIELDS, 'linear_attn_config.', cfg, problems)
+    read_fields(lin, _LIN_FIELDS, 'linear_attn_config.', cfg, problems)
     lists = {}
     for key in ('kda_layers', 'full_attn_layers'):
         v = lin.get(key)
@@ -234,72 +205,17 @@ def load_config(model_dir):
 # ============================================================================
 
 EXPERT_CACHE_BYTES = int(os.environ.get('KLREF_EXPERT_CACHE_MB', '1024')) << 20
-LM_HEAD_KEEP = 1 << 26       # lm_head widened once and kept up to this many elements
-LM_HEAD_CHUNK = 1 << 22      # else: elements widened at a time, per call
-
-
-class Weights:
+class Weights(DecoderWeights):
     """Binds and shape-checks every tensor the forward pass uses, as float64."""
 
     def __init__(self, cfg, tensors):
-        self.cfg, self.t = cfg, tensors
-        self.used = set()
-        self.cache = _ExpertCache(EXPERT_CACHE_BYTES)
-        c, d = cfg, cfg.hidden
-        self.embed_t = self.table('model.embed_tokens.weight')
-        if c.tie_embed and 'lm_head.weight' not in tensors:
-            self.lm_head_t = self.embed_t
-        else:
-            self.lm_head_t = self.table('lm_head.weight')
-        self.lm_head = self.lm_head_t.as_f64() if c.vocab * d <= LM_HEAD_KEEP else None
-        self.norm = self.vec('model.norm.weight', d)
-        self.layers = [self.bind_layer(L) for L in range(c.n_layers)]
-        unused = sorted(set(tensors) - self.used)
-        if unused:
-            sys.stderr.write('klref: warning: %d tensors not used, e.g. %s\n'
-                             % (len(unused), unused[0]))
-
-    def get(self, name):
-        t = self.t.get(name)
-        if t is None:
-            raise RefError('missing tensor %s' % name)
-        self.used.add(name)
-        return t
-
-    def table(self, name):
-        t = self.get(name)
-        want = (self.cfg.vocab, self.cfg.hidden)
-        if tuple(t.shape) != want:
-            raise RefError('%s: shape %s, expected %s' % (name, t.shape, want))
-        t._typed()                                  # a float dtype
-        return t
-
-    def embed(self, ids):
-        return self.embed_t.rows_f64(np.asarray(ids))
-
-    def logits(self, x):
-        if self.lm_head is not None:
-            return x @ self.lm_head.T
-        V = self.cfg.vocab
-        out = np.empty((x.shape[0], V))
-        step = max(1, LM_HEAD_CHUNK // self.cfg.hidden)
-        for r0 in range(0, V, step):
-            out[:, r0:r0 + step] = x @ self.lm_head_t.rows_f64(slice(r0, r0 + step)).T
-        return out
+        super().__init__(cfg, tensors, '', 'klref', EXPERT_CACHE_BYTES)
 
     def mat(self, name, shape):
         a = self.get(name).as_f64()
         if a.shape != tuple(shape):
             raise RefError('%s: shape %s, expected %s' % (name, a.shape, tuple(shape)))
         return a
-
-    def vec(self, name, n):
-        """A vector of n values; any shape with n elements whose other dimensions are
-        1 ([n], [1, n], A_log's [1, 1, H, 1])."""
-        t = self.get(name)
-        if int(np.prod(t.shape)) != n or sum(1 for s in t.shape if s != 1) > 1:
-            raise RefError('%s: shape %s, expected %d values' % (name, list(t.shape), n))
-        return t.as_f64().reshape(n).copy()
 
     def conv(self, name, p, k):
         t = self.get(name)
@@ -586,38 +502,6 @@ class Model:
         return logits[-1]
 
 
-def argmax_first(v):
-    """Greedy pick: the lowest id among equal maxima."""
-    return int(np.argmax(v))
-
-
-def generate(model, prompt, n_gen, full_recompute=False, stop_eos=False, force=None,
-             kda='chunked', chunk=64, mla='absorbed'):
-    """Greedy decode; returns (generated ids, logits [steps, vocab]), step 0 = the
-    logits after the prompt. force: ids fed back instead of the argmax (teacher
-    forcing); the returned ids stay the argmax picks.
-    Incremental: one prefill (chunked KDA, absorbed MLA by default), then one token
-    per step (recurrent KDA step on the carried conv history and S, MLA over the
-    latent cache). Full recompute (the oracle): every step reruns the whole
-    sequence from a fresh state with the plain recurrence and the expanded MLA."""
-    ids, rows, seq, state = [], [], list(prompt), None
-    for step in range(n_gen):
-        if full_recompute:
-            logits = model.forward(seq, model.new_state(), kda='recurrent', mla='expanded')
-        elif step == 0:
-            state = model.new_state()
-            logits = model.forward(seq, state, kda=kda, chunk=chunk, mla=mla)
-        else:
-            logits = model.forward(seq[-1:], state, kda='recurrent', mla=mla)
-        rows.append(logits)
-        nxt = argmax_first(logits)
-        ids.append(nxt)
-        seq.append(force[step] if force is not None and step < len(force) else nxt)
-        if stop_eos and nxt in model.cfg.eos_ids:
-            break
-    return ids, (np.stack(rows) if rows else np.zeros((0, model.cfg.vocab)))
-
-
 # ============================================================================
 # 7. CLI
 # ============================================================================
@@ -636,45 +520,15 @@ def main(argv=None):
     ap.add_argument('--chunk', type=int, default=64, help='KDA chunk size (default 64)')
     ap.add_argument('--mla', choices=['absorbed', 'expanded'], default='absorbed',
                     help='MLA form in incremental mode (default absorbed)')
-    ap.add_argument('--dump-layers', metavar='FILE.npz',
-                    help='float64 intermediates of the prompt prefill (see Model.forward)')
-    ap.add_argument('--temp', type=float, default=0.0, help='only 0 (greedy) is supported')
-    ap.add_argument('--quiet', action='store_true')
+    tail_args(ap)
     a = ap.parse_args(argv)
-    if a.temp != 0.0:
-        ap.error('only --temp 0 (greedy) is supported')
-    if a.gen < 0 or a.chunk < 1:
-        ap.error('--gen must be >= 0 and --chunk >= 1')
-    if not a.ids:
-        ap.error('--ids is empty')
-    if a.kv_norm_eps is not None and a.kv_norm_eps != 'config':
-        try:
-            eps = float(a.kv_norm_eps)
-        except ValueError:
-            eps = float('nan')
-        if not (eps > 0 and math.isfinite(eps)):
-            ap.error('--kv-norm-eps must be a positive number or "config"')
-    try:
-        t0 = time.time()
-        model = Model(a.model_dir, router=a.router, kv_eps=a.kv_norm_eps)
-        t1 = time.time()
-        ids, logits = generate(model, a.ids, a.gen, full_recompute=a.full_recompute,
-                               stop_eos=a.stop_eos, force=a.force_ids,
-                               kda=a.kda, chunk=a.chunk, mla=a.mla)
-        t2 = time.time()
-        if a.dump_layers:
-            tr = {}
-            model.forward(a.ids, model.new_state(), kda='recurrent', mla='expanded', trace=tr)
-            np.savez(a.dump_layers, **tr)
-    except RefError as e:
-        sys.stderr.write('klref: %s\n' % e)
-        return 1
-    write_outputs(a, ids, logits)
-    if not a.quiet:
-        sys.stderr.write('klref: load %.2fs, %d steps in %.2fs (%s, router %s)\n'
-                         % (t1 - t0, len(ids), t2 - t1,
-                            'full recompute' if a.full_recompute else 'incremental', a.router))
-    return 0
+    check_args(ap, a)
+    check_eps_arg(ap, a.kv_norm_eps, '--kv-norm-eps')
+    return run_cli(a, 'klref', lambda: Model(a.model_dir, router=a.router, kv_eps=a.kv_norm_eps),
+                   lambda m: generate(m, a.ids, a.gen, full_recompute=a.full_recompute,
+                                      stop_eos=a.stop_eos, force=a.force_ids,
+                                      kda=a.kda, chunk=a.chunk, mla=a.mla),
+                   dict(kda='recurrent', mla='expanded'), ', router %s' % a.router)
 
 
 if __name__ == '__main__':

@@ -19,25 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import k3ref as R          # noqa: E402
 import make_tiny as MT     # noqa: E402
-
-FAILS = []
-
-
-def check(name, value, bound):
-    ok = bool(np.isfinite(value)) and value <= bound
-    print('%-4s %-62s %.3e (<= %.0e)' % ('ok' if ok else 'FAIL', name, value, bound))
-    if not ok:
-        FAILS.append(name)
-
-
-def check_true(name, cond, detail=''):
-    print('%-4s %-62s %s' % ('ok' if cond else 'FAIL', name, detail))
-    if not cond:
-        FAILS.append(name)
-
-
-def maxabs(a, b):
-    return float(np.max(np.abs(np.asarray(a) - np.asarray(b)))) if np.size(a) else 0.0
+from refcheck import FAILS, check, check_true, maxabs  # noqa: E402
 
 
 # ---------------------------------------------------------------------------- KDA
