@@ -25,8 +25,7 @@
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 PY=${PY:-/usr/bin/python3}
-REF="$here/dsref.py"
-CMP="$here/compare.py"
+. "$here/check_lib.sh"
 
 usage() { echo "usage: $0 MODEL_DIR STRATA [--gen N] [--ids LIST|--long] [--tol X] [--out DIR] [--ref-args A] [-- ENGINE_ARGS...]" >&2; exit 2; }
 [ $# -ge 2 ] || usage
@@ -66,60 +65,6 @@ for f in $fmt; do
   fi
 done
 
-if [ -n "$out" ]; then mkdir -p "$out" || exit 2; keep=1; else out=$(mktemp -d) || exit 1; keep=0; fi
-cleanup() { [ $keep = 1 ] || rm -rf "$out"; }
-trap cleanup EXIT
-
-# Prompt ids modulo the vocabulary (--long: 150 ids from a fixed LCG, as kl_check.sh).
-prompt=$("$PY" -c "
-import sys; sys.path.insert(0, '$here'); import dsref
-v = dsref.load_config(sys.argv[1]).vocab
-ids = [int(x) for x in (sys.argv[2] or '1,17,42,9,250,3,88,130').split(',') if x]
-x = 12345
-while int(sys.argv[3]) and len(ids) < 150:
-    x = (x * 1103515245 + 12345) % 2**31
-    ids.append(x >> 8)
-print(v, ','.join(str(i % v) for i in ids))" "$M" "$ids" "$long" 2>"$out/cfg.log") || {
-  echo "FAIL $M: the reference cannot read the config: $(tail -n 1 "$out/cfg.log")"; exit 1; }
-vocab=${prompt%% *}; prompt=${prompt#* }
-
 # shellcheck disable=SC2206
 ref_extra=($refargs)
-if ! "$STRATA" run "$M" --ids "$prompt" --gen "$gen" --temp 0 --print-ids \
-     --dump-logits "$out/engine.bin" "$@" >"$out/engine.ids" 2>"$out/engine.log"; then
-  echo "FAIL $M: strata run failed: $(tail -n 1 "$out/engine.log")"; exit 1
-fi
-if ! "$PY" "$REF" "$M" --ids "$prompt" --gen "$gen" "${ref_extra[@]}" --quiet \
-     --print-ids --dump-logits "$out/ref.bin" >"$out/ref.ids" 2>"$out/ref.log"; then
-  echo "FAIL $M: the reference failed: $(tail -n 1 "$out/ref.log")"; exit 1
-fi
-eng_ids=$(tail -n 1 "$out/engine.ids" | tr -d ' \r')
-ref_ids=$(tail -n 1 "$out/ref.ids" | tr -d ' \r')
-cmp_ref="$out/ref.bin"
-if [ "$eng_ids" != "$ref_ids" ] && [ -n "$eng_ids" ]; then
-  "$PY" "$REF" "$M" --ids "$prompt" --gen "$gen" "${ref_extra[@]}" --quiet \
-    --force-ids "$eng_ids" --dump-logits "$out/ref-forced.bin" >/dev/null 2>>"$out/ref.log" \
-    && cmp_ref="$out/ref-forced.bin"
-fi
-json=$("$PY" "$CMP" --vocab "$vocab" "$out/engine.bin" "$cmp_ref" \
-       --ids-a "${eng_ids:-}" --ids-b "$ref_ids" --tol "$tol" --json 2>&1)
-"$PY" -c "
-import json, sys
-m, tol, raw = sys.argv[1:4]
-try:
-    r = json.loads(raw)
-except ValueError:
-    print('FAIL %s: compare.py: %s' % (m, raw.replace(chr(10), ' '))); sys.exit(1)
-lg, ids = r['logits'], r['ids']
-same = ids['len_a'] == ids['len_b'] and ids['equal'] == ids['len_b']
-ok = same and lg['finite'] and lg['steps_a'] == lg['steps_ref'] and lg['max_rel'] <= float(tol)
-note = ''
-if lg['steps_a'] != lg['steps_ref']: note += ' steps %d vs %d;' % (lg['steps_a'], lg['steps_ref'])
-if not lg['finite']: note += ' non-finite logits;'
-if not same and 'first_divergence' in ids:
-    note += ' first divergence at step %d (reference top-2 gap %.2e)' % (ids['first_divergence'], ids['ref_rel_gap'])
-print('%s %s steps=%d max_rel=%.3e (tol %s) ids=%s %d/%d%s' % (
-    'PASS' if ok else 'FAIL', m, lg['steps'], lg['max_rel'], tol,
-    'equal' if same else 'differ', ids['equal'], max(ids['len_a'], ids['len_b']), note))
-sys.exit(0 if ok else 1)
-" "$M" "$tol" "$json"
+chk_compare dsref "" "$@"
