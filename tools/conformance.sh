@@ -169,6 +169,32 @@ print('%d %.3e %d/%d%s' % (lg['steps'], lg['max_rel'], ids['equal'], max(ids['le
     "$(awk "BEGIN{print $t1 - $t0}")" "$(awk "BEGIN{print $t2 - $t1}")" "$verdict" "$note"
 done
 
+# ref_model P WRITER GEN_FN: for P (NAME or NAME@long) sets name, M and longarg, and
+# writes the checkpoint with tests/reference/WRITER and GEN_FN's arguments when it is
+# not there yet; 1 after a FAIL line when that fails.
+ref_model() {
+  local p=$1 writer=$2 genfn=$3 args
+  name=${p%@long}
+  longarg=(); [ "$name" != "$p" ] && longarg=(--long)
+  M=build/models/$name
+  [ -f "$M/config.json" ] && return 0
+  # shellcheck disable=SC2086
+  if ! args=$("$genfn" "$name") || ! "$PY" "tests/reference/$writer" "$M" $args \
+       >"$OUT/$name.gen.log" 2>&1; then
+    printf '%-18s %s\n' "$p" "FAIL: $writer failed or unknown model (see $OUT/$name.gen.log)"
+    fail=1; return 1
+  fi
+}
+# run_timed LABEL CMD...: one row, LABEL, CMD's seconds and its output line; a status
+# other than 0 or 77 (SKIP) fails the run.
+run_timed() {
+  local label=$1 t0 line rc; shift
+  t0=$(date +%s.%N)
+  line=$("$@" 2>&1)
+  rc=$?
+  printf '%s %6.2fs  %s\n' "$label" "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" "$line"
+  [ $rc -eq 0 ] || [ $rc -eq 77 ] || fail=1
+}
 # Kimi Linear: published-layout checkpoints from make_kimi_linear.py, both routers.
 kl_gen() {
   case $1 in
@@ -185,23 +211,10 @@ if [ -n "${KL_MODELS// /}" ]; then
     echo "kl-*: SKIP ($KL_MODELS ): the engine does not accept Kimi Linear yet (no --router in '$STRATA run --help')"
   else
     for p in $KL_MODELS; do
-      name=${p%@long}
-      longarg=(); [ "$name" != "$p" ] && longarg=(--long)
-      M=build/models/$name
-      if [ ! -f "$M/config.json" ]; then
-        if ! args=$(kl_gen "$name") || ! "$PY" tests/reference/make_kimi_linear.py "$M" $args \
-             >"$OUT/$name.gen.log" 2>&1; then
-          printf '%-18s %s\n' "$p" "FAIL: make_kimi_linear.py failed or unknown model (see $OUT/$name.gen.log)"
-          fail=1; continue
-        fi
-      fi
+      ref_model "$p" make_kimi_linear.py kl_gen || continue
       for router in unbiased hf; do
-        t0=$(date +%s.%N)
-        line=$(bash tests/reference/kl_check.sh "$M" "$STRATA" --router "$router" --gen "$GEN" \
-               --tol "$TOL" "${longarg[@]}" --out "$OUT/$p-$router" 2>&1)
-        rc=$?
-        printf '%-18s %-7s %6.2fs  %s\n' "$p" "$router" "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" "$line"
-        [ $rc -eq 0 ] || [ $rc -eq 77 ] || fail=1
+        run_timed "$(printf '%-18s %-7s' "$p" "$router")" bash tests/reference/kl_check.sh "$M" "$STRATA" \
+          --router "$router" --gen "$GEN" --tol "$TOL" "${longarg[@]}" --out "$OUT/$p-$router"
       done
     done
   fi
@@ -219,22 +232,9 @@ ds_gen() {
   esac
 }
 for p in $DS_MODELS; do
-  name=${p%@long}
-  longarg=(); [ "$name" != "$p" ] && longarg=(--long)
-  M=build/models/$name
-  if [ ! -f "$M/config.json" ]; then
-    if ! args=$(ds_gen "$name") || ! "$PY" tests/reference/make_deepseek.py "$M" $args \
-         >"$OUT/$name.gen.log" 2>&1; then
-      printf '%-18s %s\n' "$p" "FAIL: make_deepseek.py failed or unknown model (see $OUT/$name.gen.log)"
-      fail=1; continue
-    fi
-  fi
-  t0=$(date +%s.%N)
-  line=$(bash tests/reference/ds_check.sh "$M" "$STRATA" --gen "$GEN" --tol "$TOL" \
-         "${longarg[@]}" --out "$OUT/$p" 2>&1)
-  rc=$?
-  printf '%-18s %6.2fs  %s\n' "$p" "$(awk "BEGIN{print $(date +%s.%N) - $t0}")" "$line"
-  [ $rc -eq 0 ] || [ $rc -eq 77 ] || fail=1
+  ref_model "$p" make_deepseek.py ds_gen || continue
+  run_timed "$(printf '%-18s' "$p")" bash tests/reference/ds_check.sh "$M" "$STRATA" \
+    --gen "$GEN" --tol "$TOL" "${longarg[@]}" --out "$OUT/$p"
 done
 echo "tolerance: max relative logit error <= $TOL; outputs in $OUT/"
 exit $fail
