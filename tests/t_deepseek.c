@@ -23,31 +23,6 @@
 #define DS_K2T "tests/data/configs/kimi-k2-thinking-style.config.json"
 #define DS_V32 "tests/data/configs/deepseek-v3.2.config.json"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = base_alloc((size_t)n + 1, MEM_MISC);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { base_free(s); s = NULL; }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-/* s with the first `from` replaced by `to` (MEM_MISC). */
-static char *subst1(const char *s, const char *from, const char *to) {
-    const char *p = strstr(s, from);
-    if (!p) return NULL;
-    size_t a = (size_t)(p - s), n = strlen(s) - strlen(from) + strlen(to);
-    char *r = base_alloc(n + 1, MEM_MISC);
-    memcpy(r, s, a);
-    strcpy(r + a, to);
-    strcat(r, p + strlen(from));
-    return r;
-}
-
 /* Reads a real config, checks it round-trips through the writer. */
 static int load_rt(const char *path, cfg *c) {
     char err[2048];
@@ -114,7 +89,7 @@ TEST(ds_yarn_frequencies) {
 
 /* Values whose math is not implemented are refused, naming the file and key. */
 TEST(ds_config_refusals) {
-    char *js = slurp(DS_R1);
+    char *js = t_slurp(DS_R1);
     CHECK(js != NULL);
     if (!js) return;
     static const struct { const char *from, *to, *msg; } k[] = {
@@ -131,7 +106,7 @@ TEST(ds_config_refusals) {
         {"\"DeepseekV3ForCausalLM\"", "\"KimiLinearForCausalLM\"", "name different architectures"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        char *m = subst1(js, k[i].from, k[i].to);
+        char *m = t_subst1(js, k[i].from, k[i].to);
         CHECK_MSG(m != NULL, "%s", k[i].from);
         if (!m) continue;
         const char *path = t_write("ds-refused.json", m, strlen(m));
@@ -249,7 +224,7 @@ TEST(ds_tiny_layout) {
         if (!m) continue;
         char path[512];
         snprintf(path, sizeof path, "%s/model-00001-of-00001.safetensors", m);
-        char *raw = slurp(path), *st = raw ? raw + 8 : NULL;
+        char *raw = t_slurp(path), *st = raw ? raw + 8 : NULL;
         CHECK(st != NULL);
         if (!st) continue;
         for (int j = 0; j < 6; j++) CHECK_MSG(strstr(st, k[i].must[j]) != NULL, "%s: %s", k[i].preset, k[i].must[j]);
@@ -260,7 +235,7 @@ TEST(ds_tiny_layout) {
         CHECK_MSG(tf != NULL, "%s: no %s", k[i].preset, k[i].tok);
         if (tf) fclose(tf);
         snprintf(path, sizeof path, "%s/config.json", m);
-        char *js = slurp(path);
+        char *js = t_slurp(path);
         CHECK(js && strstr(js, "\"rope_scaling\": {") && strstr(js, "\"n_routed_experts\": 16"));
         CHECK(js && k[i].wrapped == (strstr(js, "\"text_config\"") != NULL));
         CHECK_MSG(js && (k[i].quant ? strstr(js, k[i].quant) != NULL : !strstr(js, "quantization_config")), "%s", k[i].preset);
@@ -406,27 +381,11 @@ TEST(ds_budgets_below_size) {
     CHECK_MSG(t_run(cmd, &out) == 0, "%s", out ? out : "");
     base_free(out);
     const char *args = "--ids 5,6,7,8,9 --gen 12 --print-ids";
-    snprintf(cmd, sizeof cmd, "%s run %s %s --ram-gb 0.001", t_strata(), dir, args);
-    t_run(cmd, &out);
-    const char *at = out ? strstr(out, "needs at least ") : NULL;
-    double min_mb = at ? atof(at + strlen("needs at least ")) : 0;
-    base_free(out);
+    double min_mb = t_min_budget_mb(dir, args);
     CHECK_MSG(min_mb > 1 && min_mb * 1.6 < 150.0, "minimum %.2f MB", min_mb);
     if (!(min_mb > 1)) return;
-    char budgets[3][64] = {""};
-    snprintf(budgets[1], sizeof budgets[1], "--ram-gb %.4f", min_mb * 1.1e-3);
-    snprintf(budgets[2], sizeof budgets[2], "--ram-gb %.4f", min_mb * 1.6e-3);
-    char *first = NULL;
-    for (int i = 0; i < 3; i++) {
-        snprintf(cmd, sizeof cmd, "%s run %s %s --threads %d --dump-logits %s/ds_b.lg %s 2>&1 >%s/ds_b.ids | grep -c 'placed'; "
-                 "cat %s/ds_b.ids; md5sum < %s/ds_b.lg", t_strata(), dir, args, i == 2 ? 1 : 2, t_tmpdir, budgets[i], t_tmpdir,
-                 t_tmpdir, t_tmpdir);
-        t_run(cmd, &out);
-        CHECK_MSG(out && out[0] == (i ? '1' : '0'), "%s: %s", budgets[i], out ? out : "");
-        if (i == 0) first = out;
-        else { CHECK_MSG(first && out && !strcmp(first + 1, out + 1), "%s: %s vs resident %s", budgets[i], out ? out : "", first ? first : ""); base_free(out); }
-    }
-    base_free(first);
+    char budgets[3][64];
+    t_budgets_agree(dir, args, min_mb, 1, "ds", budgets);
     /* the float64 reference (tests/reference/ds_check.sh, from branch h-dsref), when it is there */
     FILE *f = fopen("tests/reference/ds_check.sh", "r");
     if (f) {
@@ -465,7 +424,7 @@ TEST(ds_plan_bytes_as_stored) {
                   "%s: %s", k[i].cfg, out ? out : "");
         base_free(out);
     }
-    char *js = slurp(DS_K2T);
+    char *js = t_slurp(DS_K2T);
     const char *q = js ? strstr(js, "\"quantization_config\"") : NULL, *r = q ? strstr(q, "\"rms_norm_eps\"") : NULL;
     CHECK(q && r);
     if (!q || !r) { base_free(js); return; }
@@ -506,7 +465,7 @@ TEST(ds_small_defects) {
         for (int j = 0; j < 3; j++) CHECK_MSG(out && strstr(out, k[i].want[j]), "%s: %s", k[i].want[j], out ? out : "");
         base_free(out);
     }
-    char *js = slurp(DS_K2T);
+    char *js = t_slurp(DS_K2T);
     static const struct { const char *from, *to, *want; } bad[] = {
         {"\"format\": \"pack-quantized\",", "", "'quantization_config.format' is missing: compressed-tensors weights are read only as"},
         {"\"format\": \"pack-quantized\"", "\"format\": \"float-quantized\"", "'quantization_config.format' is \"float-quantized\""},
@@ -515,7 +474,7 @@ TEST(ds_small_defects) {
         {"\"group_size\": 32", "\"group_size\": 128", "config_groups.group_0.weights.group_size' must be 32"},
     };
     for (size_t i = 0; js && i < sizeof bad / sizeof *bad; i++) {
-        char *mut = subst1(js, bad[i].from, bad[i].to);
+        char *mut = t_subst1(js, bad[i].from, bad[i].to);
         CHECK(mut != NULL);
         if (!mut) continue;
         const char *pf = t_write("k2t-bad.json", mut, strlen(mut));

@@ -70,26 +70,11 @@ static void budgets_below_size(const char *name, const char *gen_args) {
     double size_mb = sz ? atof(sz + strlen(" shards, ")) / 1e6 : 0;
     base_free(out);
     const char *args = "--ids 5,6,7,8,9 --gen 12 --print-ids";
-    snprintf(cmd, sizeof cmd, "%s run %s %s --ram-gb 0.001", t_strata(), dir, args);
-    t_run(cmd, &out);
-    const char *at = out ? strstr(out, "needs at least ") : NULL;
-    double min_mb = at ? atof(at + strlen("needs at least ")) : 0;
-    base_free(out);
+    double min_mb = t_min_budget_mb(dir, args);
     CHECK_MSG(min_mb > 1 && min_mb * 1.6 < size_mb, "%s: minimum %.2f MB, model %.0f MB", name, min_mb, size_mb);
     if (!(min_mb > 1)) return;
-    char budgets[3][64] = {""};
-    snprintf(budgets[1], sizeof budgets[1], "--ram-gb %.4f", min_mb * 1.1e-3);
-    snprintf(budgets[2], sizeof budgets[2], "--ram-gb %.4f", min_mb * 1.6e-3);
-    char *first = NULL;
-    for (int i = 0; i < 3; i++) {
-        snprintf(cmd, sizeof cmd, "%s run %s %s --threads %d --dump-logits %s/ds_b.lg %s >%s/ds_b.ids 2>/dev/null; "
-                 "cat %s/ds_b.ids; md5sum < %s/ds_b.lg", t_strata(), dir, args, i == 2 ? 1 : 2, t_tmpdir, budgets[i],
-                 t_tmpdir, t_tmpdir, t_tmpdir);
-        t_run(cmd, &out);
-        if (i == 0) first = out;
-        else { CHECK_MSG(first && out && !strcmp(first, out), "%s %s: %s vs resident %s", name, budgets[i], out ? out : "", first ? first : ""); base_free(out); }
-    }
-    base_free(first);
+    char budgets[3][64];
+    t_budgets_agree(dir, args, min_mb, 0, name, budgets);
     /* the three runs are bit-identical (checked above), so one reference run covers
      * them: the streamed one (the reference costs ~10 s per run on these sizes) */
     ds_check(dir, budgets[1], 1);

@@ -15,31 +15,6 @@
 
 #define KL_REAL "tests/data/configs/kimi-linear-48b-a3b-instruct.config.json"
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = base_alloc((size_t)n + 1, MEM_MISC);
-    if (s && fread(s, 1, (size_t)n, f) != (size_t)n) { base_free(s); s = NULL; }
-    if (s) s[n] = 0;
-    fclose(f);
-    return s;
-}
-
-/* s with the first `from` replaced by `to` (MEM_MISC). */
-static char *subst1(const char *s, const char *from, const char *to) {
-    const char *p = strstr(s, from);
-    if (!p) return NULL;
-    size_t a = (size_t)(p - s), n = strlen(s) - strlen(from) + strlen(to);
-    char *r = base_alloc(n + 1, MEM_MISC);
-    memcpy(r, s, a);
-    strcpy(r + a, to);
-    strcat(r, p + strlen(from));
-    return r;
-}
-
 TEST(kl_real_config) {
     cfg c, k;
     char err[2048];
@@ -72,7 +47,7 @@ TEST(kl_real_config) {
 
 /* Values whose math is not implemented are refused, naming the file and key. */
 TEST(kl_config_refusals) {
-    char *js = slurp(KL_REAL);
+    char *js = t_slurp(KL_REAL);
     CHECK(js != NULL);
     if (!js) return;
     static const struct { const char *from, *to, *msg; } k[] = {
@@ -85,7 +60,7 @@ TEST(kl_config_refusals) {
         {"\"kv_lora_rank\": 512", "\"kv_lora_rank\": null", "'kv_lora_rank' must be an integer, got null"},
     };
     for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        char *m = subst1(js, k[i].from, k[i].to);
+        char *m = t_subst1(js, k[i].from, k[i].to);
         CHECK_MSG(m != NULL, "%s", k[i].from);
         if (!m) continue;
         const char *path = t_write("kl-refused.json", m, strlen(m));
@@ -97,7 +72,7 @@ TEST(kl_config_refusals) {
         base_free(out);
     }
     /* q_lora_rank given as an integer: q-LoRA, read as such */
-    char *m = subst1(js, "\"q_lora_rank\": null", "\"q_lora_rank\": 64");
+    char *m = t_subst1(js, "\"q_lora_rank\": null", "\"q_lora_rank\": 64");
     cfg c;
     char err[1024];
     CHECK(m && cfg_parse(&c, (const uint8_t *)m, strlen(m), "q", err, sizeof err) == 0 && c.q_lora == 64);
@@ -140,12 +115,12 @@ TEST(kl_tiny_layout) {
     if (!m) return;
     char path[512];
     snprintf(path, sizeof path, "%s/config.json", m);
-    char *js = slurp(path);
+    char *js = t_slurp(path);
     CHECK(js && strstr(js, "\"model_type\": \"kimi_linear\"") && strstr(js, "\"q_lora_rank\": null") &&
           !strstr(js, "text_config"));
     base_free(js);
     snprintf(path, sizeof path, "%s/model-00001-of-00001.safetensors", m);
-    char *raw = slurp(path), *st = raw ? raw + 8 : NULL; /* the header after its 8-byte length */
+    char *raw = t_slurp(path), *st = raw ? raw + 8 : NULL; /* the header after its 8-byte length */
     CHECK(st != NULL);
     if (!st) return;
     CHECK(strstr(st, "\"model.layers.0.self_attn.A_log\":{\"dtype\":\"F32\",\"shape\":[1,1,4,1]") != NULL);
@@ -274,28 +249,11 @@ TEST(kl_budgets_below_size) {
     CHECK_MSG(t_run(cmd, &out) == 0, "%s", out ? out : "");
     base_free(out);
     const char *args = "--ids 5,6,7,8,9 --gen 12 --print-ids";
-    snprintf(cmd, sizeof cmd, "%s run %s %s --ram-gb 0.001", t_strata(), dir, args);
-    t_run(cmd, &out);
-    const char *at = out ? strstr(out, "needs at least ") : NULL;
-    double min_mb = at ? atof(at + strlen("needs at least ")) : 0;
-    base_free(out);
+    double min_mb = t_min_budget_mb(dir, args);
     CHECK_MSG(min_mb > 1 && min_mb * 1.6 < 172.0, "minimum %.2f MB", min_mb);
     if (!(min_mb > 1)) return;
-    char budgets[3][64] = {""};
-    snprintf(budgets[1], sizeof budgets[1], "--ram-gb %.4f", min_mb * 1.1e-3);
-    snprintf(budgets[2], sizeof budgets[2], "--ram-gb %.4f", min_mb * 1.6e-3);
-    char *first = NULL;
-    for (int i = 0; i < 3; i++) {
-        snprintf(cmd, sizeof cmd, "%s run %s %s --threads %d --dump-logits %s/kl_b.lg %s 2>&1 >%s/kl_b.ids | grep -c 'placed'; "
-                 "cat %s/kl_b.ids; md5sum < %s/kl_b.lg", t_strata(), dir, args, i == 2 ? 1 : 2, t_tmpdir, budgets[i], t_tmpdir,
-                 t_tmpdir, t_tmpdir);
-        t_run(cmd, &out);
-        /* the budget runs stream (their load line says "placed"), the resident one does not */
-        CHECK_MSG(out && out[0] == (i ? '1' : '0'), "%s: %s", budgets[i], out ? out : "");
-        if (i == 0) first = out;
-        else { CHECK_MSG(first && out && !strcmp(first + 1, out + 1), "%s: %s vs resident %s", budgets[i], out ? out : "", first ? first : ""); base_free(out); }
-    }
-    base_free(first);
+    char budgets[3][64];
+    t_budgets_agree(dir, args, min_mb, 1, "kl", budgets);
     snprintf(cmd, sizeof cmd, "bash tests/reference/kl_check.sh %s %s -- %s", dir, t_strata(), budgets[1]);
     int rc = t_run(cmd, &out);
     CHECK_MSG(rc == 0 && out && strstr(out, "PASS"), "rc %d: %s", rc, out ? out : "");

@@ -36,4 +36,21 @@ const char *t_strata(void);
  * command on stderr. Tests that change a model's files make their own. */
 const char *t_model(const char *name, const char *preset, int seed, int pack);
 
+/* Shared by the architecture suites (tests/t_arch_util.c). */
+/* The whole file at path, NUL-terminated (MEM_MISC, caller frees), or NULL. */
+char *t_slurp(const char *path);
+/* s with the first `from` replaced by `to` (MEM_MISC, caller frees); NULL when
+ * from is not in s. */
+char *t_subst1(const char *s, const char *from, const char *to);
+/* The minimum budget in MB that `strata run DIR ARGS --ram-gb 0.001` names in its
+ * refusal ("needs at least N MB"); 0 when it names none. */
+double t_min_budget_mb(const char *dir, const char *args);
+/* `strata run DIR ARGS --dump-logits` resident, at 1.1x min_mb and at 1.6x with one
+ * thread: the ids and logits bits of the budget runs equal the resident run's;
+ * with placed, the budget runs also say "placed" (streamed) and the resident one
+ * does not. budgets[i] gets each run's option ("" resident), for a reference
+ * check after; tag names the scratch files and the failure messages. */
+void t_budgets_agree(const char *dir, const char *args, double min_mb, int placed, const char *tag,
+                     char budgets[3][64]);
+
 #endif
