@@ -10,6 +10,8 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -196,6 +198,20 @@ static inline int node_ready(void) {
 }
 
 #define KEY "test-key-123"
+
+/* Runs a node client of tests/serve/ given as a printf format: it must exit
+ * 0 and print ALL OK; a failure shows the command and its output. */
+static inline void node_all_ok(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static inline void node_all_ok(const char *fmt, ...) {
+    char cmd[1024], *out = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(cmd, sizeof cmd, fmt, ap);
+    va_end(ap);
+    const int rc = t_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && strstr(out, "ALL OK"), "%s: %s", cmd, out ? out : "");
+    base_free(out);
+}
 
 /* server_start, then /health: 0 when the server answers; otherwise the failure
  * is counted, the server stopped, and -1 (the suite returns). */

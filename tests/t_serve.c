@@ -271,29 +271,16 @@ TEST(serve_http) {
 
     /* the official client */
     if (!node_ready()) {
-        char cmd[512], *out = NULL;
-        snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/client.mjs %d %s serve_tiny", s.port, KEY);
-        int rc = t_run(cmd, &out);
-        CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "client.mjs: %s", out);
-        base_free(out);
+        node_all_ok("timeout 240 node tests/serve/client.mjs %d %s serve_tiny", s.port, KEY);
         /* prefix reuse against a fresh server without a prefix cache that speculates */
         server sb;
         static const char *const bargs[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--no-prefix", "--spec", "3", NULL};
         CHECK(server_start(&sb, dir, NULL, bargs) == 0);
         if (sb.port && !wait_health(sb.port)) {
-            out = NULL;
-            snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/prefix.mjs %d %d %s serve_tiny", s.port, sb.port, KEY);
-            rc = t_run(cmd, &out);
-            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "prefix.mjs: %s", out);
-            base_free(out);
-            /* structured output on both servers (the second speculates) */
-            for (int k = 0; k < 2; k++) {
-                out = NULL;
-                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/schema.mjs %d %s serve_tiny", k ? sb.port : s.port, KEY);
-                rc = t_run(cmd, &out);
-                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "schema.mjs (%s): %s", k ? "--spec 3" : "plain", out);
-                base_free(out);
-            }
+            node_all_ok("timeout 120 node tests/serve/prefix.mjs %d %d %s serve_tiny", s.port, sb.port, KEY);
+            /* structured output on both servers (the second speculates: its port is the second) */
+            for (int k = 0; k < 2; k++)
+                node_all_ok("timeout 240 node tests/serve/schema.mjs %d %s serve_tiny", k ? sb.port : s.port, KEY);
         } else {
             CHECK(0);
         }

@@ -116,10 +116,7 @@ TEST(serve_choices) {
     check_logprobs_vs_dump(s.port, dir);
     check_n_choices(s.port);
     if (!node_ready()) { /* POST /v1/messages with the official @anthropic-ai/sdk */
-        char cmd[512], *out = NULL;
-        snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/anthropic.mjs %d %s kimi-k3", s.port, KEY);
-        CHECK_MSG(t_run(cmd, &out) == 0 && strstr(out, "ALL OK"), "anthropic.mjs: %s", out);
-        base_free(out);
+        node_all_ok("timeout 120 node tests/serve/anthropic.mjs %d %s kimi-k3", s.port, KEY);
     }
     req_buf b;
     /* aliases: listed, named in answers, accepted */
@@ -241,18 +238,9 @@ TEST(serve_tools) {
         static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "2048", NULL};
         CHECK(server_start(&s, dir, NULL, args) == 0);
         if (s.port && !wait_health(s.port)) {
-            char cmd[512], *out = NULL;
-            snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, presets[i][0]);
-            int rc = t_run(cmd, &out);
-            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "tools.mjs on %s: %s", presets[i][1], out);
-            base_free(out);
-            if (i < 2) { /* tool use on /v1/messages (@anthropic-ai/sdk): K3's XTML and the K2 format */
-                out = NULL;
-                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/anthropic.mjs %d %s %s tools", s.port, KEY, presets[i][0]);
-                rc = t_run(cmd, &out);
-                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "anthropic.mjs tools on %s: %s", presets[i][1], out);
-                base_free(out);
-            }
+            node_all_ok("timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, presets[i][0]);
+            if (i < 2) /* tool use on /v1/messages (@anthropic-ai/sdk): K3's XTML and the K2 format */
+                node_all_ok("timeout 240 node tests/serve/anthropic.mjs %d %s %s tools", s.port, KEY, presets[i][0]);
         } else {
             CHECK(0);
         }
@@ -278,17 +266,8 @@ TEST(serve_reasoning_formats) {
         static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "2048", NULL};
         CHECK(server_start(&s, dir, NULL, args) == 0);
         if (s.port && !wait_health(s.port)) {
-            char cmd[512], *out = NULL;
-            snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/reasoning.mjs %d %s %s %s", s.port, KEY, k[i][0], k[i][2]);
-            int rc = t_run(cmd, &out);
-            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "reasoning.mjs on %s: %s", k[i][1], out);
-            base_free(out);
-            if (i == 2) {
-                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, k[i][0]);
-                rc = t_run(cmd, &out);
-                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "tools.mjs on %s: %s", k[i][1], out);
-                base_free(out);
-            }
+            node_all_ok("timeout 120 node tests/serve/reasoning.mjs %d %s %s %s", s.port, KEY, k[i][0], k[i][2]);
+            if (i == 2) node_all_ok("timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, k[i][0]);
         } else {
             CHECK(0);
         }
