@@ -12,6 +12,7 @@
  */
 #include <string.h>
 #include "fuzz.h"
+#include "fuzz_tok.h"
 #include "tok.h"
 
 static const char *k_merges[] = {"ab", "ba", "aba", "bab", "abab", "  ", "   ", "    ", "\n\n", "th", "the", " the",
@@ -52,32 +53,8 @@ static tok *builtin(int pattern) {
     return cache[pattern];
 }
 
-static void roundtrip(tok *t, const uint8_t *p, size_t n, int special) {
-    int32_t *ids;
-    size_t k;
-    ST_ASSERT(tok_encode(t, p, n, special, &ids, &k) == 0);
-    uint8_t *back;
-    size_t bl;
-    ST_ASSERT(tok_decode(t, ids, k, &back, &bl) == 0);
-    ST_ASSERT(bl == n && (n == 0 || !memcmp(back, p, n)));
-    tok_stream *s;
-    ST_ASSERT(tok_stream_open(&s, t) == 0);
-    size_t at = 0;
-    for (size_t i = 0; i < k; i++) {
-        const uint8_t *q;
-        size_t qn;
-        ST_ASSERT(tok_stream_push(s, ids[i], &q, &qn) == 0);
-        ST_ASSERT(at + qn <= n && (qn == 0 || !memcmp(back + at, q, qn)));
-        at += qn;
-    }
-    const uint8_t *q;
-    size_t qn;
-    tok_stream_flush(s, &q, &qn);
-    ST_ASSERT(qn <= 3 && at + qn == n && (qn == 0 || !memcmp(back + at, q, qn)));
-    tok_stream_close(s);
-    base_free(back);
-    base_free(ids);
-}
+/* decode(encode(p)) == p, streamed the same. */
+static void roundtrip(tok *t, const uint8_t *p, size_t n, int special) { fuzz_tok_check(t, p, n, special, 1); }
 
 FUZZ_ENTRY(tok) {
     if (size == 0) return 0;

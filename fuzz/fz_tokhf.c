@@ -7,33 +7,12 @@
  */
 #include <string.h>
 #include "fuzz.h"
+#include "fuzz_tok.h"
 #include "tok.h"
 
 static void check(tok *t, int special) {
     static const char text[] = "Hello, world! \xe4\xb8\xad\xe6\x96\x87 <think> 12345 \xff\xfe  \n\n x <s>abc";
-    int32_t *ids;
-    size_t k;
-    ST_ASSERT(tok_encode(t, (const uint8_t *)text, sizeof text - 1, special, &ids, &k) == 0);
-    uint8_t *back;
-    size_t bl;
-    ST_ASSERT(tok_decode(t, ids, k, &back, &bl) == 0);
-    tok_stream *s;
-    ST_ASSERT(tok_stream_open(&s, t) == 0);
-    size_t at = 0;
-    for (size_t i = 0; i < k; i++) {
-        const uint8_t *q;
-        size_t qn;
-        ST_ASSERT(tok_stream_push(s, ids[i], &q, &qn) == 0);
-        ST_ASSERT(at + qn <= bl && (qn == 0 || !memcmp(back + at, q, qn)));
-        at += qn;
-    }
-    const uint8_t *q;
-    size_t qn;
-    tok_stream_flush(s, &q, &qn);
-    ST_ASSERT(at + qn == bl);
-    tok_stream_close(s);
-    base_free(back);
-    base_free(ids);
+    fuzz_tok_check(t, (const uint8_t *)text, sizeof text - 1, special, 0);
 }
 
 FUZZ_ENTRY(tokhf) {

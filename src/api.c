@@ -3,7 +3,9 @@
  * engine, sequences, steps over rows of several sequences, generators.
  *
  * Owns: the strata_model (config, index, layout, plan, weight source, engine,
- * tokenizer, end ids, the step's row and logits buffers) and the generators.
+ * tokenizer, end ids, the step's row and logits buffers: api_int.h) and the
+ * generators. What a model reports (info, stats, the plan and run reports) is
+ * api_report.c's.
  * Does not own the math (infer.c), placement (plan.c, wsrc_*.c) or text (tok.c):
  * it wires them in the one order every front-end used to repeat. Everything a
  * model holds is in its struct: two models in one process share nothing.
@@ -18,6 +20,7 @@
 #include <unistd.h>
 #include <jansson.h>
 #include <xxhash.h>
+#include "api_int.h"
 #include "arch.h"
 #include "cfg.h"
 #include "cluster.h"
@@ -35,86 +38,6 @@
 #include "strata.h"
 #include "tok.h"
 #include "vfs.h"
-
-#define API_MAX_STOP 16
-#define API_DEFAULT_CTX 4096
-#define API_PREFIX_EVERY 256
-
-struct strata_model {
-    char dir[4096];
-    cfg c;
-    st_index *ix;
-    model_layout lay;
-    place_plan plan;
-    strata_model_opts o;
-    int loaded, placed;
-    wsrc *w;
-    engine *e;
-    tok *tk;
-    char tok_err[512];
-    int32_t stop[API_MAX_STOP];
-    int n_stop;
-    int64_t ctx, rows;
-    int threads, max_seqs, n_live;
-    int64_t max_out;          /* logits rows one generator step can want */
-    int spec;                 /* drafted tokens per verification the engine records */
-    const char *kname;
-    double t_load;
-    strata_row *grows;        /* (rows) a generator step's rows */
-    strata_gen **gown;        /* (rows) the generator of each row */
-    float *glogits;           /* (max_out, vocab) */
-    infer_row *irows;         /* (rows) strata_step's rows in engine form */
-    strata_gen **gdec, **gself, **gmtp; /* (rows) a generator step's decoding / self-drafting / MTP-drafting generators */
-    prefix_cache *px;         /* NULL: no prefix cache */
-    int64_t px_every;         /* prompt positions between snapshots */
-    strata_cluster *cl;       /* the cluster this model is spread over (cluster.h), or NULL */
-    cluster_stage stage;      /* the layers this process holds */
-    uint64_t model_id;        /* model_identity at load */
-    int id_source;            /* IDENT_FROM_* */
-    char unverified[640];     /* non-empty: the model has a pack that cannot be used (why) */
-    jg_vocab *jv;             /* the tokenizer's byte trie, built by the first constrained generator */
-};
-
-struct strata_seq {
-    strata_model *m;
-    session *s;
-};
-
-struct strata_gen {
-    strata_seq *seq;
-    strata_gen_opts o;
-    int32_t *prompt;
-    int64_t n_prompt, n_fed;  /* prompt tokens, and how many were evaluated */
-    int32_t *out;             /* (max_tokens) generated ids */
-    int64_t n_out;
-    int32_t next;             /* sampled, not yet evaluated (valid when has_next) */
-    int has_next, done, stopped;
-    /* speculation */
-    int32_t *draft_ids;       /* copy of opts.draft_ids */
-    int32_t drafts[64];       /* this step's drafted tokens */
-    int64_t n_drafts;         /* this step's (0: a plain decode row) */
-    int spec_k, spec_fail, spec_off; /* current draft length, rejections in a row, steps left switched off */
-    int64_t n_drafted, n_accepted, n_verifies;
-    int self_pending;         /* n_drafts are to come from a self-draft this step */
-    int mtp_pending;          /* ... from the MTP layer */
-    int32_t stop_ids[16];     /* opts.stop_ids */
-    int n_stop_ids;
-    /* prefix cache */
-    int64_t n_reused;         /* prompt positions restored from a snapshot */
-    int64_t px_last;          /* position of the last snapshot stored */
-    int px_prompt, px_final;  /* stored: at the end of the prompt, at the end */
-    sampler *sm;
-    jg_matcher *jm;           /* opts.grammar's document so far (NULL: unconstrained) */
-    tok_stream *ts;
-    /* opts.logprobs: the last reported token's log-probability and the top ones */
-    double lp, lp_top[STRATA_MAX_TOP_LOGPROBS];
-    int32_t lp_ids[STRATA_MAX_TOP_LOGPROBS];
-    int n_lp;
-    uint64_t lhash;
-    void *user;
-};
-
-static const char *k_api_dflt = "";
 
 strata_model_opts strata_model_opts_default(void) {
     return (strata_model_opts){.ram_bytes = 0, .pack_dir = NULL, .ctx = 0, .max_seqs = 1, .rows = INFER_DEFAULT_CHUNK};
@@ -395,175 +318,6 @@ const cfg *api_model_cfg(const strata_model *m) { return &m->c; }
 const model_layout *api_model_layout(const strata_model *m) { return &m->lay; }
 const char *api_model_dir(const strata_model *m) { return m->dir; }
 uint64_t api_model_id(const strata_model *m) { return m->model_id; }
-
-/* What the load line says about where the weights are: "all resident" only when
- * nothing is read twice; otherwise what is pinned, streamed and cached. */
-static void placement_name(const strata_model *m, char *buf, size_t n) {
-    const place_plan *p = &m->plan;
-    if (!m->placed) { snprintf(buf, n, "resident"); return; }
-    const int64_t n_exp = p->n_moe * m->c.n_experts; /* this process's MoE layers */
-    if (p->resident && p->n_expert_slots >= n_exp) {
-        snprintf(buf, n, "placed: all resident (%s)", p->no_preload ? "experts read on first use" : "read at load");
-        return;
-    }
-    char trunk[96];
-    const int64_t absent = p->n_owned ? p->n_units - p->n_owned : 0; /* a pipeline stage's other units */
-    if (p->n_pinned == p->n_units) snprintf(trunk, sizeof trunk, "trunk pinned");
-    else
-        snprintf(trunk, sizeof trunk, "%lld of %lld trunk units pinned, the rest streamed", (long long)(p->n_pinned - absent),
-                 (long long)(p->n_units - absent));
-    snprintf(buf, n, "placed: %s%s, experts cached (%lld of %lld)", trunk, p->embed_resident || p->no_head ? "" : ", embeddings read by row",
-             (long long)p->n_expert_slots, (long long)n_exp);
-}
-
-void strata_model_get_info(const strata_model *m, strata_model_info *o) {
-    memset(o, 0, sizeof *o);
-    o->n_layers = cfg_main_layers(&m->c);
-    o->n_mla = m->c.n_mla - m->c.mtp;
-    o->mtp = m->c.mtp;
-    o->vocab = m->c.vocab;
-    o->hidden = m->c.hidden;
-    o->model_max_ctx = m->c.max_ctx;
-    o->ctx = m->ctx;
-    o->rows = m->rows;
-    o->max_seqs = m->max_seqs;
-    o->n_threads = m->threads;
-    o->placed = m->placed;
-    o->has_tokenizer = m->tk != NULL;
-    o->kernel = m->kname ? m->kname : k_api_dflt;
-    o->arch = arch_of(&m->c)->name;
-    o->router_hf_ok = !m->c.no_kda;
-    o->load_s = m->t_load;
-    o->mla_cache_bytes_per_pos = infer_mla_cache_bytes_per_pos(&m->c);
-    o->seq_bytes = m->ctx ? infer_session_bytes(&m->c, m->ctx) : 0;
-    o->engine_bytes = m->rows ? infer_engine_bytes(&m->c, m->rows, m->threads) : 0;
-    if (m->placed) {
-        o->budget_bytes = m->plan.budget_bytes;
-        o->plan_bytes = m->plan.total_bytes;
-        o->min_bytes = m->plan.min_bytes;
-        o->streamed_bytes = m->plan.streamed_bytes;
-        o->n_expert_slots = m->plan.n_expert_slots;
-        o->disk_bw = m->plan.disk_bw;
-        o->mem_bw = m->plan.mem_bw;
-    }
-    o->expert_bytes = m->lay.expert_bytes;
-    for (int64_t L = 0; L < m->c.n_layers; L++) {
-        o->trunk_bytes += m->lay.layer_bytes[L];
-        o->n_moe_layers += cfg_is_moe(&m->c, L) ? 1 : 0;
-    }
-    o->head_bytes = m->lay.head_bytes;
-    o->embed_row_bytes = m->c.vocab ? m->lay.embed_bytes / (uint64_t)m->c.vocab : 0;
-    cfg_census k;
-    schema_census(&m->c, &k);
-    o->state_touch_bytes = 2 * k.kda_state_elems * sizeof(float);
-    o->topk = m->c.topk;
-    placement_name(m, o->placement, sizeof o->placement);
-    snprintf(o->weights_unverified, sizeof o->weights_unverified, "%s", m->unverified);
-    o->identity = m->model_id;
-    o->identity_source = m->id_source == IDENT_FROM_PACK ? "the pack's record hashes"
-                         : m->id_source == IDENT_FROM_CACHE ? "the cached content hash"
-                         : m->id_source == IDENT_HASHED ? "a content hash of the shards" : "";
-}
-
-void strata_model_print_plan(const strata_model *m, FILE *f) {
-    if (m->placed) place_plan_print(&m->plan, f);
-}
-
-void strata_model_get_stats(strata_model *m, strata_stats *o) {
-    memset(o, 0, sizeof *o);
-    place_stats s;
-    memset(&s, 0, sizeof s);
-    if (m->placed && m->w) place_stats_get(m->w, &s);
-#define CP(t, n, json, metric, col) o->n = s.n;
-    STRATA_STATS_IO(CP)
-#undef CP
-    o->peak_rss = base_peak_rss();
-    if (m->e) {
-        engine_draft_stats d;
-        engine_draft_stats_get(m->e, &d);
-        o->draft_passes = d.passes;
-        o->draft_layers = d.layers;
-        o->draft_layers_run = d.layers - d.layers_skipped;
-        o->draft_experts = d.experts;
-        o->draft_experts_used = d.experts - d.experts_dropped;
-    }
-    if (m->px) {
-        prefix_stats p;
-        prefix_get_stats(m->px, &p);
-#define CP(t, n, json, metric, col) o->prefix_##n = p.n;
-        STRATA_STATS_PREFIX(CP)
-#undef CP
-    }
-}
-
-void strata_model_reset_stats(strata_model *m) {
-    if (m->placed && m->w) place_stats_reset(m->w);
-    if (m->e) engine_draft_stats_reset(m->e);
-    if (m->px) prefix_reset_stats(m->px);
-}
-
-/* The prefix cache's line of the run report. */
-static void prefix_report(strata_model *m, FILE *f) {
-    prefix_stats p;
-    prefix_get_stats(m->px, &p);
-    fprintf(f, "prefix cache: %llu lookups, %llu hits (%llu from disk), %llu prompt tokens reused; %llu snapshots stored, "
-               "RAM %.3f of %.3f GB (%lld held)",
-            (unsigned long long)p.lookups, (unsigned long long)p.hits, (unsigned long long)p.disk_hits,
-            (unsigned long long)p.tokens, (unsigned long long)p.stores, (double)p.ram_used / 1e9, (double)p.ram_bytes / 1e9,
-            (long long)p.n_ram);
-    if (p.dir_bytes)
-        fprintf(f, ", disk %.3f of %.3f GB (%lld files; %.3f GB written, %.3f GB read, %llu refused)", (double)p.disk_used / 1e9,
-                (double)p.dir_bytes / 1e9, (long long)p.n_disk, (double)p.disk_written / 1e9, (double)p.disk_read / 1e9,
-                (unsigned long long)p.rejected);
-    fputc('\n', f);
-}
-
-void strata_model_print_report(strata_model *m, FILE *f) {
-    if (m->px) prefix_report(m, f);
-    if (!m->placed || !m->w) return;
-    place_stats s;
-    memset(&s, 0, sizeof s);
-    place_stats_get(m->w, &s);
-    place_stats_print(&s, &m->plan, f);
-}
-
-/* The counters of one object of the --json report ("stats", "prefix"), in the
- * order of strata.h's lists. */
-static json_t *stats_json(const strata_stats *s, const char *section) {
-    json_t *j = json_object();
-    int n;
-    const strata_stat_field *f = strata_stats_fields(&n);
-    for (int i = 0; j && i < n; i++) {
-        if (!f[i].json || !f[i].section || strcmp(f[i].section, section)) continue;
-        const char *p = (const char *)s + f[i].offset;
-        json_t *v;
-        if (f[i].type == STRATA_STAT_f64) { double d; memcpy(&d, p, sizeof d); v = json_real(d); }
-        else if (f[i].type == STRATA_STAT_i64) { int64_t d; memcpy(&d, p, sizeof d); v = json_integer((json_int_t)d); }
-        else { uint64_t d; memcpy(&d, p, sizeof d); v = json_integer((json_int_t)d); }
-        json_object_set_new(j, f[i].json, v);
-    }
-    return j;
-}
-
-char *strata_model_report_json(strata_model *m) {
-    /* jsonx routes jansson through base_alloc once it has loaded anything: make
-     * sure of that, so the text is released with base_free */
-    json_decref(jsonx_load((const uint8_t *)"{}", 2, "init", NULL, 0));
-    strata_stats st;
-    strata_model_get_stats(m, &st);
-    json_t *j;
-    if (!m->placed || !m->w) {
-        j = json_pack("{s:s}", "plan", "resident");
-    } else {
-        j = json_object();
-        json_object_set_new(j, "plan", place_plan_json(&m->plan));
-        json_object_set_new(j, "stats", stats_json(&st, "stats"));
-    }
-    if (j && m->px) json_object_set_new(j, "prefix", stats_json(&st, "prefix"));
-    char *txt = j ? json_dumps(j, JSON_INDENT(2)) : NULL;
-    json_decref(j);
-    return txt;
-}
 
 /* =============================================================== sequences */
 

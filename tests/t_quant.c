@@ -133,20 +133,27 @@ static int q_edit(const char *src, const char *dst, const char *py) {
     return rc;
 }
 
+/* `strata run` of an edited checkpoint: its output with "rc=N" last. */
+static char *run_bad(const char *dir) {
+    char cmd[4096], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 2 2>&1; echo rc=$?", t_strata(), dir);
+    t_run(cmd, &out);
+    return out;
+}
+
 /* Missing companions, wrong companion dtypes and shapes: exit 1, each named. */
 TEST(quant_bind_errors) {
     const char *q8 = q_model("fp8", "random", 0), *q4 = q_model("int4", "random", 0);
     CHECK(q8 && q4);
     if (!q8 || !q4) return;
-    char bad[1024], cmd[4096], *out = NULL;
+    char bad[1024], *out = NULL;
     snprintf(bad, sizeof bad, "%s/q_bad8", t_tmpdir);
     CHECK(q_edit(q8, bad,
                  "L='model.layers.0.self_attn.'\n"
                  "i=h.index(L+'q_proj.weight_scale_inv'); j=h.index('F32',i); h=h[:j]+'I32'+h[j+3:]\n"
                  "for s in (h, ix): pass\n"
                  "h=h.replace(L+'k_proj.weight_scale_inv', L+'k_proj.weight_scale_xxx'); ix=ix.replace(L+'k_proj.weight_scale_inv', L+'k_proj.weight_scale_xxx')") == 0);
-    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 2 2>&1; echo rc=$?", t_strata(), bad);
-    t_run(cmd, &out);
+    out = run_bad(bad);
     CHECK_MSG(out && strstr(out, "tensor model.layers.0.self_attn.q_proj.weight_scale_inv has dtype I32, expected F32"), "%s", out ? out : "");
     CHECK_MSG(out && strstr(out, "missing tensor model.layers.0.self_attn.k_proj.weight_scale_inv [1, 1]"), "%s", out ? out : "");
     CHECK_MSG(out && strstr(out, "rc=1"), "%s", out ? out : "");
@@ -158,8 +165,7 @@ TEST(quant_bind_errors) {
                  "i=h.index(E+'w2.weight_scale'); j=h.index('BF16',i); h=h[:j]+'F16\\\"'+h[j+4:]\n"
                  "h=h.replace('\\\"F16\\\"\\\"', '\\\"F16\\\" ')\n"
                  "import json; o=json.loads(h)[E+'w3.weight_shape']['data_offsets'][0]+8+n; b[o:o+4]=struct.pack('<i', 99)") == 0);
-    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 2 2>&1; echo rc=$?", t_strata(), bad);
-    t_run(cmd, &out);
+    out = run_bad(bad);
     CHECK_MSG(out && strstr(out, "rc=1") && strstr(out, "experts.5.w2.weight_scale has dtype F16, expected BF16 (INT4 weight_scale)"), "%s",
               out ? out : "");
     CHECK_MSG(out && strstr(out, "experts.5.w3.weight_shape says [99, 128], expected [128, 128]"), "%s", out ? out : "");

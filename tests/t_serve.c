@@ -27,34 +27,15 @@
  *                  while the slot is busy, a dropped stream frees its slot at
  *                  once, a partial request times out without holding the slot,
  *                  SIGTERM with a stream in flight.
- *   serve_choices: issue 42: logprobs equal the log-softmax of `strata run
- *                  --dump-logits`; n = 3 with seed s equals single requests with
- *                  s, s+1, s+2 (texts and logprobs, bit for bit), streamed
- *                  indexes; aliases, created / system_fingerprint / seed,
- *                  reasoning_tokens, CORS preflight, 415 without --cors,
- *                  x-api-key; POST /v1/messages with @anthropic-ai/sdk
- *                  (tests/serve/anthropic.mjs).
- *   serve_progress: a long prompt's ": prefill" comments, /slots and the
- *                  strata_prefill_* metrics; a hang-up during the prompt frees
- *                  the slot.
+ *   The issue-42 suites (serve_choices, serve_progress) and the tool and
+ *   reasoning formats (serve_tools, serve_reasoning_formats) are t_serve_api.c's;
+ *   the server and client helpers both use are serve_test.h's.
  * Every wait is bounded; the server is always killed at the end.
  */
-#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <signal.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <time.h>
-#include <unistd.h>
-#include "jsonx.h"
-#include "serve/request.h"
-#include "strata.h"
-#include "test.h"
+#include "serve_test.h"
 
 /* ===== the parser ===== */
 
@@ -201,181 +182,6 @@ TEST(serve_request) {
     CHECK(req_utf8_valid_prefix("ab\xe2\x82", 4) == 2);
 }
 
-/* ===== a server process and a small HTTP client ===== */
-
-typedef struct server {
-    pid_t pid;
-    int port;
-    char log[1024];
-} server;
-
-/* Starts ./strata serve DIR ARGS... on a free port; 0 when /health says ready. */
-static int server_start(server *s, const char *dir, const char *step_ms, const char *const *args) {
-    memset(s, 0, sizeof *s);
-    static int k;
-    snprintf(s->log, sizeof s->log, "%s/serve%d.log", t_tmpdir, k++);
-    const char *argv[32] = {"strata", "serve", dir, "--port", "0", "--host", "127.0.0.1"};
-    int n = 7;
-    for (int i = 0; args && args[i] && n < 30; i++) argv[n++] = args[i];
-    argv[n] = NULL;
-    fflush(NULL);
-    s->pid = fork();
-    if (s->pid < 0) return -1;
-    if (s->pid == 0) {
-        FILE *f = freopen(s->log, "w", stderr);
-        if (!f) _exit(126);
-        dup2(2, 1);
-        if (step_ms) setenv("STRATA_SERVE_STEP_MS", step_ms, 1);
-        execv(t_strata(), (char *const *)argv);
-        _exit(127);
-    }
-    for (int i = 0; i < 200 && !s->port; i++) { /* <= 10 s for the listening line */
-        uint8_t *txt = NULL;
-        size_t len;
-        if (!base_read_file(s->log, 1 << 20, &txt, &len, NULL, 0)) {
-            const char *at = strstr((char *)txt, "listening on http://127.0.0.1:");
-            if (at) s->port = atoi(at + strlen("listening on http://127.0.0.1:"));
-            base_free(txt);
-        }
-        if (!s->port) usleep(50000);
-    }
-    return s->port ? 0 : -1;
-}
-
-/* SIGTERM, then up to 15 s for the exit; SIGKILL after that. Returns the exit
- * status (or -1 when it had to be killed). */
-static int server_stop(server *s) {
-    if (s->pid <= 0) return -1;
-    kill(s->pid, SIGTERM);
-    int st = 0;
-    for (int i = 0; i < 300; i++) {
-        pid_t w = waitpid(s->pid, &st, WNOHANG);
-        if (w == s->pid) { s->pid = 0; return WIFEXITED(st) ? WEXITSTATUS(st) : -1; }
-        usleep(50000);
-    }
-    kill(s->pid, SIGKILL);
-    waitpid(s->pid, &st, 0);
-    s->pid = 0;
-    return -1;
-}
-
-static int sock_open(int port) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) { close(fd); return -1; }
-    return fd;
-}
-
-static int sock_send(int fd, const void *p, size_t n) {
-    const char *c = p;
-    while (n) {
-        ssize_t k = send(fd, c, n, MSG_NOSIGNAL);
-        if (k <= 0) return -1;
-        c += k;
-        n -= (size_t)k;
-    }
-    return 0;
-}
-
-/* Reads into b until the peer closes, stop appears, or timeout_s passes. 1 when
- * the peer closed, 0 otherwise. */
-static int sock_read(int fd, req_buf *b, const char *stop, double timeout_s) {
-    const double t_end = base_now() + timeout_s;
-    for (;;) {
-        if (stop && b->p && strstr(b->p, stop)) return 0;
-        double left = t_end - base_now();
-        if (left <= 0) return 0;
-        struct pollfd p = {fd, POLLIN, 0};
-        if (poll(&p, 1, (int)(left * 1000) + 1) <= 0) continue;
-        char buf[8192];
-        ssize_t k = recv(fd, buf, sizeof buf, 0);
-        if (k <= 0) return 1;
-        req_buf_add(b, buf, (size_t)k);
-    }
-}
-
-/* One request (Connection: close); the response in *out (status line on). Returns
- * the status or -1. */
-static int http(int port, const char *method, const char *path, const char *key, const char *body, size_t body_len,
-                req_buf *out) {
-    memset(out, 0, sizeof *out);
-    int fd = sock_open(port);
-    if (fd < 0) return -1;
-    req_buf rq = {0};
-    req_buf_addf(&rq, "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n", method, path);
-    if (key) req_buf_addf(&rq, "Authorization: Bearer %s\r\n", key);
-    if (body) req_buf_addf(&rq, "Content-Type: application/json\r\nContent-Length: %zu\r\n", body_len);
-    req_buf_add(&rq, "\r\n", 2);
-    if (body) req_buf_add(&rq, body, body_len);
-    int st = -1;
-    if (!sock_send(fd, rq.p, rq.n)) {
-        sock_read(fd, out, NULL, 30);
-        if (out->p && !strncmp(out->p, "HTTP/1.1 ", 9)) st = atoi(out->p + 9);
-    }
-    req_buf_free(&rq);
-    close(fd);
-    return st;
-}
-
-static int post(int port, const char *path, const char *key, const char *body, req_buf *out) {
-    return http(port, "POST", path, key, body, strlen(body), out);
-}
-
-static const char *body_of(const req_buf *b) {
-    const char *p = b->p ? strstr(b->p, "\r\n\r\n") : NULL;
-    return p ? p + 4 : "";
-}
-
-/* An OpenAI error document naming param (NULL: any). */
-static int is_error(const req_buf *b, const char *param) {
-    char err[256];
-    const char *txt = body_of(b);
-    json_t *j = jsonx_load((const uint8_t *)txt, strlen(txt), "response", err, sizeof err);
-    json_t *e = json_object_get(j, "error");
-    int ok = json_is_object(e) && json_is_string(json_object_get(e, "message")) && json_is_string(json_object_get(e, "type")) &&
-             json_object_get(e, "code") != NULL;
-    if (ok && param) ok = json_is_string(json_object_get(e, "param")) && !strcmp(json_string_value(json_object_get(e, "param")), param);
-    json_decref(j);
-    return ok;
-}
-
-static int wait_health(int port) {
-    for (int i = 0; i < 200; i++) {
-        req_buf b;
-        int st = http(port, "GET", "/health", NULL, NULL, 0, &b);
-        req_buf_free(&b);
-        if (st == 200) return 0;
-        usleep(50000);
-    }
-    return -1;
-}
-
-static const char *serve_model(void) { return t_model("serve_tiny", "tiny", 5, 0); }
-
-/* Prepares tests/serve/node_modules (openai@4, puppeteer-core) once; 0 when ready. */
-static int node_ready(void) {
-    char *out = NULL;
-    int rc = 0;
-    if (t_run("node --version && npm --version", &out) != 0) {
-        CHECK_MSG(0, "node/npm not found (needed for the openai client tests): %s", out);
-        rc = -1;
-    } else if (!base_is_dir("tests/serve/node_modules/openai") || !base_is_dir("tests/serve/node_modules/puppeteer-core") ||
-               !base_is_dir("tests/serve/node_modules/ajv") || !base_is_dir("tests/serve/node_modules/@anthropic-ai/sdk")) {
-        base_free(out);
-        out = NULL;
-        if (t_run("npm ci --prefix tests/serve --no-audit --no-fund --loglevel=error", &out) != 0) {
-            CHECK_MSG(0, "npm ci --prefix tests/serve failed (registry unreachable?): %s", out);
-            rc = -1;
-        }
-    }
-    base_free(out);
-    return rc;
-}
-
-#define KEY "test-key-123"
-
 TEST(serve_http) {
     const char *dir = serve_model();
     CHECK(dir != NULL);
@@ -384,8 +190,7 @@ TEST(serve_http) {
     char cache_dir[600];
     snprintf(cache_dir, sizeof cache_dir, "%s/serve_cache", t_tmpdir);
     const char *const args[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--max-body", "64K", "--cache-dir", cache_dir, NULL};
-    CHECK(server_start(&s, dir, "1", args) == 0);
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    if (server_up(&s, dir, "1", args)) return;
     req_buf b;
     const char *chat = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":4}";
 
@@ -466,29 +271,16 @@ TEST(serve_http) {
 
     /* the official client */
     if (!node_ready()) {
-        char cmd[512], *out = NULL;
-        snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/client.mjs %d %s serve_tiny", s.port, KEY);
-        int rc = t_run(cmd, &out);
-        CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "client.mjs: %s", out);
-        base_free(out);
+        node_all_ok("timeout 240 node tests/serve/client.mjs %d %s serve_tiny", s.port, KEY);
         /* prefix reuse against a fresh server without a prefix cache that speculates */
         server sb;
         static const char *const bargs[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--no-prefix", "--spec", "3", NULL};
         CHECK(server_start(&sb, dir, NULL, bargs) == 0);
         if (sb.port && !wait_health(sb.port)) {
-            out = NULL;
-            snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/prefix.mjs %d %d %s serve_tiny", s.port, sb.port, KEY);
-            rc = t_run(cmd, &out);
-            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "prefix.mjs: %s", out);
-            base_free(out);
-            /* structured output on both servers (the second speculates) */
-            for (int k = 0; k < 2; k++) {
-                out = NULL;
-                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/schema.mjs %d %s serve_tiny", k ? sb.port : s.port, KEY);
-                rc = t_run(cmd, &out);
-                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "schema.mjs (%s): %s", k ? "--spec 3" : "plain", out);
-                base_free(out);
-            }
+            node_all_ok("timeout 120 node tests/serve/prefix.mjs %d %d %s serve_tiny", s.port, sb.port, KEY);
+            /* structured output on both servers (the second speculates: its port is the second) */
+            for (int k = 0; k < 2; k++)
+                node_all_ok("timeout 240 node tests/serve/schema.mjs %d %s serve_tiny", k ? sb.port : s.port, KEY);
         } else {
             CHECK(0);
         }
@@ -531,8 +323,7 @@ TEST(serve_limits) {
     if (!dir) return;
     server s;
     static const char *const args[] = {"--parallel", "1", "--queue", "0", "--ctx", "4096", "--timeout", "1", "--grace", "1", NULL};
-    CHECK(server_start(&s, dir, "5", args) == 0); /* 5 ms per step: 3000 tokens take 15 s */
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    if (server_up(&s, dir, "5", args)) return; /* 5 ms per step: 3000 tokens take 15 s */
     const char *longreq = "{\"prompt\":\"abc\",\"max_tokens\":3000,\"stream\":true}";
     req_buf b = {0}, rq = {0};
     req_buf_addf(&rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %zu\r\n\r\n%s", strlen(longreq), longreq);
@@ -603,8 +394,7 @@ TEST(serve_limits) {
     /* the same with a non-streamed request: its whole answer (200 when it ended
      * within the grace, else 503 with an error object) goes out before the
      * connections close */
-    CHECK(server_start(&s, dir, "5", args) == 0);
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    if (server_up(&s, dir, "5", args)) return;
     const char *plain = "{\"prompt\":\"abc\",\"max_tokens\":3000}";
     req_buf_addf(&rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: %zu\r\n\r\n%s", strlen(plain), plain);
     fd = sock_open(s.port);
@@ -636,8 +426,7 @@ TEST(serve_page) {
     if (!dir || node_ready()) return;
     server s;
     static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "512", NULL};
-    CHECK(server_start(&s, dir, "15", args) == 0); /* 15 ms per step: a long reply lasts seconds */
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    if (server_up(&s, dir, "15", args)) return; /* 15 ms per step: a long reply lasts seconds */
     char cmd[512], *out = NULL;
     snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/page.mjs %d %s serve_tiny", s.port, KEY);
     int rc = t_run(cmd, &out);
@@ -667,8 +456,7 @@ TEST(serve_hostile) {
     snprintf(cache_dir, sizeof cache_dir, "%s/serve_cache_lock", t_tmpdir);
     server s;
     const char *const args[] = {"--parallel", "2", "--ctx", "256", "--cache-dir", cache_dir, NULL};
-    CHECK(server_start(&s, dot, NULL, args) == 0);
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    if (server_up(&s, dot, NULL, args)) return;
     req_buf b;
 
     /* 405 with Allow */
@@ -772,8 +560,7 @@ TEST(serve_slow_clients) {
     if (!dir) return;
     server s;
     static const char *const args[] = {"--parallel", "2", "--ctx", "256", NULL};
-    CHECK(server_start(&s, dir, NULL, args) == 0);
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    if (server_up(&s, dir, NULL, args)) return;
     enum { N = 200 };
     int fds[N];
     int opened = 0;
@@ -821,8 +608,7 @@ TEST(serve_slow_clients) {
     /* the whole-request deadline: a connection that is never silent still ends */
     static const char *const dargs[] = {"--parallel", "1", "--queue", "1", "--ctx", "4096", "--request-timeout", "1",
                                         "--max-conns", "2", NULL};
-    CHECK(server_start(&s, dir, "5", dargs) == 0); /* 5 ms a step: 3000 tokens take 15 s (as serve_limits) */
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
+    if (server_up(&s, dir, "5", dargs)) return; /* 5 ms a step: 3000 tokens take 15 s (as serve_limits) */
     int fd = sock_open(s.port);
     CHECK(fd >= 0 && sock_send(fd, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Slow: ", 49) == 0);
     t0 = base_now();
@@ -874,281 +660,3 @@ TEST(serve_slow_clients) {
     CHECK(server_stop(&s) == 0);
 }
 
-/* ===== issue 42: logprobs, n, prefill progress, compatibility ===== */
-
-/* The parsed JSON body of an answer (NULL when it is not JSON). */
-static json_t *answer(const req_buf *b) {
-    const char *t = body_of(b);
-    return jsonx_load((const uint8_t *)t, strlen(t), "answer", NULL, 0);
-}
-
-/* Completions logprobs == the log-softmax of `strata run --dump-logits` (greedy):
- * the chosen token's value and the top alternative's. */
-static void check_logprobs_vs_dump(int port, const char *dir) {
-    char cmd[1600], *out = NULL;
-    char dump[700];
-    snprintf(dump, sizeof dump, "%s/lp.f32", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "%s run %s --ids 5,17,42,7 --gen 6 --temp 0 --dump-logits %s --print-ids", t_strata(), dir, dump);
-    CHECK_MSG(t_run(cmd, &out) == 0, "run: %s", out);
-    base_free(out);
-    uint8_t *raw = NULL;
-    size_t len = 0;
-    CHECK(base_read_file(dump, 1 << 26, &raw, &len, NULL, 0) == 0);
-    req_buf b;
-    CHECK(post(port, "/v1/completions", KEY, "{\"prompt\":[5,17,42,7],\"max_tokens\":6,\"temperature\":0,\"logprobs\":3}", &b) == 200);
-    json_t *j = answer(&b), *lp = json_object_get(json_array_get(json_object_get(j, "choices"), 0), "logprobs");
-    json_t *vals = json_object_get(lp, "token_logprobs");
-    const size_t V = 512, steps = raw ? len / (V * sizeof(float)) : 0;
-    CHECK(json_array_size(vals) >= 1 && steps >= json_array_size(vals));
-    for (size_t i = 0; i < json_array_size(vals) && i < steps; i++) {
-        const float *x = (const float *)raw + i * V;
-        double mx = -INFINITY, sum = 0;
-        size_t am = 0;
-        for (size_t v = 0; v < V; v++) if (x[v] > mx) { mx = x[v]; am = v; }
-        for (size_t v = 0; v < V; v++) sum += exp((double)x[v] - mx);
-        const double want = (double)x[am] - mx - log(sum);
-        const double got = json_real_value(json_array_get(vals, i));
-        CHECK_MSG(fabs(got - want) <= 1e-6 * (1 + fabs(want)), "step %zu: logprob %.9f, log-softmax of the dump %.9f", i, got, want);
-        json_t *top = json_array_get(json_object_get(lp, "top_logprobs"), i);
-        CHECK(json_object_size(top) >= 1);
-    }
-    json_decref(j);
-    req_buf_free(&b);
-    base_free(raw);
-}
-
-/* n = 3 with seed s == three single requests with seeds s, s+1, s+2: texts and
- * every token's logprob, bit for bit; usage counts the prompt once. */
-static void check_n_choices(int port) {
-    const char *base = "\"messages\":[{\"role\":\"user\",\"content\":\"tell me\"}],\"max_tokens\":8,\"temperature\":1,"
-                       "\"reasoning_effort\":\"none\",\"logprobs\":true";
-    char body[512];
-    req_buf b;
-    snprintf(body, sizeof body, "{%s,\"n\":3,\"seed\":41}", base);
-    CHECK(post(port, "/v1/chat/completions", KEY, body, &b) == 200);
-    json_t *all = answer(&b);
-    req_buf_free(&b);
-    json_t *ch = json_object_get(all, "choices");
-    CHECK(json_array_size(ch) == 3 && json_integer_value(json_object_get(all, "seed")) == 41);
-    int64_t completion = 0;
-    for (int k = 0; k < 3; k++) {
-        snprintf(body, sizeof body, "{%s,\"seed\":%d}", base, 41 + k);
-        CHECK(post(port, "/v1/chat/completions", KEY, body, &b) == 200);
-        json_t *one = answer(&b), *c1 = json_array_get(json_object_get(one, "choices"), 0), *cn = json_array_get(ch, (size_t)k);
-        CHECK(json_integer_value(json_object_get(cn, "index")) == k);
-        char *a = json_dumps(json_object_get(c1, "logprobs"), JSON_COMPACT), *z = json_dumps(json_object_get(cn, "logprobs"), JSON_COMPACT);
-        CHECK_MSG(a && z && !strcmp(a, z), "choice %d differs from the single request with seed %d", k, 41 + k);
-        CHECK(json_equal(json_object_get(c1, "message"), json_object_get(cn, "message")));
-        completion += json_integer_value(json_object_get(json_object_get(one, "usage"), "completion_tokens"));
-        CHECK(json_integer_value(json_object_get(json_object_get(one, "usage"), "prompt_tokens")) ==
-              json_integer_value(json_object_get(json_object_get(all, "usage"), "prompt_tokens")));
-        base_free(a);
-        base_free(z);
-        json_decref(one);
-        req_buf_free(&b);
-    }
-    CHECK(json_integer_value(json_object_get(json_object_get(all, "usage"), "completion_tokens")) == completion);
-    json_decref(all);
-    /* streamed: every chunk's choice carries its index, each index finishes */
-    snprintf(body, sizeof body, "{%s,\"n\":2,\"seed\":41,\"stream\":true}", base);
-    CHECK(post(port, "/v1/chat/completions", KEY, body, &b) == 200);
-    CHECK(b.p && strstr(b.p, "\"index\":1,\"delta\"") && strstr(b.p, "data: [DONE]"));
-    int fin = 0;
-    for (const char *p = b.p; p && (p = strstr(p, "\"finish_reason\":\"")); p++) fin++;
-    CHECK(fin == 2);
-    req_buf_free(&b);
-}
-
-TEST(serve_choices) {
-    const char *dir = serve_model();
-    CHECK(dir != NULL);
-    if (!dir) return;
-    server s;
-    const char *const args[] = {"--parallel", "4", "--api-key", KEY, "--ctx", "512", "--alias", "kimi-k3", "--cors", "https://app.example",
-                                NULL};
-    CHECK(server_start(&s, dir, NULL, args) == 0);
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
-    check_logprobs_vs_dump(s.port, dir);
-    check_n_choices(s.port);
-    if (!node_ready()) { /* POST /v1/messages with the official @anthropic-ai/sdk */
-        char cmd[512], *out = NULL;
-        snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/anthropic.mjs %d %s kimi-k3", s.port, KEY);
-        CHECK_MSG(t_run(cmd, &out) == 0 && strstr(out, "ALL OK"), "anthropic.mjs: %s", out);
-        base_free(out);
-    }
-    req_buf b;
-    /* aliases: listed, named in answers, accepted */
-    CHECK(http(s.port, "GET", "/v1/models", KEY, NULL, 0, &b) == 200 && strstr(b.p, "\"id\":\"kimi-k3\"") && strstr(b.p, "\"id\":\"serve_tiny\""));
-    req_buf_free(&b);
-    CHECK(post(s.port, "/v1/chat/completions", KEY, "{\"model\":\"kimi-k3\",\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":2}", &b) == 200);
-    {
-        json_t *j = answer(&b);
-        CHECK(!strcmp(json_string_value(json_object_get(j, "model")) ? json_string_value(json_object_get(j, "model")) : "", "kimi-k3"));
-        CHECK(json_integer_value(json_object_get(j, "created")) > 0 && json_is_string(json_object_get(j, "system_fingerprint")) &&
-              json_is_integer(json_object_get(j, "seed")));
-        CHECK(json_is_integer(json_object_get(json_object_get(json_object_get(j, "usage"), "completion_tokens_details"), "reasoning_tokens")));
-        json_decref(j);
-    }
-    CHECK(strstr(b.p, "Access-Control-Allow-Origin: https://app.example") != NULL);
-    req_buf_free(&b);
-    /* a preflight */
-    CHECK(http(s.port, "OPTIONS", "/v1/chat/completions", NULL, NULL, 0, &b) == 204 && strstr(b.p, "Access-Control-Allow-Methods") &&
-          strstr(b.p, "Access-Control-Allow-Headers"));
-    req_buf_free(&b);
-    CHECK(server_stop(&s) == 0);
-
-    /* without --cors: a form post is refused; x-api-key is a key too */
-    const char *const args2[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "512", NULL};
-    CHECK(server_start(&s, dir, NULL, args2) == 0);
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
-    {
-        int fd = sock_open(s.port);
-        const char *body = "{\"prompt\":\"x\",\"max_tokens\":1}";
-        char rq[512];
-        snprintf(rq, sizeof rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-api-key: %s\r\n"
-                                "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: %zu\r\n\r\n%s", KEY, strlen(body), body);
-        memset(&b, 0, sizeof b);
-        CHECK(fd >= 0 && sock_send(fd, rq, strlen(rq)) == 0);
-        sock_read(fd, &b, NULL, 20);
-        CHECK(b.p && !strncmp(b.p, "HTTP/1.1 415", 12) && is_error(&b, NULL));
-        req_buf_free(&b);
-        if (fd >= 0) close(fd);
-        fd = sock_open(s.port);
-        snprintf(rq, sizeof rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nx-api-key: %s\r\n"
-                                "Content-Type: application/json\r\nContent-Length: %zu\r\n\r\n%s", KEY, strlen(body), body);
-        CHECK(fd >= 0 && sock_send(fd, rq, strlen(rq)) == 0);
-        sock_read(fd, &b, NULL, 20);
-        CHECK(b.p && !strncmp(b.p, "HTTP/1.1 200", 12));
-        req_buf_free(&b);
-        if (fd >= 0) close(fd);
-    }
-    CHECK(server_stop(&s) == 0);
-}
-
-/* A streaming request with a long prompt (8 passes of 64 rows, slowed) gets
- * ": prefill DONE/TOTAL" comments; /slots and /metrics show its progress; a
- * client that hangs up during the prompt frees its slot. */
-TEST(serve_progress) {
-    const char *dir = serve_model();
-    CHECK(dir != NULL);
-    if (!dir) return;
-    server s;
-    const char *const args[] = {"--parallel", "1", "--api-key", KEY, "--ctx", "512", "--progress-interval", "0.1", "--no-prefix", NULL};
-    CHECK(server_start(&s, dir, "150", args) == 0);
-    if (!s.port || wait_health(s.port)) { CHECK(0); server_stop(&s); return; }
-    req_buf body = {0};
-    req_buf_add(&body, "{\"prompt\":[", 11);
-    for (int i = 0; i < 480; i++) req_buf_addf(&body, "%s%d", i ? "," : "", 1 + i % 300);
-    req_buf_add(&body, "],\"max_tokens\":2,\"stream\":true}", 31);
-    for (int round = 0; round < 2; round++) {
-        int fd = sock_open(s.port);
-        req_buf rq = {0}, got = {0}, b;
-        req_buf_addf(&rq, "POST /v1/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\n"
-                          "Content-Length: %zu\r\n\r\n", KEY, body.n);
-        req_buf_add(&rq, body.p, body.n);
-        CHECK(fd >= 0 && sock_send(fd, rq.p, rq.n) == 0);
-        sock_read(fd, &got, ": prefill ", 20);
-        CHECK_MSG(got.p && strstr(got.p, ": prefill ") && strstr(got.p, "/480\n\n"), "no progress comment: %s", got.p ? got.p : "");
-        CHECK(http(s.port, "GET", "/slots", KEY, NULL, 0, &b) == 200 && strstr(b.p, "\"state\":\"prefill\"") &&
-              strstr(b.p, "\"prompt_tokens\":480"));
-        req_buf_free(&b);
-        CHECK(http(s.port, "GET", "/metrics", NULL, NULL, 0, &b) == 200 && strstr(b.p, "strata_prefill_tokens{of=\"total\"} 480"));
-        req_buf_free(&b);
-        if (round == 0) {
-            sock_read(fd, &got, "data: [DONE]", 30); /* the whole answer */
-            CHECK(got.p && strstr(got.p, "data: [DONE]"));
-        } else {
-            close(fd); /* hang up during the prompt: the slot is free at the next pass */
-            fd = -1;
-            int freed = 0;
-            for (int i = 0; i < 200 && !freed; i++) {
-                CHECK(http(s.port, "GET", "/slots", KEY, NULL, 0, &b) == 200);
-                freed = b.p && strstr(b.p, "\"slots\":[]") != NULL;
-                req_buf_free(&b);
-                if (!freed) usleep(50000);
-            }
-            CHECK_MSG(freed, "the cancelled request still holds its slot");
-            CHECK(http(s.port, "GET", "/metrics", NULL, NULL, 0, &b) == 200 && strstr(b.p, "status=\"499\""));
-            req_buf_free(&b);
-        }
-        if (fd >= 0) close(fd);
-        req_buf_free(&rq);
-        req_buf_free(&got);
-    }
-    req_buf_free(&body);
-    CHECK(server_stop(&s) == 0);
-}
-
-/* Tool calls through the official client (tests/serve/tools.mjs) on K3's XTML
- * (tiny), the Kimi K2 format (kimi-linear-tiny) and DeepSeek-V3's: the tool
- * loop streamed and not, forced calls valid by ajv (alone and 4 concurrent ==
- * solo), a named choice, parallel calls, garbage as content, refusals. On K3
- * and Kimi Linear also /v1/messages tool use with @anthropic-ai/sdk
- * (anthropic.mjs tools: the loop, tool_use / tool_result blocks, streamed ==
- * not). */
-TEST(serve_tools) {
-    static const char *const presets[][2] = {{"serve_tools_k3", "tiny"}, {"serve_tools_kl", "kimi-linear-tiny"},
-                                             {"serve_tools_ds", "deepseek-v3-tiny"}};
-    if (node_ready()) return;
-    for (int i = 0; i < 3; i++) {
-        const char *dir = t_model(presets[i][0], presets[i][1], 5, 0);
-        CHECK(dir != NULL);
-        if (!dir) continue;
-        server s;
-        static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "2048", NULL};
-        CHECK(server_start(&s, dir, NULL, args) == 0);
-        if (s.port && !wait_health(s.port)) {
-            char cmd[512], *out = NULL;
-            snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, presets[i][0]);
-            int rc = t_run(cmd, &out);
-            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "tools.mjs on %s: %s", presets[i][1], out);
-            base_free(out);
-            if (i < 2) { /* tool use on /v1/messages (@anthropic-ai/sdk): K3's XTML and the K2 format */
-                out = NULL;
-                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/anthropic.mjs %d %s %s tools", s.port, KEY, presets[i][0]);
-                rc = t_run(cmd, &out);
-                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "anthropic.mjs tools on %s: %s", presets[i][1], out);
-                base_free(out);
-            }
-        } else {
-            CHECK(0);
-        }
-        CHECK(server_stop(&s) == 0);
-    }
-}
-
-/* The chat format comes from the model's tokenizer (DeepSeek's tokenizer.json,
- * Kimi's tiktoken with K2-Thinking's <think>): reasoning_content exactly where
- * the format reasons (R1 and K2-Thinking whatever the effort, DeepSeek-V3
- * never), streamed == not streamed (tests/serve/reasoning.mjs); a tool loop
- * through the K2 tool format on K2-Thinking's layout (tests/serve/tools.mjs). */
-TEST(serve_reasoning_formats) {
-    static const char *const k[][3] = {{"serve_fmt_r1", "deepseek-r1-tiny", "always"},
-                                       {"serve_fmt_v3", "deepseek-v3-tiny", "never"},
-                                       {"serve_fmt_k2t", "kimi-k2-thinking-tiny", "always"}};
-    if (node_ready()) return;
-    for (int i = 0; i < 3; i++) {
-        const char *dir = t_model(k[i][0], k[i][1], 5, 0);
-        CHECK(dir != NULL);
-        if (!dir) continue;
-        server s;
-        static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "2048", NULL};
-        CHECK(server_start(&s, dir, NULL, args) == 0);
-        if (s.port && !wait_health(s.port)) {
-            char cmd[512], *out = NULL;
-            snprintf(cmd, sizeof cmd, "timeout 120 node tests/serve/reasoning.mjs %d %s %s %s", s.port, KEY, k[i][0], k[i][2]);
-            int rc = t_run(cmd, &out);
-            CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "reasoning.mjs on %s: %s", k[i][1], out);
-            base_free(out);
-            if (i == 2) {
-                snprintf(cmd, sizeof cmd, "timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, k[i][0]);
-                rc = t_run(cmd, &out);
-                CHECK_MSG(rc == 0 && strstr(out, "ALL OK"), "tools.mjs on %s: %s", k[i][1], out);
-                base_free(out);
-            }
-        } else {
-            CHECK(0);
-        }
-        CHECK(server_stop(&s) == 0);
-    }
-}

@@ -22,26 +22,12 @@
 #include "test.h"
 #include "tok.h"
 
-/* ByteLevel alphabet character of byte b, UTF-8 into out; returns its length. */
-static size_t bl_char(int b, char *out) {
-    int pr = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
-    unsigned cp = (unsigned)b;
-    if (!pr) {
-        cp = 256;
-        for (int i = 0; i < b; i++) cp += !((i >= 33 && i <= 126) || (i >= 161 && i <= 172) || i >= 174);
-    }
-    if (cp < 0x80) { out[0] = (char)cp; return 1; }
-    out[0] = (char)(0xC0 | cp >> 6);
-    out[1] = (char)(0x80 | (cp & 0x3F));
-    return 2;
-}
-
 /* A JSON string of bytes s through the alphabet. */
 static void bl_str(sbuf *b, const char *s) {
     sbuf_printf(b, "\"");
     for (; *s; s++) {
         char c[2];
-        size_t n = bl_char((uint8_t)*s, c);
+        size_t n = gen_bytelevel_char((uint8_t)*s, c);
         if (n == 1 && (c[0] == '"' || c[0] == '\\')) sbuf_printf(b, "\\%c", c[0]);
         else sbuf_printf(b, "%.*s", (int)n, c);
     }

@@ -4,7 +4,8 @@
  *
  *   infer.c    the engine and session lifecycle, scratch carving, the layer loop
  *              (Block Attention Residuals around each layer), the head, steps,
- *              speculation and state files
+ *              speculation
+ *   infer_state.c  session state files and the configuration fingerprint
  *   mm.c       matmul jobs: y = W x products split over the pool by output rows,
  *              weights in RAM or streamed in row slices
  *   attnres.c  Block Attention Residuals: the softmax over the residual sources
@@ -153,6 +154,12 @@ struct session {
     int64_t mtp_pos, mtp_cap, mtp_depth;
     float *mtp_ring, *mtp_ch;
 };
+
+/* The ring row of the final hidden state at position q (q >= 0; row 0 for -1):
+ * session_parts and the state files (infer_state.c) read the pending row there. */
+static inline float *session_mtp_hidden(const session *s, int64_t q) {
+    return s->mtp_ring + (q > 0 ? q % s->mtp_cap : 0) * s->e->c->hidden;
+}
 
 /* ======================================================================= */
 /* Matmul jobs (mm.c)                                                       */

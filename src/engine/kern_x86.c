@@ -173,27 +173,9 @@ A512 INL void fp4dec512(float *Y, const uint8_t *P, const uint8_t *S, int64_t co
         sr[i] = S + (r + i * rs) * ng;
         acc[i] = _mm512_setzero_ps();
     }
-#define FP4DEC_GROUP(G)                                                                                        \
-    do {                                                                                                       \
-        __m512 lut[4];                                                                                         \
-        UNROLL for (int i = 0; i < RB; i++) lut[i] = _mm512_load_ps(kern_fp4_lut[sr[i][G]]);                   \
-        UNROLL for (int h = 0; h < 2; h++) {                                                                   \
-            const __m512 x = _mm512_load_ps(xp + (G) * 32 + h * 16);                                           \
-            UNROLL for (int i = 0; i < RB; i++)                                                                \
-                acc[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx_s(pr[i] + (G) * 16 + h * 8, sh), lut[i]), x, acc[i]); \
-        }                                                                                                      \
-    } while (0)
-    int64_t g = 0;
-    for (; g + 4 <= ng; g += 4) {
-        UNROLL for (int i = 0; i < RB; i++) _mm_prefetch((const char *)pr[i] + pf + g * 16, _MM_HINT_T0);
-        FP4DEC_GROUP(g);
-        FP4DEC_GROUP(g + 1);
-        FP4DEC_GROUP(g + 2);
-        FP4DEC_GROUP(g + 3);
-    }
-    for (; g < ng; g++) FP4DEC_GROUP(g);
-#undef FP4DEC_GROUP
-    UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red512(_mm512_permutexvar_ps(inv, acc[i]));
+#define FP4_LUT(i, g) _mm512_load_ps(kern_fp4_lut[sr[i][g]])
+    LUTDEC512_WALK(FP4_LUT);
+#undef FP4_LUT
 }
 
 A512 static void mxfp4_avx512(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
@@ -437,10 +419,7 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
     __m256 acc[4][4][2];
     UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i * rs) * rb; sr[i] = S + (r + i * rs) * ng; }
     UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
-        acc[i][j][0] = st ? _mm256_load_ps(st + (i * sts + j) * 16) : _mm256_setzero_ps();
-        acc[i][j][1] = st ? _mm256_load_ps(st + (i * sts + j) * 16 + 8) : _mm256_setzero_ps();
-    }
+    acc256_start(acc, st, sts, RB, TB);
     for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {
         __m256 lut[4];
         UNROLL for (int i = 0; i < RB; i++) {
@@ -461,14 +440,7 @@ A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *
             }
         }
     }
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
-        if (st) {
-            _mm256_store_ps(st + (i * sts + j) * 16, acc[i][j][0]);
-            _mm256_store_ps(st + (i * sts + j) * 16 + 8, acc[i][j][1]);
-        } else {
-            Y[(t + j) * ldy + r + i * rs] = red256(acc[i][j][0], acc[i][j][1]);
-        }
-    }
+    acc256_end(acc, Y, ldy, r, rs, t, st, sts, RB, TB);
 }
 
 /* Decode (T = 1) block on AVX2, the shape of fp4dec512 with fp4_w256's decoder

@@ -144,27 +144,29 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
         }                                                                                     \
         return;                                                                               \
     }
-#define PANELS512(BLK, PREP)                                                                  \
-    float st_[4 * PAN_T * 16] __attribute__((aligned(64)));                                   \
+/* The T x rows walk in PAN_T x PAN_K panels of N-row tiles (N = 4 on AVX-512, 2
+ * on AVX2), the state reduced into Y by RED once per panel column. */
+#define PANELS_(BLK, PREP, N, ALIGN, RED)                                                     \
+    float st_[N * PAN_T * 16] __attribute__((aligned(ALIGN)));                                \
     const int64_t rs = 1;                                                                     \
     (void)rs;                                                                                 \
     for (int64_t ts = 0; ts < T; ts += PAN_T) {                                               \
         int64_t tn = T - ts < PAN_T ? T - ts : PAN_T;                                         \
         for (int64_t r = r0; r < r1;) {                                                       \
-            int rbn = r + 4 <= r1 ? 4 : 1;                                                    \
-            for (int i = 0; i < rbn; i++) /* +0 start, as the unpanelled path */             \
-                memset(st_ + i * PAN_T * 16, 0, (size_t)tn * 16 * sizeof(float));            \
+            int rbn = r + N <= r1 ? N : 1;                                                    \
+            for (int i = 0; i < rbn; i++) /* +0 start, as the unpanelled path */              \
+                memset(st_ + i * PAN_T * 16, 0, (size_t)tn * 16 * sizeof(float));             \
             for (int64_t k0 = 0; k0 < cols; k0 += PAN_K) {                                    \
                 int64_t k1 = cols - k0 < PAN_K ? cols : k0 + PAN_K;                           \
                 PREP(rbn, k0, k1);                                                            \
                 for (int64_t t = ts; t < ts + tn;) {                                          \
                     float *s_ = st_ + (t - ts) * 16;                                          \
-                    if (t + 4 <= ts + tn) {                                                   \
-                        if (rbn == 4) BLK(4, 4, k0, k1, s_, PAN_T);                           \
-                        else BLK(1, 4, k0, k1, s_, PAN_T);                                    \
-                        t += 4;                                                               \
+                    if (t + N <= ts + tn) {                                                   \
+                        if (rbn == N) BLK(N, N, k0, k1, s_, PAN_T);                           \
+                        else BLK(1, N, k0, k1, s_, PAN_T);                                    \
+                        t += N;                                                               \
                     } else {                                                                  \
-                        if (rbn == 4) BLK(4, 1, k0, k1, s_, PAN_T);                           \
+                        if (rbn == N) BLK(N, 1, k0, k1, s_, PAN_T);                           \
                         else BLK(1, 1, k0, k1, s_, PAN_T);                                    \
                         t += 1;                                                               \
                     }                                                                         \
@@ -172,10 +174,12 @@ A512 INL void blk512(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
             }                                                                                 \
             for (int i = 0; i < rbn; i++)                                                     \
                 for (int64_t j = 0; j < tn; j++)                                              \
-                    Y[(ts + j) * ldy + r + i] = red512(_mm512_load_ps(st_ + (i * PAN_T + j) * 16)); \
+                    Y[(ts + j) * ldy + r + i] = RED(st_ + (i * PAN_T + j) * 16);              \
             r += rbn;                                                                         \
         }                                                                                     \
     }
+#define RED512_AT(q) red512(_mm512_load_ps(q))
+#define PANELS512(BLK, PREP) PANELS_(BLK, PREP, 4, 64, RED512_AT)
 
 /* Prefill with T >= WIDE_MIN_T over 16-bit or MXFP4 weights: PANELS512, whose PREP
  * widens each 4-row x PAN_K weight tile to f32 once into a 16 KB stack tile that
@@ -197,6 +201,41 @@ A512 INL __m512i idx_s(const uint8_t *p, __m512i sh) {
     memcpy(&q, p, 8);
     return _mm512_srlv_epi32(_mm512_set1_epi64((long long)q), sh);
 }
+
+/* One 32-column group of a 4-bit LUT decode (fp4dec512, int4dec512): each row's
+ * 16 code bytes index its 16-entry table lut[i] (the group's values, lane c for
+ * code c), against x already permuted by fwd. */
+A512 INL void lutdec512_group(__m512 acc[4], const uint8_t *const pr[4], const __m512 lut[4], const float *xp,
+                              int64_t g, __m512i sh, int RB) {
+    UNROLL for (int h = 0; h < 2; h++) {
+        const __m512 x = _mm512_load_ps(xp + g * 32 + h * 16);
+        UNROLL for (int i = 0; i < RB; i++)
+            acc[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx_s(pr[i] + g * 16 + h * 8, sh), lut[i]), x, acc[i]);
+    }
+}
+
+/* The decoders' walk over the ng groups, unrolled by 4 with one prefetch per row
+ * and iteration pf bytes ahead, then each row's sum into Y (lanes back by inv).
+ * LUT(i, g) is row i's table for group g; the caller declares pr, acc, xp, sh,
+ * inv, ng, pf, RB, r, rs and Y. */
+#define LUTDEC512_WALK(LUT)                                                                                 \
+    do {                                                                                                    \
+        int64_t g_ = 0;                                                                                     \
+        for (; g_ + 4 <= ng; g_ += 4) {                                                                     \
+            UNROLL for (int i = 0; i < RB; i++) _mm_prefetch((const char *)pr[i] + pf + g_ * 16, _MM_HINT_T0); \
+            UNROLL for (int u_ = 0; u_ < 4; u_++) {                                                         \
+                __m512 lut_[4];                                                                             \
+                UNROLL for (int i = 0; i < RB; i++) lut_[i] = LUT(i, g_ + u_);                              \
+                lutdec512_group(acc, pr, lut_, xp, g_ + u_, sh, RB);                                        \
+            }                                                                                               \
+        }                                                                                                   \
+        for (; g_ < ng; g_++) {                                                                             \
+            __m512 lut_[4];                                                                                 \
+            UNROLL for (int i = 0; i < RB; i++) lut_[i] = LUT(i, g_);                                       \
+            lutdec512_group(acc, pr, lut_, xp, g_, sh, RB);                                                 \
+        }                                                                                                   \
+        UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red512(_mm512_permutexvar_ps(inv, acc[i]));     \
+    } while (0)
 
 #ifndef WIDE_MIN_T
 #define WIDE_MIN_T 16
@@ -245,6 +284,27 @@ A256 INL float red256(__m256 a, __m256 b) {
     return _mm_cvtss_f32(_mm_add_ss(d, _mm_movehdup_ps(d)));
 }
 
+/* The AVX2 blocks' state convention (blk512's): accumulators start from the
+ * panel state st (sts apart per row) or zero, and end there or reduced into Y. */
+A256 INL void acc256_start(__m256 acc[4][4][2], const float *st, int64_t sts, int RB, int TB) {
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
+        acc[i][j][0] = st ? _mm256_load_ps(st + (i * sts + j) * 16) : _mm256_setzero_ps();
+        acc[i][j][1] = st ? _mm256_load_ps(st + (i * sts + j) * 16 + 8) : _mm256_setzero_ps();
+    }
+}
+
+A256 INL void acc256_end(__m256 acc[4][4][2], float *Y, int64_t ldy, int64_t r, int64_t rs, int64_t t, float *st,
+                         int64_t sts, int RB, int TB) {
+    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
+        if (st) {
+            _mm256_store_ps(st + (i * sts + j) * 16, acc[i][j][0]);
+            _mm256_store_ps(st + (i * sts + j) * 16 + 8, acc[i][j][1]);
+        } else {
+            Y[(t + j) * ldy + r + i * rs] = red256(acc[i][j][0], acc[i][j][1]);
+        }
+    }
+}
+
 /* RB x TB block over columns [k0, k1) with blk512's state convention; 16 ymm
  * registers allow 4x1 and 2x2 (8 accumulators). */
 A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
@@ -256,10 +316,7 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
     __m256 acc[4][4][2];
     UNROLL for (int i = 0; i < RB; i++) wr[i] = (const char *)W + (size_t)((r + i * rs) * cols) * esz;
     UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
-        acc[i][j][0] = st ? _mm256_load_ps(st + (i * sts + j) * 16) : _mm256_setzero_ps();
-        acc[i][j][1] = st ? _mm256_load_ps(st + (i * sts + j) * 16 + 8) : _mm256_setzero_ps();
-    }
+    acc256_start(acc, st, sts, RB, TB);
     int64_t k = k0;
     for (; k + 16 <= k1; k += 16) {
         v16 w[4];
@@ -286,14 +343,7 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
             }
         }
     }
-    UNROLL for (int i = 0; i < RB; i++) UNROLL for (int j = 0; j < TB; j++) {
-        if (st) {
-            _mm256_store_ps(st + (i * sts + j) * 16, acc[i][j][0]);
-            _mm256_store_ps(st + (i * sts + j) * 16 + 8, acc[i][j][1]);
-        } else {
-            Y[(t + j) * ldy + r + i * rs] = red256(acc[i][j][0], acc[i][j][1]);
-        }
-    }
+    acc256_end(acc, Y, ldy, r, rs, t, st, sts, RB, TB);
 }
 
 /* DRIVER512's walk with AVX2 block shapes: decode 4x1, otherwise 2x2 blocks in
@@ -309,40 +359,8 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
         for (; r < r1; r++) BLK(1, 1, 0, cols, NULL, 0);                                      \
         return;                                                                               \
     }
-#define PANELS256(BLK, PREP)                                                                  \
-    float st_[2 * PAN_T * 16] __attribute__((aligned(32)));                                   \
-    const int64_t rs = 1;                                                                     \
-    (void)rs;                                                                                 \
-    for (int64_t ts = 0; ts < T; ts += PAN_T) {                                               \
-        int64_t tn = T - ts < PAN_T ? T - ts : PAN_T;                                         \
-        for (int64_t r = r0; r < r1;) {                                                       \
-            int rbn = r + 2 <= r1 ? 2 : 1;                                                    \
-            for (int i = 0; i < rbn; i++)                                                     \
-                memset(st_ + i * PAN_T * 16, 0, (size_t)tn * 16 * sizeof(float));            \
-            for (int64_t k0 = 0; k0 < cols; k0 += PAN_K) {                                    \
-                int64_t k1 = cols - k0 < PAN_K ? cols : k0 + PAN_K;                           \
-                PREP(rbn, k0, k1);                                                            \
-                for (int64_t t = ts; t < ts + tn;) {                                          \
-                    float *s_ = st_ + (t - ts) * 16;                                          \
-                    if (t + 2 <= ts + tn) {                                                   \
-                        if (rbn == 2) BLK(2, 2, k0, k1, s_, PAN_T);                           \
-                        else BLK(1, 2, k0, k1, s_, PAN_T);                                    \
-                        t += 2;                                                               \
-                    } else {                                                                  \
-                        if (rbn == 2) BLK(2, 1, k0, k1, s_, PAN_T);                           \
-                        else BLK(1, 1, k0, k1, s_, PAN_T);                                    \
-                        t += 1;                                                               \
-                    }                                                                         \
-                }                                                                             \
-            }                                                                                 \
-            for (int i = 0; i < rbn; i++)                                                     \
-                for (int64_t j = 0; j < tn; j++) {                                            \
-                    const float *q_ = st_ + (i * PAN_T + j) * 16;                             \
-                    Y[(ts + j) * ldy + r + i] = red256(_mm256_load_ps(q_), _mm256_load_ps(q_ + 8)); \
-                }                                                                             \
-            r += rbn;                                                                         \
-        }                                                                                     \
-    }
+#define RED256_AT(q) red256(_mm256_load_ps(q), _mm256_load_ps((q) + 8))
+#define PANELS256(BLK, PREP) PANELS_(BLK, PREP, 2, 32, RED256_AT)
 
 /* FP8 and INT4 (kern_x86q.c). */
 A256 void kern_x86_fp8_avx2(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,

@@ -46,6 +46,24 @@ A256 INL v16 fp8_w256(const uint8_t *p, __m256 sc, __m256 pre, int SLOW) {
 
 static inline int fp8_slow(float s) { return isfinite(s) && fabsf(s) >= 0x1p120f; }
 
+/* Block b's scale and pre-factor per row (fp8_slow's split: s and 256, else
+ * s * 256 and 1) and whether any row is slow; prefetches each row's 128 bytes
+ * at offset `at`. Shared by the AVX2 and AVX-512 decoders. */
+INL int fp8_block_scales(float sc[4], float pre[4], const float *const sr[4], const uint8_t *const wr[4],
+                       int64_t b, int64_t at, int RB) {
+    int slow = 0;
+    UNROLL for (int i = 0; i < RB; i++) {
+        const float s = sr[i][b];
+        const int sl = fp8_slow(s);
+        slow |= sl;
+        sc[i] = sl ? s : s * 256.0f;
+        pre[i] = sl ? 256.0f : 1.0f;
+        _mm_prefetch((const char *)wr[i] + at, _MM_HINT_T0);
+        _mm_prefetch((const char *)wr[i] + at + 64, _MM_HINT_T0);
+    }
+    return slow;
+}
+
 /* Any NaN code (b & 0x7F == 0x7F) in n bytes: one and + unsigned max per 32. */
 A256 INL int fp8_has_nan(const uint8_t *p, int64_t n) {
     const __m256i m7 = _mm256_set1_epi8(0x7F);
@@ -87,16 +105,12 @@ A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols
     }
     for (int64_t b = 0; b * KERN_FP8_BLOCK < full; b++) {
         const int64_t k0 = b * KERN_FP8_BLOCK, k1 = k0 + KERN_FP8_BLOCK < full ? k0 + KERN_FP8_BLOCK : full;
+        float scs[4], pres[4];
+        const int slow = fp8_block_scales(scs, pres, sr, wr, b, pf + k0, RB);
         __m256 sc[4], pre[4];
-        int slow = 0;
         UNROLL for (int i = 0; i < RB; i++) {
-            const float s = sr[i][b];
-            const int sl = fp8_slow(s);
-            slow |= sl;
-            sc[i] = _mm256_set1_ps(sl ? s : s * 256.0f);
-            pre[i] = _mm256_set1_ps(sl ? 256.0f : 1.0f);
-            _mm_prefetch((const char *)wr[i] + pf + k0, _MM_HINT_T0);
-            _mm_prefetch((const char *)wr[i] + pf + k0 + 64, _MM_HINT_T0);
+            sc[i] = _mm256_set1_ps(scs[i]);
+            pre[i] = _mm256_set1_ps(pres[i]);
         }
         if (slow) fp8_span256(acc, wr, sc, pre, X, k0, k1, RB, 1);
         else fp8_span256(acc, wr, sc, pre, X, k0, k1, RB, 0);
@@ -301,16 +315,12 @@ A512 INL void fp8dec512(float *Y, const uint8_t *W, const float *S, int64_t cols
     }
     for (int64_t b = 0; b * KERN_FP8_BLOCK < full; b++) {
         const int64_t k0 = b * KERN_FP8_BLOCK, k1 = k0 + KERN_FP8_BLOCK < full ? k0 + KERN_FP8_BLOCK : full;
+        float scs[4], pres[4];
+        const int slow = fp8_block_scales(scs, pres, sr, wr, b, pf + k0, RB);
         __m512 sc[4], pre[4];
-        int slow = 0;
         UNROLL for (int i = 0; i < RB; i++) {
-            const float s = sr[i][b];
-            const int sl = fp8_slow(s);
-            slow |= sl;
-            sc[i] = _mm512_set1_ps(sl ? s : s * 256.0f);
-            pre[i] = _mm512_set1_ps(sl ? 256.0f : 1.0f);
-            _mm_prefetch((const char *)wr[i] + pf + k0, _MM_HINT_T0);
-            _mm_prefetch((const char *)wr[i] + pf + k0 + 64, _MM_HINT_T0);
+            sc[i] = _mm512_set1_ps(scs[i]);
+            pre[i] = _mm512_set1_ps(pres[i]);
         }
         if (slow) fp8_span512(acc, wr, sc, pre, X, k0, k1, RB, 1);
         else fp8_span512(acc, wr, sc, pre, X, k0, k1, RB, 0);
@@ -381,27 +391,9 @@ A512 INL void int4dec512(float *Y, const int32_t *Wp, const uint16_t *S, int64_t
         sr[i] = S + (r + i * rs) * ng;
         acc[i] = _mm512_setzero_ps();
     }
-#define INT4DEC_GROUP(G)                                                                                       \
-    do {                                                                                                       \
-        __m512 lut[4];                                                                                         \
-        UNROLL for (int i = 0; i < RB; i++) lut[i] = _mm512_mul_ps(qv, _mm512_set1_ps(bf16f(sr[i][G])));       \
-        UNROLL for (int h = 0; h < 2; h++) {                                                                   \
-            const __m512 x = _mm512_load_ps(xp + (G) * 32 + h * 16);                                           \
-            UNROLL for (int i = 0; i < RB; i++)                                                                \
-                acc[i] = _mm512_fmadd_ps(_mm512_permutexvar_ps(idx_s(pr[i] + (G) * 16 + h * 8, sh), lut[i]), x, acc[i]); \
-        }                                                                                                      \
-    } while (0)
-    int64_t g = 0;
-    for (; g + 4 <= ng; g += 4) {
-        UNROLL for (int i = 0; i < RB; i++) _mm_prefetch((const char *)pr[i] + pf + g * 16, _MM_HINT_T0);
-        INT4DEC_GROUP(g);
-        INT4DEC_GROUP(g + 1);
-        INT4DEC_GROUP(g + 2);
-        INT4DEC_GROUP(g + 3);
-    }
-    for (; g < ng; g++) INT4DEC_GROUP(g);
-#undef INT4DEC_GROUP
-    UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red512(_mm512_permutexvar_ps(inv, acc[i]));
+#define INT4_LUT(i, g) _mm512_mul_ps(qv, _mm512_set1_ps(bf16f(sr[i][g])))
+    LUTDEC512_WALK(INT4_LUT);
+#undef INT4_LUT
 }
 
 A512 void kern_x86_int4_avx512(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,

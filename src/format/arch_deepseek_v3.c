@@ -234,56 +234,22 @@ double arch_mla_scale(const cfg *c) {
                  ARCH_BIT(F_LATENT) | ARCH_BIT(F_LNORM) | ARCH_BIT(F_ARB) | ARCH_BIT(F_B1) | ARCH_BIT(F_B2) |        \
                  ARCH_BIT(F_FULL))
 
-const arch_desc arch_deepseek_v3 = {
-    .id = ARCH_DEEPSEEK_V3,
-    .name = "deepseek_v3",
-    .model_type = "deepseek_v3",
-    .architecture = "DeepseekV3ForCausalLM",
-    .pfx = "model.",
-    .lm_head = "lm_head.weight",
-    .keys_skip = DS_SKIP,
-    .keys_nullable = ARCH_BIT(F_QLORA),
-    .fixed = k_fixed,
-    .n_fixed = sizeof k_fixed / sizeof k_fixed[0],
-    .defaults = ds_defaults,
-    .finish = ds_finish,
-    .to_json = arch_deepseek_v3_to_json,
-    .read = ds_read,
-};
+/* The three descriptions differ only in their names and where the language
+ * model's tensors sit; the math, keys and reader are the same. */
+#define DS_DESC(ID, NAME, ARCHITECTURE, PFX, LM_HEAD)                                                          \
+    {                                                                                                          \
+        .id = ID, .name = NAME, .model_type = NAME, .architecture = ARCHITECTURE, .pfx = PFX, .lm_head = LM_HEAD, \
+        .keys_skip = DS_SKIP, .keys_nullable = ARCH_BIT(F_QLORA), .fixed = k_fixed,                           \
+        .n_fixed = sizeof k_fixed / sizeof k_fixed[0], .defaults = ds_defaults, .finish = ds_finish,          \
+        .to_json = arch_deepseek_v3_to_json, .read = ds_read,                                                  \
+    }
 
-const arch_desc arch_kimi_k2 = {
-    .id = ARCH_KIMI_K2,
-    .name = "kimi_k2",
-    .model_type = "kimi_k2",
-    .architecture = "DeepseekV3ForCausalLM",
-    .pfx = "model.",
-    .lm_head = "lm_head.weight",
-    .keys_skip = DS_SKIP,
-    .keys_nullable = ARCH_BIT(F_QLORA),
-    .fixed = k_fixed,
-    .n_fixed = sizeof k_fixed / sizeof k_fixed[0],
-    .defaults = ds_defaults,
-    .finish = ds_finish,
-    .to_json = arch_deepseek_v3_to_json,
-    .read = ds_read,
-};
-
-const arch_desc arch_kimi_k25 = {
-    .id = ARCH_KIMI_K25,
-    .name = "kimi_k25",
-    .model_type = "kimi_k25",
-    .architecture = "KimiK25ForConditionalGeneration",
-    .pfx = "language_model.model.",
-    .lm_head = "language_model.lm_head.weight",
-    .keys_skip = DS_SKIP,
-    .keys_nullable = ARCH_BIT(F_QLORA),
-    .fixed = k_fixed,
-    .n_fixed = sizeof k_fixed / sizeof k_fixed[0],
-    .defaults = ds_defaults,
-    .finish = ds_finish,
-    .to_json = arch_deepseek_v3_to_json,
-    .read = ds_read,
-};
+const arch_desc arch_deepseek_v3 =
+    DS_DESC(ARCH_DEEPSEEK_V3, "deepseek_v3", "DeepseekV3ForCausalLM", "model.", "lm_head.weight");
+const arch_desc arch_kimi_k2 = DS_DESC(ARCH_KIMI_K2, "kimi_k2", "DeepseekV3ForCausalLM", "model.", "lm_head.weight");
+const arch_desc arch_kimi_k25 = DS_DESC(ARCH_KIMI_K25, "kimi_k25", "KimiK25ForConditionalGeneration",
+                                        "language_model.model.", "language_model.lm_head.weight");
+#undef DS_DESC
 
 /* The scalars every DeepSeek-V3 release shares (family-math 8.1). */
 static void ds_common(cfg *c) {

@@ -254,9 +254,8 @@ static int parse_thinking(request *r, const json_t *v, req_error *e) {
  * outputs, newer than the SDK the tests use) is honoured as on the OpenAI path.
  * The server tools (bash, text editor, web search: a versioned `type`) are not. */
 static int parse_tools(request *r, const json_t *v, req_error *e) {
-    if (!json_is_array(v)) return BAD(e, "tools", "'tools' must be an array");
-    const size_t n = json_array_size(v);
-    if (n > REQ_MAX_TOOLS) return BAD(e, "tools", "'tools' has more than %d entries", REQ_MAX_TOOLS);
+    size_t n;
+    if (req_tools_count(v, &n, e)) return -1;
     if (!n) return 0;
     if (!(r->tools = strata_calloc(n, sizeof *r->tools))) return OOM(e);
     for (size_t i = 0; i < n; i++) {
@@ -288,13 +287,10 @@ static int parse_tools(request *r, const json_t *v, req_error *e) {
         }
         if (!o->name || !req_tool_name_ok(o->name)) return BAD(e, "tools.name", "tools[%zu].name must be 1-64 of A-Z a-z 0-9 _ -", i);
         if (!schema) return BAD(e, "tools.input_schema", "tools[%zu] '%s' has no 'input_schema'", i, o->name);
-        if (o->strict) { /* the schema must compile now (a forced call enforces it) */
-            char err[400];
-            strata_grammar *g = NULL;
-            const int rc = strata_grammar_json_schema_tree(&g, schema, err, sizeof err);
-            strata_grammar_free(g);
+        if (o->strict) {
+            const int rc = req_tool_strict_schema(schema, i, o->name, "tools.input_schema", e);
             if (rc == STRATA_ENOMEM) return OOM(e);
-            if (rc) return req_fail(e, 400, "invalid_request_error", "invalid_schema", "tools.input_schema", "tools[%zu] '%s' (strict): %s", i, o->name, err);
+            if (rc) return -1;
         }
         char *d = json_dumps(schema, JSON_COMPACT);
         if (req_own(r, d, e)) return -1;

@@ -210,6 +210,23 @@ int req_tool_name_ok(const char *s) {
     return n >= 1 && n <= 64 && !s[n];
 }
 
+int req_tools_count(const json_t *v, size_t *n, req_error *e) {
+    if (!json_is_array(v)) return BAD(e, "tools", "'tools' must be an array");
+    *n = json_array_size(v);
+    if (*n > REQ_MAX_TOOLS) return BAD(e, "tools", "'tools' has more than %d entries", REQ_MAX_TOOLS);
+    return 0;
+}
+
+int req_tool_strict_schema(const json_t *schema, size_t i, const char *name, const char *param, req_error *e) {
+    char err[400];
+    strata_grammar *g = NULL;
+    const int rc = strata_grammar_json_schema_tree(&g, schema, err, sizeof err);
+    strata_grammar_free(g);
+    if (rc == STRATA_ENOMEM) return rc;
+    if (rc) return req_fail(e, 400, "invalid_request_error", "invalid_schema", param, "tools[%zu] '%s' (strict): %s", i, name, err);
+    return 0;
+}
+
 /* An assistant message's tool_calls: [{id, type: "function", function: {name, arguments}}]. */
 static int parse_calls(request *r, req_msg *o, size_t i, const json_t *v, req_error *e) {
     if (json_is_null(v)) return 0;
@@ -328,9 +345,8 @@ static int parse_messages(request *r, const json_t *v, req_error *e) {
 
 /* tools: [{"type": "function", "function": {name, description?, parameters?, strict?}}] */
 static int parse_tools(request *r, const json_t *v, req_error *e) {
-    if (!json_is_array(v)) return BAD(e, "tools", "'tools' must be an array");
-    const size_t n = json_array_size(v);
-    if (n > REQ_MAX_TOOLS) return BAD(e, "tools", "'tools' has more than %d entries", REQ_MAX_TOOLS);
+    size_t n;
+    if (req_tools_count(v, &n, e)) return -1;
     if (!n) return 0;
     if (!(r->tools = strata_calloc(n, sizeof *r->tools))) return OOM(e);
     for (size_t i = 0; i < n; i++) {
@@ -363,12 +379,9 @@ static int parse_tools(request *r, const json_t *v, req_error *e) {
         /* strict: the schema must compile now (a forced call enforces it) */
         const json_t *params = json_object_get(fn, "parameters");
         if (o->strict && params && !json_is_null(params)) {
-            char err[400];
-            strata_grammar *g = NULL;
-            const int rc = strata_grammar_json_schema_tree(&g, params, err, sizeof err);
-            strata_grammar_free(g);
+            const int rc = req_tool_strict_schema(params, i, o->name, "tools", e);
             if (rc == STRATA_ENOMEM) return OOM(e);
-            if (rc) return req_fail(e, 400, "invalid_request_error", "invalid_schema", "tools", "tools[%zu] '%s' (strict): %s", i, o->name, err);
+            if (rc) return -1;
         }
         for (size_t k = 0; k < i; k++)
             if (!strcmp(r->tools[k].name, o->name)) return BAD(e, "tools.function.name", "tools[%zu]: '%s' is declared twice", i, o->name);

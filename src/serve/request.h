@@ -97,6 +97,13 @@ int req_effort(const char *name);
 int req_own(request *r, char *s, req_error *e);
 /* 1 when s is a tool name as OpenAI allows it: [A-Za-z0-9_-]{1,64}. */
 int req_tool_name_ok(const char *s);
+/* The tools array's shape both APIs check: an array of at most REQ_MAX_TOOLS
+ * entries; *n its length. -1 with e set when it is not. */
+int req_tools_count(const json_t *v, size_t *n, req_error *e);
+/* A strict tool's schema must compile now (a forced call enforces it): 0,
+ * STRATA_ENOMEM (e untouched: each API words its own 500), or -1 with e set
+ * (param names the field). */
+int req_tool_strict_schema(const json_t *schema, size_t i, const char *name, const char *param, req_error *e);
 /* The number of the latest call with id among the calls of msgs[0..upto), in
  * order (strata_chat_msg.call_of), or (size_t)-1. */
 size_t req_find_call(const request *r, size_t upto, const char *id);

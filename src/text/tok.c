@@ -647,32 +647,6 @@ static int bpe_linear(tok *t, const uint8_t *p, size_t n, idvec *o) {
     return STRATA_OK;
 }
 
-static void heap_push(uint64_t *h, size_t *hn, uint64_t v) {
-    size_t i = (*hn)++;
-    while (i > 0) {
-        size_t up = (i - 1) / 2;
-        if (h[up] <= v) break;
-        h[i] = h[up];
-        i = up;
-    }
-    h[i] = v;
-}
-
-static uint64_t heap_pop(uint64_t *h, size_t *hn) {
-    uint64_t top = h[0], v = h[--*hn];
-    size_t i = 0, n = *hn;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && h[c + 1] < h[c]) c++;
-        if (h[c] >= v) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (n) h[i] = v;
-    return top;
-}
-
 /* Same merges as bpe_linear in O(n log n), for long pieces (whitespace runs,
  * base64 blobs, long CJK runs): parts form a linked list indexed by start
  * offset; a min-heap holds (rank << 32 | start) with lazy deletion. Ties pop the
@@ -685,11 +659,11 @@ static int bpe_heap(tok *t, const uint8_t *p, size_t n, idvec *o) {
     for (size_t i = 0; i < n; i++) { nx[i] = (uint32_t)i + 1; pv[i] = (uint32_t)i - 1; }
     for (size_t i = 0; i + 1 < n; i++) {
         r[i] = map_get(t, p + i, 2);
-        if (r[i] != RANK_NONE) heap_push(h, &hn, (uint64_t)r[i] << 32 | i);
+        if (r[i] != RANK_NONE) tok_heap_push(h, &hn, (uint64_t)r[i] << 32 | i);
     }
     r[n - 1] = RANK_NONE;
     while (hn) {
-        uint64_t e = heap_pop(h, &hn);
+        uint64_t e = tok_heap_pop(h, &hn);
         uint32_t i = (uint32_t)e;
         int32_t rk = (int32_t)(e >> 32);
         if (r[i] != rk) continue; /* stale: i was absorbed or its pair changed */
@@ -698,11 +672,11 @@ static int bpe_heap(tok *t, const uint8_t *p, size_t n, idvec *o) {
         if (k < n) pv[k] = i;
         r[j] = RANK_NONE;
         r[i] = k < n ? map_get(t, p + i, nx[k] - i) : RANK_NONE;
-        if (r[i] != RANK_NONE) heap_push(h, &hn, (uint64_t)r[i] << 32 | i);
+        if (r[i] != RANK_NONE) tok_heap_push(h, &hn, (uint64_t)r[i] << 32 | i);
         if (i > 0) {
             uint32_t q = pv[i];
             r[q] = map_get(t, p + q, k - q);
-            if (r[q] != RANK_NONE) heap_push(h, &hn, (uint64_t)r[q] << 32 | q);
+            if (r[q] != RANK_NONE) tok_heap_push(h, &hn, (uint64_t)r[q] << 32 | q);
         }
     }
     for (uint32_t i = 0; i < n; i = nx[i]) {

@@ -77,33 +77,12 @@ static merge_slot *merge_find(const tok *t, uint64_t k) {
 
 /* ===== BPE ===== */
 
-static void heap_push(uint64_t *h, size_t *hn, uint64_t v) {
-    size_t i = (*hn)++;
-    while (i > 0 && h[(i - 1) / 2] > v) { h[i] = h[(i - 1) / 2]; i = (i - 1) / 2; }
-    h[i] = v;
-}
-
-static uint64_t heap_pop(uint64_t *h, size_t *hn) {
-    uint64_t top = h[0], v = h[--*hn];
-    size_t i = 0, n = *hn;
-    for (;;) {
-        size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && h[c + 1] < h[c]) c++;
-        if (h[c] >= v) break;
-        h[i] = h[c];
-        i = c;
-    }
-    if (n) h[i] = v;
-    return top;
-}
-
 /* Pushes the merge of symbols i and nx[i], if there is one. */
 static void push_pair(const tok *t, const uint32_t *sym, const uint32_t *nx, uint32_t i, size_t n, uint64_t *h,
                       size_t *hn) {
     if (nx[i] >= n) return;
     const merge_slot *m = merge_find(t, pair_key((int32_t)sym[i], (int32_t)sym[nx[i]]));
-    if (m->key != UINT64_MAX) heap_push(h, hn, (uint64_t)(uint32_t)m->rank << 32 | i);
+    if (m->key != UINT64_MAX) tok_heap_push(h, hn, (uint64_t)(uint32_t)m->rank << 32 | i);
 }
 
 /* Symbols live at their byte offset: sym[i] is the id starting at byte i, nx/pv
@@ -121,7 +100,7 @@ int tok_bpe_merges(tok *t, const uint8_t *p, size_t n, idvec *o) {
     }
     for (size_t i = 0; i + 1 < n; i++) push_pair(t, sym, nx, (uint32_t)i, n, h, &hn);
     while (hn) {
-        uint64_t e = heap_pop(h, &hn);
+        uint64_t e = tok_heap_pop(h, &hn);
         uint32_t i = (uint32_t)e, j = nx[i];
         if (sym[i] == UINT32_MAX || j >= n) continue;
         const merge_slot *m = merge_find(t, pair_key((int32_t)sym[i], (int32_t)sym[j]));

@@ -113,6 +113,33 @@ typedef struct {
 } idvec;
 
 int tok_idvec_push(idvec *o, int32_t id);
+/* The BPE min-heap of (rank << 32 | position) keys both BPEs merge from
+ * (tok.c's long pieces, tok_hf.c's merges): the smallest key pops first. */
+static inline void tok_heap_push(uint64_t *h, size_t *hn, uint64_t v) {
+    size_t i = (*hn)++;
+    while (i > 0) {
+        size_t up = (i - 1) / 2;
+        if (h[up] <= v) break;
+        h[i] = h[up];
+        i = up;
+    }
+    h[i] = v;
+}
+
+static inline uint64_t tok_heap_pop(uint64_t *h, size_t *hn) {
+    uint64_t top = h[0], v = h[--*hn];
+    size_t i = 0, n = *hn;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && h[c + 1] < h[c]) c++;
+        if (h[c] >= v) break;
+        h[i] = h[c];
+        i = c;
+    }
+    if (n) h[i] = v;
+    return top;
+}
 /* BPE scratch for pieces of up to n bytes. */
 int tok_scratch(tok *t, size_t n);
 int tok_pool_add(tok *t, const uint8_t *p, size_t n, uint32_t *off);

@@ -113,6 +113,9 @@ enum { GEN_DS_V3 = 0, GEN_DS_R1 = 1, GEN_DS_V31 = 2 };
 int gen_tok_write_hf(const char *dir, int64_t vocab_size, int variant, char *err, size_t errlen);
 /* strata's transcription of DeepSeek's chat_template for a GEN_DS_* variant. */
 const char *gen_ds_chat_template(int variant);
+/* Byte b's character in the ByteLevel alphabet (GPT-2's bytes_to_unicode) as
+ * UTF-8 into out (2 bytes at most); returns its length. */
+size_t gen_bytelevel_char(int b, char *out);
 
 /* Name of special id `i` of the reserved block (0 -> "[BOS]", 1 -> "[EOS]", ...,
  * 6.. -> "<|reserved_token_N|>"); writes into buf. */

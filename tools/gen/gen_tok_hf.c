@@ -32,18 +32,28 @@ static const char *const k_top[] = {
     "<｜tool▁sep｜>"};
 #define N_TOP 17
 
-/* DeepSeek-V3: system messages joined by a blank line after BOS; user and
- * assistant turns; the generation prompt opens the assistant turn. */
-static const char k_tmpl_v3[] =
+/* The pieces every DeepSeek template shares: the defaults, the system messages
+ * joined by a blank line after BOS, the user turns. */
+#define DS_TMPL_GENPROMPT_DEFAULT \
     "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
-    "{% set ns = namespace(system='', first=true) %}"
-    "{% for m in messages %}{% if m['role'] == 'system' %}"
-    "{% if ns.first %}{% set ns.system = m['content'] %}{% set ns.first = false %}"
-    "{% else %}{% set ns.system = ns.system + '\\n\\n' + m['content'] %}{% endif %}"
-    "{% endif %}{% endfor %}"
-    "{{ bos_token }}{{ ns.system }}"
-    "{% for m in messages %}"
+#define DS_TMPL_SYSTEM_USER                                                                \
+    "{% set ns = namespace(system='', first=true) %}"                                      \
+    "{% for m in messages %}{% if m['role'] == 'system' %}"                                \
+    "{% if ns.first %}{% set ns.system = m['content'] %}{% set ns.first = false %}"        \
+    "{% else %}{% set ns.system = ns.system + '\\n\\n' + m['content'] %}{% endif %}"       \
+    "{% endif %}{% endfor %}"                                                              \
+    "{{ bos_token }}{{ ns.system }}"                                                       \
+    "{% for m in messages %}"                                                              \
     "{% if m['role'] == 'user' %}{{ '<｜User｜>' + m['content'] }}"
+/* R1 and V3.1: an assistant turn keeps only the text after its last </think>. */
+#define DS_TMPL_ASSISTANT_AFTER_THINK                                                      \
+    "{% elif m['role'] == 'assistant' %}{% set c = m['content'] %}"                        \
+    "{% if '</think>' in c %}{% set c = c.split('</think>')[-1] %}{% endif %}"
+
+/* DeepSeek-V3: user and assistant turns; the generation prompt opens the
+ * assistant turn. */
+static const char k_tmpl_v3[] =
+    DS_TMPL_GENPROMPT_DEFAULT DS_TMPL_SYSTEM_USER
     "{% elif m['role'] == 'assistant' %}{{ '<｜Assistant｜>' + m['content'] + '<｜end▁of▁sentence｜>' }}"
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<｜Assistant｜>' }}{% endif %}";
@@ -51,17 +61,7 @@ static const char k_tmpl_v3[] =
 /* DeepSeek-R1: as V3, earlier assistant turns keep only the text after their
  * last </think> (the reasoning is dropped), and the prompt opens the reasoning. */
 static const char k_tmpl_r1[] =
-    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
-    "{% set ns = namespace(system='', first=true) %}"
-    "{% for m in messages %}{% if m['role'] == 'system' %}"
-    "{% if ns.first %}{% set ns.system = m['content'] %}{% set ns.first = false %}"
-    "{% else %}{% set ns.system = ns.system + '\\n\\n' + m['content'] %}{% endif %}"
-    "{% endif %}{% endfor %}"
-    "{{ bos_token }}{{ ns.system }}"
-    "{% for m in messages %}"
-    "{% if m['role'] == 'user' %}{{ '<｜User｜>' + m['content'] }}"
-    "{% elif m['role'] == 'assistant' %}{% set c = m['content'] %}"
-    "{% if '</think>' in c %}{% set c = c.split('</think>')[-1] %}{% endif %}"
+    DS_TMPL_GENPROMPT_DEFAULT DS_TMPL_SYSTEM_USER DS_TMPL_ASSISTANT_AFTER_THINK
     "{{ '<｜Assistant｜>' + c + '<｜end▁of▁sentence｜>' }}"
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{{ '<｜Assistant｜><think>\\n' }}{% endif %}";
@@ -70,18 +70,9 @@ static const char k_tmpl_r1[] =
  * thinking closed (</think> then the answer); the prompt opens <think> when
  * the thinking kwarg is true, else closes it at once. */
 static const char k_tmpl_v31[] =
-    "{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}"
+    DS_TMPL_GENPROMPT_DEFAULT
     "{% if not thinking is defined %}{% set thinking = false %}{% endif %}"
-    "{% set ns = namespace(system='', first=true) %}"
-    "{% for m in messages %}{% if m['role'] == 'system' %}"
-    "{% if ns.first %}{% set ns.system = m['content'] %}{% set ns.first = false %}"
-    "{% else %}{% set ns.system = ns.system + '\\n\\n' + m['content'] %}{% endif %}"
-    "{% endif %}{% endfor %}"
-    "{{ bos_token }}{{ ns.system }}"
-    "{% for m in messages %}"
-    "{% if m['role'] == 'user' %}{{ '<｜User｜>' + m['content'] }}"
-    "{% elif m['role'] == 'assistant' %}{% set c = m['content'] %}"
-    "{% if '</think>' in c %}{% set c = c.split('</think>')[-1] %}{% endif %}"
+    DS_TMPL_SYSTEM_USER DS_TMPL_ASSISTANT_AFTER_THINK
     "{{ '<｜Assistant｜></think>' + c + '<｜end▁of▁sentence｜>' }}"
     "{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}{% if thinking %}{{ '<｜Assistant｜><think>' }}"
@@ -103,8 +94,7 @@ static void put_json_str(sbuf *b, const char *s, size_t n) {
     sbuf_printf(b, "\"");
 }
 
-/* The ByteLevel alphabet (GPT-2's bytes_to_unicode) as UTF-8. */
-static size_t byte_char_utf8(int b, char *out) {
+size_t gen_bytelevel_char(int b, char *out) {
     int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
     unsigned cp = (unsigned)b;
     if (!printable) {
@@ -123,7 +113,7 @@ static void put_bytelevel(sbuf *b, const uint8_t *p, size_t n) {
     sbuf tb = {0};
     for (size_t i = 0; i < n; i++) {
         if (o + 2 > sizeof tmp) { sbuf_printf(&tb, "%.*s", (int)o, tmp); o = 0; }
-        o += byte_char_utf8(p[i], tmp + o);
+        o += gen_bytelevel_char(p[i], tmp + o);
     }
     if (o) sbuf_printf(&tb, "%.*s", (int)o, tmp);
     put_json_str(b, tb.s ? tb.s : "", tb.len);

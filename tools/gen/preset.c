@@ -267,20 +267,28 @@ static void ds_base(cfg *c, gen_opts *o, int arch) {
     o->n_reserved = 32;
 }
 
+/* The scalars that tell the DeepSeek-V3-shaped presets apart: depth, the dense
+ * layers, the routed scale, the norm epsilon and RoPE / YaRN (beta_slow is 1 in
+ * every release). */
+static void ds_scalars(cfg *c, int64_t n_layers, int64_t first_dense, double routed_scale, double rms_eps,
+                       double theta, double yarn_factor, double beta_fast) {
+    c->n_layers = n_layers;
+    c->first_dense = first_dense;
+    c->routed_scale = routed_scale;
+    c->rms_eps = rms_eps;
+    c->rope_theta = theta;
+    c->yarn_factor = yarn_factor;
+    c->yarn_beta_fast = beta_fast;
+    c->yarn_beta_slow = 1.0;
+}
+
 /* DeepSeek-V3's proportions at a few MB: 5 layers (2 dense), 16 experts in 4
  * groups of which 2 are kept, top-4, YaRN factor 40 with beta 32/1, F32 norms. */
 static void ds_tiny(cfg *c, gen_opts *o) {
     ds_base(c, o, ARCH_DEEPSEEK_V3);
-    c->n_layers = 5;
-    c->first_dense = 2;
+    ds_scalars(c, 5, 2, 2.5, 1e-6, 10000.0, 40.0, 32.0);
     c->n_group = 4;
     c->topk_group = 2;
-    c->routed_scale = 2.5;
-    c->rms_eps = 1e-6;
-    c->rope_theta = 10000.0;
-    c->yarn_factor = 40.0;
-    c->yarn_beta_fast = 32.0;
-    c->yarn_beta_slow = 1.0;
     c->n_mtp = 1;
     arch_deepseek_v3.finish(c);
 }
@@ -302,14 +310,7 @@ static void r1_tiny(cfg *c, gen_opts *o) {
 /* Kimi K2's: 4 layers (1 dense), ungrouped top-4 of 16, theta 5e4, factor 32, beta 1/1. */
 static void k2_tiny(cfg *c, gen_opts *o) {
     ds_base(c, o, ARCH_KIMI_K2);
-    c->n_layers = 4;
-    c->first_dense = 1;
-    c->routed_scale = 2.827;
-    c->rms_eps = 1e-6;
-    c->rope_theta = 50000.0;
-    c->yarn_factor = 32.0;
-    c->yarn_beta_fast = 1.0;
-    c->yarn_beta_slow = 1.0;
+    ds_scalars(c, 4, 1, 2.827, 1e-6, 50000.0, 32.0, 1.0);
     arch_kimi_k2.finish(c);
 }
 
@@ -348,8 +349,8 @@ static void k2_ladder(cfg *c, gen_opts *o) {
     ds_base(c, o, ARCH_KIMI_K2);
     o->weights = GEN_W_INT4;
     o->tok = GEN_TOK_K2_THINKING;
+    ds_scalars(c, 29, 1, 2.827, 1e-5, 50000.0, 64.0, 1.0);
     c->hidden = 1024;
-    c->n_layers = 29;
     c->vocab = 32768;
     c->n_heads = 8;
     c->q_lora = 384;
@@ -361,13 +362,6 @@ static void k2_ladder(cfg *c, gen_opts *o) {
     c->topk = 8;
     c->moe_inter = 768;
     c->dense_inter = 4096;
-    c->first_dense = 1;
-    c->routed_scale = 2.827;
-    c->rms_eps = 1e-5;
-    c->rope_theta = 50000.0;
-    c->yarn_factor = 64.0;
-    c->yarn_beta_fast = 1.0;
-    c->yarn_beta_slow = 1.0;
     c->yarn_orig_ctx = 4096;
     c->max_ctx = 32768;
     o->n_reserved = 256;
