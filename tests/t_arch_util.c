@@ -1,7 +1,8 @@
 /*
  * t_arch_util.c: helpers the architecture suites share (t_deepseek.c,
  * t_kimi_linear.c, t_dsref.c): reading and editing config text, and the
- * budgets-below-size check. No TEST here; declared in test.h.
+ * budgets-below-size check, and runs whose ids and logits dumps are compared.
+ * No TEST here; declared in test.h.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -66,4 +67,20 @@ void t_budgets_agree(const char *dir, const char *args, double min_mb, int place
         base_free(out);
     }
     base_free(first);
+}
+
+int t_run_logits(const char *m, const char *extra, const char *tag, int gen, char *ids, size_t n) {
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,5,9,2,7,3,11,40 --gen %d --print-ids --dump-logits %s/lg.%s %s 2>%s/lg.%s.err",
+             t_strata(), m, gen, t_tmpdir, tag, extra, t_tmpdir, tag);
+    int rc = t_run(cmd, &out);
+    snprintf(ids, n, "%s", out ? out : "");
+    base_free(out);
+    return rc;
+}
+
+int t_same_logits(const char *a, const char *b) {
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "cmp -s %s/lg.%s %s/lg.%s", t_tmpdir, a, t_tmpdir, b);
+    return t_run(cmd, NULL) == 0;
 }

@@ -250,21 +250,7 @@ TEST(ds_tiny_layout) {
     }
 }
 
-static int run_logits(const char *m, const char *extra, const char *tag, char *ids, size_t n) {
-    char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,5,9,2,7,3,11,40 --gen 8 --print-ids --dump-logits %s/ds.%s %s 2>/dev/null",
-             t_strata(), m, t_tmpdir, tag, extra);
-    int rc = t_run(cmd, &out);
-    snprintf(ids, n, "%s", out ? out : "");
-    base_free(out);
-    return rc;
-}
 
-static int same_file(const char *a, const char *b) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cmp -s %s/ds.%s %s/ds.%s", t_tmpdir, a, t_tmpdir, b);
-    return t_run(cmd, NULL) == 0;
-}
 
 /* Resident, budgets below the model, one or two threads, chunked, batched and
  * speculative runs: the same bits, on each tiny preset. */
@@ -276,9 +262,9 @@ TEST(ds_forward_invariants) {
         CHECK(m != NULL);
         if (!m) continue;
         char a[256], b[256];
-        CHECK(run_logits(m, "--threads 2", "res", a, sizeof a) == 0);
-        CHECK(run_logits(m, "--threads 1", "t1", b, sizeof b) == 0);
-        CHECK_MSG(!strcmp(a, b) && same_file("res", "t1"), "%s: threads", k[i]);
+        CHECK(t_run_logits(m, "--threads 2", "res", 8, a, sizeof a) == 0);
+        CHECK(t_run_logits(m, "--threads 1", "t1", 8, b, sizeof b) == 0);
+        CHECK_MSG(!strcmp(a, b) && t_same_logits("res", "t1"), "%s: threads", k[i]);
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 1 --ram-gb 0.001", t_strata(), m);
         t_run(cmd, &out);
@@ -290,12 +276,12 @@ TEST(ds_forward_invariants) {
         for (int j = 0; j < 2 && mb > 0; j++) {
             char ex[128];
             snprintf(ex, sizeof ex, "--threads %d --ram-gb %.6f", 1 + j, bud[j]);
-            CHECK(run_logits(m, ex, "bud", b, sizeof b) == 0);
-            CHECK_MSG(!strcmp(a, b) && same_file("res", "bud"), "%s: budget %g", k[i], bud[j]);
+            CHECK(t_run_logits(m, ex, "bud", 8, b, sizeof b) == 0);
+            CHECK_MSG(!strcmp(a, b) && t_same_logits("res", "bud"), "%s: budget %g", k[i], bud[j]);
         }
-        CHECK(run_logits(m, "--threads 2 --chunk 3", "chunk", b, sizeof b) == 0);
-        CHECK_MSG(!strcmp(a, b) && same_file("res", "chunk"), "%s: chunk", k[i]);
-        CHECK(run_logits(m, "--threads 2 --spec 3", "spec", b, sizeof b) == 0);
+        CHECK(t_run_logits(m, "--threads 2 --chunk 3", "chunk", 8, b, sizeof b) == 0);
+        CHECK_MSG(!strcmp(a, b) && t_same_logits("res", "chunk"), "%s: chunk", k[i]);
+        CHECK(t_run_logits(m, "--threads 2 --spec 3", "spec", 8, b, sizeof b) == 0);
         CHECK_MSG(!strcmp(a, b), "%s: spec: %s vs %s", k[i], b, a);
         /* batched beside other prompts: the solo ids */
         const char batch[] = "1,5,9,2,7,3,11,40\n3,4\n1,5,9,2,7,3,11,40\n200,201,202,203,204,205,206,207,208,209\n";

@@ -132,21 +132,7 @@ TEST(kl_tiny_layout) {
     base_free(raw);
 }
 
-static int run_logits(const char *m, const char *extra, const char *tag, char *ids, size_t n) {
-    char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,5,9,2,7,3,11,40 --gen 8 --print-ids --dump-logits %s/kl.%s %s 2>/dev/null",
-             t_strata(), m, t_tmpdir, tag, extra);
-    int rc = t_run(cmd, &out);
-    snprintf(ids, n, "%s", out ? out : "");
-    base_free(out);
-    return rc;
-}
 
-static int same_file(const char *a, const char *b) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cmp -s %s/kl.%s %s/kl.%s", t_tmpdir, a, t_tmpdir, b);
-    return t_run(cmd, NULL) == 0;
-}
 
 /* Resident, budgets below the model, one or two threads, a pack, batched and
  * speculative runs: the same bits. The router switch changes them. */
@@ -156,9 +142,9 @@ TEST(kl_forward_invariants) {
     CHECK(m && mp);
     if (!m || !mp) return;
     char a[256], b[256];
-    CHECK(run_logits(m, "--threads 2", "res", a, sizeof a) == 0);
-    CHECK(run_logits(m, "--threads 1", "t1", b, sizeof b) == 0);
-    CHECK(!strcmp(a, b) && same_file("res", "t1"));
+    CHECK(t_run_logits(m, "--threads 2", "res", 8, a, sizeof a) == 0);
+    CHECK(t_run_logits(m, "--threads 1", "t1", 8, b, sizeof b) == 0);
+    CHECK(!strcmp(a, b) && t_same_logits("res", "t1"));
     /* the minimum budget, then the smallest budgets above it */
     char cmd[1024], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s run %s --ids 1,2 --gen 1 --ram-gb 0.001", t_strata(), m);
@@ -171,14 +157,14 @@ TEST(kl_forward_invariants) {
     for (int i = 0; i < 2 && mb > 0; i++) {
         char ex[128];
         snprintf(ex, sizeof ex, "--threads 2 --ram-gb %.6f", bud[i]);
-        CHECK(run_logits(m, ex, "bud", b, sizeof b) == 0);
-        CHECK_MSG(!strcmp(a, b) && same_file("res", "bud"), "budget %g", bud[i]);
-        CHECK(run_logits(mp, ex, "pack", b, sizeof b) == 0);
-        CHECK_MSG(!strcmp(a, b) && same_file("res", "pack"), "pack, budget %g", bud[i]);
+        CHECK(t_run_logits(m, ex, "bud", 8, b, sizeof b) == 0);
+        CHECK_MSG(!strcmp(a, b) && t_same_logits("res", "bud"), "budget %g", bud[i]);
+        CHECK(t_run_logits(mp, ex, "pack", 8, b, sizeof b) == 0);
+        CHECK_MSG(!strcmp(a, b) && t_same_logits("res", "pack"), "pack, budget %g", bud[i]);
     }
-    CHECK(run_logits(m, "--threads 2 --chunk 3", "chunk", b, sizeof b) == 0);
-    CHECK(!strcmp(a, b) && same_file("res", "chunk"));
-    CHECK(run_logits(m, "--threads 2 --spec 3", "spec", b, sizeof b) == 0);
+    CHECK(t_run_logits(m, "--threads 2 --chunk 3", "chunk", 8, b, sizeof b) == 0);
+    CHECK(!strcmp(a, b) && t_same_logits("res", "chunk"));
+    CHECK(t_run_logits(m, "--threads 2 --spec 3", "spec", 8, b, sizeof b) == 0);
     CHECK_MSG(!strcmp(a, b), "spec: %s vs %s", b, a);
     /* batched: the same prompt in three sequences gives the solo ids each */
     const char batch[] = "1,5,9,2,7,3,11,40\n1,5,9,2,7,3,11,40\n1,5,9,2,7,3,11,40\n";
@@ -192,10 +178,10 @@ TEST(kl_forward_invariants) {
     CHECK_MSG(hits >= 3, "batched: %s", out ? out : "");
     base_free(out);
     /* the HF router convention is another model: other logits */
-    CHECK(run_logits(m, "--threads 2 --router hf", "hf", b, sizeof b) == 0);
-    CHECK(!same_file("res", "hf"));
-    CHECK(run_logits(m, "--threads 1 --router hf", "hf1", b, sizeof b) == 0);
-    CHECK(same_file("hf", "hf1"));
+    CHECK(t_run_logits(m, "--threads 2 --router hf", "hf", 8, b, sizeof b) == 0);
+    CHECK(!t_same_logits("res", "hf"));
+    CHECK(t_run_logits(m, "--threads 1 --router hf", "hf1", 8, b, sizeof b) == 0);
+    CHECK(t_same_logits("hf", "hf1"));
     snprintf(cmd, sizeof cmd, "%s run %s --ids 1 --router biased", t_strata(), m);
     CHECK(t_run(cmd, &out) == 2);
     CHECK_MSG(out && strstr(out, "--router"), "%s", out ? out : "");

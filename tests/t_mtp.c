@@ -17,26 +17,12 @@
 #include "st.h"
 #include "test.h"
 
-static int run_ids(const char *m, const char *extra, const char *tag, char *ids, size_t n) {
-    char cmd[2048], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s run %s --ids 1,5,9,2,7,3,11,40 --gen 12 --print-ids --dump-logits %s/mtp.%s %s 2>%s/mtp.%s.err",
-             t_strata(), m, t_tmpdir, tag, extra, t_tmpdir, tag);
-    int rc = t_run(cmd, &out);
-    snprintf(ids, n, "%s", out ? out : "");
-    base_free(out);
-    return rc;
-}
 
-static int same(const char *a, const char *b) {
-    char cmd[1024];
-    snprintf(cmd, sizeof cmd, "cmp -s %s/mtp.%s %s/mtp.%s", t_tmpdir, a, t_tmpdir, b);
-    return t_run(cmd, NULL) == 0;
-}
 
 /* Tokens drafted by the run tagged tag (its stderr's speculation line). */
 static long long drafted(const char *tag) {
     char cmd[1024], *out = NULL;
-    snprintf(cmd, sizeof cmd, "cat %s/mtp.%s.err", t_tmpdir, tag);
+    snprintf(cmd, sizeof cmd, "cat %s/lg.%s.err", t_tmpdir, tag);
     t_run(cmd, &out);
     const char *p = out ? strstr(out, "speculation: ") : NULL;
     long long d = p ? atoll(p + 13) : -1;
@@ -57,13 +43,13 @@ static double min_mb(const char *m, const char *extra) {
 
 static void bit_identity(const char *m) {
     char a[512], b[512];
-    CHECK(run_ids(m, "--threads 2", "plain", a, sizeof a) == 0);
+    CHECK(t_run_logits(m, "--threads 2", "plain", 12, a, sizeof a) == 0);
     static const char *const ex[] = {"--threads 2", "--threads 1", "--threads 2 --chunk 3", "--threads 1 --spec 1"};
     for (size_t i = 0; i < sizeof ex / sizeof *ex; i++) {
         char args[256];
         snprintf(args, sizeof args, "%s%s --draft mtp", ex[i], strstr(ex[i], "--spec") ? "" : " --spec 3");
-        CHECK(run_ids(m, args, "mtp", b, sizeof b) == 0);
-        CHECK_MSG(!strcmp(a, b) && same("plain", "mtp"), "%s: %s: %s vs %s", m, args, b, a);
+        CHECK(t_run_logits(m, args, "mtp", 12, b, sizeof b) == 0);
+        CHECK_MSG(!strcmp(a, b) && t_same_logits("plain", "mtp"), "%s: %s: %s vs %s", m, args, b, a);
         CHECK_MSG(drafted("mtp") > 0, "%s: %s: no drafts", m, args);
     }
     /* budgets below the model with the MTP layer: it streams like any layer */
@@ -72,25 +58,25 @@ static void bit_identity(const char *m) {
     for (int j = 0; j < 2 && mb > 0; j++) {
         char args[256];
         snprintf(args, sizeof args, "--threads %d --ram-gb %.6f --spec 3 --draft mtp", 1 + j, mb * (j ? 1.2e-3 : 1.02e-3));
-        CHECK(run_ids(m, args, "bud", b, sizeof b) == 0);
-        CHECK_MSG(!strcmp(a, b) && same("plain", "bud"), "%s: %s", m, args);
+        CHECK(t_run_logits(m, args, "bud", 12, b, sizeof b) == 0);
+        CHECK_MSG(!strcmp(a, b) && t_same_logits("plain", "bud"), "%s: %s", m, args);
     }
     /* batched: every sequence's ids and logits as without drafts */
     const char batch[] = "1,5,9,2,7,3,11,40\n3,4\n200,201,202,203,204,205,206,207,208,209\n1,5,9,2,7\n";
     const char *bf = t_write("mtp-batch.txt", batch, strlen(batch));
     char cmd[2048], *o1 = NULL, *o2 = NULL;
-    snprintf(cmd, sizeof cmd, "%s run %s --batch %s --gen 10 --print-ids --threads 2 --dump-logits %s/mtp.bp 2>/dev/null",
+    snprintf(cmd, sizeof cmd, "%s run %s --batch %s --gen 10 --print-ids --threads 2 --dump-logits %s/lg.bp 2>/dev/null",
              t_strata(), m, bf, t_tmpdir);
     CHECK(t_run(cmd, &o1) == 0);
     snprintf(cmd, sizeof cmd, "%s run %s --batch %s --gen 10 --print-ids --threads 1 --spec 2 --draft mtp --chunk 5 "
-             "--dump-logits %s/mtp.bm 2>/dev/null", t_strata(), m, bf, t_tmpdir);
+             "--dump-logits %s/lg.bm 2>/dev/null", t_strata(), m, bf, t_tmpdir);
     CHECK(t_run(cmd, &o2) == 0);
     CHECK_MSG(o1 && o2 && !strcmp(o1, o2), "%s: batched: %s vs %s", m, o2 ? o2 : "", o1 ? o1 : "");
     for (int i = 0; i < 4; i++) {
         char x[32], y[32];
         snprintf(x, sizeof x, "bp.%d", i);
         snprintf(y, sizeof y, "bm.%d", i);
-        CHECK_MSG(same(x, y), "%s: batched logits of sequence %d", m, i);
+        CHECK_MSG(t_same_logits(x, y), "%s: batched logits of sequence %d", m, i);
     }
     base_free(o1);
     base_free(o2);

@@ -38,6 +38,11 @@ const char *t_model(const char *name, const char *preset, int seed, int pack);
 
 /* Shared by the architecture suites (tests/t_arch_util.c). */
 /* The whole file at path, NUL-terminated (MEM_MISC, caller frees), or NULL. */
+/* `strata run m --ids 1,5,9,2,7,3,11,40 --gen gen --print-ids EXTRA`: the ids into
+ * ids, the logits dump into t_tmpdir/lg.TAG (stderr into lg.TAG.err); the exit
+ * code. t_same_logits: the dumps of two tags are byte-identical. */
+int t_run_logits(const char *m, const char *extra, const char *tag, int gen, char *ids, size_t n);
+int t_same_logits(const char *a, const char *b);
 char *t_slurp(const char *path);
 /* s with the first `from` replaced by `to` (MEM_MISC, caller frees); NULL when
  * from is not in s. */
