@@ -85,10 +85,11 @@ TEST(ds_quant_budgets_below_size) {
         fprintf(stderr, "  (ds_quant_budgets_below_size: skipped, the engine has no DeepSeek-V3 architecture yet)\n");
         return;
     }
-    /* ~90 MB: 128 FP8 experts of [256, 256] x 3 MoE layers (+ the MTP layer, never read) */
-    budgets_below_size("dsr_fp8_medium", "--layout dsv3-fp8 --seed 311 --hidden 256 --layers 5 --experts 128 "
+    /* ~110 MB: 160 FP8 experts of [256, 256] x 3 MoE layers (+ the MTP layer, never read); sizes keep 1.6x the
+     * minimum below the model under the sanitizer build too, whose minimum is ~1.5x higher */
+    budgets_below_size("dsr_fp8_medium", "--layout dsv3-fp8 --seed 311 --hidden 256 --layers 5 --experts 160 "
                        "--topk 8 --n-group 8 --topk-group 4 --moe-inter 256 --inter 512 --shards 2");
-    /* ~90 MB: 256 INT4 experts of [256, 256] x 3 MoE layers */
-    budgets_below_size("dsr_int4_medium", "--layout k2-int4 --seed 312 --hidden 256 --layers 4 --experts 256 "
+    /* ~150 MB: 448 INT4 experts of [256, 256] x 3 MoE layers */
+    budgets_below_size("dsr_int4_medium", "--layout k2-int4 --seed 312 --hidden 256 --layers 4 --experts 448 "
                        "--topk 8 --moe-inter 256 --inter 512 --shards 2");
 }
