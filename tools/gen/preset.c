@@ -312,6 +312,7 @@ static void k2_tiny(cfg *c, gen_opts *o) {
     ds_base(c, o, ARCH_KIMI_K2);
     ds_scalars(c, 4, 1, 2.827, 1e-6, 50000.0, 32.0, 1.0);
     arch_kimi_k2.finish(c);
+    o->tok = GEN_TOK_K2; /* Kimi's tiktoken with K2's specials, as released */
 }
 
 /* K2-Instruct's release: FP8 as DeepSeek-V3's, Kimi's tiktoken with K2's specials. */
@@ -341,6 +342,7 @@ static void k25_tiny(cfg *c, gen_opts *o) {
     c->yarn_factor = 64.0;
     c->yarn_beta_fast = 32.0;
     arch_kimi_k25.finish(c);
+    o->tok = GEN_TOK_K2_THINKING; /* K2.5 thinks: K2's specials with <think> */
 }
 
 /* ~15 GB in K2-Thinking's layout (INT4 experts, the rest bf16) with K2's
