@@ -91,6 +91,42 @@ TEST(toolgram_forced) {
         }
 }
 
+/* Regression: a tool whose parameters need DFA tables (pattern, format, integer
+ * bounds) composes into the call grammar with its tables (jgram_append copied
+ * the nodes but not the tables: a forced call read another table or none). */
+TEST(toolgram_pattern_params) {
+    static const chat_tool t[] = {
+        {"book", NULL,
+         "{\"type\":\"object\",\"properties\":{\"day\":{\"type\":\"string\",\"format\":\"date\"},"
+         "\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-[0-9]{3}$\"},\"n\":{\"type\":\"integer\",\"minimum\":1,"
+         "\"maximum\":9}},\"required\":[\"day\",\"code\",\"n\"],\"additionalProperties\":false}", 1}};
+    const chat_tools req = {t, 1, CHAT_TOOLS_REQUIRED, NULL, 0};
+    const chat_call good = {"book", "{\"day\":\"2026-12-07\",\"code\":\"AB-123\",\"n\":7}"};
+    static const char *const bad[] = {"{\"day\":\"2026-13-07\",\"code\":\"AB-123\",\"n\":7}",
+                                      "{\"day\":\"2026-12-07\",\"code\":\"ab-123\",\"n\":7}",
+                                      "{\"day\":\"2026-12-07\",\"code\":\"AB-123\",\"n\":10}"};
+    for (int fmt = 1; fmt < 3; fmt++) {
+        CHECK_MSG(check_calls(fmt, &req, &good, 1, 0) == 1, "fmt %d: a valid call", fmt);
+        for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+            const chat_call c = {"book", bad[i]};
+            CHECK_MSG(check_calls(fmt, &req, &c, 1, 0) == -1, "fmt %d: %s", fmt, bad[i]);
+        }
+    }
+    /* XTML: a pattern string has no raw (typed) form, so the call is the JSON block
+     * (markers as text here, as toolgram_strict's) */
+    char err[256];
+    jgram *g = NULL;
+    sinkst plain = {.plain = 1};
+    CHECK_MSG(tools_grammar(&g, CHAT_FMT_XTML, &req, 0, special, &plain, err, sizeof err) == 0 && g, "%s", err);
+    for (int i = 0; i < 2 && g; i++) {
+        char x[512];
+        snprintf(x, sizeof x, "book\" index=\"1\"<|sep|><|open|>arguments type=\"json\"<|sep|>%s<|close|>arguments<|sep|>"
+                 "<|close|>call<|sep|><|close|>tools<|sep|>", i ? bad[0] : good.args);
+        CHECK_MSG(jgram_check(g, (const uint8_t *)x, strlen(x)) == (i ? -1 : 1), "XTML: %s", x);
+    }
+    jgram_free(g);
+}
+
 TEST(toolgram_strict) {
     char err[256];
     const chat_tool t[] = {{"f", NULL, "{\"type\":\"object\",\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^a\",\"x-foo\":1}}}", 1}};

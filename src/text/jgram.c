@@ -480,7 +480,7 @@ static int32_t node_new(jgram *g, int32_t kind) {
 static int64_t bytes_add(jgram *g, const uint8_t *p, size_t n) {
     if (g->n_bytes + (int64_t)n > INT32_MAX / 2) return -1;
     if (room((void **)&g->bytes, &g->cap_bytes, g->n_bytes, (int64_t)n, 1)) return -1;
-    memcpy(g->bytes + g->n_bytes, p, n);
+    if (n) memcpy(g->bytes + g->n_bytes, p, n); /* p may be NULL when n is 0 */
     g->n_bytes += (int64_t)n;
     return g->n_bytes - (int64_t)n;
 }
@@ -494,6 +494,14 @@ int32_t jgram_append(jgram *g, const jgram *src) {
     const int32_t dn = g->n_nodes, dp = g->n_props, dl = g->n_lits, da = g->n_alts;
     const int64_t db = bytes_add(g, src->bytes, (size_t)src->n_bytes);
     if (db < 0 || src->root < 0) return -1;
+    /* pattern and integer-range DFA tables (JG_PAT, JG_INTR nodes index them) */
+    const int64_t dt = g->n_pat;
+    if (src->n_pat) {
+        if (g->n_pat + src->n_pat > INT32_MAX || room((void **)&g->pat, &g->cap_pat, g->n_pat, src->n_pat, sizeof *g->pat))
+            return -1;
+        memcpy(g->pat + g->n_pat, src->pat, (size_t)src->n_pat * sizeof *g->pat);
+        g->n_pat += src->n_pat;
+    }
     for (int32_t i = 0; i < src->n_nodes; i++) {
         jg_node n = src->nodes[i];
         switch (n.kind) {
@@ -502,6 +510,7 @@ int32_t jgram_append(jgram *g, const jgram *src) {
         case JG_LIT: n.lo += dl; break;
         case JG_CHOICE: case JG_SEQ: n.lo += da; break;
         case JG_ALIAS: n.extra += dn; break;
+        case JG_PAT: case JG_INTR: n.lo += (int32_t)dt; break;
         }
         g->nodes[g->n_nodes++] = n;
     }

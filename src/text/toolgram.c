@@ -177,8 +177,9 @@ static int prop_types(tg *t, int32_t v, typed_val *out) {
             }
             continue;
         }
-        const char *ty = nd.kind == JG_STR ? "string" : nd.kind == JG_INT ? "integer" : nd.kind == JG_NUM ? "number"
-                       : nd.kind == JG_OBJ ? "object" : nd.kind == JG_ARR ? "array" : NULL;
+        /* a pattern string (JG_PAT) has no raw form: the JSON block takes it */
+        const char *ty = nd.kind == JG_STR ? "string" : nd.kind == JG_INT || nd.kind == JG_INTR ? "integer"
+                       : nd.kind == JG_NUM ? "number" : nd.kind == JG_OBJ ? "object" : nd.kind == JG_ARR ? "array" : NULL;
         if (!ty || n == MAX_TYPES) return -1;
         const int32_t id = nd.kind == JG_STR ? jgram_add_raw(g, nd.min, nd.max) : alts[i];
         if (id < 0) return -1;
