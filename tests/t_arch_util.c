@@ -84,3 +84,20 @@ int t_same_logits(const char *a, const char *b) {
     snprintf(cmd, sizeof cmd, "cmp -s %s/lg.%s %s/lg.%s", t_tmpdir, a, t_tmpdir, b);
     return t_run(cmd, NULL) == 0;
 }
+
+void t_config_refusals(const char *js, const char *tag, const t_refusal *k, size_t n) {
+    char name[64];
+    snprintf(name, sizeof name, "%s-refused.json", tag);
+    for (size_t i = 0; i < n; i++) {
+        char *m = t_subst1(js, k[i].from, k[i].to);
+        CHECK_MSG(m != NULL, "%s", k[i].from);
+        if (!m) continue;
+        const char *path = t_write(name, m, strlen(m));
+        base_free(m);
+        char cmd[2048], *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s inspect --config %s", t_strata(), path);
+        CHECK(t_run(cmd, &out) == 1);
+        CHECK_MSG(out && strstr(out, path) && strstr(out, k[i].msg), "%s: %s", k[i].to, out ? out : "");
+        base_free(out);
+    }
+}

@@ -92,7 +92,7 @@ TEST(ds_config_refusals) {
     char *js = t_slurp(DS_R1);
     CHECK(js != NULL);
     if (!js) return;
-    static const struct { const char *from, *to, *msg; } k[] = {
+    static const t_refusal k[] = {
         {"\"type\": \"yarn\"", "\"type\": \"dynamic\"", "'rope_scaling.type' is \"dynamic\": not supported"},
         {"\"scoring_func\": \"sigmoid\"", "\"scoring_func\": \"softmax\"", "'scoring_func' is \"softmax\": not supported"},
         {"\"topk_method\": \"noaux_tc\"", "\"topk_method\": \"greedy\"", "'topk_method' is \"greedy\": not supported"},
@@ -105,18 +105,7 @@ TEST(ds_config_refusals) {
         {"\"factor\": 40,", "\"factor\": \"40\",", "'rope_scaling.factor' must be a number"},
         {"\"DeepseekV3ForCausalLM\"", "\"KimiLinearForCausalLM\"", "name different architectures"},
     };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        char *m = t_subst1(js, k[i].from, k[i].to);
-        CHECK_MSG(m != NULL, "%s", k[i].from);
-        if (!m) continue;
-        const char *path = t_write("ds-refused.json", m, strlen(m));
-        base_free(m);
-        char cmd[2048], *out = NULL;
-        snprintf(cmd, sizeof cmd, "%s inspect --config %s", t_strata(), path);
-        CHECK(t_run(cmd, &out) == 1);
-        CHECK_MSG(out && strstr(out, path) && strstr(out, k[i].msg), "%s: %s", k[i].to, out ? out : "");
-        base_free(out);
-    }
+    t_config_refusals(js, "ds", k, sizeof k / sizeof k[0]);
     base_free(js);
     /* DeepSeek-V3.2 (the DSA indexer) is refused by name */
     char cmd[2048], *out = NULL;

@@ -50,7 +50,7 @@ TEST(kl_config_refusals) {
     char *js = t_slurp(KL_REAL);
     CHECK(js != NULL);
     if (!js) return;
-    static const struct { const char *from, *to, *msg; } k[] = {
+    static const t_refusal k[] = {
         {"\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"", "'hidden_act' is \"gelu\": not supported"},
         {"\"num_expert_group\": 1", "\"num_expert_group\": 8", "'num_expert_group' is 8: not supported"},
         {"\"mla_use_nope\": true", "\"mla_use_nope\": false", "'mla_use_nope' is false: not supported"},
@@ -59,18 +59,7 @@ TEST(kl_config_refusals) {
         {"\"KimiLinearForCausalLM\"", "\"KimiK3ForConditionalGeneration\"", "name different architectures"},
         {"\"kv_lora_rank\": 512", "\"kv_lora_rank\": null", "'kv_lora_rank' must be an integer, got null"},
     };
-    for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
-        char *m = t_subst1(js, k[i].from, k[i].to);
-        CHECK_MSG(m != NULL, "%s", k[i].from);
-        if (!m) continue;
-        const char *path = t_write("kl-refused.json", m, strlen(m));
-        base_free(m);
-        char cmd[2048], *out = NULL;
-        snprintf(cmd, sizeof cmd, "%s inspect --config %s", t_strata(), path);
-        CHECK(t_run(cmd, &out) == 1);
-        CHECK_MSG(out && strstr(out, path) && strstr(out, k[i].msg), "%s: %s", k[i].to, out ? out : "");
-        base_free(out);
-    }
+    t_config_refusals(js, "kl", k, sizeof k / sizeof k[0]);
     /* q_lora_rank given as an integer: q-LoRA, read as such */
     char *m = t_subst1(js, "\"q_lora_rank\": null", "\"q_lora_rank\": 64");
     cfg c;

@@ -236,14 +236,10 @@ TEST(serve_tools) {
         if (!dir) continue;
         server s;
         static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "2048", NULL};
-        CHECK(server_start(&s, dir, NULL, args) == 0);
-        if (s.port && !wait_health(s.port)) {
-            node_all_ok("timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, presets[i][0]);
-            if (i < 2) /* tool use on /v1/messages (@anthropic-ai/sdk): K3's XTML and the K2 format */
-                node_all_ok("timeout 240 node tests/serve/anthropic.mjs %d %s %s tools", s.port, KEY, presets[i][0]);
-        } else {
-            CHECK(0);
-        }
+        if (server_up(&s, dir, NULL, args)) continue;
+        node_all_ok("timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, presets[i][0]);
+        if (i < 2) /* tool use on /v1/messages (@anthropic-ai/sdk): K3's XTML and the K2 format */
+            node_all_ok("timeout 240 node tests/serve/anthropic.mjs %d %s %s tools", s.port, KEY, presets[i][0]);
         CHECK(server_stop(&s) == 0);
     }
 }
@@ -264,13 +260,9 @@ TEST(serve_reasoning_formats) {
         if (!dir) continue;
         server s;
         static const char *const args[] = {"--parallel", "2", "--api-key", KEY, "--ctx", "2048", NULL};
-        CHECK(server_start(&s, dir, NULL, args) == 0);
-        if (s.port && !wait_health(s.port)) {
-            node_all_ok("timeout 120 node tests/serve/reasoning.mjs %d %s %s %s", s.port, KEY, k[i][0], k[i][2]);
-            if (i == 2) node_all_ok("timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, k[i][0]);
-        } else {
-            CHECK(0);
-        }
+        if (server_up(&s, dir, NULL, args)) continue;
+        node_all_ok("timeout 120 node tests/serve/reasoning.mjs %d %s %s %s", s.port, KEY, k[i][0], k[i][2]);
+        if (i == 2) node_all_ok("timeout 240 node tests/serve/tools.mjs %d %s %s", s.port, KEY, k[i][0]);
         CHECK(server_stop(&s) == 0);
     }
 }

@@ -43,6 +43,10 @@ const char *t_model(const char *name, const char *preset, int seed, int pack);
  * code. t_same_logits: the dumps of two tags are byte-identical. */
 int t_run_logits(const char *m, const char *extra, const char *tag, int gen, char *ids, size_t n);
 int t_same_logits(const char *a, const char *b);
+/* Each edit (from -> to) of config text js makes `strata inspect --config` exit 1
+ * naming the file and msg (written to t_tmpdir/TAG-refused.json). */
+typedef struct t_refusal { const char *from, *to, *msg; } t_refusal;
+void t_config_refusals(const char *js, const char *tag, const t_refusal *k, size_t n);
 char *t_slurp(const char *path);
 /* s with the first `from` replaced by `to` (MEM_MISC, caller frees); NULL when
  * from is not in s. */
