@@ -315,11 +315,11 @@ static void k2_tiny(cfg *c, gen_opts *o) {
     o->tok = GEN_TOK_K2; /* Kimi's tiktoken with K2's specials, as released */
 }
 
-/* K2-Instruct's release: FP8 as DeepSeek-V3's, Kimi's tiktoken with K2's specials. */
+/* K2-Instruct's release: FP8 as DeepSeek-V3's, Kimi's tiktoken with K2's specials
+ * (k2_tiny's). */
 static void k2_instruct_tiny(cfg *c, gen_opts *o) {
     k2_tiny(c, o);
     o->weights = GEN_W_FP8;
-    o->tok = GEN_TOK_K2;
 }
 
 /* K2-Thinking's release: routed experts INT4 (compressed-tensors pack-quantized,
