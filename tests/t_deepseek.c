@@ -167,6 +167,52 @@ TEST(ds_route_groups) {
     CHECK(idx[0] == 0 && idx[1] == 1);
 }
 
+/* A guess of the next layer's experts picks as the router does: with every
+ * expert's score (sigmoid + bias) its best ranks are the router's top-k in order,
+ * grouped or not; from candidates only it stays inside the kept groups. */
+TEST(ds_guess_groups) {
+    cfg c;
+    memset(&c, 0, sizeof c);
+    c.n_experts = 64;
+    c.topk = 6;
+    c.moe_renorm = 1;
+    c.routed_scale = 1;
+    uint64_t rng = 99;
+    for (int trial = 0; trial < 200; trial++) {
+        const int grouped = trial % 4 != 0;
+        c.n_group = grouped ? (trial % 3 == 0 ? 8 : 4) : 1;
+        c.topk_group = grouped ? 1 + trial % (int)(c.n_group / 2) : 1;
+        float lg[64], s[64], bias[64], sc[64], gs[16], w[6];
+        int32_t taken[64] = {0}, idx[6], mark[64] = {0}, list[64];
+        for (int i = 0; i < 64; i++) {
+            rng = rng * 6364136223846793005ULL + 1442695040888963407ULL;
+            lg[i] = (float)((int)(rng >> 40) % 2000 - 1000) / 250.0f;
+            bias[i] = (float)((int)(rng >> 20) % 100) / 400.0f;
+        }
+        memcpy(s, lg, sizeof s);
+        moe_route_row(&c, s, bias, taken, 1, idx, w);
+        for (int i = 0; i < 64; i++) sc[i] = s[i] + bias[i]; /* moe_route_row left the sigmoids in s */
+        const int ranks = 1 + trial % 6;
+        int n = guess_pick(&c, sc, NULL, 64, ranks, gs, mark, 1, list, 0);
+        CHECK_MSG(n == ranks, "trial %d: %d of %d", trial, n, ranks);
+        for (int r = 0; r < n; r++) CHECK_MSG(list[r] == idx[r], "trial %d rank %d: %d vs %d", trial, r, list[r], idx[r]);
+        /* candidates: the 16 best scores, shuffled; every pick in a kept group of the candidates */
+        int32_t id[16];
+        float cs[16];
+        int nc = 0;
+        for (int i = 0; i < 64; i++) {
+            int better = 0;
+            for (int j = 0; j < 64; j++) better += sc[j] > sc[i] || (sc[j] == sc[i] && j < i);
+            if (better < 16) { id[nc] = i; cs[nc++] = sc[i]; }
+        }
+        memset(mark, 0, sizeof mark);
+        n = guess_pick(&c, cs, id, nc, c.topk, gs, mark, 1, list, 0);
+        CHECK(n >= 1 && n <= c.topk);
+        const int per = 64 / (int)(c.n_group > 1 ? c.n_group : 1);
+        for (int r = 0; r < n && grouped; r++) CHECK(gs[c.n_group + list[r] / per] == 1);
+    }
+}
+
 /* The published layouts: names, dtypes and shapes the releases use, the
  * tokenizer files and the quantization_config they declare. */
 TEST(ds_tiny_layout) {

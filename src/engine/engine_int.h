@@ -101,6 +101,7 @@ struct engine {
         float *dg, *du;        /* dense gate/up (T, dense_inter) */
         /* the next layer's experts, predicted (guess.c) */
         float *px, *pr, *pv;   /* (PR, hidden) inputs, (PR, n_experts) scores, 2 hidden + n_experts vectors */
+        float *pg;             /* 2 x n_group: guess_pick's group scores and kept flags */
         int32_t *pmark, *plist; /* (n_experts) each */
         int32_t *pc;           /* (PR, pred_cand) the late guess's candidates, best first */
         float *ps;             /* (PR, pred_cand) their scores */
@@ -257,6 +258,10 @@ void attnres_row(float *out, float *const *src, int64_t nsrc, int64_t t, int64_t
  * is done, now or owed to L1's first attention job; guess_attach: makes that job
  * run it (guess_run, from mm.c) first. No guess ever changes a value of the pass. */
 void guess_predict(engine *e, int64_t L1, int64_t ranks, int early, int task);
+/* guess_pick: one row's guess (k best of m scores, grouped routing as the router), appended
+ * to list[n ..]; returns the new n (guess.c). */
+int guess_pick(const cfg *c, const float *sc, const int32_t *id, int64_t m, int64_t k, float *gs, int32_t *mark,
+               int32_t stamp, int32_t *list, int n);
 /* The MTP layer over the rows of a step that has just run (mtp.c), before the
  * sequences advance: each sequence's rows whose next token the step holds, and
  * its pending row (the position before the step's first), into its MTP cache;

@@ -38,6 +38,51 @@ static void rescore_fn(void *ctx, int64_t q0, int64_t q1, int tid) {
         K.matmul(j->ps + q, 1, (const uint8_t *)j->w + (size_t)j->pc[q] * j->rb, j->dtype, j->cols, j->x, j->cols, 1, 0, 1);
 }
 
+/* A row's guess: its k best of m scores sc (sigmoid + bias; expert id[i], or i)
+ * in the order moe_route_row ranks them, appended to list[n ..] unless an earlier
+ * row listed them (mark[x] != 0; this row stamps its own). Grouped routing
+ * (DeepSeek-V3: n_group, topk_group) picks only inside the topk_group groups
+ * whose two best scores sum highest, as the router does: with every expert's
+ * score the guess is the router's choice (t_deepseek.c); with the late guess's
+ * candidates a group's score is over its candidates (those left out score below
+ * every candidate; a group with fewer than two ranks last). Without the groups a
+ * DeepSeek-V3 guess (8 of 256 experts, 4 of 8 groups kept) spends about half its
+ * reads on experts of groups the router then drops. gs: 2 x n_group floats. */
+int guess_pick(const cfg *c, const float *sc, const int32_t *id, int64_t m, int64_t k, float *gs, int32_t *mark,
+               int32_t stamp, int32_t *list, int n) {
+    const int64_t G = c->n_group > 1 ? c->n_group : 1, per = c->n_experts / G;
+    float *keep = gs + G; /* each group's second best score, then whether it is kept */
+    if (G > 1) {
+        for (int64_t g = 0; g < G; g++) gs[g] = keep[g] = -INFINITY;
+        for (int64_t i = 0; i < m; i++) {
+            const int64_t g = (id ? id[i] : i) / per;
+            if (sc[i] > gs[g]) { keep[g] = gs[g]; gs[g] = sc[i]; }
+            else if (sc[i] > keep[g]) keep[g] = sc[i];
+        }
+        for (int64_t g = 0; g < G; g++) { gs[g] += keep[g]; keep[g] = 0; }
+        for (int64_t r = 0; r < c->topk_group && r < G; r++) { /* ties to the lower group, as route_groups */
+            int64_t bg = -1;
+            for (int64_t g = 0; g < G; g++)
+                if (!keep[g] && (bg < 0 || gs[g] > gs[bg])) bg = g;
+            keep[bg] = 1;
+        }
+    }
+    for (int64_t r = 0; r < k; r++) { /* the r-th best, as route_token chooses */
+        int64_t best = -1;
+        float bv = 0;
+        for (int64_t i = 0; i < m; i++) {
+            const int32_t x = id ? id[i] : (int32_t)i;
+            if (mark[x] == stamp || (G > 1 && !keep[x / per])) continue;
+            if (best < 0 || sc[i] > bv) { best = i; bv = sc[i]; }
+        }
+        if (best < 0) break; /* fewer candidates in the kept groups than ranks */
+        const int32_t x = id ? id[best] : (int32_t)best;
+        if (!mark[x]) list[n++] = x;
+        mark[x] = stamp;
+    }
+    return n;
+}
+
 /* Expert reads a layer ahead. Layer L1's router input is RMSNorm(AttnRes([B...,
  * P]; f_mlp of L1); L1's post-attention norm) after L1's attention; the estimate
  * applies L1's own AttnRes fold, norm, router and bias to the sources as they
@@ -131,24 +176,9 @@ void guess_predict(engine *e, int64_t L1, int64_t ranks, int early, int task) {
     int32_t *mark = e->f.pmark, *list = e->f.plist;
     int n = 0;
     memset(mark, 0, (size_t)E * sizeof(int32_t));
-    for (int64_t t = 0; t < T; t++) {
-        /* the row's scores: every expert's, or the C candidates' (pc) */
-        float *sc = cand ? e->f.ps + t * C : e->f.pr + t * E;
-        const int32_t *id = cand ? e->f.pc + t * C : NULL;
-        const int64_t m = cand ? C : E;
-        for (int64_t r = 0; r < k; r++) { /* the r-th best, as route_token chooses */
-            int64_t best = -1;
-            float bv = 0;
-            for (int64_t i = 0; i < m; i++) {
-                const int32_t x = id ? id[i] : (int32_t)i;
-                if (mark[x] == (int32_t)t + 1) continue;
-                if (best < 0 || sc[i] > bv) { best = i; bv = sc[i]; }
-            }
-            const int32_t x = id ? id[best] : (int32_t)best;
-            if (!mark[x]) list[n++] = x;
-            mark[x] = (int32_t)t + 1;
-        }
-    }
+    for (int64_t t = 0; t < T; t++) /* the row's scores: every expert's, or the C candidates' (pc) */
+        n = guess_pick(c, cand ? e->f.ps + t * C : e->f.pr + t * E, cand ? e->f.pc + t * C : NULL, cand ? C : E, k,
+                       e->f.pg, mark, (int32_t)t + 1, list, n);
     if (early && !cand) e->f.pr_L1 = L1;
     ws->ops->experts_prefetch(ws, L1, n, list);
 }

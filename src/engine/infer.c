@@ -101,6 +101,7 @@ static void engine_carve(engine *e, carve *cv_) {
     e->f.px = CVF(cv_, PR * Hd);
     e->f.pr = CVF(cv_, PR * c->n_experts);
     e->f.pv = CVF(cv_, 2 * Hd + c->n_experts);
+    e->f.pg = CVF(cv_, 2 * (c->n_group > 1 ? c->n_group : 1));
     e->f.pmark = CVI(cv_, c->n_experts);
     e->f.plist = CVI(cv_, c->n_experts);
     e->f.pc = CVI(cv_, PR * PRED_CAND * c->topk);
