@@ -1,5 +1,6 @@
 /*
- * cmd_chat.c: `strata chat MODEL_DIR`: an interactive K3 chat with retained state.
+ * cmd_chat.c: `strata chat MODEL_DIR`: an interactive chat with retained state, in the
+ * chat format of the model's architecture and tokenizer (K3, K2, DeepSeek, ...).
  *
  * The session keeps its KDA/conv state and MLA cache across turns: each user line
  * is rendered as a continuation (chat.h STRATA_CHAT_CONTINUE: the turn plus the

@@ -15,7 +15,8 @@ static void usage(FILE *f) {
     fprintf(f,
             "usage: strata gen-model OUT_DIR (--preset NAME | --config FILE) [options]\n"
             "       strata gen-model --list-presets\n\n"
-            "Writes a complete K3-format model directory with random, numerically alive\n"
+            "Writes a complete model directory in a published layout (K3, Kimi Linear, Kimi\n"
+            "K2 or DeepSeek-V3, as the preset or config says) with random, numerically alive\n"
             "weights: config.json, sharded safetensors + index, the tokenizer (tiktoken.model,\n"
             "or DeepSeek's tokenizer.json) and tokenizer_config.json. Same seed, same bytes.\n"
             "Built in OUT_DIR.partial-PID and renamed at the end, so OUT_DIR never holds a\n"

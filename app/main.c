@@ -18,17 +18,17 @@ typedef struct {
 
 static const command k_cmds[] = {
     {"run", cmd_run, "generate from a model directory (ids or text prompt)"},
-    {"chat", cmd_chat, "interactive K3 chat with retained state"},
+    {"chat", cmd_chat, "interactive chat with retained state (the model's chat format)"},
     {"serve", cmd_serve, "OpenAI-compatible HTTP server, all requests in one weight pass"},
     {"inspect", cmd_inspect, "check a model directory or config and print its census"},
-    {"gen-model", cmd_gen_model, "write a K3-format model with random weights (presets)"},
+    {"gen-model", cmd_gen_model, "write a model with random weights in a published layout (presets)"},
     {"pack", cmd_pack, "repack a model into the streaming layout (trunk file + manifest)"},
     {"plan", cmd_plan, "print the memory plan for a model and a RAM budget"},
-    {"tokenize", cmd_tokenize, "text to ids (or --decode ids to text) with a tiktoken vocab"},
+    {"tokenize", cmd_tokenize, "text to ids (or --decode ids to text) with the model's tokenizer"},
     {NULL, NULL, NULL}};
 
 static void help(FILE *f) {
-    fprintf(f, "strata %s: Kimi K3 inference within a RAM budget\n\n"
+    fprintf(f, "strata %s: Kimi K3, Kimi Linear, Kimi K2 and DeepSeek-V3 inference within a RAM budget\n\n"
                "usage: strata COMMAND [ARGS]   (strata COMMAND --help for each)\n\ncommands:\n",
             STRATA_VERSION);
     for (const command *c = k_cmds; c->name; c++) fprintf(f, "  %-10s %s\n", c->name, c->summary);
