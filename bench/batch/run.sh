@@ -40,8 +40,12 @@ for b in $BUDGETS; do
 done
 echo
 # decode: aggregate tokens/s relative to one sequence at the same budget
-awk -F, 'NR > 1 && $2 == "decode" { if ($3 == 1) one[$1] = $6; r = one[$1] > 0 ? $6 / one[$1] : 0;
-  printf "budget %s GB  %2d sequences  %7.3f tok/s  %6.3f GB/token  x%.2f vs 1 sequence\n", $1, $3, $6, $8, r }' "$CSV"
+# and the gain the bytes allow: GB/token of one sequence over GB/token of n (what
+# n sequences would gain if the disk stayed the limit at the same rate; a router
+# that spreads n rows over n x top-k distinct experts leaves little to share)
+awk -F, 'NR > 1 && $2 == "decode" { if ($3 == 1) { one[$1] = $6; b1[$1] = $8 }
+  r = one[$1] > 0 ? $6 / one[$1] : 0; rb = $8 > 0 && b1[$1] > 0 ? b1[$1] / $8 : 0;
+  printf "budget %s GB  %2d sequences  %7.3f tok/s  %6.3f GB/token  x%.2f vs 1 sequence (bytes allow x%.2f)\n", $1, $3, $6, $8, r, rb }' "$CSV"
 awk -F, 'NR > 1 && $2 == "prefill" {
   printf "budget %s GB  prefill %4d  %7.2f s  read %6.2f GB (ideal %6.2f: x%.2f)  time / floor x%.2f\n", $1, $3, $5, $7, $9, $12, $11 }' "$CSV"
 if command -v gnuplot > /dev/null; then
