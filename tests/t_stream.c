@@ -26,6 +26,7 @@ static void check_task_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
 }
 
 const char *tpack_model(const char *name, const char *dir, uint64_t seed); /* t_pack.c */
+const char *tpack_fresh(const char *name, const char *dir, uint64_t seed); /* t_pack.c: a copy to damage */
 
 typedef struct model {
     cfg c;
@@ -62,18 +63,6 @@ static const char *preset_open(model *m, const char *preset, const char *dirname
     return dir;
 }
 
-/* A copy of the generated model preset in t_tmpdir/NAME (into dir), for tests
- * that damage its files; 0, or -1 after a failed check. */
-static int preset_copy(const char *preset, const char *src_name, uint64_t seed, const char *name, char *dir, size_t n) {
-    const char *src = tpack_model(preset, src_name, seed);
-    if (!src) { CHECK_MSG(0, "%s: not made", src_name); return -1; }
-    char cmd[3400];
-    snprintf(dir, n, "%s/%s", t_tmpdir, name);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dir, src, dir);
-    const int rc = t_run(cmd, NULL);
-    CHECK_MSG(rc == 0, "%s", cmd);
-    return rc ? -1 : 0;
-}
 
 static int same_view(const wt *a, const wt *b, int role) {
     if (!a->p != !b->p) return 0;
@@ -296,8 +285,8 @@ TEST(stream_plan_refusal) {
 
 TEST(stream_errors) {
     /* a copy of a tiny model whose shards we damage after opening */
-    char dir[1100];
-    if (preset_copy("tiny", "st_err_src", 21, "st_err", dir, sizeof dir)) return;
+    const char *dir = tpack_fresh("tiny", "st_err", 21);
+    if (!dir) { CHECK(0); return; }
     model m;
     if (model_open(&m, dir)) { CHECK(0); return; }
     char err[2048];
@@ -822,8 +811,9 @@ static const st_tensor *expert_w2_scale(const model *m, int64_t L, int64_t e) {
 }
 
 TEST(stream_verify_default) {
-    char dir[1100], err[2048];
-    if (preset_copy("tiny-shards", "st_vd_src", 23, "st_vd", dir, sizeof dir)) return;
+    const char *dir = tpack_fresh("tiny-shards", "st_vd", 23);
+    if (!dir) { CHECK(0); return; }
+    char err[2048];
     model m;
     if (model_open(&m, dir)) { CHECK(0); return; }
     pack_result pr;
@@ -1056,8 +1046,9 @@ TEST(stream_verify_blocks_shapes) {
  * small tensor of the unit fails its own checksum at layer_get; a wrong block
  * hash in the manifest fails the run and pack --verify, which names the block. */
 TEST(stream_verify_blocks) {
-    char dir[1100], err[2048], msg[2048], what[96];
-    if (preset_copy("tiny", "st_vb_src", 29, "st_vb", dir, sizeof dir)) return;
+    const char *dir = tpack_fresh("tiny", "st_vb", 29);
+    if (!dir) { CHECK(0); return; }
+    char err[2048], msg[2048], what[96];
     model m;
     if (model_open(&m, dir)) { CHECK(0); return; }
     pack_result pr;
