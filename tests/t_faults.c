@@ -178,6 +178,19 @@ static const char *fz_model(const char *name) {
     return t_run(cmd, NULL) == 0 ? p : NULL;
 }
 
+/* fz_model(name) packed (--no-measure), *gb the budget that streams it; NULL
+ * after a failed check. */
+static const char *fz_packed(const char *name, double *gb) {
+    const char *m = fz_model(name);
+    CHECK(m != NULL);
+    if (!m) return NULL;
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure >/dev/null 2>&1", t_strata(), m);
+    CHECK(t_run(cmd, NULL) == 0);
+    *gb = fz_stream_gb(m);
+    return m;
+}
+
 /* ====================================================================== in process */
 
 /* The wrappers: parsing, EINTR and short transfers continued, errors surfacing
@@ -452,13 +465,10 @@ TEST(faults_pack) {
 /* run, resident (from the shards) and streamed (from a pack, at a budget that
  * streams the trunk and experts): same ids or a clean failure. */
 TEST(faults_run) {
-    const char *m = fz_model("fz_run_m");
-    CHECK(m != NULL);
+    double gb;
+    const char *m = fz_packed("fz_run_m", &gb);
     if (!m) return;
-    char cmd[2048], spec[64];
-    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure >/dev/null 2>&1", t_strata(), m);
-    CHECK(t_run(cmd, NULL) == 0);
-    const double gb = fz_stream_gb(m);
+    char spec[64];
     static uint64_t ns[4096];
     for (int s = 0; s < 2; s++) {
         char args[2048];
@@ -572,13 +582,10 @@ TEST(faults_chat_save) {
  * 1), resident and streamed: exit 0 with the same id (an allocation whose failure
  * has a fallback: JIT compile, a read-ahead) or a failure saying out of memory. */
 TEST(faults_alloc_run) {
-    const char *m = fz_model("fz_alloc_m");
-    CHECK(m != NULL);
+    double gb;
+    const char *m = fz_packed("fz_alloc_m", &gb);
     if (!m) return;
-    char cmd[2048], spec[64];
-    snprintf(cmd, sizeof cmd, "%s pack %s --no-measure >/dev/null 2>&1", t_strata(), m);
-    CHECK(t_run(cmd, NULL) == 0);
-    const double gb = fz_stream_gb(m);
+    char spec[64];
     static uint64_t ns[16384];
     for (int s = 0; s < 2; s++) {
         char args[2048], *ref = NULL;

@@ -14,19 +14,7 @@
 
 const char *tpack_model(const char *name, const char *dir, uint64_t seed); /* t_pack.c */
 
-/* A fresh copy of preset `name` under t_tmpdir/dir. */
-static const char *copy_model(const char *name, const char *dir, uint64_t seed) {
-    static char paths[4][1024];
-    static int k;
-    char src[64];
-    snprintf(src, sizeof src, "%s_src", dir);
-    const char *m = tpack_model(name, src, seed);
-    if (!m) return NULL;
-    char *p = paths[k++ % 4], cmd[3000];
-    snprintf(p, 1024, "%s/%s", t_tmpdir, dir);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", p, m, p);
-    return t_run(cmd, NULL) == 0 ? p : NULL;
-}
+const char *tpack_fresh(const char *name, const char *dir, uint64_t seed); /* t_pack.c: a copy to damage */
 
 /* The identity strata_model_load gives m (pack_dir as strata_model_opts), or 0. */
 static uint64_t load_id(const char *m, const char *pack_dir, char *src, size_t n) {
@@ -90,7 +78,7 @@ static int middle_byte(const char *m, char *shard, size_t n, uint64_t *off) {
  * its shards (headers and ends kept) had the same id, and its state files, prefix
  * files and pack were accepted for the other. */
 TEST(ident_covers_every_byte) {
-    const char *m = copy_model("tiny", "id_mid", 41);
+    const char *m = tpack_fresh("tiny", "id_mid", 41);
     if (!m) { CHECK(0); return; }
     char shard[1100], src[4200];
     uint64_t off = 0;
@@ -124,7 +112,7 @@ TEST(ident_covers_every_byte) {
 /* The identity's content hash is cached by shard stamps; the cache file is checked
  * field by field and a pack whose record hashes disagree with it is refused. */
 TEST(ident_cache) {
-    const char *m = copy_model("tiny", "id_cache", 43);
+    const char *m = tpack_fresh("tiny", "id_cache", 43);
     if (!m) { CHECK(0); return; }
     char xdg[1100], *old_xdg = getenv("XDG_CACHE_HOME") ? base_strdup(getenv("XDG_CACHE_HOME"), MEM_MISC) : NULL;
     snprintf(xdg, sizeof xdg, "%s/id_xdg", t_tmpdir);

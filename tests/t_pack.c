@@ -303,8 +303,11 @@ static void swap_blocks(const char *path, uint64_t off, size_t n) {
     close(fd);
 }
 
-/* A fresh copy of preset `name` under t_tmpdir/dir (so a test may damage it). */
-static const char *fresh_model(const char *name, const char *dir, uint64_t seed) {
+/* A fresh copy of preset `name` under t_tmpdir/dir (so a test may damage it),
+ * made from tpack_model's DIR_src; the path (a rotation of 4 buffers) or NULL.
+ * Also for t_ident.c and t_stream.c. */
+const char *tpack_fresh(const char *name, const char *dir, uint64_t seed);
+const char *tpack_fresh(const char *name, const char *dir, uint64_t seed) {
     static char paths[4][1024];
     static int k;
     char src[64];
@@ -361,7 +364,7 @@ static const char *last_line(char *s) {
  * resident run refuses it too (issue 38), `--pack ''` reads the shards, and plain
  * `strata pack` rebuilds the stale pack, after which every run gives those ids. */
 TEST(pack_stale_shard_data) {
-    const char *m = fresh_model("tiny", "pk_stale", 31);
+    const char *m = tpack_fresh("tiny", "pk_stale", 31);
     if (!m) { CHECK(0); return; }
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
@@ -429,7 +432,7 @@ TEST(pack_stale_shard_data) {
  * (a flipped byte of trunk.bin gave other ids, exit 0), and after the model changed
  * `pack` and `pack --force` both refused to replace the stale pack. */
 TEST(pack_run_verifies) {
-    const char *m = fresh_model("tiny-blocks", "pk_runv", 33);
+    const char *m = tpack_fresh("tiny-blocks", "pk_runv", 33);
     if (!m) { CHECK(0); return; }
     char cmd[2048], *out = NULL, *want = NULL;
     snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
@@ -534,7 +537,7 @@ static void ed_tensor_off(json_t *j) {
 /* Regression (issue 16, items 2 and 3): manifest version 2 or 0 was accepted, a
  * malformed hash read as 0, and a record's offset could point anywhere in bounds. */
 TEST(pack_manifest_checked) {
-    const char *m = fresh_model("tiny", "pk_mf", 35);
+    const char *m = tpack_fresh("tiny", "pk_mf", 35);
     if (!m) { CHECK(0); return; }
     cfg c;
     st_index *ix = NULL;
@@ -568,7 +571,7 @@ TEST(pack_manifest_checked) {
  * trunk.bin.tmp. One writer per pack directory (a lock file in it), temporary
  * names unique per process, leftovers of dead writers removed. */
 TEST(pack_concurrent_writers) {
-    const char *m = fresh_model("tiny", "pk_conc", 37);
+    const char *m = tpack_fresh("tiny", "pk_conc", 37);
     if (!m) { CHECK(0); return; }
     char cmd[4096], *out = NULL, dir[1100], lock[1200], err[512], junk[1200];
     snprintf(dir, sizeof dir, "%s/%s", m, PACK_DIRNAME);
@@ -637,7 +640,7 @@ static void flip_keep_mtime(const char *path, uint64_t off, int n) {
  * stale pack went unnoticed, and a strata.pack without its manifest (or a pack
  * pointer to one) fell back to unverified reads without a word. */
 TEST(pack_verified_without_budget) {
-    const char *m = fresh_model("tiny", "pk_nobudget", 37);
+    const char *m = tpack_fresh("tiny", "pk_nobudget", 37);
     if (!m) { CHECK(0); return; }
     char cmd[3000], *out = NULL, *want = NULL;
     snprintf(cmd, sizeof cmd, "%s pack %s --no-measure", t_strata(), m);
@@ -698,7 +701,7 @@ TEST(pack_verified_without_budget) {
     CHECK_MSG(out && !strstr(out, "unverified"), "%s", out ? out : "");
     base_free(out);
     /* a pack written elsewhere, found through its pointer, then its manifest gone */
-    const char *m2 = fresh_model("tiny", "pk_nobudget2", 37);
+    const char *m2 = tpack_fresh("tiny", "pk_nobudget2", 37);
     if (!m2) { CHECK(0); base_free(want); return; }
     char env[1200];
     snprintf(env, sizeof env, "XDG_CACHE_HOME=%s/xdg_nb", t_tmpdir);

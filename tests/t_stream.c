@@ -26,6 +26,7 @@ static void check_task_fn(void *ctx, int64_t i0, int64_t i1, int tid) {
 }
 
 const char *tpack_model(const char *name, const char *dir, uint64_t seed); /* t_pack.c */
+const char *tpack_fresh(const char *name, const char *dir, uint64_t seed); /* t_pack.c: a copy to damage */
 
 typedef struct model {
     cfg c;
@@ -53,6 +54,15 @@ static void model_close(model *m) {
     if (m->res) m->res->ops->close(m->res);
     st_close(m->ix);
 }
+
+/* The generated model preset (t_pack.c's tpack_model) opened into m: its
+ * directory, or NULL (a failed check) when it cannot be made or opened. */
+static const char *preset_open(model *m, const char *preset, const char *dirname, uint64_t seed) {
+    const char *dir = tpack_model(preset, dirname, seed);
+    if (!dir || model_open(m, dir)) { CHECK_MSG(0, "%s: not made or not opened", dirname); return NULL; }
+    return dir;
+}
+
 
 static int same_view(const wt *a, const wt *b, int role) {
     if (!a->p != !b->p) return 0;
@@ -143,6 +153,32 @@ static place_opts opts_for(uint64_t ram) {
     return o;
 }
 
+/* Plans m at o and opens the streaming source: NULL (a failed check naming the
+ * error) when either fails. */
+static wsrc *stream_open(model *m, const char *dir, const place_opts *o, place_plan *p) {
+    char err[2048];
+    wsrc *w = NULL;
+    if (place_plan_compute(&m->c, &m->lay, dir, o, p, err, sizeof err) || place_open(&w, &m->c, m->ix, dir, p, err, sizeof err)) {
+        CHECK_MSG(0, "%s", err);
+        return NULL;
+    }
+    return w;
+}
+
+/* `strata pack DIR && strata plan DIR --json`: the plan's minimum and total
+ * bytes; 0, or -1 after a failed check. */
+static int cli_plan_bytes(const char *dir, uint64_t *min, uint64_t *total) {
+    char cmd[2400], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), dir, t_strata(), dir);
+    CHECK(t_run(cmd, &out) == 0);
+    const char *a = out ? strstr(out, "\"min_bytes\": ") : NULL, *b = out ? strstr(out, "\"total_bytes\": ") : NULL;
+    CHECK_MSG(a && b, "%s", out ? out : "");
+    *min = a ? strtoull(a + 13, NULL, 10) : 0;
+    *total = b ? strtoull(b + 15, NULL, 10) : 0;
+    base_free(out);
+    return a && b ? 0 : -1;
+}
+
 static void budgets_for(model *m, const char *dir, uint64_t b[3]) {
     place_plan p;
     place_opts o = opts_for(1ull << 40);
@@ -155,11 +191,9 @@ static void budgets_for(model *m, const char *dir, uint64_t b[3]) {
 }
 
 static void stream_budgets(const char *preset, const char *dirname, int packed, int no_uring) {
-    const char *dir = tpack_model(preset, dirname, 11);
-    CHECK(dir != NULL);
-    if (!dir) return;
     model m;
-    if (model_open(&m, dir)) { CHECK(0); return; }
+    const char *dir = preset_open(&m, preset, dirname, 11);
+    if (!dir) return;
     char err[2048];
     if (packed) {
         pack_result pr;
@@ -175,16 +209,11 @@ static void stream_budgets(const char *preset, const char *dirname, int packed, 
             o.no_readahead = ra;
             o.verify_reads = packed;
             place_plan p;
-            int rc = place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err);
-            CHECK_MSG(rc == 0, "%s", err);
-            if (rc) continue;
+            wsrc *w = stream_open(&m, dir, &o, &p);
+            if (!w) continue;
             CHECK(p.has_pack == packed);
             if (i == 0) CHECK(p.n_pinned == 0 && !p.embed_resident);
             if (i == 2) CHECK(p.resident);
-            wsrc *w = NULL;
-            rc = place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err);
-            CHECK_MSG(rc == 0, "%s", err);
-            if (rc) continue;
             int bad = compare_all(&m, w, i == 1);
             CHECK_MSG(bad == 0, "%s budget %llu packed %d: %d mismatches", preset, (unsigned long long)b[i], packed, bad);
             place_stats st;
@@ -256,12 +285,8 @@ TEST(stream_plan_refusal) {
 
 TEST(stream_errors) {
     /* a copy of a tiny model whose shards we damage after opening */
-    const char *src = tpack_model("tiny", "st_err_src", 21);
-    if (!src) { CHECK(0); return; }
-    char dir[1100], cmd[2400];
-    snprintf(dir, sizeof dir, "%s/st_err", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dir, src, dir);
-    CHECK(t_run(cmd, NULL) == 0);
+    const char *dir = tpack_fresh("tiny", "st_err", 21);
+    if (!dir) { CHECK(0); return; }
     model m;
     if (model_open(&m, dir)) { CHECK(0); return; }
     char err[2048];
@@ -351,18 +376,50 @@ static int decode(model *m, wsrc *w, int64_t chunk, int32_t *ids_out, int n_gen,
     return rc;
 }
 
+/* G greedy tokens' ids and last logits: a reference decode's (want, wl) and
+ * the one compared with it (got, gl). */
+enum { MAX_G = 8 };
+typedef struct {
+    int g;
+    int32_t want[MAX_G], got[MAX_G];
+    float *wl, *gl;
+} dec_pair;
+
+/* With m's resident source decoded into the reference half when resident. */
+static void pair_init(dec_pair *d, model *m, int g, int resident) {
+    memset(d, 0, sizeof *d);
+    d->g = g;
+    d->wl = base_alloc((size_t)m->c.vocab * sizeof(float), MEM_MISC);
+    d->gl = base_alloc((size_t)m->c.vocab * sizeof(float), MEM_MISC);
+    if (resident) CHECK(decode(m, m->res, 4, d->want, g, d->wl) == 0);
+}
+
+static void pair_free(dec_pair *d) {
+    base_free(d->wl);
+    base_free(d->gl);
+}
+
+/* The compared ids and logits bits equal the reference's; what names the case. */
+static void pair_check(const dec_pair *d, const model *m, const char *what) {
+    CHECK_MSG(!memcmp(d->want, d->got, (size_t)d->g * sizeof(int32_t)), "%s: ids differ", what);
+    CHECK_MSG(!memcmp(d->wl, d->gl, (size_t)m->c.vocab * sizeof(float)), "%s: logits bits differ", what);
+}
+
+/* Decodes on w into the compared half, then pair_check. */
+static void pair_same(dec_pair *d, model *m, wsrc *w, int64_t chunk, const char *what) {
+    memset(d->got, 0, sizeof d->got);
+    CHECK_MSG(decode(m, w, chunk, d->got, d->g, d->gl) == 0, "%s", what);
+    pair_check(d, m, what);
+}
+
 TEST(stream_decode_identical) {
-    const char *dir = tpack_model("tiny", "st_dec", 5);
-    if (!dir) { CHECK(0); return; }
     model m;
-    if (model_open(&m, dir)) { CHECK(0); return; }
-    enum { G = 6 };
-    int32_t want[G], got[G];
-    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
-    CHECK(decode(&m, m.res, 4, want, G, wl) == 0);
+    const char *dir = preset_open(&m, "tiny", "st_dec", 5);
+    if (!dir) return;
+    dec_pair d;
+    pair_init(&d, &m, 6, 1);
     uint64_t b[3];
-    budgets_for(&m, dir, b);
-    char err[1024];
+    char err[1024], what[96];
     for (int packed = 0; packed < 2; packed++) {
         if (packed) {
             pack_result pr;
@@ -372,19 +429,14 @@ TEST(stream_decode_identical) {
         for (int i = 0; i < 3; i++) {
             place_opts o = opts_for(b[i]);
             place_plan p;
-            if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err)) { CHECK_MSG(0, "%s", err); continue; }
-            wsrc *w = NULL;
-            if (place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) { CHECK_MSG(0, "%s", err); continue; }
-            memset(got, 0, sizeof got);
-            CHECK(decode(&m, w, p.prefill_chunk, got, G, gl) == 0);
-            CHECK_MSG(!memcmp(want, got, sizeof want), "budget %llu packed %d: ids differ", (unsigned long long)b[i], packed);
-            CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu packed %d: logits bits differ",
-                      (unsigned long long)b[i], packed);
+            wsrc *w = stream_open(&m, dir, &o, &p);
+            if (!w) continue;
+            snprintf(what, sizeof what, "budget %llu packed %d", (unsigned long long)b[i], packed);
+            pair_same(&d, &m, w, p.prefill_chunk, what);
             w->ops->close(w);
         }
     }
-    base_free(wl);
-    base_free(gl);
+    pair_free(&d);
     model_close(&m);
 }
 
@@ -411,16 +463,14 @@ static void cli_off_identity(const char *dir, const char *tag, const char *ids, 
  * and off at budgets where the trunk is pinned and the cache has room gives the
  * same ids and logits bits, and the predictions are made and used. */
 TEST(stream_prefetch_identity) {
-    const char *dir = tpack_model("tiny", "st_pf", 6);
-    if (!dir) { CHECK(0); return; }
     model m;
-    if (model_open(&m, dir)) { CHECK(0); return; }
-    enum { G = 8 };
-    int32_t want[G], got[G];
-    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
+    const char *dir = preset_open(&m, "tiny", "st_pf", 6);
+    if (!dir) return;
+    dec_pair d;
+    pair_init(&d, &m, 8, 0);
     uint64_t b[3];
     budgets_for(&m, dir, b);
-    char err[1024];
+    char what[96];
     uint64_t pred = 0, reads = 0;
     int64_t copies = 0;
     /* the third holds every expert (the warm start reads them all): there the
@@ -431,20 +481,16 @@ TEST(stream_prefetch_identity) {
             place_opts o = opts_for(budgets[i]);
             o.no_prefetch = off;
             place_plan p;
-            wsrc *w = NULL;
-            if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) || place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) {
-                CHECK_MSG(0, "%s", err);
-                continue;
-            }
-            CHECK(decode(&m, w, p.prefill_chunk, off ? want : got, G, off ? wl : gl) == 0);
+            wsrc *w = stream_open(&m, dir, &o, &p);
+            if (!w) continue;
+            CHECK(decode(&m, w, p.prefill_chunk, off ? d.want : d.got, d.g, off ? d.wl : d.gl) == 0);
             place_stats st;
             place_stats_get(w, &st);
             if (off) {
                 CHECK(st.pred_layers == 0 && st.prefetch_reads == 0);
             } else {
-                CHECK_MSG(!memcmp(want, got, sizeof want), "budget %llu: ids differ with prefetch", (unsigned long long)budgets[i]);
-                CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu: logits bits differ with prefetch",
-                          (unsigned long long)budgets[i]);
+                snprintf(what, sizeof what, "budget %llu with prefetch", (unsigned long long)budgets[i]);
+                pair_check(&d, &m, what);
                 CHECK(st.pred_hits <= st.pred_requests && st.prefetch_used <= st.prefetch_reads);
                 /* the guesses' router copies: one per pinned MoE unit where planned, lent */
                 CHECK(st.guess_copies == p.n_guess && (p.n_guess == 0) == (st.guess_lends == 0 || i == 2));
@@ -463,18 +509,12 @@ TEST(stream_prefetch_identity) {
             w->ops->close(w);
         }
     CHECK(pred > 0 && reads > 0 && copies > 0);
-    base_free(wl);
-    base_free(gl);
+    pair_free(&d);
     model_close(&m);
     /* the CLI: --no-prefetch gives the same ids and logits bits; the run report
      * says what was predicted */
-    char cmd[4096], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), dir, t_strata(), dir);
-    CHECK(t_run(cmd, &out) == 0);
-    const char *pmin = out ? strstr(out, "\"min_bytes\": ") : NULL, *pall = out ? strstr(out, "\"total_bytes\": ") : NULL;
-    CHECK(pmin && pall);
-    const uint64_t lo = pmin ? strtoull(pmin + 13, NULL, 10) : 0, hi = pall ? strtoull(pall + 15, NULL, 10) : 0;
-    base_free(out);
+    uint64_t lo, hi;
+    cli_plan_bytes(dir, &lo, &hi);
     const uint64_t ram = lo + (hi > lo ? (hi - lo) / 2 : 0) + (4u << 20);
     cli_off_identity(dir, "st_pf", "1,2,3,4,5,6,7", 6, ram, "--no-prefetch", "prefetch: ");
 }
@@ -491,14 +531,12 @@ static void preload_progress(void *ud, uint64_t done, uint64_t total) {
 }
 
 TEST(stream_preload_identity) {
-    const char *dir = tpack_model("tiny", "st_pl", 8);
-    if (!dir) { CHECK(0); return; }
     model m;
-    if (model_open(&m, dir)) { CHECK(0); return; }
-    enum { G = 6 };
-    int32_t want[G], got[G];
-    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
-    char err[1024];
+    const char *dir = preset_open(&m, "tiny", "st_pl", 8);
+    if (!dir) return;
+    dec_pair d;
+    pair_init(&d, &m, 6, 0);
+    char err[1024], what[96];
     const int64_t n_exp = (m.c.n_layers - m.c.first_dense) * m.c.n_experts;
     place_plan full;
     place_opts fo = opts_for(1ull << 40);
@@ -513,11 +551,8 @@ TEST(stream_preload_identity) {
             o.progress = preload_progress;
             o.progress_ud = prog;
             place_plan p;
-            wsrc *w = NULL;
-            if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) || place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) {
-                CHECK_MSG(0, "%s", err);
-                continue;
-            }
+            wsrc *w = stream_open(&m, dir, &o, &p);
+            if (!w) continue;
             place_stats st;
             place_stats_get(w, &st);
             if (off) {
@@ -529,29 +564,23 @@ TEST(stream_preload_identity) {
                           (long long)st.preload_experts, (long long)p.n_expert_slots);
             }
             place_stats_reset(w);
-            CHECK(decode(&m, w, p.prefill_chunk, off ? want : got, G, off ? wl : gl) == 0);
+            CHECK(decode(&m, w, p.prefill_chunk, off ? d.want : d.got, d.g, off ? d.wl : d.gl) == 0);
             place_stats_get(w, &st);
             if (!off) {
-                CHECK_MSG(!memcmp(want, got, sizeof want), "budget %llu: ids differ with the warm start", (unsigned long long)budgets[i]);
-                CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu: logits bits differ with the warm start",
-                          (unsigned long long)budgets[i]);
+                snprintf(what, sizeof what, "budget %llu with the warm start", (unsigned long long)budgets[i]);
+                pair_check(&d, &m, what);
                 if (p.n_expert_slots >= n_exp) CHECK(st.bytes_experts == 0 && st.bytes_trunk == 0 && st.expert_misses == 0);
                 CHECK(st.preload_bytes > 0); /* kept across a stats reset */
             }
             w->ops->close(w);
         }
-    base_free(wl);
-    base_free(gl);
+    pair_free(&d);
     model_close(&m);
     /* the CLI at a budget that holds everything: --no-preload gives the same ids and
      * logits bits; the report names the warm start */
-    char cmd[4096], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), dir, t_strata(), dir);
-    CHECK(t_run(cmd, &out) == 0);
-    const char *pall = out ? strstr(out, "\"total_bytes\": ") : NULL;
-    CHECK(pall != NULL);
-    const uint64_t ram = (pall ? strtoull(pall + 15, NULL, 10) : 0) + (8u << 20);
-    base_free(out);
+    uint64_t lo, all;
+    cli_plan_bytes(dir, &lo, &all);
+    const uint64_t ram = all + (8u << 20);
     cli_off_identity(dir, "st_pl", "5,6,7", 5, ram, "--no-preload", "preload: ");
 }
 
@@ -562,10 +591,9 @@ TEST(stream_preload_identity) {
  * tables): at ladder's 16 GB rung 7,990 slots carried 38 MB the plan did not
  * count, and the peak went 8 MB over the budget. */
 TEST(stream_cache_counted) {
-    const char *dir = tpack_model("tiny", "st_cc", 9);
-    if (!dir) { CHECK(0); return; }
     model m;
-    if (model_open(&m, dir)) { CHECK(0); return; }
+    const char *dir = preset_open(&m, "tiny", "st_cc", 9);
+    if (!dir) return;
     char err[512];
     place_opts o = opts_for(1ull << 40);
     place_plan p;
@@ -573,12 +601,9 @@ TEST(stream_cache_counted) {
     const uint64_t budgets[2] = {p.total_bytes, p.min_bytes + (p.total_bytes - p.min_bytes) / 2};
     for (int i = 0; i < 2; i++) {
         o.ram_bytes = budgets[i];
-        wsrc *w = NULL;
         const uint64_t before = base_mem_used_tag(MEM_CACHE);
-        if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) || place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) {
-            CHECK_MSG(0, "%s", err);
-            continue;
-        }
+        wsrc *w = stream_open(&m, dir, &o, &p);
+        if (!w) continue;
         const uint64_t used = base_mem_used_tag(MEM_CACHE) - before;
         CHECK(p.n_expert_slots > p.min_expert_slots && p.slot_meta_bytes > 0);
         CHECK_MSG(used <= p.cache_bytes && used + p.cache_bytes / 50 >= p.cache_bytes,
@@ -639,14 +664,9 @@ TEST(stream_child_rss) {
 TEST(stream_run_cli) {
     const char *m = tpack_model("tiny-blocks", "st_cli", 4);
     if (!m) { CHECK(0); return; }
-    char cmd[4096], *out = NULL;
-    snprintf(cmd, sizeof cmd, "%s pack %s >/dev/null && %s plan %s --ram-gb 50 --json", t_strata(), m, t_strata(), m);
-    CHECK(t_run(cmd, &out) == 0);
-    const char *a = out ? strstr(out, "\"min_bytes\": ") : NULL, *b = out ? strstr(out, "\"total_bytes\": ") : NULL;
-    CHECK(a && b);
-    if (!a || !b) { base_free(out); return; }
-    uint64_t min = strtoull(a + 13, NULL, 10), all = strtoull(b + 15, NULL, 10);
-    base_free(out);
+    uint64_t min, all;
+    if (cli_plan_bytes(m, &min, &all)) return;
+    char cmd[4096];
     uint64_t budgets[3] = {min + (4u << 20), min + (4u << 20) + (all > min ? (all - min) / 2 : 0), 0};
     char ref[1100];
     snprintf(ref, sizeof ref, "%s/st_cli_res.bin", t_tmpdir);
@@ -698,19 +718,16 @@ static void flip_keep_mtime(const char *path, uint64_t off);
  * io_uring and pread, at the sliced floor and above it (some units pinned); a
  * flipped byte in a sliced matrix is named by its own checksum. */
 static void sliced_case(const char *preset, const char *dirname, int packed, int no_uring) {
-    const char *dir = tpack_model(preset, dirname, 12);
-    if (!dir) { CHECK(0); return; }
     model m;
-    if (model_open(&m, dir)) { CHECK(0); return; }
-    char err[2048];
+    const char *dir = preset_open(&m, preset, dirname, 12);
+    if (!dir) return;
+    char err[2048], what[160];
     if (packed) {
         pack_result pr;
         CHECK_MSG(pack_build(dir, &m.c, m.ix, NULL, PACK_FORCE, NULL, NULL, &pr, err, sizeof err) == 0, "%s", err);
     }
-    enum { G = 5 };
-    int32_t want[G], got[G];
-    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
-    CHECK(decode(&m, m.res, 4, want, G, wl) == 0);
+    dec_pair d;
+    pair_init(&d, &m, 5, 1);
     place_opts o = opts_for(1ull << 40);
     o.pack_dir = packed ? NULL : "";
     place_plan whole, p;
@@ -725,19 +742,13 @@ static void sliced_case(const char *preset, const char *dirname, int packed, int
         o.ram_bytes = budgets[i];
         o.no_uring = no_uring;
         o.verify_reads = packed;
-        wsrc *w = NULL;
-        if (place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) || place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err)) {
-            CHECK_MSG(0, "%s: %s", preset, err);
-            continue;
-        }
+        wsrc *w = stream_open(&m, dir, &o, &p);
+        if (!w) continue;
         CHECK_MSG(p.sliced && p.n_pinned < p.n_units && (i == 0 || p.n_pinned > 0), "%s budget %llu: sliced %d, %lld of %lld units pinned", preset,
                   (unsigned long long)budgets[i], p.sliced, (long long)p.n_pinned, (long long)p.n_units);
         if (i == 0) CHECK(p.n_pinned == 0);
-        memset(got, 0, sizeof got);
-        CHECK(decode(&m, w, p.prefill_chunk, got, G, gl) == 0);
-        CHECK_MSG(!memcmp(want, got, sizeof want), "%s budget %llu: ids differ in row slices", preset, (unsigned long long)budgets[i]);
-        CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "%s budget %llu: logits bits differ in row slices", preset,
-                  (unsigned long long)budgets[i]);
+        snprintf(what, sizeof what, "%s budget %llu in row slices", preset, (unsigned long long)budgets[i]);
+        pair_same(&d, &m, w, p.prefill_chunk, what);
         place_stats st;
         place_stats_get(w, &st);
         CHECK(st.bytes_trunk > 0 && st.bytes_head > 0);
@@ -753,10 +764,8 @@ static void sliced_case(const char *preset, const char *dirname, int packed, int
         if (k >= 0) {
             flip_keep_mtime(pk->trunk_path, r->off + r->t[k].off + r->t[k].nbytes - 7);
             o.ram_bytes = floor;
-            wsrc *w = NULL;
-            CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-            CHECK(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0);
-            int rc = w ? decode(&m, w, p.prefill_chunk, got, 1, gl) : 0;
+            wsrc *w = stream_open(&m, dir, &o, &p);
+            int rc = w ? decode(&m, w, p.prefill_chunk, d.got, 1, d.gl) : 0;
             CHECK(rc == STRATA_ECORRUPT);
             CHECK_MSG(w && strstr(w->ops->errmsg(w), "checksum mismatch") && strstr(w->ops->errmsg(w), "lm_head"), "%s",
                       w ? w->ops->errmsg(w) : "");
@@ -765,8 +774,7 @@ static void sliced_case(const char *preset, const char *dirname, int packed, int
         }
         pack_close(pk);
     }
-    base_free(wl);
-    base_free(gl);
+    pair_free(&d);
     model_close(&m);
 }
 
@@ -803,12 +811,9 @@ static const st_tensor *expert_w2_scale(const model *m, int64_t L, int64_t e) {
 }
 
 TEST(stream_verify_default) {
-    const char *src = tpack_model("tiny-shards", "st_vd_src", 23);
-    if (!src) { CHECK(0); return; }
-    char dir[1100], cmd[2400], err[2048];
-    snprintf(dir, sizeof dir, "%s/st_vd", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dir, src, dir);
-    CHECK(t_run(cmd, NULL) == 0);
+    const char *dir = tpack_fresh("tiny-shards", "st_vd", 23);
+    if (!dir) { CHECK(0); return; }
+    char err[2048];
     model m;
     if (model_open(&m, dir)) { CHECK(0); return; }
     pack_result pr;
@@ -869,9 +874,7 @@ TEST(stream_verify_default) {
         flip_keep_mtime(st_shard_path(m.ix, t->shard), t->off + 1);
         place_opts o = opts_for(b[0]);
         place_plan p;
-        wsrc *w = NULL;
-        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        wsrc *w = stream_open(&m, dir, &o, &p);
         if (w) {
             int32_t id = (int32_t)experts[k];
             const wt *v;
@@ -945,9 +948,7 @@ TEST(stream_verify_default) {
     {
         place_opts o = opts_for(b[0]);
         place_plan p;
-        wsrc *w = NULL;
-        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        wsrc *w = stream_open(&m, dir, &o, &p);
         if (w) { CHECK(compare_all(&m, w, 1) == 0); w->ops->close(w); }
     }
     pack_close(pk);
@@ -979,35 +980,27 @@ static int decode_msg(model *m, wsrc *w, int64_t chunk, char *msg, size_t n) {
  * trunk matrices (tiny-mixed), packed with PACK_SMALL_BLOCKS, decode at the floor
  * (every matrix checked block by block) with the resident run's ids and logits. */
 static void blocks_identity(const char *preset, const char *dirname) {
-    const char *dir = tpack_model(preset, dirname, 31);
-    if (!dir) { CHECK(0); return; }
     model m;
-    if (model_open(&m, dir)) { CHECK(0); return; }
+    const char *dir = preset_open(&m, preset, dirname, 31);
+    if (!dir) return;
     char err[1024];
     pack_result pr;
     CHECK_MSG(pack_build(dir, &m.c, m.ix, NULL, PACK_SMALL_BLOCKS | PACK_FORCE, NULL, NULL, &pr, err, sizeof err) == 0, "%s", err);
-    enum { G = 5 };
-    int32_t want[G], got[G];
-    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
-    CHECK(decode(&m, m.res, 4, want, G, wl) == 0);
+    dec_pair d;
+    pair_init(&d, &m, 5, 1);
     uint64_t b[3];
     budgets_for(&m, dir, b);
     place_opts o = opts_for(b[0]);
     place_plan p;
-    wsrc *w = NULL;
-    CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-    CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+    wsrc *w = stream_open(&m, dir, &o, &p);
     if (w) {
-        CHECK(decode(&m, w, p.prefill_chunk, got, G, gl) == 0);
-        CHECK_MSG(!memcmp(want, got, sizeof want), "%s: ids differ", preset);
-        CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "%s: logits bits differ", preset);
+        pair_same(&d, &m, w, p.prefill_chunk, preset);
         place_stats st;
         place_stats_get(w, &st);
         CHECK_MSG(st.verify_blk_bytes > 0, "%s: no block checked", preset);
         w->ops->close(w);
     }
-    base_free(wl);
-    base_free(gl);
+    pair_free(&d);
     model_close(&m);
 }
 
@@ -1053,12 +1046,9 @@ TEST(stream_verify_blocks_shapes) {
  * small tensor of the unit fails its own checksum at layer_get; a wrong block
  * hash in the manifest fails the run and pack --verify, which names the block. */
 TEST(stream_verify_blocks) {
-    const char *src = tpack_model("tiny", "st_vb_src", 29);
-    if (!src) { CHECK(0); return; }
-    char dir[1100], cmd[2400], err[2048], msg[2048];
-    snprintf(dir, sizeof dir, "%s/st_vb", t_tmpdir);
-    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s", dir, src, dir);
-    CHECK(t_run(cmd, NULL) == 0);
+    const char *dir = tpack_fresh("tiny", "st_vb", 29);
+    if (!dir) { CHECK(0); return; }
+    char err[2048], msg[2048], what[96];
     model m;
     if (model_open(&m, dir)) { CHECK(0); return; }
     pack_result pr;
@@ -1076,23 +1066,17 @@ TEST(stream_verify_blocks) {
     }
     CHECK(tb && ts);
     if (!tb || !ts) { pack_close(pk); model_close(&m); return; }
-    enum { G = 5 };
-    int32_t want[G], got[G];
-    float *wl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC), *gl = base_alloc((size_t)m.c.vocab * sizeof(float), MEM_MISC);
-    CHECK(decode(&m, m.res, 4, want, G, wl) == 0);
+    dec_pair d;
+    pair_init(&d, &m, 5, 1);
     uint64_t b[3];
     budgets_for(&m, dir, b);
     for (int i = 0; i < 2; i++) {
         place_opts o = opts_for(b[i]);
         place_plan p;
-        wsrc *w = NULL;
-        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        wsrc *w = stream_open(&m, dir, &o, &p);
         if (!w) continue;
-        memset(got, 0, sizeof got);
-        CHECK(decode(&m, w, p.prefill_chunk, got, G, gl) == 0);
-        CHECK_MSG(!memcmp(want, got, sizeof want), "budget %llu: ids differ", (unsigned long long)b[i]);
-        CHECK_MSG(!memcmp(wl, gl, (size_t)m.c.vocab * sizeof(float)), "budget %llu: logits bits differ", (unsigned long long)b[i]);
+        snprintf(what, sizeof what, "budget %llu", (unsigned long long)b[i]);
+        pair_same(&d, &m, w, p.prefill_chunk, what);
         place_stats st;
         place_stats_get(w, &st);
         CHECK_MSG((i || st.verify_blk_bytes > 0) && st.verify_blk_bytes <= st.verify_bytes, "budget %llu: %llu block bytes",
@@ -1106,9 +1090,7 @@ TEST(stream_verify_blocks) {
         place_opts o = opts_for(b[0]);
         if (off) o.verify_reads = PLACE_VERIFY_OFF;
         place_plan p;
-        wsrc *w = NULL;
-        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        wsrc *w = stream_open(&m, dir, &o, &p);
         if (!w) continue;
         int rc = decode_msg(&m, w, p.prefill_chunk, msg, sizeof msg);
         if (off) {
@@ -1127,9 +1109,7 @@ TEST(stream_verify_blocks) {
     {
         place_opts o = opts_for(b[0]);
         place_plan p;
-        wsrc *w = NULL;
-        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        wsrc *w = stream_open(&m, dir, &o, &p);
         if (w) {
             const wt *v;
             CHECK(w->ops->layer_get(w, L, &v) == STRATA_ECORRUPT);
@@ -1160,17 +1140,14 @@ TEST(stream_verify_blocks) {
         }
         place_opts o = opts_for(b[0]);
         place_plan p;
-        wsrc *w = NULL;
-        CHECK(place_plan_compute(&m.c, &m.lay, dir, &o, &p, err, sizeof err) == 0);
-        CHECK_MSG(place_open(&w, &m.c, m.ix, dir, &p, err, sizeof err) == 0, "%s", err);
+        wsrc *w = stream_open(&m, dir, &o, &p);
         if (w) {
             CHECK(decode_msg(&m, w, p.prefill_chunk, msg, sizeof msg) == STRATA_ECORRUPT);
             CHECK_MSG(strstr(msg, "checksum mismatch in") && strstr(msg, tb->name), "%s", msg);
             w->ops->close(w);
         }
     }
-    base_free(wl);
-    base_free(gl);
+    pair_free(&d);
     pack_close(pk);
     model_close(&m);
 }
@@ -1181,10 +1158,9 @@ TEST(stream_verify_blocks) {
  * bits. The placement pins the head and every other layer, so the drafts skip
  * the streamed layers and drop the experts not in the cache. */
 TEST(stream_draft_leaves_no_trace) {
-    const char *dir = tpack_model("tiny", "st_draft", 5);
-    if (!dir) { CHECK(0); return; }
     model m;
-    if (model_open(&m, dir)) { CHECK(0); return; }
+    const char *dir = preset_open(&m, "tiny", "st_draft", 5);
+    if (!dir) return;
     enum { G = 6 };
     int32_t want[G], got[G];
     const int64_t V = m.c.vocab;
@@ -1255,8 +1231,7 @@ TEST(stream_draft_leaves_no_trace) {
         engine *ea = NULL;
         session *sa = NULL;
         float *la = base_alloc((size_t)V * sizeof(float), MEM_MISC), *lb = base_alloc((size_t)V * sizeof(float), MEM_MISC);
-        CHECK(place_plan_compute(&m.c, &m.lay, dir, &oa, &pa, err, sizeof err) == 0);
-        CHECK_MSG(place_open(&wa, &m.c, m.ix, dir, &pa, err, sizeof err) == 0, "%s", err);
+        wa = stream_open(&m, dir, &oa, &pa);
         CHECK(wa && engine_create(&ea, &m.c, wa, &eo, err, sizeof err) == 0);
         CHECK(ea && session_create(&sa, ea, 64, err, sizeof err) == 0);
         if (sa) {

@@ -8,13 +8,11 @@ Without --model it writes its own tiny models into a temp dir. Every check print
 its measured value and bound; exit 1 on failure. Run by `make reference-selftest`.
 """
 
-import argparse
 import json
 import math
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
@@ -23,8 +21,8 @@ sys.path.insert(0, HERE)
 import dsref as R               # noqa: E402
 import make_deepseek as MK      # noqa: E402
 from k3ref import read_safetensors  # noqa: E402
-from refcheck import (check, check_true, maxabs, rel, raises, report,  # noqa: E402
-                      check_script)
+from refcheck import (check, check_true, maxabs, rel, raises,  # noqa: E402
+                      check_script, selftest_main)
 
 
 # ---------------------------------------------------------------------------
@@ -363,8 +361,8 @@ FAKE_ENGINE = """#!/usr/bin/python3
 # with dsref itself; FAKE_PERTURB adds to every 7th logit.
 import os, sys
 sys.path.insert(0, %r)
-import numpy as np
 import dsref
+from refcheck import fake_run
 a = sys.argv[1:]
 if a[:2] == ['gen-model', '--list-presets']:
     print('tiny\\n' + ('' if os.environ.get('FAKE_NO_ARCH') else 'deepseek-v3-tiny'))
@@ -372,18 +370,7 @@ if a[:2] == ['gen-model', '--list-presets']:
 if a[:2] == ['gen-model', '--help']:
     print('' if os.environ.get('FAKE_NO_FMT') else '--weights fp8|int4')
     sys.exit(0)
-a = a[1:]
-def opt(k, d=None):
-    return a[a.index(k) + 1] if k in a else d
-dump = opt('--dump-logits')
-rc = dsref.main([a[0], '--ids', opt('--ids'), '--gen', opt('--gen'), '--print-ids',
-                 '--dump-logits', dump, '--quiet'])
-p = float(os.environ.get('FAKE_PERTURB', '0'))
-if p:
-    x = np.fromfile(dump, '<f4')
-    x[::7] += p
-    x.tofile(dump)
-sys.exit(rc)
+sys.exit(fake_run(dsref.main, a[1:]))
 """
 
 
@@ -398,28 +385,24 @@ def test_ds_check(tmp, d):
         ('SKIP (77) when gen-model names no fp8', {'FAKE_NO_FMT': '1'}, [], 77, 'FP8')])
 
 
+def run_all(tmp, models):
+    test_fp8()
+    test_int4()
+    test_router()
+    test_rope()
+    test_config(tmp)
+    dirs = test_writer(tmp)
+    prompt = [1, 17, 42, 9, 250, 3, 88, 130, 7, 300, 11]
+    for lay in ('dsv3-fp8', 'k2-int4', 'k25-int4'):
+        test_model(dirs[lay], lay, prompt, 12)
+    test_formats_agree(tmp, dirs)
+    test_ds_check(tmp, dirs['dsv3-fp8'])
+    for md in models:
+        test_model(md, os.path.basename(md.rstrip('/')), prompt, 8)
+
+
 def main():
-    ap = argparse.ArgumentParser(description='self-tests of the DeepSeek-V3 reference')
-    ap.add_argument('--model', action='append', default=[], help='also run model checks on DIR')
-    a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix='dsref-selftest-')
-    try:
-        test_fp8()
-        test_int4()
-        test_router()
-        test_rope()
-        test_config(tmp)
-        dirs = test_writer(tmp)
-        prompt = [1, 17, 42, 9, 250, 3, 88, 130, 7, 300, 11]
-        for lay in ('dsv3-fp8', 'k2-int4', 'k25-int4'):
-            test_model(dirs[lay], lay, prompt, 12)
-        test_formats_agree(tmp, dirs)
-        test_ds_check(tmp, dirs['dsv3-fp8'])
-        for md in a.model:
-            test_model(md, os.path.basename(md.rstrip('/')), prompt, 8)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return report('ds_selftest')
+    return selftest_main('ds_selftest', 'dsref-selftest-', 'self-tests of the DeepSeek-V3 reference', run_all)
 
 
 if __name__ == '__main__':

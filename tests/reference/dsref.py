@@ -40,10 +40,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # From the K3 reference: config-file reading (+ tokenizer eos ids), the safetensors
-# reader, the bounded LRU of widened expert matrices, and the common CLI.
+# reader, the bounded LRU of widened expert matrices, the common CLI, the overflow-safe
+# sigmoid, and a forward pass's token check and trace.
 from k3ref import (RefError, open_checkpoint, _Lazy, bf16_bits_to_f64,  # noqa: E402
                    Config, DecoderWeights, read_fields, argmax_first, greedy_decode,
-                   common_args, tail_args, check_args, check_eps_arg, run_cli)
+                   common_args, tail_args, check_args, check_eps_arg, run_cli,
+                   sigmoid, token_ids, tracer)
 from k3ref import _is_number as _is_num  # noqa: E402
 from k3ref import load_config as k3_load_config  # noqa: E402
 
@@ -414,15 +416,6 @@ def linear(x, W):
     return x @ W.T
 
 
-def sigmoid(x):
-    out = np.empty_like(x)
-    pos = x >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
-    ex = np.exp(x[~pos])
-    out[~pos] = ex / (1.0 + ex)
-    return out
-
-
 def rmsnorm(x, w, eps):
     """w * x / sqrt(mean(x^2) + eps) over the last axis."""
     return w * (x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps))
@@ -629,15 +622,9 @@ class Model:
         Plain pre-norm residual: h += MLA(RMSNorm(h)); h += FFN(RMSNorm(h));
         logits = lm_head RMSNorm(h). trace (a dict) receives float64 intermediates
         [T, ...]: 'embed'; per layer L 'L.attn_out', 'L.mlp_out', 'L.out'; 'logits'."""
-        def note(key, val):
-            if trace is not None:
-                trace[key] = np.array(val)
+        note = tracer(trace)
         c, W = self.cfg, self.w
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size == 0:
-            raise RefError('empty token list')
-        if ids.min() < 0 or ids.max() >= c.vocab:
-            raise RefError('token id outside 0..%d' % (c.vocab - 1))
+        ids = token_ids(ids, c.vocab)
         h = W.embed(ids)
         note('embed', h)
         for L in range(c.n_layers):

@@ -938,6 +938,41 @@ def dense_mlp(cfg, w, x):
 # 9. Decoder, session, greedy decode
 # ============================================================================
 
+def kda_mla_state(c):
+    """Per-sequence state of a KDA/MLA hybrid (K3, and Kimi Linear in klref): per
+    layer the KDA conv histories (pre-conv inputs) and recurrent S, or the MLA
+    latent cache."""
+    st = []
+    for L in range(c.n_layers):
+        if c.is_mla[L]:
+            st.append({'lat': np.zeros((0, c.kv_lora)), 'rope': np.zeros((0, c.qk_rope))})
+        else:
+            P = c.kda_heads * c.kda_head_dim
+            z = np.zeros((c.conv_k - 1, P))
+            st.append({'conv_q': z.copy(), 'conv_k': z.copy(), 'conv_v': z.copy(),
+                       'S': np.zeros((c.kda_heads, c.kda_head_dim, c.kda_head_dim))})
+    return st
+
+
+def token_ids(ids, vocab):
+    """A forward pass's tokens as int64; RefError when empty or outside the vocabulary."""
+    ids = np.asarray(ids, dtype=np.int64)
+    if ids.size == 0:
+        raise RefError('empty token list')
+    if ids.min() < 0 or ids.max() >= vocab:
+        raise RefError('token id outside 0..%d' % (vocab - 1))
+    return ids
+
+
+def tracer(trace):
+    """A forward pass's note(key, val): a float64 copy into trace (a dict), or nothing
+    when trace is None."""
+    def note(key, val):
+        if trace is not None:
+            trace[key] = np.array(val)
+    return note
+
+
 class Model:
     def __init__(self, model_dir):
         self.dir = model_dir
@@ -945,18 +980,7 @@ class Model:
         self.w = Weights(self.cfg, open_checkpoint(model_dir))
 
     def new_state(self):
-        """Per-sequence state: KDA conv history + recurrent S, MLA latent cache."""
-        c = self.cfg
-        st = []
-        for L in range(c.n_layers):
-            if c.is_mla[L]:
-                st.append({'lat': np.zeros((0, c.kv_lora)), 'rope': np.zeros((0, c.qk_rope))})
-            else:
-                P = c.kda_heads * c.kda_head_dim
-                z = np.zeros((c.conv_k - 1, P))
-                st.append({'conv_q': z.copy(), 'conv_k': z.copy(), 'conv_v': z.copy(),
-                           'S': np.zeros((c.kda_heads, c.kda_head_dim, c.kda_head_dim))})
-        return st
+        return kda_mla_state(self.cfg)
 
     def forward(self, ids, state, kda='chunked', chunk=64, mla='absorbed', all_logits=False,
                 trace=None):
@@ -965,15 +989,9 @@ class Model:
         intermediates (each [T, ...]): 'embed', and per layer L 'L.attn_in' (h after
         the attention AttnRes), 'L.attn_out', 'L.mlp_in' (h after the MLP AttnRes),
         'L.mlp_out', 'L.out' (P), then 'final_h' and 'logits'."""
-        def note(key, val):
-            if trace is not None:
-                trace[key] = np.array(val)
+        note = tracer(trace)
         c, W = self.cfg, self.w
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size == 0:
-            raise RefError('empty token list')
-        if ids.min() < 0 or ids.max() >= c.vocab:
-            raise RefError('token id outside 0..%d' % (c.vocab - 1))
+        ids = token_ids(ids, c.vocab)
         eps = c.rms_eps
         P = W.embed(ids)                                            # [T, d]
         note('embed', P)

@@ -8,13 +8,11 @@ Without --model it writes its own tiny models into a temp dir. Every check print
 its measured value and bound; exit 1 on failure. Run by `make reference-selftest`.
 """
 
-import argparse
 import json
 import math
 import os
 import shutil
 import sys
-import tempfile
 
 import numpy as np
 
@@ -22,7 +20,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import klref as R               # noqa: E402
 import make_kimi_linear as MK   # noqa: E402
 from k3ref import read_safetensors  # noqa: E402
-from refcheck import check, check_true, maxabs, rel, report, check_script  # noqa: E402
+from refcheck import (check, check_true, maxabs, rel, check_script,  # noqa: E402
+                      selftest_main)
 
 
 def first_layer(m, kind):
@@ -431,25 +430,15 @@ FAKE_ENGINE = """#!/usr/bin/python3
 # 7th logit, FAKE_ROUTER overrides the routing the engine was asked for.
 import os, sys
 sys.path.insert(0, %r)
-import numpy as np
 import klref
+from refcheck import fake_opt, fake_run
 a = sys.argv[1:]
 if a[:2] == ['run', '--help']:
     print('' if os.environ.get('FAKE_NO_ROUTER') else '  --router unbiased|hf')
     sys.exit(0)
 a = a[1:]
-def opt(k, d=None):
-    return a[a.index(k) + 1] if k in a else d
-router = os.environ.get('FAKE_ROUTER') or opt('--router', 'unbiased')
-dump = opt('--dump-logits')
-rc = klref.main([a[0], '--ids', opt('--ids'), '--gen', opt('--gen'), '--print-ids',
-                 '--dump-logits', dump, '--router', router, '--quiet'])
-p = float(os.environ.get('FAKE_PERTURB', '0'))
-if p:
-    x = np.fromfile(dump, '<f4')
-    x[::7] += p
-    x.tofile(dump)
-sys.exit(rc)
+router = os.environ.get('FAKE_ROUTER') or fake_opt(a, '--router', 'unbiased')
+sys.exit(fake_run(klref.main, a, ['--router', router]))
 """
 
 
@@ -464,30 +453,26 @@ def test_kl_check(tmp, d):
         ('SKIP (77) without --router in run --help', {'FAKE_NO_ROUTER': '1'}, [], 77, 'SKIP')])
 
 
+def run_all(tmp, models):
+    test_pieces()
+    test_config(tmp)
+    d, f = test_writer(tmp)
+    prompt = [1, 17, 42, 9, 250, 3, 88, 130, 7, 300, 11]
+    test_model(d, 'kl-5l', prompt, 16)
+    d2 = MK.make_kimi_linear(os.path.join(tmp, 'b'), seed=11, layers=6, schedule='KMKKMM',
+                             dense_layers=2, conv=2, topk=3, experts=6, shared=0,
+                             no_renorm=True, shards=2, index_base=0, vec_dtype='f32')
+    test_model(d2, 'kl-6l-variant', prompt, 10)
+    zero_biases(d, os.path.join(tmp, 'z'))
+    test_router_models(d, os.path.join(tmp, 'z'))
+    test_eps_and_dtypes(d, f)
+    test_kl_check(tmp, d)
+    for md in models:
+        test_model(md, os.path.basename(md.rstrip('/')), prompt, 8)
+
+
 def main():
-    ap = argparse.ArgumentParser(description='self-tests of the Kimi Linear reference')
-    ap.add_argument('--model', action='append', default=[], help='also run model checks on DIR')
-    a = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix='klref-selftest-')
-    try:
-        test_pieces()
-        test_config(tmp)
-        d, f = test_writer(tmp)
-        prompt = [1, 17, 42, 9, 250, 3, 88, 130, 7, 300, 11]
-        test_model(d, 'kl-5l', prompt, 16)
-        d2 = MK.make_kimi_linear(os.path.join(tmp, 'b'), seed=11, layers=6, schedule='KMKKMM',
-                                 dense_layers=2, conv=2, topk=3, experts=6, shared=0,
-                                 no_renorm=True, shards=2, index_base=0, vec_dtype='f32')
-        test_model(d2, 'kl-6l-variant', prompt, 10)
-        zero_biases(d, os.path.join(tmp, 'z'))
-        test_router_models(d, os.path.join(tmp, 'z'))
-        test_eps_and_dtypes(d, f)
-        test_kl_check(tmp, d)
-        for md in a.model:
-            test_model(md, os.path.basename(md.rstrip('/')), prompt, 8)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return report('kl_selftest')
+    return selftest_main('kl_selftest', 'klref-selftest-', 'self-tests of the Kimi Linear reference', run_all)
 
 
 if __name__ == '__main__':

@@ -36,11 +36,13 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 # From the K3 reference: config/shard reading, bounded expert cache, and the KDA
 # recurrence (family-math 4.4) and chunked WY/UT form (4.5), which are the same
-# maths for both architectures (only the gate and the conv/norm plumbing differ).
+# maths for both architectures (only the gate and the conv/norm plumbing differ), and
+# the per-sequence KDA/MLA state, a forward pass's token check and trace.
 from k3ref import (RefError, open_checkpoint, _Lazy, short_conv,  # noqa: E402
                    kda_recurrent, kda_chunked, sigmoid, silu, l2norm, Config,
                    DecoderWeights, read_fields, generate, common_args, tail_args,
-                   argmax_first, check_args, check_eps_arg, run_cli)
+                   argmax_first, check_args, check_eps_arg, run_cli, kda_mla_state,
+                   token_ids, tracer)
 from k3ref import _is_number as _is_num  # noqa: E402
 from k3ref import load_config as k3_load_config  # noqa: E402
 
@@ -444,17 +446,7 @@ class Model:
 
     def new_state(self):
         """Per sequence: KDA conv histories (pre-conv inputs) and S, MLA latent cache."""
-        c = self.cfg
-        st = []
-        for L in range(c.n_layers):
-            if c.is_mla[L]:
-                st.append({'lat': np.zeros((0, c.kv_lora)), 'rope': np.zeros((0, c.qk_rope))})
-            else:
-                P = c.kda_heads * c.kda_head_dim
-                z = np.zeros((c.conv_k - 1, P))
-                st.append({'conv_q': z.copy(), 'conv_k': z.copy(), 'conv_v': z.copy(),
-                           'S': np.zeros((c.kda_heads, c.kda_head_dim, c.kda_head_dim))})
-        return st
+        return kda_mla_state(self.cfg)
 
     def forward(self, ids, state, kda='chunked', chunk=64, mla='absorbed', all_logits=False,
                 trace=None):
@@ -464,15 +456,9 @@ class Model:
         If trace is a dict it receives float64 intermediates, each [T, ...]: 'embed';
         per layer L 'L.attn_out', 'L.mlp_in' (h after the mixer), 'L.mlp_out', 'L.out'
         (h after the layer); 'logits' (all positions)."""
-        def note(key, val):
-            if trace is not None:
-                trace[key] = np.array(val)
+        note = tracer(trace)
         c, W = self.cfg, self.w
-        ids = np.asarray(ids, dtype=np.int64)
-        if ids.size == 0:
-            raise RefError('empty token list')
-        if ids.min() < 0 or ids.max() >= c.vocab:
-            raise RefError('token id outside 0..%d' % (c.vocab - 1))
+        ids = token_ids(ids, c.vocab)
         h = W.embed(ids)
         note('embed', h)
         for L in range(c.n_layers):

@@ -1,8 +1,11 @@
 """refcheck.py: the check plumbing the reference self-tests share (selftest.py,
 kl_selftest.py, ds_selftest.py). Test code only; the references never import it."""
 
+import argparse
 import os
+import shutil
 import subprocess
+import tempfile
 
 import numpy as np
 
@@ -49,6 +52,42 @@ def report(what):
         return 1
     print('all %s checks passed' % what)
     return 0
+
+
+def selftest_main(what, prefix, description, body):
+    """A self-test's main: --model DIR (repeatable) names more checkpoints for the
+    model checks; body(tmp, models) runs in a scratch directory (prefix) removed
+    afterwards. The exit status (report)."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument('--model', action='append', default=[], help='also run model checks on DIR')
+    a = ap.parse_args()
+    tmp = tempfile.mkdtemp(prefix=prefix)
+    try:
+        body(tmp, a.model)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report(what)
+
+
+def fake_opt(a, key, default=None):
+    """The value after key in a stand-in engine's arguments a, or default."""
+    return a[a.index(key) + 1] if key in a else default
+
+
+def fake_run(ref_main, a, extra=()):
+    """A stand-in engine's `run MODEL --ids .. --gen .. --dump-logits FILE` (a: the
+    arguments after `run`) answered by a reference's main, extra passed on to it;
+    FAKE_PERTURB (environment) adds to every 7th logit of the dump, so a check
+    script has an error to find. The exit status."""
+    dump = fake_opt(a, '--dump-logits')
+    rc = ref_main([a[0], '--ids', fake_opt(a, '--ids'), '--gen', fake_opt(a, '--gen'), '--print-ids',
+                   '--dump-logits', dump] + list(extra) + ['--quiet'])
+    p = float(os.environ.get('FAKE_PERTURB', '0'))
+    if p:
+        x = np.fromfile(dump, '<f4')
+        x[::7] += p
+        x.tofile(dump)
+    return rc
 
 
 def check_script(tmp, fake_src, script, model_dir, cases):

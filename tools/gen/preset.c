@@ -39,49 +39,55 @@ static void layer_map(cfg *c) {
     }
 }
 
+/* The widths and sizes a preset sets, as a table; a field left 0 keeps the value
+ * already there (base_cfg's, or an architecture's defaults). */
+typedef struct {
+    int64_t hidden, n_layers, vocab, kda_heads, kda_head_dim, n_heads, q_lora, kv_lora, qk_nope, qk_rope, v_head;
+    int64_t n_experts, topk, n_shared, latent, moe_inter, dense_inter, attn_res_block, max_ctx, n_reserved;
+    uint64_t shard_bytes;
+} dims;
+
+static void set_dims(cfg *c, gen_opts *o, const dims *d) {
+#define DIM(dst, f) \
+    if (d->f) dst->f = d->f
+    DIM(c, hidden);
+    DIM(c, n_layers);
+    DIM(c, vocab);
+    DIM(c, kda_heads);
+    DIM(c, kda_head_dim);
+    DIM(c, n_heads);
+    DIM(c, q_lora);
+    DIM(c, kv_lora);
+    DIM(c, qk_nope);
+    DIM(c, qk_rope);
+    DIM(c, v_head);
+    DIM(c, n_experts);
+    DIM(c, topk);
+    DIM(c, n_shared);
+    DIM(c, latent);
+    DIM(c, moe_inter);
+    DIM(c, dense_inter);
+    DIM(c, attn_res_block);
+    DIM(c, max_ctx);
+    DIM(o, n_reserved);
+    DIM(o, shard_bytes);
+#undef DIM
+}
+
 static void tiny(cfg *c, gen_opts *o) {
-    (void)o;
-    c->hidden = 64;
-    c->n_layers = 8;
-    c->vocab = 512;
-    c->kda_heads = 4;
-    c->kda_head_dim = 16;
-    c->n_heads = 4;
-    c->q_lora = 32;
-    c->kv_lora = 32;
-    c->qk_nope = 16;
-    c->qk_rope = 8;
-    c->v_head = 16;
-    c->n_experts = 16;
-    c->topk = 4;
-    c->n_shared = 1;
-    c->latent = 64;
-    c->moe_inter = 32;
-    c->dense_inter = 128;
-    c->attn_res_block = 4;
-    o->n_reserved = 16;
+    static const dims d = {.hidden = 64, .n_layers = 8, .vocab = 512, .kda_heads = 4, .kda_head_dim = 16,
+                           .n_heads = 4, .q_lora = 32, .kv_lora = 32, .qk_nope = 16, .qk_rope = 8, .v_head = 16,
+                           .n_experts = 16, .topk = 4, .n_shared = 1, .latent = 64, .moe_inter = 32,
+                           .dense_inter = 128, .attn_res_block = 4, .n_reserved = 16};
+    set_dims(c, o, &d);
 }
 
 static void tiny_odd(cfg *c, gen_opts *o) {
-    c->hidden = 120;
-    c->n_layers = 7;
-    c->vocab = 460;
-    c->kda_heads = 3;
-    c->kda_head_dim = 20;
-    c->n_heads = 3;
-    c->q_lora = 40;
-    c->kv_lora = 24;
-    c->qk_nope = 20;
-    c->qk_rope = 12;
-    c->v_head = 20;
-    c->n_experts = 12;
-    c->topk = 3;
-    c->n_shared = 1;
-    c->latent = 96;
-    c->moe_inter = 64;
-    c->dense_inter = 200;
-    c->attn_res_block = 3;
-    o->n_reserved = 20;
+    static const dims d = {.hidden = 120, .n_layers = 7, .vocab = 460, .kda_heads = 3, .kda_head_dim = 20,
+                           .n_heads = 3, .q_lora = 40, .kv_lora = 24, .qk_nope = 20, .qk_rope = 12, .v_head = 20,
+                           .n_experts = 12, .topk = 3, .n_shared = 1, .latent = 96, .moe_inter = 64,
+                           .dense_inter = 200, .attn_res_block = 3, .n_reserved = 20};
+    set_dims(c, o, &d);
 }
 
 static void tiny_blocks(cfg *c, gen_opts *o) {
@@ -108,53 +114,23 @@ static void tiny_bf16experts(cfg *c, gen_opts *o) {
 
 /* ~1.87 GB, experts ~87%: runs in a budget smaller than itself. */
 static void demo(cfg *c, gen_opts *o) {
-    c->hidden = 1024;
-    c->n_layers = 13;
-    c->vocab = 4096 + 256;
-    c->kda_heads = 8;
-    c->kda_head_dim = 128;
-    c->n_heads = 8;
-    c->q_lora = 384;
-    c->kv_lora = 256;
-    c->qk_nope = 64;
-    c->qk_rope = 32;
-    c->v_head = 64;
-    c->n_experts = 144;
-    c->topk = 8;
-    c->n_shared = 1;
-    c->latent = 768;
-    c->moe_inter = 768;
-    c->dense_inter = 2048;
-    c->attn_res_block = 4;
-    c->max_ctx = 8192;
-    o->n_reserved = 256;
-    o->shard_bytes = 1ull << 30;
+    static const dims d = {.hidden = 1024, .n_layers = 13, .vocab = 4096 + 256, .kda_heads = 8, .kda_head_dim = 128,
+                           .n_heads = 8, .q_lora = 384, .kv_lora = 256, .qk_nope = 64, .qk_rope = 32, .v_head = 64,
+                           .n_experts = 144, .topk = 8, .n_shared = 1, .latent = 768, .moe_inter = 768,
+                           .dense_inter = 2048, .attn_res_block = 4, .max_ctx = 8192, .n_reserved = 256,
+                           .shard_bytes = 1ull << 30};
+    set_dims(c, o, &d);
 }
 
 /* ~30 GB, larger than a 24 GB machine's RAM, K3's proportions: top-8 of 448 (the
  * 16-of-896 ratio), experts > 90% of bytes, one expert 1,671,168 B = 408 x 4096. */
 static void ladder(cfg *c, gen_opts *o) {
-    c->hidden = 2048;
-    c->n_layers = 37;
-    c->vocab = 16384;
-    c->kda_heads = 16;
-    c->kda_head_dim = 128;
-    c->n_heads = 16;
-    c->q_lora = 512;
-    c->kv_lora = 256;
-    c->qk_nope = 128;
-    c->qk_rope = 64;
-    c->v_head = 128;
-    c->n_experts = 448;
-    c->topk = 8;
-    c->n_shared = 1;
-    c->latent = 1024;
-    c->moe_inter = 1024;
-    c->dense_inter = 8192;
-    c->attn_res_block = 8;
-    c->max_ctx = 32768;
-    o->n_reserved = 256;
-    o->shard_bytes = 4ull << 30;
+    static const dims d = {.hidden = 2048, .n_layers = 37, .vocab = 16384, .kda_heads = 16, .kda_head_dim = 128,
+                           .n_heads = 16, .q_lora = 512, .kv_lora = 256, .qk_nope = 128, .qk_rope = 64, .v_head = 128,
+                           .n_experts = 448, .topk = 8, .n_shared = 1, .latent = 1024, .moe_inter = 1024,
+                           .dense_inter = 8192, .attn_res_block = 8, .max_ctx = 32768, .n_reserved = 256,
+                           .shard_bytes = 4ull << 30};
+    set_dims(c, o, &d);
 }
 
 static void k3(cfg *c, gen_opts *o) {
@@ -188,22 +164,10 @@ static void kl_map(cfg *c) {
 /* A few MB, the published layout: 6 layers (KDA 1-3, 5; MLA 4, 6), a dense first layer. */
 static void kl_tiny(cfg *c, gen_opts *o) {
     kl_base(c, o);
-    c->hidden = 64;
-    c->n_layers = 6;
-    c->vocab = 512;
-    c->kda_heads = 4;
-    c->kda_head_dim = 16;
-    c->n_heads = 4;
-    c->kv_lora = 32;
-    c->qk_nope = 16;
-    c->qk_rope = 8;
-    c->v_head = 16;
-    c->n_experts = 16;
-    c->topk = 4;
-    c->n_shared = 1;
-    c->moe_inter = 32;
-    c->dense_inter = 128;
-    o->n_reserved = 32;
+    static const dims d = {.hidden = 64, .n_layers = 6, .vocab = 512, .kda_heads = 4, .kda_head_dim = 16,
+                           .n_heads = 4, .kv_lora = 32, .qk_nope = 16, .qk_rope = 8, .v_head = 16, .n_experts = 16,
+                           .topk = 4, .n_shared = 1, .moe_inter = 32, .dense_inter = 128, .n_reserved = 32};
+    set_dims(c, o, &d);
     kl_map(c);
 }
 
@@ -211,24 +175,11 @@ static void kl_tiny(cfg *c, gen_opts *o) {
  * + 1 shared, experts ~95% of the bytes (one expert 2,359,296 B). */
 static void kl_ladder(cfg *c, gen_opts *o) {
     kl_base(c, o);
-    c->hidden = 1024;
-    c->n_layers = 27;
-    c->vocab = 32768;
-    c->kda_heads = 8;
-    c->kda_head_dim = 128;
-    c->n_heads = 8;
-    c->kv_lora = 512;
-    c->qk_nope = 128;
-    c->qk_rope = 64;
-    c->v_head = 128;
-    c->n_experts = 256;
-    c->topk = 8;
-    c->n_shared = 1;
-    c->moe_inter = 384;
-    c->dense_inter = 4096;
-    c->max_ctx = 32768;
-    o->n_reserved = 256;
-    o->shard_bytes = 4ull << 30;
+    static const dims d = {.hidden = 1024, .n_layers = 27, .vocab = 32768, .kda_heads = 8, .kda_head_dim = 128,
+                           .n_heads = 8, .kv_lora = 512, .qk_nope = 128, .qk_rope = 64, .v_head = 128,
+                           .n_experts = 256, .topk = 8, .n_shared = 1, .moe_inter = 384, .dense_inter = 4096,
+                           .max_ctx = 32768, .n_reserved = 256, .shard_bytes = 4ull << 30};
+    set_dims(c, o, &d);
     kl_map(c);
 }
 
@@ -247,24 +198,14 @@ static void ds_base(cfg *c, gen_opts *o, int arch) {
     const arch_desc *ad = arch == ARCH_KIMI_K25 ? &arch_kimi_k25 : arch == ARCH_KIMI_K2 ? &arch_kimi_k2 : &arch_deepseek_v3;
     ad->defaults(c);
     c->arch = arch;
-    c->hidden = 64;
-    c->vocab = 512;
-    c->n_heads = 4;
-    c->q_lora = 32;
-    c->kv_lora = 32;
-    c->qk_nope = 16;
-    c->qk_rope = 16;
-    c->v_head = 16;
-    c->n_experts = 16;
-    c->topk = 4;
-    c->n_shared = 1;
-    c->moe_inter = 32;
-    c->dense_inter = 128;
+    static const dims d = {.hidden = 64, .vocab = 512, .n_heads = 4, .q_lora = 32, .kv_lora = 32, .qk_nope = 16,
+                           .qk_rope = 16, .v_head = 16, .n_experts = 16, .topk = 4, .n_shared = 1, .moe_inter = 32,
+                           .dense_inter = 128, .n_reserved = 32};
+    set_dims(c, o, &d);
     c->yarn_orig_ctx = 256; /* the YaRN ramp falls inside the 8 pairs */
     c->yarn_mscale = 1.0;
     c->yarn_mscale_all_dim = 1.0;
     o->experts_bf16 = 1;
-    o->n_reserved = 32;
 }
 
 /* The scalars that tell the DeepSeek-V3-shaped presets apart: depth, the dense
@@ -352,22 +293,11 @@ static void k2_ladder(cfg *c, gen_opts *o) {
     o->weights = GEN_W_INT4;
     o->tok = GEN_TOK_K2_THINKING;
     ds_scalars(c, 29, 1, 2.827, 1e-5, 50000.0, 64.0, 1.0);
-    c->hidden = 1024;
-    c->vocab = 32768;
-    c->n_heads = 8;
-    c->q_lora = 384;
-    c->kv_lora = 256;
-    c->qk_nope = 64;
-    c->qk_rope = 32;
-    c->v_head = 64;
-    c->n_experts = 384;
-    c->topk = 8;
-    c->moe_inter = 768;
-    c->dense_inter = 4096;
+    static const dims d = {.hidden = 1024, .vocab = 32768, .n_heads = 8, .q_lora = 384, .kv_lora = 256, .qk_nope = 64,
+                           .qk_rope = 32, .v_head = 64, .n_experts = 384, .topk = 8, .moe_inter = 768,
+                           .dense_inter = 4096, .max_ctx = 32768, .n_reserved = 256, .shard_bytes = 4ull << 30};
+    set_dims(c, o, &d);
     c->yarn_orig_ctx = 4096;
-    c->max_ctx = 32768;
-    o->n_reserved = 256;
-    o->shard_bytes = 4ull << 30;
     arch_kimi_k2.finish(c);
 }
 
