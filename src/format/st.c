@@ -6,6 +6,8 @@
  * name pointers never move), and an open-addressing hash name -> tensor.
  * Never reads tensor data while indexing: 8 bytes, then the header, per shard.
  * Does not interpret tensor bytes; binding names to roles is model.c's job.
+ * The JSON itself (the strict cursor, model.safetensors.index.json) is read in
+ * st_json.c; here the header's meaning: entries, sizes, offsets, overlaps, names.
  *
  * Invariant after a successful st_parse_header: every tensor's bytes lie inside
  * its shard file, no two non-empty tensors of one shard overlap, and every name is
@@ -13,6 +15,7 @@
  * the call (the arena may hold a few unreachable names).
  */
 #include "st.h"
+#include "st_priv.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -171,254 +174,6 @@ static const char *fmt_shape(const st_tensor *t, char *buf, size_t n) {
     return buf;
 }
 
-/* ===== strict JSON cursor =====
- *
- * The header grammar is narrow (an object of objects of strings and integer
- * arrays), so it is read by a cursor instead of a jansson tree: on a K3-like
- * 787 KB header with 5,200 tensors, building the jansson tree alone took 26-39 ms
- * CPU (~60k nodes, each through the budgeted allocator), while this cursor parses,
- * validates and indexes the same header in 2.5-6.5 ms CPU (bench/b_index.c and a
- * side-by-side microbenchmark). It also lets model.safetensors.index.json
- * (~497k entries) stream through a callback without a ~100 MB tree, and makes
- * allocation failures exact (jansson's lexer drops a byte when its string
- * buffer cannot grow). Accepts RFC 8259 JSON only: UTF-8 validated, no
- * comments, no trailing commas, no NaN, nesting depth <= 64. */
-
-typedef struct { char *s; size_t len, cap; } jstr; /* decoded string, NUL-terminated; MEM_INDEX */
-
-typedef struct {
-    const uint8_t *p, *end, *base; /* base: byte 0 of the file, for offsets in messages */
-    const char *what;
-    char *err;
-    size_t errlen;
-    jstr tmp;                      /* scratch for skipped values */
-} jcur;
-
-#define JC_MAX_DEPTH 64
-
-static int jc_syntax(jcur *c, const char *ctx, const char *why) {
-    return base_fail(c->err, c->errlen, STRATA_EFORMAT, "%s: %s%s%sinvalid JSON at byte %zu: %s", c->what,
-                     ctx ? "tensor '" : "", ctx ? ctx : "", ctx ? "': " : "", (size_t)(c->p - c->base), why);
-}
-
-static void jc_ws(jcur *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
-}
-
-/* Skips whitespace, then consumes ch if it is next. */
-static int jc_eat(jcur *c, uint8_t ch) {
-    jc_ws(c);
-    if (c->p < c->end && *c->p == ch) { c->p++; return 1; }
-    return 0;
-}
-
-static int jstr_add(jcur *c, jstr *s, const void *src, size_t n) {
-    if (s->cap - s->len < n + 1) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (cap - s->len < n + 1) cap *= 2;
-        char *ns = base_realloc(s->s, cap, MEM_INDEX);
-        if (!ns) return base_fail(c->err, c->errlen, STRATA_ENOMEM, "%s: out of memory at byte %zu",
-                                  c->what, (size_t)(c->p - c->base));
-        s->s = ns;
-        s->cap = cap;
-    }
-    memcpy(s->s + s->len, src, n);
-    s->len += n;
-    s->s[s->len] = 0;
-    return 0;
-}
-
-static int hexval(uint8_t h) {
-    if (h >= '0' && h <= '9') return h - '0';
-    if (h >= 'a' && h <= 'f') return h - 'a' + 10;
-    if (h >= 'A' && h <= 'F') return h - 'A' + 10;
-    return -1;
-}
-
-static int jc_hex4(jcur *c, uint32_t *u) {
-    if (c->end - c->p < 4) return -1;
-    uint32_t v = 0;
-    for (int i = 0; i < 4; i++) {
-        int h = hexval(c->p[i]);
-        if (h < 0) return -1;
-        v = v << 4 | (uint32_t)h;
-    }
-    c->p += 4;
-    *u = v;
-    return 0;
-}
-
-/* Length of the valid UTF-8 sequence at p (2..4 bytes), or 0 (overlong, surrogate,
- * > U+10FFFF, truncated or bad continuation). */
-static size_t utf8_len(const uint8_t *p, const uint8_t *end) {
-    uint8_t b = p[0];
-    size_t n;
-    uint32_t min, cp;
-    if (b >= 0xc2 && b <= 0xdf) { n = 2; min = 0x80; cp = b & 0x1f; }
-    else if (b >= 0xe0 && b <= 0xef) { n = 3; min = 0x800; cp = b & 0x0f; }
-    else if (b >= 0xf0 && b <= 0xf4) { n = 4; min = 0x10000; cp = b & 0x07; }
-    else return 0;
-    if ((size_t)(end - p) < n) return 0;
-    for (size_t i = 1; i < n; i++) {
-        if ((p[i] & 0xc0) != 0x80) return 0;
-        cp = cp << 6 | (p[i] & 0x3f);
-    }
-    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
-    return n;
-}
-
-/* Reads a string (cursor after optional whitespace on '"') into *s. "\u0000" is
- * kept as a NUL byte: callers compare s->len with strlen to refuse it in names. */
-static int jc_str(jcur *c, jstr *s, const char *ctx) {
-    jc_ws(c);
-    if (c->p >= c->end || *c->p != '"') return jc_syntax(c, ctx, "expected a string");
-    c->p++;
-    s->len = 0;
-    if (jstr_add(c, s, "", 0)) return STRATA_ENOMEM;
-    for (;;) {
-        const uint8_t *q = c->p;
-        while (q < c->end && *q != '"' && *q != '\\' && *q >= 0x20 && *q < 0x80) q++;
-        if (q > c->p && jstr_add(c, s, c->p, (size_t)(q - c->p))) return STRATA_ENOMEM;
-        c->p = q;
-        if (q >= c->end) return jc_syntax(c, ctx, "unterminated string");
-        if (*q == '"') { c->p++; return 0; }
-        if (*q < 0x20) return jc_syntax(c, ctx, "control character in a string");
-        if (*q >= 0x80) {
-            size_t n = utf8_len(q, c->end);
-            if (!n) return jc_syntax(c, ctx, "invalid UTF-8 in a string");
-            if (jstr_add(c, s, q, n)) return STRATA_ENOMEM;
-            c->p += n;
-            continue;
-        }
-        /* backslash escape */
-        c->p++;
-        if (c->p >= c->end) return jc_syntax(c, ctx, "unterminated string");
-        uint8_t e = *c->p++;
-        char out[4];
-        size_t n = 1;
-        switch (e) {
-        case '"': out[0] = '"'; break;
-        case '\\': out[0] = '\\'; break;
-        case '/': out[0] = '/'; break;
-        case 'b': out[0] = '\b'; break;
-        case 'f': out[0] = '\f'; break;
-        case 'n': out[0] = '\n'; break;
-        case 'r': out[0] = '\r'; break;
-        case 't': out[0] = '\t'; break;
-        case 'u': {
-            uint32_t u, lo;
-            if (jc_hex4(c, &u)) return jc_syntax(c, ctx, "bad \\u escape");
-            if (u >= 0xdc00 && u <= 0xdfff) return jc_syntax(c, ctx, "lone low surrogate in \\u escape");
-            if (u >= 0xd800 && u <= 0xdbff) {
-                if (c->end - c->p < 2 || c->p[0] != '\\' || c->p[1] != 'u')
-                    return jc_syntax(c, ctx, "lone high surrogate in \\u escape");
-                c->p += 2;
-                if (jc_hex4(c, &lo) || lo < 0xdc00 || lo > 0xdfff)
-                    return jc_syntax(c, ctx, "bad surrogate pair in \\u escape");
-                u = 0x10000 + ((u - 0xd800) << 10) + (lo - 0xdc00);
-            }
-            if (u < 0x80) out[0] = (char)u;
-            else if (u < 0x800) { out[0] = (char)(0xc0 | u >> 6); out[1] = (char)(0x80 | (u & 0x3f)); n = 2; }
-            else if (u < 0x10000) {
-                out[0] = (char)(0xe0 | u >> 12); out[1] = (char)(0x80 | ((u >> 6) & 0x3f));
-                out[2] = (char)(0x80 | (u & 0x3f)); n = 3;
-            } else {
-                out[0] = (char)(0xf0 | u >> 18); out[1] = (char)(0x80 | ((u >> 12) & 0x3f));
-                out[2] = (char)(0x80 | ((u >> 6) & 0x3f)); out[3] = (char)(0x80 | (u & 0x3f)); n = 4;
-            }
-            break;
-        }
-        default: return jc_syntax(c, ctx, "bad escape in a string");
-        }
-        if (jstr_add(c, s, out, n)) return STRATA_ENOMEM;
-    }
-}
-
-enum { JN_INT, JN_REAL, JN_RANGE }; /* integer that fits int64, has . or e, integer too large */
-
-/* Reads a JSON number (cursor after optional whitespace); *kind tells which. */
-static int jc_num(jcur *c, int64_t *v, int *kind, const char *ctx) {
-    jc_ws(c);
-    const uint8_t *p = c->p, *end = c->end;
-    int neg = 0, big = 0, real = 0;
-    uint64_t mag = 0;
-    if (p < end && *p == '-') { neg = 1; p++; }
-    if (p >= end || *p < '0' || *p > '9') return jc_syntax(c, ctx, "expected a number");
-    if (*p == '0') {
-        p++;
-    } else {
-        while (p < end && *p >= '0' && *p <= '9') {
-            unsigned d = (unsigned)(*p++ - '0');
-            if (mag > (UINT64_MAX - d) / 10) big = 1;
-            else mag = mag * 10 + d;
-        }
-    }
-    if (p < end && *p == '.') {
-        real = 1;
-        p++;
-        if (p >= end || *p < '0' || *p > '9') { c->p = p; return jc_syntax(c, ctx, "bad number"); }
-        while (p < end && *p >= '0' && *p <= '9') p++;
-    }
-    if (p < end && (*p == 'e' || *p == 'E')) {
-        real = 1;
-        p++;
-        if (p < end && (*p == '+' || *p == '-')) p++;
-        if (p >= end || *p < '0' || *p > '9') { c->p = p; return jc_syntax(c, ctx, "bad number"); }
-        while (p < end && *p >= '0' && *p <= '9') p++;
-    }
-    c->p = p;
-    if (real) { *kind = JN_REAL; return 0; }
-    if (big || mag > (uint64_t)INT64_MAX + (uint64_t)neg) { *kind = JN_RANGE; return 0; }
-    *kind = JN_INT;
-    *v = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
-    return 0;
-}
-
-static int jc_lit(jcur *c, const char *lit, const char *ctx) {
-    size_t n = strlen(lit);
-    if ((size_t)(c->end - c->p) < n || memcmp(c->p, lit, n)) return jc_syntax(c, ctx, "invalid literal");
-    c->p += n;
-    return 0;
-}
-
-/* Skips any JSON value (depth-limited so hostile nesting cannot exhaust the stack). */
-static int jc_skip(jcur *c, int depth, const char *ctx) {
-    if (depth > JC_MAX_DEPTH) return jc_syntax(c, ctx, "nesting deeper than 64");
-    jc_ws(c);
-    if (c->p >= c->end) return jc_syntax(c, ctx, "expected a value");
-    int64_t v;
-    int kind, rc;
-    switch (*c->p) {
-    case '"': return jc_str(c, &c->tmp, ctx);
-    case 't': return jc_lit(c, "true", ctx);
-    case 'f': return jc_lit(c, "false", ctx);
-    case 'n': return jc_lit(c, "null", ctx);
-    case '{':
-        c->p++;
-        if (jc_eat(c, '}')) return 0;
-        do {
-            if ((rc = jc_str(c, &c->tmp, ctx))) return rc;
-            if (!jc_eat(c, ':')) return jc_syntax(c, ctx, "expected ':'");
-            if ((rc = jc_skip(c, depth + 1, ctx))) return rc;
-        } while (jc_eat(c, ','));
-        return jc_eat(c, '}') ? 0 : jc_syntax(c, ctx, "expected ',' or '}'");
-    case '[':
-        c->p++;
-        if (jc_eat(c, ']')) return 0;
-        do {
-            if ((rc = jc_skip(c, depth + 1, ctx))) return rc;
-        } while (jc_eat(c, ','));
-        return jc_eat(c, ']') ? 0 : jc_syntax(c, ctx, "expected ',' or ']'");
-    default: return jc_num(c, &v, &kind, ctx);
-    }
-}
-
-/* Only whitespace may follow the top-level value (safetensors pads with spaces). */
-static int jc_finish(jcur *c) {
-    jc_ws(c);
-    return c->p == c->end ? 0 : jc_syntax(c, NULL, "trailing bytes after the top-level object");
-}
-
 /* ===== header parsing ===== */
 
 /* Validates the 8-byte length prefix against the limit and the file size. */
@@ -446,20 +201,20 @@ static int header_len(const uint8_t *buf, size_t len, uint64_t file_size, const 
  * field names the array in messages ("shape", "data_offsets"). */
 static int jc_uints(jcur *c, const char *name, const char *field, size_t max, uint64_t *v, size_t *n) {
     *n = 0;
-    jc_ws(c);
-    if (!jc_eat(c, '['))
+    st_json_ws(c);
+    if (!st_json_eat(c, '['))
         return base_fail(c->err, c->errlen, STRATA_EFORMAT, "%s: tensor '%s': %s is not an array",
                          c->what, name, field);
-    if (jc_eat(c, ']')) return 0;
+    if (st_json_eat(c, ']')) return 0;
     do {
         int64_t x = 0;
         int kind, rc;
-        jc_ws(c);
+        st_json_ws(c);
         if (*n == max)
             return base_fail(c->err, c->errlen, STRATA_EFORMAT, "%s: tensor '%s': %s has more than %zu %s",
                              c->what, name, field, max, max == 2 ? "values" : "dims");
         if (c->p < c->end && (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) {
-            if ((rc = jc_num(c, &x, &kind, name))) return rc;
+            if ((rc = st_json_num(c, &x, &kind, name))) return rc;
         } else {
             kind = JN_REAL; /* a string, bool, null, array or object: not an integer */
         }
@@ -468,8 +223,8 @@ static int jc_uints(jcur *c, const char *name, const char *field, size_t max, ui
                              name, field, *n, kind == JN_RANGE ? "out of range"
                              : kind == JN_REAL ? "not an integer" : "negative");
         v[(*n)++] = (uint64_t)x;
-    } while (jc_eat(c, ','));
-    return jc_eat(c, ']') ? 0 : jc_syntax(c, name, "expected ',' or ']'");
+    } while (st_json_eat(c, ','));
+    return st_json_eat(c, ']') ? 0 : st_json_syntax(c, name, "expected ',' or ']'");
 }
 
 /* Parses one tensor entry `{"dtype":..,"shape":..,"data_offsets":..}` into *t.
@@ -482,11 +237,11 @@ static int parse_entry(jcur *c, const char *name, uint64_t data_start, uint64_t 
     int seen = 0, rc, dt = -1;
     uint64_t shape[ST_MAX_DIMS], offs[2];
     size_t nd = 0, no = 0;
-    if (!jc_eat(c, '{')) BAD("entry is not a JSON object");
-    if (!jc_eat(c, '}')) {
+    if (!st_json_eat(c, '{')) BAD("entry is not a JSON object");
+    if (!st_json_eat(c, '}')) {
         do {
-            if ((rc = jc_str(c, val, name))) return rc;
-            if (!jc_eat(c, ':')) return jc_syntax(c, name, "expected ':'");
+            if ((rc = st_json_str(c, val, name))) return rc;
+            if (!st_json_eat(c, ':')) return st_json_syntax(c, name, "expected ':'");
             int f = !strcmp(val->s, "dtype") ? F_DTYPE : !strcmp(val->s, "shape") ? F_SHAPE
                     : !strcmp(val->s, "data_offsets") ? F_OFFS : 0;
             if (!f || strlen(val->s) != val->len)
@@ -494,9 +249,9 @@ static int parse_entry(jcur *c, const char *name, uint64_t data_start, uint64_t 
             if (seen & f) BAD("duplicate key '%s'", val->s);
             seen |= f;
             if (f == F_DTYPE) {
-                jc_ws(c);
+                st_json_ws(c);
                 if (c->p >= c->end || *c->p != '"') BAD("dtype is not a string");
-                if ((rc = jc_str(c, val, name))) return rc;
+                if ((rc = st_json_str(c, val, name))) return rc;
                 dt = strlen(val->s) == val->len ? st_dtype_parse(val->s) : -1;
                 if (dt < 0) BAD("unknown dtype '%s'", val->s);
             } else if (f == F_SHAPE) {
@@ -504,8 +259,8 @@ static int parse_entry(jcur *c, const char *name, uint64_t data_start, uint64_t 
             } else {
                 if ((rc = jc_uints(c, name, "data_offsets", 2, offs, &no))) return rc;
             }
-        } while (jc_eat(c, ','));
-        if (!jc_eat(c, '}')) return jc_syntax(c, name, "expected ',' or '}'");
+        } while (st_json_eat(c, ','));
+        if (!st_json_eat(c, '}')) return st_json_syntax(c, name, "expected ',' or '}'");
     }
     if (!(seen & F_DTYPE)) BAD("missing \"dtype\"");
     if (!(seen & F_SHAPE)) BAD("missing \"shape\"");
@@ -582,14 +337,14 @@ int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
     size_t n0 = ix->n;
     uint64_t data_start = 8 + hlen;
     int seen_meta = 0, inserting = 0;
-    if (!jc_eat(&c, '{')) {
-        rc = jc_syntax(&c, NULL, "the header is not a JSON object");
+    if (!st_json_eat(&c, '{')) {
+        rc = st_json_syntax(&c, NULL, "the header is not a JSON object");
         goto fail;
     }
-    if (!jc_eat(&c, '}')) {
+    if (!st_json_eat(&c, '}')) {
         do {
-            if ((rc = jc_str(&c, &key, NULL))) goto fail;
-            if (!jc_eat(&c, ':')) { rc = jc_syntax(&c, key.s, "expected ':'"); goto fail; }
+            if ((rc = st_json_str(&c, &key, NULL))) goto fail;
+            if (!st_json_eat(&c, ':')) { rc = st_json_syntax(&c, key.s, "expected ':'"); goto fail; }
             if (strlen(key.s) != key.len) {
                 rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: tensor '%s': name contains a NUL byte",
                                what, key.s);
@@ -601,23 +356,23 @@ int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
                     rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: duplicate __metadata__", what);
                     goto fail;
                 }
-                if (!jc_eat(&c, '{')) {
+                if (!st_json_eat(&c, '{')) {
                     rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: __metadata__ is not an object", what);
                     goto fail;
                 }
-                if (jc_eat(&c, '}')) continue;
+                if (st_json_eat(&c, '}')) continue;
                 do {
-                    if ((rc = jc_str(&c, &key, "__metadata__"))) goto fail;
-                    if (!jc_eat(&c, ':')) { rc = jc_syntax(&c, "__metadata__", "expected ':'"); goto fail; }
-                    jc_ws(&c);
+                    if ((rc = st_json_str(&c, &key, "__metadata__"))) goto fail;
+                    if (!st_json_eat(&c, ':')) { rc = st_json_syntax(&c, "__metadata__", "expected ':'"); goto fail; }
+                    st_json_ws(&c);
                     if (c.p >= c.end || *c.p != '"') {
                         rc = base_fail(err, errlen, STRATA_EFORMAT,
                                        "%s: __metadata__ value '%s' is not a string", what, key.s);
                         goto fail;
                     }
-                    if ((rc = jc_str(&c, &val, "__metadata__"))) goto fail;
-                } while (jc_eat(&c, ','));
-                if (!jc_eat(&c, '}')) { rc = jc_syntax(&c, "__metadata__", "expected ',' or '}'"); goto fail; }
+                    if ((rc = st_json_str(&c, &val, "__metadata__"))) goto fail;
+                } while (st_json_eat(&c, ','));
+                if (!st_json_eat(&c, '}')) { rc = st_json_syntax(&c, "__metadata__", "expected ',' or '}'"); goto fail; }
                 continue;
             }
             if (key.len == 0) {
@@ -631,10 +386,10 @@ int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
             if ((rc = parse_entry(&c, key.s, data_start, file_size, t, &val))) goto fail;
             if (!(t->name = arena_put(&ix->names, key.s, key.len))) goto oom;
             ix->n++;
-        } while (jc_eat(&c, ','));
-        if (!jc_eat(&c, '}')) { rc = jc_syntax(&c, NULL, "expected ',' or '}'"); goto fail; }
+        } while (st_json_eat(&c, ','));
+        if (!st_json_eat(&c, '}')) { rc = st_json_syntax(&c, NULL, "expected ',' or '}'"); goto fail; }
     }
-    if ((rc = jc_finish(&c))) goto fail;
+    if ((rc = st_json_finish(&c))) goto fail;
 
     /* Overlap check in offset order; this order is also st_at's "file order".
      * Empty tensors occupy no bytes and never overlap. */
@@ -690,81 +445,6 @@ fail:
     return rc;
 }
 
-/* ===== index json ===== */
-
-/* Shard names must stay inside the model directory. */
-static int plain_name(const char *s, size_t len) {
-    if (len == 0 || strlen(s) != len || !strcmp(s, ".") || !strcmp(s, "..")) return 0;
-    return strchr(s, '/') == NULL;
-}
-
-int st_parse_index_json(const uint8_t *buf, size_t len, const char *what,
-                        int (*fn)(void *ud, const char *tensor, const char *file), void *ud,
-                        char *err, size_t errlen) {
-    if (!what) what = "model.safetensors.index.json";
-    jcur c = {.p = buf, .end = buf + len, .base = buf, .what = what, .err = err, .errlen = errlen};
-    jstr key = {0}, val = {0};
-    int rc, seen_map = 0;
-    if (!buf || !jc_eat(&c, '{')) { rc = jc_syntax(&c, NULL, "not a JSON object"); goto done; }
-    if (!jc_eat(&c, '}')) {
-        do {
-            if ((rc = jc_str(&c, &key, NULL))) goto done;
-            if (!jc_eat(&c, ':')) { rc = jc_syntax(&c, NULL, "expected ':'"); goto done; }
-            if (!strcmp(key.s, "metadata") && key.len == 8) {
-                jc_ws(&c);
-                if (c.p >= c.end || *c.p != '{') {
-                    rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: \"metadata\" is not an object", what);
-                    goto done;
-                }
-                if ((rc = jc_skip(&c, 0, NULL))) goto done;
-                continue;
-            }
-            if (strcmp(key.s, "weight_map") || key.len != 10) {
-                if ((rc = jc_skip(&c, 0, NULL))) goto done; /* other top-level keys mean nothing here */
-                continue;
-            }
-            if (seen_map++) {
-                rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: duplicate \"weight_map\"", what);
-                goto done;
-            }
-            if (!jc_eat(&c, '{')) {
-                rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: \"weight_map\" is not an object", what);
-                goto done;
-            }
-            if (jc_eat(&c, '}')) continue;
-            do {
-                if ((rc = jc_str(&c, &key, NULL))) goto done;
-                if (!jc_eat(&c, ':')) { rc = jc_syntax(&c, key.s, "expected ':'"); goto done; }
-                if (key.len == 0 || strlen(key.s) != key.len) {
-                    rc = base_fail(err, errlen, STRATA_EFORMAT,
-                                   "%s: weight_map: tensor '%s': empty name or NUL byte", what, key.s);
-                    goto done;
-                }
-                jc_ws(&c);
-                int is_str = c.p < c.end && *c.p == '"';
-                if (is_str && (rc = jc_str(&c, &val, key.s))) goto done;
-                if (!is_str || !plain_name(val.s, val.len)) {
-                    rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: weight_map: tensor '%s': shard must be "
-                                   "a plain file name (string, no '/')", what, key.s);
-                    goto done;
-                }
-                if ((rc = fn(ud, key.s, val.s))) {
-                    base_fail(err, errlen, rc, "%s: weight_map: tensor '%s': %s", what, key.s, strata_errstr(rc));
-                    goto done;
-                }
-            } while (jc_eat(&c, ','));
-            if (!jc_eat(&c, '}')) { rc = jc_syntax(&c, NULL, "expected ',' or '}'"); goto done; }
-        } while (jc_eat(&c, ','));
-        if (!jc_eat(&c, '}')) { rc = jc_syntax(&c, NULL, "expected ',' or '}'"); goto done; }
-    }
-    if ((rc = jc_finish(&c))) goto done;
-    if (!seen_map) rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: \"weight_map\" is missing", what);
-done:
-    base_free(key.s);
-    base_free(val.s);
-    base_free(c.tmp.s);
-    return rc;
-}
 
 /* ===== opening ===== */
 

@@ -451,7 +451,7 @@ static json_t *call_input(const job *j, size_t i) {
 }
 
 /* tool_use ids: "toolu_" and the call ids' prompt hash, so the same request
- * gets the same ids (http.c build_prompt). */
+ * gets the same ids (http_gen.c build_prompt). */
 static void tool_use_id(const job *j, size_t i, char *out, size_t n) {
     snprintf(out, n, "toolu_%s_%zu", strncmp(j->call_id, "call_", 5) ? j->call_id : j->call_id + 5, i);
 }

@@ -1,6 +1,7 @@
 /*
- * tok_priv.h: the tokenizer's layout and the helpers tok.c shares with tok_hf.c
- * (the tokenizer.json loader and merge-rank BPE). Only the tok module includes it.
+ * tok_priv.h: the tokenizer's layout and the helpers tok.c shares with
+ * tok_load.c (the tiktoken vocabulary loader) and tok_hf.c (the tokenizer.json
+ * loader and merge-rank BPE). Only the tok module includes it.
  */
 #ifndef STRATA_TOK_PRIV_H
 #define STRATA_TOK_PRIV_H
