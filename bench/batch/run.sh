@@ -18,9 +18,10 @@ mkdir -p "$OUT"
 [ -f "$M/config.json" ] || ./strata gen-model "$M" --preset ladder
 [ -f "$M/strata.pack/manifest.json" ] || ./strata pack "$M"
 echo "== bandwidth (O_DIRECT 4 MiB reads at depth 16 on a fresh file; memory read)"
-bwline=$(./strata plan "$M" --ram-gb 4 --measure | tail -1)
+bwline=$(./strata plan "$M" --ram-gb 4 --measure | grep -m1 'GB/s disk')
 echo "$bwline"
 DISK=$(echo "$bwline" | sed -n 's/.* at \([0-9.]*\) GB\/s disk.*/\1/p')
+[ -n "$DISK" ] || { echo "run.sh: no disk bandwidth in strata plan's output"; exit 1; }
 DISK_BPS=$(awk -v g="$DISK" 'BEGIN { printf "%.0f", g * 1e9 }')
 CSV=$OUT/batch.csv
 echo "budget_gb,mode,n,tokens,seconds,tokens_per_s,gb_read,gb_read_per_token,ideal_gb,floor_s,time_over_floor,read_over_ideal,ids_hash" > "$CSV"
