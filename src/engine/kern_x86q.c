@@ -35,15 +35,6 @@ A256 INL __m256i fp8_h16(const uint8_t *p) {
     return _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16((short)0xBFFF));
 }
 
-/* 16 weights at p. SLOW: (pre h) sc with pre = 256 for a slow row (sc = S), 1 for
- * a fast one (sc = 256 S); otherwise h sc. */
-A256 INL v16 fp8_w256(const uint8_t *p, __m256 sc, __m256 pre, int SLOW) {
-    const __m256i h = fp8_h16(p);
-    __m256 a = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), b = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
-    if (SLOW) { a = _mm256_mul_ps(a, pre); b = _mm256_mul_ps(b, pre); }
-    return (v16){_mm256_mul_ps(a, sc), _mm256_mul_ps(b, sc)};
-}
-
 static inline int fp8_slow(float s) { return isfinite(s) && fabsf(s) >= 0x1p120f; }
 
 /* Block b's scale and pre-factor per row (fp8_slow's split: s and 256, else
@@ -78,22 +69,78 @@ A256 INL int fp8_has_nan(const uint8_t *p, int64_t n) {
     return bad;
 }
 
+/* AVX2 decode (T = 1) decodes without vcvtph2ps. In-L1 microbenchmark on the
+ * Zen 3 VM (4 and 64 rows x 2048 columns, one scale, no NaN pass; ns per 16
+ * weights of one row, 2 interleaved runs on a loaded machine): vpmovsxbw +
+ * shift + mask + 2 vcvtph2ps 1.65-1.9; the bit patterns below with the scale as
+ * vmulps 1.3-1.4 without subnormal codes but 1.9-3.3 with b_kern's uniform bytes
+ * (6% subnormal codes: vmulps takes an f32 denormal input slowly on Zen 3),
+ * with the scale as an fma 1.2-1.3 either way (no denormal cost there).
+ * Bit patterns: sext16(b) << 20 in each dword's low word, or sext16(b) << 4 in
+ * its high word, masked by 0x87F00000, is s << 31 | (b & 0x7F) << 20: the f32
+ * e4m3 * 2^-120 exactly (exponent field e, mantissa m; e = 0 lands on the f32
+ * subnormals m 2^-3 2^-126 = m 2^-9 2^-120). So 16 bytes give two vectors, the
+ * even columns {0, 2, .. 14} and the odd ones, by 2 shifts and 2 ands after the
+ * widening; x is permuted the same way once per 16 columns for all RB rows
+ * (fp8_xeo), and the accumulators back (fp8_red) before the contract's tree:
+ * every lane still sees its columns in order. */
+A256 INL void fp8_eo(const uint8_t *p, __m256 *e, __m256 *o) {
+    const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
+    const __m256i m = _mm256_set1_epi32((int)0x87F00000u);
+    *e = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 20), m));
+    *o = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 4), m));
+}
+
+/* x[0..15] as {x0, x2, .. x14} and {x1, x3, .. x15}: {0-3 | 8-11} and {4-7 | 12-15}
+ * shuffled by their even and odd elements. */
+A256 INL void fp8_xeo(const float *x, __m256 *e, __m256 *o) {
+    const __m256 a = _mm256_loadu2_m128(x + 8, x), b = _mm256_loadu2_m128(x + 12, x + 4);
+    *e = _mm256_shuffle_ps(a, b, 0x88);
+    *o = _mm256_shuffle_ps(a, b, 0xDD);
+}
+
+/* The lane sum of even / odd accumulators: interleaved back to lanes 0-7, 8-15. */
+A256 INL float fp8_red(__m256 e, __m256 o) {
+    const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+    return red256(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+/* The weight from h = e4m3 2^-120: FAST, h (2^120 S), the one rounding of the
+ * exact e4m3 S whenever 2^120 S is exact (|S| < 2^8 or S not finite: inf and NaN
+ * stay themselves, 0 h inf is NaN as 0 inf); else (h 2^120) S, h 2^120 = e4m3
+ * exactly. As fma(., ., -0): the product's rounding and sign of zero, and a
+ * denormal h costs nothing (vmulps: see above). */
+A256 INL __m256 fp8_wt(__m256 h, __m256 sc, int FAST) {
+    const __m256 nz = _mm256_set1_ps(-0.0f);
+    if (FAST) return _mm256_fmadd_ps(h, sc, nz);
+    return _mm256_mul_ps(_mm256_fmadd_ps(h, _mm256_set1_ps(0x1p120f), nz), sc);
+}
+
+/* Whether every scale of rows [r0, r1) takes fp8_wt's FAST form. */
+static int fp8_all_fast(const float *S, int64_t nb, int64_t r0, int64_t r1) {
+    for (int64_t i = (r0 / KERN_FP8_BLOCK) * nb; i < ((r1 - 1) / KERN_FP8_BLOCK + 1) * nb; i++)
+        if (isfinite(S[i]) && fabsf(S[i]) >= 0x1p8f) return 0;
+    return 1;
+}
+
 /* Columns [k, k1) of one 128-column block for RB rows, full 16-column chunks. */
-A256 INL void fp8_span256(__m256 acc[4][2], const uint8_t *const wr[4], const __m256 sc[4], const __m256 pre[4],
-                          const float *X, int64_t k, int64_t k1, int RB, int SLOW) {
+A256 INL void fp8_span256(__m256 acc[4][2], const uint8_t *const wr[4], const __m256 sc[4], const float *X,
+                          int64_t k, int64_t k1, int RB, int FAST) {
     for (; k + 16 <= k1; k += 16) {
-        const __m256 xa = _mm256_loadu_ps(X + k), xb = _mm256_loadu_ps(X + k + 8);
+        __m256 xe, xo;
+        fp8_xeo(X + k, &xe, &xo);
         UNROLL for (int i = 0; i < RB; i++) {
-            const v16 w = fp8_w256(wr[i] + k, sc[i], pre[i], SLOW);
-            acc[i][0] = _mm256_fmadd_ps(w.a, xa, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(w.b, xb, acc[i][1]);
+            __m256 he, ho;
+            fp8_eo(wr[i] + k, &he, &ho);
+            acc[i][0] = _mm256_fmadd_ps(fp8_wt(he, sc[i], FAST), xe, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(fp8_wt(ho, sc[i], FAST), xo, acc[i][1]);
         }
     }
 }
 
 /* Decode block: RB rows rs apart, each prefetching pf bytes ahead once per 64. */
 A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X, int64_t r,
-                        int64_t rs, int RB, int64_t pf) {
+                        int64_t rs, int RB, int64_t pf, int FAST) {
     const int64_t nb = (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK, full = cols & ~(int64_t)15;
     const uint8_t *wr[4];
     const float *sr[4];
@@ -105,29 +152,30 @@ A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols
     }
     for (int64_t b = 0; b * KERN_FP8_BLOCK < full; b++) {
         const int64_t k0 = b * KERN_FP8_BLOCK, k1 = k0 + KERN_FP8_BLOCK < full ? k0 + KERN_FP8_BLOCK : full;
-        float scs[4], pres[4];
-        const int slow = fp8_block_scales(scs, pres, sr, wr, b, pf + k0, RB);
-        __m256 sc[4], pre[4];
+        __m256 sc[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            sc[i] = _mm256_set1_ps(scs[i]);
-            pre[i] = _mm256_set1_ps(pres[i]);
+            sc[i] = _mm256_set1_ps(FAST ? sr[i][b] * 0x1p120f : sr[i][b]);
+            _mm_prefetch((const char *)wr[i] + pf + k0, _MM_HINT_T0);
+            _mm_prefetch((const char *)wr[i] + pf + k0 + 64, _MM_HINT_T0);
         }
-        if (slow) fp8_span256(acc, wr, sc, pre, X, k0, k1, RB, 1);
-        else fp8_span256(acc, wr, sc, pre, X, k0, k1, RB, 0);
+        fp8_span256(acc, wr, sc, X, k0, k1, RB, FAST);
     }
     if (full < cols) { /* tail: the contract's zero padding, weights by the reference's decode */
-        float xt[16] = {0};
+        float xt[16] = {0}, wt[16];
         memcpy(xt, X + full, (size_t)(cols - full) * 4);
-        const __m256 xa = _mm256_loadu_ps(xt), xb = _mm256_loadu_ps(xt + 8);
+        __m256 xe, xo;
+        fp8_xeo(xt, &xe, &xo);
         UNROLL for (int i = 0; i < RB; i++) {
-            float wt[16] = {0};
+            memset(wt, 0, sizeof wt);
             for (int64_t k = full; k < cols; k++) wt[k - full] = kern_e4m3_f32(wr[i][k]) * sr[i][k / KERN_FP8_BLOCK];
-            acc[i][0] = _mm256_fmadd_ps(_mm256_loadu_ps(wt), xa, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(_mm256_loadu_ps(wt + 8), xb, acc[i][1]);
+            __m256 we, wo;
+            fp8_xeo(wt, &we, &wo);
+            acc[i][0] = _mm256_fmadd_ps(we, xe, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(wo, xo, acc[i][1]);
         }
     }
     UNROLL for (int i = 0; i < RB; i++)
-        Y[r + i * rs] = fp8_has_nan(wr[i], full) ? NAN : red256(acc[i][0], acc[i][1]);
+        Y[r + i * rs] = fp8_has_nan(wr[i], full) ? NAN : fp8_red(acc[i][0], acc[i][1]);
 }
 
 /* Prefill tile: columns [k0, k0 + kn) of row r as f32 at dst (the decode path's
@@ -158,8 +206,14 @@ A256 void kern_x86_fp8_avx2(float *Y, int64_t ldy, const uint8_t *W, const float
     if (T == 1) {
         const int64_t rs = (r1 - r0) / 4, pf = fp4_pf_rows(cols) * cols;
         int64_t r = r0;
-        for (; r < r0 + rs; r++) fp8dec256(Y, W, S, cols, X, r, rs, 4, pf);
-        for (r = r0 + 4 * rs; r < r1; r++) fp8dec256(Y, W, S, cols, X, r, 1, 1, cols);
+        if (r0 >= r1) return;
+        if (fp8_all_fast(S, (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK, r0, r1)) {
+            for (; r < r0 + rs; r++) fp8dec256(Y, W, S, cols, X, r, rs, 4, pf, 1);
+            for (r = r0 + 4 * rs; r < r1; r++) fp8dec256(Y, W, S, cols, X, r, 1, 1, cols, 1);
+        } else {
+            for (; r < r0 + rs; r++) fp8dec256(Y, W, S, cols, X, r, rs, 4, pf, 0);
+            for (r = r0 + 4 * rs; r < r1; r++) fp8dec256(Y, W, S, cols, X, r, 1, 1, cols, 0);
+        }
         return;
     }
     float wt[2 * PAN_K] __attribute__((aligned(32)));
