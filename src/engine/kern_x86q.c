@@ -150,6 +150,9 @@ A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols
         sr[i] = S + ((r + i * rs) / KERN_FP8_BLOCK) * nb;
         acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     }
+    const __m256i m7 = _mm256_set1_epi8(0x7F);
+    __m256i nanm = _mm256_setzero_si256();
+    int64_t nanb = 0;
     for (int64_t b = 0; b * KERN_FP8_BLOCK < full; b++) {
         const int64_t k0 = b * KERN_FP8_BLOCK, k1 = k0 + KERN_FP8_BLOCK < full ? k0 + KERN_FP8_BLOCK : full;
         __m256 sc[4];
@@ -159,6 +162,11 @@ A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols
             _mm_prefetch((const char *)wr[i] + pf + k0 + 64, _MM_HINT_T0);
         }
         fp8_span256(acc, wr, sc, X, k0, k1, RB, FAST);
+        if (k1 - k0 == KERN_FP8_BLOCK)
+            UNROLL for (int i = 0; i < RB; i++) UNROLL for (int q = 0; q < KERN_FP8_BLOCK; q += 32)
+                nanm = _mm256_max_epu8(nanm, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(wr[i] + k0 + q)), m7));
+        else
+            nanb = 1;
     }
     if (full < cols) { /* tail: the contract's zero padding, weights by the reference's decode */
         float xt[16] = {0}, wt[16];
@@ -174,8 +182,12 @@ A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols
             acc[i][1] = _mm256_fmadd_ps(wo, xo, acc[i][1]);
         }
     }
+    /* NaN codes: the blocks' maximum of b & 0x7F over all RB rows is 0x7F only if
+     * some row has one (then each row is checked); a partial last block, rows
+     * checked whole. */
+    const int any = nanb || _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanm, m7)) != 0;
     UNROLL for (int i = 0; i < RB; i++)
-        Y[r + i * rs] = fp8_has_nan(wr[i], full) ? NAN : fp8_red(acc[i][0], acc[i][1]);
+        Y[r + i * rs] = any && fp8_has_nan(wr[i], full) ? NAN : fp8_red(acc[i][0], acc[i][1]);
 }
 
 /* Prefill tile: columns [k0, k0 + kn) of row r as f32 at dst (the decode path's
