@@ -119,8 +119,9 @@ extern const float kern_fp4_lut[256][16];
  * infinities, S.1111.111 is NaN. The references decode with it; kern_e4m3_lut holds
  * its 256 values (tests/t_kern.c checks they agree) for callers that widen FP8
  * outside the matmuls. The SIMD matmuls decode arithmetically instead (an e4m3
- * byte is an f16 pattern times 256, kern_x86q.c), one convert per 8-16 weights
- * where a 256-entry table would need a gather. */
+ * byte is an f16 pattern times 256, or shifted and masked an f32 pattern times
+ * 2^120: kern_x86q.c), a few ops per 16 weights where a 256-entry table would
+ * need a gather. */
 static inline float kern_e4m3_f32(uint8_t b) {
     union { uint32_t u; float f; } v;
     const uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;

@@ -7,9 +7,10 @@
  * Walks as the MXFP4 ones: decode (T = 1) runs 4 rows a quarter of the range apart
  * (four long sequential streams, each prefetching its next row), then the last < 4
  * rows singly; prefill (T > 1) runs PANELS256, whose PREP decodes each 2-row x
- * PAN_K weight tile to f32 once for all activations of the panel (the values the
- * decode path multiplies with), then blk256 runs the f32 tile: per (row, t) the
- * same lanes in the same order as T = 1.
+ * PAN_K weight tile to f32 once for all activations of the panel (the reference's
+ * weights, as the decode path's), then blk256 runs the f32 tile: per (row, t) the
+ * same lanes in the same order as T = 1. AVX2 decode takes each 16 weights as
+ * its even and odd columns (x permuted alike), the AVX-512 one in order.
  */
 #include "kern.h"
 
@@ -20,7 +21,8 @@
 
 /* ======================= FP8 ======================= */
 
-/* e4m3fn -> f16 bits: s << 15 | (b & 0x7F) << 7 is an f16 of exactly e4m3 / 256
+/* The prefill tiles (AVX2 and AVX-512) and AVX-512 decode widen e4m3fn through
+ * f16 bits: s << 15 | (b & 0x7F) << 7 is an f16 of exactly e4m3 / 256
  * (exponent e -> f16 exponent e, bias 15 vs 7; e = 0 is an f16 subnormal, which
  * vcvtph2ps widens exactly), so one sign-extension, shift and mask per 16 bytes
  * and the hardware conversion decode 16 weights. The weight is then h * (256 S):
@@ -28,7 +30,7 @@
  * 256 S is exact, i.e. unless S is finite with |S| >= 2^120; such a block (never
  * in a real checkpoint, but in the contract) multiplies (256 h) S instead, both
  * steps exact but the last. The NaN codes S.1111.111 decode to +-1.875 (480 / 256),
- * not NaN: decode scans each row's bytes once (a NaN weight makes the row's dot
+ * not NaN: decode checks each row's bytes (a NaN weight makes the row's dot
  * NaN, so the row's result becomes NaN), the prefill tile blends NaN in. */
 A256 INL __m256i fp8_h16(const uint8_t *p) {
     const __m256i w = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)(const void *)p));
@@ -439,7 +441,7 @@ A256 void kern_x86_int4_avx2(float *Y, int64_t ldy, const int32_t *Wp, const uin
  * same contract but not run on this dev VM (no AVX-512); tests/t_kern.c checks
  * them bit for bit wherever the CPU has AVX-512.
  * FP8: one vcvtph2ps zmm per 16 weights (fp8_h16's words in element order, so no
- * lane relabelling), then h (256 S) or (256 h) S as fp8_w256. */
+ * lane relabelling), then h (256 S) or (256 h) S as fp8_widen256. */
 A512 INL void fp8_span512(__m512 acc[4], const uint8_t *const wr[4], const __m512 sc[4], const __m512 pre[4],
                           const float *X, int64_t k, int64_t k1, int RB, int SLOW) {
     for (; k + 16 <= k1; k += 16) {
