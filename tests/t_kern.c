@@ -576,6 +576,16 @@ TEST(kern_fp8) {
                     CHECK_MSG(same_range(Y, Yref, ldy, T, rows, TT, r0, r1), "table %s fp8 cols %lld T %lld pass %d",
                               av[k]->name, (long long)cols, (long long)TT, pk);
                 }
+#if defined(__x86_64__)
+            for (int pat = 0; pat < 2 && kern_x86_has_avx2(); pat++) /* both AVX2 decoders, whatever the vendor */
+                for (int rg = 0; rg < 2; rg++) {
+                    const int64_t r0 = rg ? 5 : 3, r1 = rg ? 14 : rows - 1;
+                    memset(Y, 0x7F, (size_t)(T * ldy) * 4);
+                    kern_x86_fp8_avx2_decode(Y, W, S, cols, X, r0, r1, pat);
+                    CHECK_MSG(same_range(Y, Yref, ldy, T, rows, 1, r0, r1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
+                              (long long)cols, pk);
+                }
+#endif
         }
         base_free(W); base_free(S); base_free(wf); base_free(X); base_free(Yref); base_free(Y);
     }
@@ -593,7 +603,8 @@ TEST(kern_fp8) {
 /* The x86 decode (T = 1) paths the suites above do not reach: rows wider than
  * KQ_XPRE_MAX (x permuted per 16 columns instead of once per call, with a
  * partial last FP8 block and a tail), ranges under 16 rows, FP8 scales at the
- * fast form's bound 2^8 (2^120 S still exact below it) and INT4 scales at the
+ * fast form's bound 2^8 (2^120 S still exact below it), both AVX2 FP8 decoders
+ * whatever the CPU's vendor, and INT4 scales at the
  * fast decoder's bound, NaN codes in a full block, the partial block and the
  * tail, subnormal e4m3 codes everywhere (random bytes). */
 TEST(kern_quant_decode_paths) {
@@ -630,6 +641,16 @@ TEST(kern_quant_decode_paths) {
                     CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1), "table %s fp8 cols %lld pass %d rows %lld-%lld",
                               av[k]->name, (long long)cols, pass, (long long)r0, (long long)r1);
                 }
+#if defined(__x86_64__)
+            for (int pat = 0; pat < 2 && kern_x86_has_avx2(); pat++)
+                for (int rg = 0; rg < 2; rg++) {
+                    const int64_t r0 = rg ? 3 : 0, r1 = rg ? 12 : rows;
+                    memset(Y, 0x7F, (size_t)ldy * 4);
+                    kern_x86_fp8_avx2_decode(Y, W, S, cols, X, r0, r1, pat);
+                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
+                              (long long)cols, pass);
+                }
+#endif
         }
         base_free(W); base_free(S); base_free(X);
     }

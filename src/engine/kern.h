@@ -151,6 +151,11 @@ extern const kern_table kern_avx512vbmi_table; /* same paths as avx512 (name kep
 int kern_x86_has_avx2(void);               /* CPU and OS support, for kern.c */
 int kern_x86_has_avx512(void);
 int kern_x86_has_avx512vbmi(void);
+/* The AVX2 FP8 decode (T = 1, Y indexed by row) with its decoder chosen: pat 1
+ * the f32 bit patterns (what AMD CPUs run), 0 the f16 conversion (the others);
+ * matmul_fp8 picks by vendor. For tests, which run both. */
+void kern_x86_fp8_avx2_decode(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                              int64_t r0, int64_t r1, int pat);
 #endif
 #if defined(__aarch64__)
 extern const kern_table kern_neon_table;

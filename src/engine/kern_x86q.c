@@ -142,31 +142,62 @@ A256 INL __m256 fp8_wt(__m256 h, __m256 sc, int FAST) {
     return _mm256_mul_ps(_mm256_fmadd_ps(h, _mm256_set1_ps(0x1p120f), nz), sc);
 }
 
-/* Whether every scale of rows [r0, r1) takes fp8_wt's FAST form. */
-static int fp8_all_fast(const float *S, int64_t nb, int64_t r0, int64_t r1) {
+/* Whether every scale of rows [r0, r1) takes the FAST form: fp8_wt's (lim 2^8)
+ * or fp8_w16's (lim 2^120). */
+static int fp8_all_fast(const float *S, int64_t nb, int64_t r0, int64_t r1, float lim) {
     for (int64_t i = (r0 / KERN_FP8_BLOCK) * nb; i < ((r1 - 1) / KERN_FP8_BLOCK + 1) * nb; i++)
-        if (isfinite(S[i]) && fabsf(S[i]) >= 0x1p8f) return 0;
+        if (isfinite(S[i]) && fabsf(S[i]) >= lim) return 0;
     return 1;
 }
 
+/* The decoder other CPUs keep: fp8_h16's f16 bits widened by vcvtph2ps (lanes
+ * in order), then h (256 S) (FAST, sc = 256 S) or (256 h) S (sc = S). A subnormal
+ * code is an f32 denormal in the bit-pattern decoder: Zen 3's fma takes it at
+ * full speed (measured above), but Intel's cost is not measured (no Intel machine
+ * at hand), and a microcode assist per such vector would undo the gain, so only
+ * AMD CPUs take the patterns (fp8_use_patterns). */
+A256 INL void fp8_w16(const uint8_t *p, __m256 sc, int FAST, __m256 *a, __m256 *b) {
+    const __m256i h = fp8_h16(p);
+    __m256 ha = _mm256_cvtph_ps(_mm256_castsi256_si128(h)), hb = _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1));
+    if (!FAST) {
+        ha = _mm256_mul_ps(ha, _mm256_set1_ps(256.0f));
+        hb = _mm256_mul_ps(hb, _mm256_set1_ps(256.0f));
+    }
+    *a = _mm256_mul_ps(ha, sc);
+    *b = _mm256_mul_ps(hb, sc);
+}
+
+static int fp8_use_patterns(void) { return __builtin_cpu_is("amd"); }
+
 /* Columns [k, k1) of one 128-column block for RB rows, full 16-column chunks. */
+/* PAT: the bit patterns (even / odd lanes), else fp8_w16 (lanes in order). */
 A256 INL void fp8_span256(__m256 acc[4][2], const uint8_t *const wr[4], const __m256 sc[4], const float *X,
-                          const float *xp, int64_t k, int64_t k1, int RB, int FAST, int XP) {
+                          const float *xp, int64_t k, int64_t k1, int RB, int FAST, int XP, int PAT) {
     for (; k + 16 <= k1; k += 16) {
-        __m256 xe, xo;
-        xeo_at(X, xp, k, XP, &xe, &xo);
+        __m256 xa, xb;
+        if (PAT) xeo_at(X, xp, k, XP, &xa, &xb);
+        else {
+            xa = _mm256_loadu_ps(X + k);
+            xb = _mm256_loadu_ps(X + k + 8);
+        }
         UNROLL for (int i = 0; i < RB; i++) {
-            __m256 he, ho;
-            fp8_eo(wr[i] + k, &he, &ho);
-            acc[i][0] = _mm256_fmadd_ps(fp8_wt(he, sc[i], FAST), xe, acc[i][0]);
-            acc[i][1] = _mm256_fmadd_ps(fp8_wt(ho, sc[i], FAST), xo, acc[i][1]);
+            __m256 wa, wb;
+            if (PAT) {
+                fp8_eo(wr[i] + k, &wa, &wb);
+                wa = fp8_wt(wa, sc[i], FAST);
+                wb = fp8_wt(wb, sc[i], FAST);
+            } else {
+                fp8_w16(wr[i] + k, sc[i], FAST, &wa, &wb);
+            }
+            acc[i][0] = _mm256_fmadd_ps(wa, xa, acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(wb, xb, acc[i][1]);
         }
     }
 }
 
 /* Decode block: RB rows rs apart, each prefetching pf bytes ahead once per 64. */
 A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X, const float *xp,
-                        int64_t r, int64_t rs, int RB, int64_t pf, int FAST, int XP) {
+                        int64_t r, int64_t rs, int RB, int64_t pf, int FAST, int XP, int PAT) {
     const int64_t nb = (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK, full = cols & ~(int64_t)15;
     const uint8_t *wr[4];
     const float *sr[4];
@@ -183,11 +214,11 @@ A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols
         const int64_t k0 = b * KERN_FP8_BLOCK, k1 = k0 + KERN_FP8_BLOCK < full ? k0 + KERN_FP8_BLOCK : full;
         __m256 sc[4];
         UNROLL for (int i = 0; i < RB; i++) {
-            sc[i] = _mm256_set1_ps(FAST ? sr[i][b] * 0x1p120f : sr[i][b]);
+            sc[i] = _mm256_set1_ps(FAST ? sr[i][b] * (PAT ? 0x1p120f : 256.0f) : sr[i][b]);
             _mm_prefetch((const char *)wr[i] + pf + k0, _MM_HINT_T0);
             _mm_prefetch((const char *)wr[i] + pf + k0 + 64, _MM_HINT_T0);
         }
-        fp8_span256(acc, wr, sc, X, xp, k0, k1, RB, FAST, XP);
+        fp8_span256(acc, wr, sc, X, xp, k0, k1, RB, FAST, XP, PAT);
         if (k1 - k0 == KERN_FP8_BLOCK)
             UNROLL for (int i = 0; i < RB; i++) UNROLL for (int q = 0; q < KERN_FP8_BLOCK; q += 32)
                 nanm = _mm256_max_epu8(nanm, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(const void *)(wr[i] + k0 + q)), m7));
@@ -197,13 +228,13 @@ A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols
     if (full < cols) { /* tail: the contract's zero padding, weights by the reference's decode */
         float xt[16] = {0}, wt[16];
         memcpy(xt, X + full, (size_t)(cols - full) * 4);
-        __m256 xe, xo;
-        xeo256(xt, &xe, &xo);
+        __m256 xe = _mm256_loadu_ps(xt), xo = _mm256_loadu_ps(xt + 8);
+        if (PAT) xeo256(xt, &xe, &xo);
         UNROLL for (int i = 0; i < RB; i++) {
             memset(wt, 0, sizeof wt);
             for (int64_t k = full; k < cols; k++) wt[k - full] = kern_e4m3_f32(wr[i][k]) * sr[i][k / KERN_FP8_BLOCK];
-            __m256 we, wo;
-            xeo256(wt, &we, &wo);
+            __m256 we = _mm256_loadu_ps(wt), wo = _mm256_loadu_ps(wt + 8);
+            if (PAT) xeo256(wt, &we, &wo);
             acc[i][0] = _mm256_fmadd_ps(we, xe, acc[i][0]);
             acc[i][1] = _mm256_fmadd_ps(wo, xo, acc[i][1]);
         }
@@ -213,7 +244,8 @@ A256 INL void fp8dec256(float *Y, const uint8_t *W, const float *S, int64_t cols
      * checked whole. */
     const int any = nanb || _mm256_movemask_epi8(_mm256_cmpeq_epi8(nanm, m7)) != 0;
     UNROLL for (int i = 0; i < RB; i++)
-        Y[r + i * rs] = any && fp8_has_nan(wr[i], full) ? NAN : red_eo256(acc[i][0], acc[i][1]);
+        Y[r + i * rs] = any && fp8_has_nan(wr[i], full) ? NAN
+                        : PAT ? red_eo256(acc[i][0], acc[i][1]) : red256(acc[i][0], acc[i][1]);
 }
 
 /* Prefill tile: columns [k0, k0 + kn) of row r as f32 at dst (the decode path's
@@ -239,29 +271,38 @@ A256 INL void fp8_widen256(float *dst, const uint8_t *W, const float *S, int64_t
     for (; c < kn; c++) dst[c] = kern_e4m3_f32(wr[c]) * sr[(k0 + c) / KERN_FP8_BLOCK];
 }
 
+A256 void kern_x86_fp8_avx2_decode(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                                   int64_t r0, int64_t r1, int pat) {
+    const int64_t rs = (r1 - r0) / 4, pf = fp4_pf_rows(cols) * cols;
+    int64_t r = r0;
+    if (r0 >= r1) return;
+    const int fast = fp8_all_fast(S, (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK, r0, r1, pat ? 0x1p8f : 0x1p120f);
+#define FP8_ROWS(F, XP, PAT)                                                                             \
+    do {                                                                                                 \
+        for (r = r0; r < r0 + rs; r++) fp8dec256(Y, W, S, cols, X, xp, r, rs, 4, pf, F, XP, PAT);        \
+        for (r = r0 + 4 * rs; r < r1; r++) fp8dec256(Y, W, S, cols, X, xp, r, 1, 1, cols, F, XP, PAT);   \
+    } while (0)
+    if (!pat) {
+        const float *xp = NULL;
+        if (fast) FP8_ROWS(1, 0, 0);
+        else FP8_ROWS(0, 0, 0);
+    } else if (cols <= KQ_XPRE_MAX && r1 - r0 >= 16) {
+        float xp[KQ_XPRE_MAX] __attribute__((aligned(32)));
+        xeo_fill(xp, X, cols);
+        if (fast) FP8_ROWS(1, 1, 1);
+        else FP8_ROWS(0, 1, 1);
+    } else {
+        const float *xp = NULL;
+        if (fast) FP8_ROWS(1, 0, 1);
+        else FP8_ROWS(0, 0, 1);
+    }
+#undef FP8_ROWS
+}
+
 A256 void kern_x86_fp8_avx2(float *Y, int64_t ldy, const uint8_t *W, const float *S, int64_t cols, const float *X,
                             int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
     if (T == 1) {
-        const int64_t rs = (r1 - r0) / 4, pf = fp4_pf_rows(cols) * cols;
-        int64_t r = r0;
-        if (r0 >= r1) return;
-        const int fast = fp8_all_fast(S, (cols + KERN_FP8_BLOCK - 1) / KERN_FP8_BLOCK, r0, r1);
-#define FP8_ROWS(F, XP)                                                                            \
-    do {                                                                                           \
-        for (r = r0; r < r0 + rs; r++) fp8dec256(Y, W, S, cols, X, xp, r, rs, 4, pf, F, XP);       \
-        for (r = r0 + 4 * rs; r < r1; r++) fp8dec256(Y, W, S, cols, X, xp, r, 1, 1, cols, F, XP);  \
-    } while (0)
-        if (cols <= KQ_XPRE_MAX && r1 - r0 >= 16) {
-            float xp[KQ_XPRE_MAX] __attribute__((aligned(32)));
-            xeo_fill(xp, X, cols);
-            if (fast) FP8_ROWS(1, 1);
-            else FP8_ROWS(0, 1);
-        } else {
-            const float *xp = NULL;
-            if (fast) FP8_ROWS(1, 0);
-            else FP8_ROWS(0, 0);
-        }
-#undef FP8_ROWS
+        kern_x86_fp8_avx2_decode(Y, W, S, cols, X, r0, r1, fp8_use_patterns());
         return;
     }
     float wt[2 * PAN_K] __attribute__((aligned(32)));
