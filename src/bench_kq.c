@@ -158,6 +158,36 @@ static void kq_compute(pool *p, int threads, kq_ctx *c, FILE *out) {
     }
 }
 
+#if defined(__x86_64__)
+/* Both AVX2 FP8 decoders in L2 (the in-L2 rows above, 1 thread, CPU time) on
+ * these bytes (6% subnormal e4m3 codes) and with the subnormal codes made normal:
+ * the bit-pattern decoder (kern_x86q.c) feeds them to its fmas as f32 denormals,
+ * free on Zen 3; this line is how to check another CPU before matmul_fp8 takes
+ * the patterns there (AMD only now). */
+static void kq_fp8_decoders(const kq_ctx *c, FILE *out) {
+    const int64_t n = 64 * KQ_I;
+    const uint8_t *w2 = c->w + (size_t)2 * KQ_I * KQ_H;
+    const float *s2 = (const float *)(const void *)((const uint8_t *)c->s + c->s13);
+    uint8_t *wn = base_alloc((size_t)n, MEM_SCRATCH);
+    if (!kern_x86_has_avx2() || !wn) { base_free(wn); return; }
+    for (int64_t i = 0; i < n; i++) wn[i] = (w2[i] & 0x78) ? w2[i] : (uint8_t)(w2[i] | 0x08);
+    fprintf(out, "FP8 avx2 decoders, in-L2 T=1 (matmul_fp8 takes %s here):", __builtin_cpu_is("amd") ? "patterns" : "f16");
+    for (int sub = 1; sub >= 0; sub--)
+        for (int pat = 0; pat < 2; pat++) {
+            double bc = 1e30;
+            for (int k = 0; k < 5; k++) {
+                const double t0 = kq_cpu();
+                for (int q = 0; q < 512; q++) kern_x86_fp8_avx2_decode(c->y, sub ? w2 : wn, s2, KQ_I, c->x, 0, 64, pat);
+                const double dt = kq_cpu() - t0;
+                if (dt < bc) bc = dt;
+            }
+            fprintf(out, " %s%s %.1f G/s", pat ? "patterns" : "f16", sub ? "" : " (no subnormal codes)", (double)n * 512 / bc / 1e9);
+        }
+    fprintf(out, "\n");
+    base_free(wn);
+}
+#endif
+
 int strata_bench_kernels_quant(const strata_bench_kern_opts *o, FILE *out, char *err, size_t errlen) {
     const int quick = o && o->quick, n_exp = quick ? 4 : 8, reps = quick ? 3 : 6;
     const size_t bw_bytes = quick ? (256u << 20) : (512u << 20);
@@ -205,6 +235,9 @@ int strata_bench_kernels_quant(const strata_bench_kern_opts *o, FILE *out, char 
                         100 * res[f][a][k][1] / bw[k], res[f][a][k][2] * 1e3);
     fprintf(out, "read bandwidth (best of all passes): 1 thread %.2f GB/s, %d threads %.2f GB/s\n\n", bw[0], threads[1], bw[1]);
     for (int f = 0; f < 2; f++) kq_compute(pools[1], threads[1], &c[f], out);
+#if defined(__x86_64__)
+    kq_fp8_decoders(&c[0], out);
+#endif
     rc = STRATA_OK;
 done:
     for (int f = 0; f < 2; f++) { base_free(c[f].w); base_free(c[f].s); }

@@ -559,6 +559,16 @@ TEST(kern_fp8) {
                     CHECK_MSG(same_range(Y, Yref, ldy, T, rows, TT, r0, r1, 1), "table %s fp8 cols %lld T %lld pass %d",
                               av[k]->name, (long long)cols, (long long)TT, pk);
                 }
+#if defined(__x86_64__)
+            for (int pat = 0; pat < 2 && kern_x86_has_avx2(); pat++) /* both AVX2 decoders, whatever the vendor */
+                for (int rg = 0; rg < 2; rg++) {
+                    const int64_t r0 = rg ? 5 : 3, r1 = rg ? 14 : rows - 1;
+                    memset(Y, 0x7F, (size_t)(T * ldy) * 4);
+                    kern_x86_fp8_avx2_decode(Y, W, S, cols, X, r0, r1, pat);
+                    CHECK_MSG(same_range(Y, Yref, ldy, T, rows, 1, r0, r1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
+                              (long long)cols, pk);
+                }
+#endif
         }
         base_free(W); base_free(S); base_free(wf); base_free(X); base_free(Yref); base_free(Y);
     }
@@ -571,6 +581,87 @@ TEST(kern_fp8) {
         av[k]->matmul_fp8(&y, 1, w, s, 130, x, 130, 1, 0, 1);
         CHECK_MSG(y == 224.0f + 0x1p-10f - 2.0f, "%s: %.9g", av[k]->name, y);
     }
+}
+
+/* The x86 decode (T = 1) paths the suites above do not reach: rows wider than
+ * KQ_XPRE_MAX (x permuted per 16 columns instead of once per call, with a
+ * partial last FP8 block and a tail), ranges under 16 rows, FP8 scales at the
+ * fast form's bound 2^8 (2^120 S still exact below it), both AVX2 FP8 decoders
+ * whatever the CPU's vendor, and INT4 scales at the
+ * fast decoder's bound, NaN codes in a full block, the partial block and the
+ * tail, subnormal e4m3 codes everywhere (random bytes). */
+TEST(kern_quant_decode_paths) {
+    const kern_table *const *av = kern_available();
+    static const int64_t fcols[] = {8200, 2048, 8192 + 128}, icols[] = {8224, 2048};
+    const int64_t rows = 40, ldy = rows + 1;
+    float *Yref = base_alloc((size_t)ldy * 4, MEM_MISC), *Y = base_alloc((size_t)ldy * 4, MEM_MISC);
+    for (size_t ci = 0; ci < 3; ci++) {
+        const int64_t cols = fcols[ci], nb = (cols + 127) / 128;
+        uint8_t *W = base_alloc((size_t)(rows * cols), MEM_MISC);
+        float *S = base_alloc((size_t)nb * 4, MEM_MISC), *X = base_alloc((size_t)cols * 4, MEM_MISC);
+        for (int pass = 0; pass < 2; pass++) {
+            for (int64_t i = 0; i < rows * cols; i++) {
+                W[i] = (uint8_t)rnd();
+                if ((W[i] & 0x7F) == 0x7F) W[i] ^= 1;
+                if (pass == 1 && (W[i] & 0x78) == 0x78) W[i] &= 0xF7; /* |e4m3| < 256 */
+            }
+            for (int64_t b = 0; b < nb; b++) /* pass 1: |S| at and just below 2^8 (the call's largest) */
+                S[b] = pass == 0 ? ldexpf(1.0f + (float)(rnd() % 256) / 256.0f, -12 + (int)(rnd() % 9))
+                                 : (b % 3 == 0 ? 0x1p8f : b % 3 == 1 ? -0x1.fffffep7f : 0x1p-10f);
+            for (int64_t i = 0; i < cols; i++) X[i] = pass == 1 ? ldexpf(rnd_val(20), -40) : rnd_val(20);
+            if (pass == 0) {
+                W[3 * cols + 130] = 0x7F;         /* full block */
+                W[17 * cols + cols - 9] = 0xFF;   /* partial block (8200) or last full one */
+                W[38 * cols + cols - 1] = 0x7F;   /* tail (8200) */
+            }
+            kern_ref_table.matmul_fp8(Yref, ldy, W, S, cols, X, cols, 1, 0, rows);
+            if (pass == 0) CHECK(isnan(Yref[3]) && isnan(Yref[17]) && isnan(Yref[38]) && !isnan(Yref[4]));
+            for (int k = 0; av[k]; k++)
+                for (int rg = 0; rg < 2; rg++) {
+                    const int64_t r0 = rg ? 3 : 0, r1 = rg ? 12 : rows;
+                    memset(Y, 0x7F, (size_t)ldy * 4);
+                    av[k]->matmul_fp8(Y, ldy, W, S, cols, X, cols, 1, r0, r1);
+                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1), "table %s fp8 cols %lld pass %d rows %lld-%lld",
+                              av[k]->name, (long long)cols, pass, (long long)r0, (long long)r1);
+                }
+#if defined(__x86_64__)
+            for (int pat = 0; pat < 2 && kern_x86_has_avx2(); pat++)
+                for (int rg = 0; rg < 2; rg++) {
+                    const int64_t r0 = rg ? 3 : 0, r1 = rg ? 12 : rows;
+                    memset(Y, 0x7F, (size_t)ldy * 4);
+                    kern_x86_fp8_avx2_decode(Y, W, S, cols, X, r0, r1, pat);
+                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
+                              (long long)cols, pass);
+                }
+#endif
+        }
+        base_free(W); base_free(S); base_free(X);
+    }
+    for (size_t ci = 0; ci < 2; ci++) {
+        const int64_t cols = icols[ci], ng = cols / 32;
+        int32_t *Wp = base_alloc((size_t)(rows * cols / 8) * 4, MEM_MISC);
+        uint16_t *S = base_alloc((size_t)(rows * ng) * 2, MEM_MISC);
+        float *X = base_alloc((size_t)cols * 4, MEM_MISC);
+        for (int64_t i = 0; i < rows * cols / 8; i++) Wp[i] = (int32_t)rnd() ^ (int32_t)(rnd() << 8);
+        for (int pass = 0; pass < 2; pass++) {
+            /* pass 1: the largest fast scale (0x7D7F) everywhere but one group of the
+             * smallest slow one (0x7D80), tiny x */
+            for (int64_t i = 0; i < rows * ng; i++) S[i] = pass ? 0x7D7F : (uint16_t)(0x3A00 + rnd() % 0x300);
+            if (pass) S[21 * ng + 5] = 0x7D80;
+            for (int64_t i = 0; i < cols; i++) X[i] = pass ? ldexpf(rnd_val(20), -140) : rnd_val(20);
+            kern_ref_table.matmul_int4(Yref, ldy, Wp, S, cols, X, cols, 1, 0, rows);
+            for (int k = 0; av[k]; k++)
+                for (int rg = 0; rg < 3; rg++) {
+                    const int64_t r0 = rg == 1 ? 3 : rg == 2 ? 20 : 0, r1 = rg == 1 ? 12 : rg == 2 ? 23 : rows;
+                    memset(Y, 0x7F, (size_t)ldy * 4);
+                    av[k]->matmul_int4(Y, ldy, Wp, S, cols, X, cols, 1, r0, r1);
+                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1), "table %s int4 cols %lld pass %d rows %lld-%lld",
+                              av[k]->name, (long long)cols, pass, (long long)r0, (long long)r1);
+                }
+        }
+        base_free(Wp); base_free(S); base_free(X);
+    }
+    base_free(Yref); base_free(Y);
 }
 
 /* A bf16 scale: mostly ordinary, some subnormal, huge (up to the largest bf16,

@@ -119,8 +119,9 @@ extern const float kern_fp4_lut[256][16];
  * infinities, S.1111.111 is NaN. The references decode with it; kern_e4m3_lut holds
  * its 256 values (tests/t_kern.c checks they agree) for callers that widen FP8
  * outside the matmuls. The SIMD matmuls decode arithmetically instead (an e4m3
- * byte is an f16 pattern times 256, kern_x86q.c), one convert per 8-16 weights
- * where a 256-entry table would need a gather. */
+ * byte is an f16 pattern times 256, or shifted and masked an f32 pattern times
+ * 2^120: kern_x86q.c), a few ops per 16 weights where a 256-entry table would
+ * need a gather. */
 static inline float kern_e4m3_f32(uint8_t b) {
     union { uint32_t u; float f; } v;
     const uint32_t s = (uint32_t)(b & 0x80) << 24, e = (b >> 3) & 15, m = b & 7;
@@ -150,6 +151,11 @@ extern const kern_table kern_avx512vbmi_table; /* same paths as avx512 (name kep
 int kern_x86_has_avx2(void);               /* CPU and OS support, for kern.c */
 int kern_x86_has_avx512(void);
 int kern_x86_has_avx512vbmi(void);
+/* The AVX2 FP8 decode (T = 1, Y indexed by row) with its decoder chosen: pat 1
+ * the f32 bit patterns (what AMD CPUs run), 0 the f16 conversion (the others);
+ * matmul_fp8 picks by vendor. For tests, which run both. */
+void kern_x86_fp8_avx2_decode(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                              int64_t r0, int64_t r1, int pat);
 #endif
 #if defined(__aarch64__)
 extern const kern_table kern_neon_table;
