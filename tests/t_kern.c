@@ -565,7 +565,7 @@ TEST(kern_fp8) {
                     const int64_t r0 = rg ? 5 : 3, r1 = rg ? 14 : rows - 1;
                     memset(Y, 0x7F, (size_t)(T * ldy) * 4);
                     kern_x86_fp8_avx2_decode(Y, W, S, cols, X, r0, r1, pat);
-                    CHECK_MSG(same_range(Y, Yref, ldy, T, rows, 1, r0, r1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
+                    CHECK_MSG(same_range(Y, Yref, ldy, T, rows, 1, r0, r1, 1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
                               (long long)cols, pk);
                 }
 #endif
@@ -621,7 +621,7 @@ TEST(kern_quant_decode_paths) {
                     const int64_t r0 = rg ? 3 : 0, r1 = rg ? 12 : rows;
                     memset(Y, 0x7F, (size_t)ldy * 4);
                     av[k]->matmul_fp8(Y, ldy, W, S, cols, X, cols, 1, r0, r1);
-                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1), "table %s fp8 cols %lld pass %d rows %lld-%lld",
+                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1, 1), "table %s fp8 cols %lld pass %d rows %lld-%lld",
                               av[k]->name, (long long)cols, pass, (long long)r0, (long long)r1);
                 }
 #if defined(__x86_64__)
@@ -630,7 +630,7 @@ TEST(kern_quant_decode_paths) {
                     const int64_t r0 = rg ? 3 : 0, r1 = rg ? 12 : rows;
                     memset(Y, 0x7F, (size_t)ldy * 4);
                     kern_x86_fp8_avx2_decode(Y, W, S, cols, X, r0, r1, pat);
-                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
+                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1, 1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
                               (long long)cols, pass);
                 }
 #endif
@@ -655,7 +655,7 @@ TEST(kern_quant_decode_paths) {
                     const int64_t r0 = rg == 1 ? 3 : rg == 2 ? 20 : 0, r1 = rg == 1 ? 12 : rg == 2 ? 23 : rows;
                     memset(Y, 0x7F, (size_t)ldy * 4);
                     av[k]->matmul_int4(Y, ldy, Wp, S, cols, X, cols, 1, r0, r1);
-                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1), "table %s int4 cols %lld pass %d rows %lld-%lld",
+                    CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1, 1), "table %s int4 cols %lld pass %d rows %lld-%lld",
                               av[k]->name, (long long)cols, pass, (long long)r0, (long long)r1);
                 }
         }
