@@ -305,7 +305,7 @@ static void swap_blocks(const char *path, uint64_t off, size_t n) {
 
 /* A fresh copy of preset `name` under t_tmpdir/dir (so a test may damage it),
  * made from tpack_model's DIR_src; the path (a rotation of 4 buffers) or NULL.
- * Also for t_ident.c and t_stream.c. */
+ * Also for t_ident.c and the streaming suites (stream_test.h). */
 const char *tpack_fresh(const char *name, const char *dir, uint64_t seed);
 const char *tpack_fresh(const char *name, const char *dir, uint64_t seed) {
     static char paths[4][1024];
