@@ -1,9 +1,11 @@
 /*
  * t_arch_util.c: helpers the architecture suites share (t_deepseek.c,
  * t_kimi_linear.c, t_dsref.c): reading and editing config text, and the
- * budgets-below-size check, and runs whose ids and logits dumps are compared.
+ * budgets-below-size check, runs whose ids and logits dumps are compared, and
+ * CLI runs whose exit code and output are checked (t_expect, also t_cli.c).
  * No TEST here; declared in test.h.
  */
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include "test.h"
@@ -100,4 +102,16 @@ void t_config_refusals(const char *js, const char *tag, const t_refusal *k, size
         CHECK_MSG(out && strstr(out, path) && strstr(out, k[i].msg), "%s: %s", k[i].to, out ? out : "");
         base_free(out);
     }
+}
+
+void t_expect(int rc, const char *cmd, ...) {
+    char *out = NULL;
+    const int got = t_run(cmd, &out);
+    int ok = got == rc && out;
+    va_list ap;
+    va_start(ap, cmd);
+    for (const char *s; ok && (s = va_arg(ap, const char *));) ok = strstr(out, s) != NULL;
+    va_end(ap);
+    CHECK_MSG(ok, "%s: exit %d (want %d):\n%s", cmd, got, rc, out ? out : "");
+    base_free(out);
 }

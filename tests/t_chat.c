@@ -15,6 +15,12 @@ static const char *k_words[] = {"message", " role", "=\"", "user", "system", "as
 enum { MESSAGE = 256, ROLE, EQQ, USER, SYSTEM, ASSISTANT, THINK, RESPONSE, HI,
        BOS, EOS, EOM, OPEN, CLOSE, SEP, N_VOCAB };
 
+/* A streamed reply the followers split (chat_follow and the public API's): "Hi x"
+ * in the think channel, then the response channel's split UTF-8 and '!', then
+ * the end of the message. */
+static const int32_t k_reply[] = {HI, ' ', 'x', CLOSE, THINK, SEP, OPEN, RESPONSE, SEP, 0xe4, 0xb8, 0xad, '!', CLOSE, RESPONSE, SEP,
+                                  CLOSE, MESSAGE, SEP, EOS};
+
 static tok *chat_tok(void) {
     static const char b64c[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     sbuf b = {0};
@@ -318,18 +324,16 @@ TEST(chat_parse_tools) {
 TEST(chat_follow) {
     tok *t = chat_tok();
     if (!t) return;
-    int32_t a[] = {HI, ' ', 'x', CLOSE, THINK, SEP, OPEN, RESPONSE, SEP, 0xe4, 0xb8, 0xad, '!', CLOSE, RESPONSE, SEP,
-                   CLOSE, MESSAGE, SEP, EOS};
     chat_follow *f;
     char err[256];
     CHECK(chat_follow_open(&f, t, 1, err, sizeof err) == 0);
     char think[64] = "", resp[64] = "";
     int ended = 0, bad = 0;
-    for (size_t i = 0; i < sizeof a / sizeof a[0] && !ended; i++) {
+    for (size_t i = 0; i < sizeof k_reply / sizeof k_reply[0] && !ended; i++) {
         int ch;
         const uint8_t *p;
         size_t n;
-        int rc = chat_follow_push(f, a[i], &ch, &p, &n);
+        int rc = chat_follow_push(f, k_reply[i], &ch, &p, &n);
         bad += rc < 0;
         ended = rc == 1;
         char *dst = ch == CHAT_CH_THINK ? think : resp;
@@ -637,17 +641,15 @@ TEST(chat_public_api) {
     CHECK(!strcmp(strata_chat_effort_name(STRATA_CHAT_THINK_LOW), chat_effort_name(CHAT_THINK_LOW)));
     CHECK(strata_chat_role_parse("assistant") == STRATA_CHAT_ASSISTANT && strata_chat_role_parse("tool") == STRATA_CHAT_TOOL && strata_chat_role_parse("function") == -1);
     /* the follower splits a streamed reply into its channels */
-    int32_t a[] = {HI, ' ', 'x', CLOSE, THINK, SEP, OPEN, RESPONSE, SEP, 0xe4, 0xb8, 0xad, '!', CLOSE, RESPONSE, SEP,
-                   CLOSE, MESSAGE, SEP, EOS};
     strata_chat_follow *f;
     CHECK(strata_chat_follow_open(&f, pt, 1, err, sizeof err) == 0);
     char think[64] = "", resp[64] = "";
     int ended = 0, badc = 0;
-    for (size_t i = 0; i < sizeof a / sizeof a[0] && !ended; i++) {
+    for (size_t i = 0; i < sizeof k_reply / sizeof k_reply[0] && !ended; i++) {
         int ch;
         const uint8_t *p;
         size_t pn;
-        int rc = strata_chat_follow_push(f, a[i], &ch, &p, &pn);
+        int rc = strata_chat_follow_push(f, k_reply[i], &ch, &p, &pn);
         badc += rc < 0;
         ended = rc == 1;
         char *dst = ch == STRATA_CHAT_CH_THINK ? think : resp;

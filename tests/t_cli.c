@@ -253,10 +253,7 @@ TEST(cli_flags_and_messages) {
         char a[1024];
         snprintf(a, sizeof a, k[i].cmd, d);
         snprintf(cmd, sizeof cmd, "./strata %s </dev/null 2>&1", a);
-        o = NULL;
-        int rc = t_run(cmd, &o);
-        CHECK_MSG(rc == 2 && o && strstr(o, k[i].want), "%s: %d %s", a, rc, o ? o : "");
-        base_free(o);
+        t_expect(2, cmd, k[i].want, NULL);
     }
     snprintf(cmd, sizeof cmd, "./strata run %s --ids 1,2,3,4,5 --ctx 3 2>&1", d);
     o = NULL;
@@ -317,7 +314,7 @@ TEST(cli_option_table) {
     CHECK(strata_param_parse(STRATA_PARAM_REPEAT_PENALTY, "0", &v) != 0);
     const char *d = cli_model();
     if (!d) { printf("  SKIP: no model\n"); return; }
-    char cmd[4096], *o = NULL;
+    char cmd[4096];
     struct { const char *cmd, *want; int rc; } k[] = {
         {"run %s --ids 1 --temp 3", "(a number in [0, 2])", 2},
         {"chat %s --temp 2.01", "(a number in [0, 2])", 2},
@@ -339,10 +336,7 @@ TEST(cli_option_table) {
         char a[1024];
         snprintf(a, sizeof a, k[i].cmd, d);
         snprintf(cmd, sizeof cmd, "./strata %s </dev/null 2>&1", a);
-        o = NULL;
-        int rc = t_run(cmd, &o);
-        CHECK_MSG(rc == k[i].rc && o && strstr(o, k[i].want), "%s: %d %s", a, rc, o ? o : "");
-        base_free(o);
+        t_expect(k[i].rc, cmd, k[i].want, NULL);
     }
 }
 

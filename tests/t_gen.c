@@ -46,8 +46,11 @@ static int gen_preset(const char *preset, const char *out, uint64_t seed, int sp
     return rc;
 }
 
-/* FNV hash of every regular file of dir, names included, in sorted order. */
-static uint64_t hash_dir(const char *dir, const char *only_suffix) {
+static uint64_t fnv_without(const uint8_t *buf, size_t len, const char *needle, uint64_t h);
+
+/* FNV hash of every file of dir (only those ending in only_suffix unless NULL),
+ * names included, in sorted order; without the string `without` when not NULL. */
+static uint64_t hash_dir_without(const char *dir, const char *only_suffix, const char *without) {
     struct dirent **ents;
     int n = scandir(dir, &ents, NULL, alphasort);
     if (n < 0) return 0;
@@ -62,7 +65,7 @@ static uint64_t hash_dir(const char *dir, const char *only_suffix) {
             size_t len;
             if (!base_read_file(path, 1u << 30, &buf, &len, NULL, 0)) {
                 h = base_fnv1a(nm, l, h);
-                h = base_fnv1a(buf, len, h);
+                h = without ? fnv_without(buf, len, without, h) : base_fnv1a(buf, len, h);
                 base_free(buf);
             }
         }
@@ -71,6 +74,8 @@ static uint64_t hash_dir(const char *dir, const char *only_suffix) {
     free(ents);
     return h;
 }
+
+static uint64_t hash_dir(const char *dir, const char *only_suffix) { return hash_dir_without(dir, only_suffix, NULL); }
 
 TEST(gen_deterministic) {
     const char *a = tdir("det_a"), *b = tdir("det_b"), *c = tdir("det_c");
@@ -365,17 +370,25 @@ static void read_f32(const st_index *ix, const char *name, float *out, size_t n)
     base_free(raw);
 }
 
+/* Generates preset into tdir(name) (gen_preset) and opens it: the config into c,
+ * the index, or NULL after a failed check. */
+static st_index *gen_open(const char *preset, const char *name, uint64_t seed, int sparse, cfg *c, const char **dir) {
+    *dir = tdir(name);
+    CHECK(gen_preset(preset, *dir, seed, sparse) == 0);
+    char err[1024], path[2048];
+    snprintf(path, sizeof path, "%s/config.json", *dir);
+    CHECK_MSG(cfg_load(c, path, err, sizeof err) == 0, "%s", err);
+    st_index *ix = NULL;
+    CHECK_MSG(st_open(&ix, *dir, err, sizeof err) == 0, "%s", err);
+    return ix;
+}
+
 static uint64_t lcg(uint64_t *s) { *s = *s * 6364136223846793005ull + 1442695040888963407ull; return *s >> 11; }
 
 TEST(gen_weights_alive) {
-    const char *dir = tdir("alive");
-    CHECK(gen_preset("tiny", dir, 5, 0) == 0);
+    const char *dir;
     cfg c;
-    char err[1024], path[2048];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    CHECK(cfg_load(&c, path, err, sizeof err) == 0);
-    st_index *ix = NULL;
-    CHECK(st_open(&ix, dir, err, sizeof err) == 0);
+    st_index *ix = gen_open("tiny", "alive", 5, 0, &c, &dir);
     if (!ix) return;
     const int64_t H = c.hidden, E = c.n_experts;
     float *W = base_alloc((size_t)(E * H) * sizeof *W, MEM_MISC), *bias = base_alloc((size_t)E * sizeof *bias, MEM_MISC);
@@ -497,14 +510,10 @@ TEST(gen_crash_safe) {
 
 TEST(gen_sparse_full_layout) {
     /* ladder's full layout without its 29 GB: headers and holes */
-    const char *dir = tdir("sparse");
-    CHECK(gen_preset("ladder", dir, 0, 1) == 0);
+    const char *dir;
     cfg c;
+    st_index *ix = gen_open("ladder", "sparse", 0, 1, &c, &dir);
     char err[1024], path[2048];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    CHECK(cfg_load(&c, path, err, sizeof err) == 0);
-    st_index *ix = NULL;
-    CHECK(st_open(&ix, dir, err, sizeof err) == 0);
     if (ix) {
         model_layout *lay = base_calloc(1, sizeof *lay, MEM_MISC);
         sbuf pb = {0};
@@ -601,30 +610,6 @@ static uint64_t fnv_without(const uint8_t *buf, size_t len, const char *needle, 
     return h;
 }
 
-/* FNV of every file of a generated model, names included, in sorted order,
- * without the generator's version string. */
-static uint64_t hash_model(const char *dir) {
-    struct dirent **ents;
-    int n = scandir(dir, &ents, NULL, alphasort);
-    if (n < 0) return 0;
-    uint64_t h = BASE_FNV_INIT;
-    for (int i = 0; i < n; i++) {
-        const char *nm = ents[i]->d_name;
-        char path[2048];
-        uint8_t *buf;
-        size_t len;
-        snprintf(path, sizeof path, "%s/%s", dir, nm);
-        if (nm[0] != '.' && !base_read_file(path, 1u << 30, &buf, &len, NULL, 0)) {
-            h = base_fnv1a(nm, strlen(nm), h);
-            h = fnv_without(buf, len, STRATA_VERSION, h);
-            base_free(buf);
-        }
-        free(ents[i]);
-    }
-    free(ents);
-    return h;
-}
-
 /* The bytes every tiny preset generates at seed 3 (config, shards, index and
  * tokenizer files) equal the ones recorded from the tree before gen.c was split
  * into gen.c, gen_tok.c and gen_weights.c (issue 39, at 653d816): a refactor of
@@ -642,7 +627,7 @@ TEST(gen_bytes_recorded) {
     const char *d = tdir("recorded");
     for (size_t i = 0; i < sizeof k_want / sizeof k_want[0]; i++) {
         CHECK(gen_preset(k_want[i].preset, d, 3, 0) == 0);
-        uint64_t h = hash_model(d);
+        uint64_t h = hash_dir_without(d, NULL, STRATA_VERSION); /* a release keeps the hashes */
         CHECK_MSG(h == k_want[i].h, "%s: generated bytes changed: hash 0x%016llx, recorded 0x%016llx", k_want[i].preset,
                   (unsigned long long)h, (unsigned long long)k_want[i].h);
     }

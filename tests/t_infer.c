@@ -102,6 +102,32 @@ static float *read_floats(const char *path, size_t *n) {
     return (float *)b;
 }
 
+/* `k3ref.py D --ids PROMPT --gen 32`: its ids in *ids (caller frees), its logits
+ * in t_tmpdir/NAME.ref.bin (path in rb); the exit code. */
+static int ref_run(const char *d, const char *name, const char *prompt, char *rb, size_t rbn, char **ids) {
+    char cmd[4096];
+    snprintf(rb, rbn, "%s/%s.ref.bin", t_tmpdir, name);
+    snprintf(cmd, sizeof cmd, PY " tests/reference/k3ref.py %s --ids %s --gen 32 --print-ids --dump-logits %s --quiet 2>/dev/null",
+             d, prompt, rb);
+    return t_run(cmd, ids);
+}
+
+/* The largest over steps of max |E - R| / max |R| (a NaN anywhere gives NaN). */
+static double max_rel_err(const float *E, const float *R, int steps, int64_t V) {
+    double worst = 0;
+    for (int st = 0; st < steps; st++) {
+        double mr = 0, md = 0;
+        for (int64_t i = 0; i < V; i++) {
+            double r = R[st * V + i], dd = fabs((double)E[st * V + i] - r);
+            if (fabs(r) > mr) mr = fabs(r);
+            if (dd > md || dd != dd) md = dd;
+        }
+        double rel = md / (mr > 0 ? mr : 1);
+        if (rel > worst || rel != rel) worst = rel;
+    }
+    return worst;
+}
+
 static void conform(const char *name, const char *preset, const char *tiny_args, const char *prompt, double tol) {
     const char *d = make_model(name, preset, tiny_args);
     CHECK_MSG(d != NULL, "model %s", name);
@@ -112,29 +138,16 @@ static void conform(const char *name, const char *preset, const char *tiny_args,
     tm_close(&m);
     char cmd[4096], eb[600], rb[600], *eo = NULL, *ro = NULL;
     snprintf(eb, sizeof eb, "%s/%s.eng.bin", t_tmpdir, name);
-    snprintf(rb, sizeof rb, "%s/%s.ref.bin", t_tmpdir, name);
     snprintf(cmd, sizeof cmd, "./strata run %s --ids %s --gen 32 --temp 0 --print-ids --dump-logits %s 2>/dev/null", d,
              prompt, eb);
     int rc1 = t_run(cmd, &eo);
-    snprintf(cmd, sizeof cmd, PY " tests/reference/k3ref.py %s --ids %s --gen 32 --print-ids --dump-logits %s --quiet 2>/dev/null",
-             d, prompt, rb);
-    int rc2 = t_run(cmd, &ro);
+    int rc2 = ref_run(d, name, prompt, rb, sizeof rb, &ro);
     CHECK_MSG(rc1 == 0 && rc2 == 0, "%s: engine rc %d, reference rc %d", name, rc1, rc2);
     size_t ne = 0, nr = 0;
     float *E = read_floats(eb, &ne), *R = read_floats(rb, &nr);
     CHECK_MSG(E && R && ne == nr && ne == (size_t)(32 * V), "%s: dump sizes %zu vs %zu", name, ne, nr);
     if (E && R && ne == nr && ne == (size_t)(32 * V)) {
-        double worst = 0;
-        for (int st = 0; st < 32; st++) {
-            double mr = 0, md = 0;
-            for (int64_t i = 0; i < V; i++) {
-                double r = R[st * V + i], dd = fabs((double)E[st * V + i] - r);
-                if (fabs(r) > mr) mr = fabs(r);
-                if (dd > md || dd != dd) md = dd;
-            }
-            double rel = md / (mr > 0 ? mr : 1);
-            if (rel > worst || rel != rel) worst = rel;
-        }
+        double worst = max_rel_err(E, R, 32, V);
         CHECK_MSG(worst <= tol, "%s: max relative logit error %.3e > %.0e", name, worst, tol);
         printf("  %-14s max rel logit err %.2e%s\n", name, worst, "");
     }
@@ -155,7 +168,7 @@ static void conform_api(const char *name, const char *tiny_args, const char *pro
     tmodel m;
     if (tm_open(&m, d)) { CHECK(0); return; }
     const int64_t V = m.c.vocab;
-    char err[256], rb[600], cmd[4096], *ro = NULL;
+    char err[256], rb[600], *ro = NULL;
     engine *e = NULL;
     session *s = NULL;
     engine_opts eo = {.n_threads = 2, .prefill_chunk = 4};
@@ -166,24 +179,12 @@ static void conform_api(const char *name, const char *tiny_args, const char *pro
     for (const char *q = prompt_csv; *q && np < 32;) { p[np++] = (int32_t)strtol(q, (char **)&q, 10); if (*q == ',') q++; }
     float *L = base_alloc((size_t)(32 * V) * sizeof(float), MEM_MISC);
     CHECK(s && decode(e, s, p, np, 32, L, g) == 0);
-    snprintf(rb, sizeof rb, "%s/%s.ref.bin", t_tmpdir, name);
-    snprintf(cmd, sizeof cmd, PY " tests/reference/k3ref.py %s --ids %s --gen 32 --print-ids --dump-logits %s --quiet 2>/dev/null",
-             d, prompt_csv, rb);
-    CHECK(t_run(cmd, &ro) == 0);
+    CHECK(ref_run(d, name, prompt_csv, rb, sizeof rb, &ro) == 0);
     size_t nr = 0;
     float *R = read_floats(rb, &nr);
     CHECK(R && nr == (size_t)(32 * V));
     if (R && nr == (size_t)(32 * V)) {
-        double worst = 0;
-        for (int st = 0; st < 32; st++) {
-            double mr = 0, md = 0;
-            for (int64_t i = 0; i < V; i++) {
-                double r = R[st * V + i], dd = fabs((double)L[st * V + i] - r);
-                if (fabs(r) > mr) mr = fabs(r);
-                if (dd > md || dd != dd) md = dd;
-            }
-            if (md / (mr > 0 ? mr : 1) > worst) worst = md / (mr > 0 ? mr : 1);
-        }
+        double worst = max_rel_err(L, R, 32, V);
         CHECK_MSG(worst <= 1e-4, "%s: max relative logit error %.3e", name, worst);
         printf("  %-14s max rel logit err %.2e (API)\n", name, worst);
         char ids[512];

@@ -40,6 +40,23 @@ static int load(const char *dir, cfg *c, st_index **ix) {
     return 0;
 }
 
+/* Loads m (load) and packs it: 0, or -1 after a failed check. */
+static int load_packed(const char *m, cfg *c, st_index **ix, pack_result *res) {
+    char err[2048];
+    if (load(m, c, ix)) { CHECK(0); return -1; }
+    CHECK_MSG(pack_build(m, c, *ix, NULL, 0, NULL, NULL, res, err, sizeof err) == 0, "%s", err);
+    return 0;
+}
+
+/* m's pack (pack_find) opened, or NULL after a failed check; its directory in found. */
+static pack *open_found(const char *m, const cfg *c, const st_index *ix, char *found, size_t n) {
+    char err[2048];
+    pack *p = NULL;
+    CHECK(pack_find(m, found, n) == 1);
+    CHECK_MSG(pack_open(&p, found, m, c, ix, err, sizeof err) == 0, "%s", err);
+    return p;
+}
+
 static int copy_file(const char *from, const char *to) {
     uint8_t *b;
     size_t n;
@@ -65,15 +82,11 @@ TEST(pack_roundtrip) {
     if (!m) return;
     cfg c;
     st_index *ix = NULL;
-    if (load(m, &c, &ix)) { CHECK(0); return; }
-    char err[2048];
     pack_result res;
-    CHECK(pack_build(m, &c, ix, NULL, 0, NULL, NULL, &res, err, sizeof err) == 0);
+    if (load_packed(m, &c, &ix, &res)) return;
+    char err[2048], found[1024];
     CHECK(!res.already && res.trunk_bytes > 0);
-    char found[1024];
-    CHECK(pack_find(m, found, sizeof found) == 1);
-    pack *p = NULL;
-    CHECK_MSG(pack_open(&p, found, m, &c, ix, err, sizeof err) == 0, "%s", err);
+    pack *p = open_found(m, &c, ix, found, sizeof found);
     if (!p) { st_close(ix); return; }
     CHECK_MSG(pack_verify(p, &c, ix, NULL, NULL, err, sizeof err) == 0, "%s", err);
     /* every tensor of every region holds the shard's bytes */
@@ -157,14 +170,10 @@ TEST(pack_expert_corrupt) {
     if (!m) { CHECK(0); return; }
     cfg c;
     st_index *ix = NULL;
-    if (load(m, &c, &ix)) { CHECK(0); return; }
-    char err[2048];
     pack_result res;
-    CHECK(pack_build(m, &c, ix, NULL, 0, NULL, NULL, &res, err, sizeof err) == 0);
-    pack *p = NULL;
-    char found[1024];
-    CHECK(pack_find(m, found, sizeof found));
-    CHECK(pack_open(&p, found, m, &c, ix, err, sizeof err) == 0);
+    if (load_packed(m, &c, &ix, &res)) return;
+    char err[2048], found[1024];
+    pack *p = open_found(m, &c, ix, found, sizeof found);
     /* flip a byte inside layer 2 expert 5's w2 scales (shard data, not its header) */
     char name[200];
     snprintf(name, sizeof name, "language_model.model.layers.2.block_sparse_moe.experts.5.w2.weight_scale");
@@ -305,7 +314,7 @@ static void swap_blocks(const char *path, uint64_t off, size_t n) {
 
 /* A fresh copy of preset `name` under t_tmpdir/dir (so a test may damage it),
  * made from tpack_model's DIR_src; the path (a rotation of 4 buffers) or NULL.
- * Also for t_ident.c and t_stream.c. */
+ * Also for t_ident.c and the streaming suites (stream_test.h). */
 const char *tpack_fresh(const char *name, const char *dir, uint64_t seed);
 const char *tpack_fresh(const char *name, const char *dir, uint64_t seed) {
     static char paths[4][1024];
@@ -541,10 +550,9 @@ TEST(pack_manifest_checked) {
     if (!m) { CHECK(0); return; }
     cfg c;
     st_index *ix = NULL;
-    if (load(m, &c, &ix)) { CHECK(0); return; }
-    char err[2048], d[1100];
     pack_result res;
-    CHECK(pack_build(m, &c, ix, NULL, 0, NULL, NULL, &res, err, sizeof err) == 0);
+    if (load_packed(m, &c, &ix, &res)) return;
+    char err[2048], d[1100];
     snprintf(d, sizeof d, "%s/%s", m, PACK_DIRNAME);
     static const struct { mf_edit fn; const char *want; } cases[] = {
         {ed_version3, "manifest version 3 is not supported"},

@@ -48,6 +48,9 @@ int t_same_logits(const char *a, const char *b);
 typedef struct t_refusal { const char *from, *to, *msg; } t_refusal;
 void t_config_refusals(const char *js, const char *tag, const t_refusal *k, size_t n);
 char *t_slurp(const char *path);
+/* Runs cmd (t_run): a failed check, naming cmd and showing its output, unless it
+ * exits rc and its output contains every string before the NULL. */
+void t_expect(int rc, const char *cmd, ...) __attribute__((sentinel));
 /* s with the first `from` replaced by `to` (MEM_MISC, caller frees); NULL when
  * from is not in s. */
 char *t_subst1(const char *s, const char *from, const char *to);

@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import dsref as R               # noqa: E402
 import make_deepseek as MK      # noqa: E402
-from k3ref import read_safetensors  # noqa: E402
+from refcommon import read_safetensors  # noqa: E402
 from refcheck import (check, check_true, maxabs, rel, raises,  # noqa: E402
                       check_script, selftest_main)
 

@@ -6,8 +6,8 @@ R1, V3.1, Kimi K2-Instruct, K2-Thinking, K2.5, K2.6.
 
 Written from the published math (/work/shared/spec/family-math.md 1, 6-10, 12-13 and
 family-formats.md 0-1, 3-6); it shares no code with the C engine. The safetensors
-reader, the bounded expert cache and the CLI plumbing come from k3ref.py (the K3
-reference, same independence rule); everything DeepSeek-specific is here, including
+reader, the bounded expert cache and the CLI plumbing come from refcommon.py (shared
+by the references, same independence rule); everything DeepSeek-specific is here, including
 the FP8 and INT4 weight decoding. Everything is float64 NumPy: stored weights are
 decoded exactly (FP8 value x f32 block scale and INT4 value x bf16 group scale are
 exact in float64), activations are never rounded.
@@ -39,15 +39,15 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# From the K3 reference: config-file reading (+ tokenizer eos ids), the safetensors
-# reader, the bounded LRU of widened expert matrices, the common CLI, the overflow-safe
-# sigmoid, and a forward pass's token check and trace.
-from k3ref import (RefError, open_checkpoint, _Lazy, bf16_bits_to_f64,  # noqa: E402
-                   Config, DecoderWeights, read_fields, argmax_first, greedy_decode,
-                   common_args, tail_args, check_args, check_eps_arg, run_cli,
-                   sigmoid, token_ids, tracer)
-from k3ref import _is_number as _is_num  # noqa: E402
-from k3ref import load_config as k3_load_config  # noqa: E402
+# Shared with the other references (refcommon.py): config-file reading (+ tokenizer
+# eos ids), the safetensors reader, the bounded LRU of widened expert matrices, the
+# common CLI, the overflow-safe sigmoid, and a forward pass's token check and trace.
+import refcommon  # noqa: E402
+from refcommon import (RefError, open_checkpoint, Lazy, bf16_bits_to_f64,  # noqa: E402
+                       Config, DecoderWeights, read_fields, argmax_first, greedy_decode,
+                       common_args, tail_args, check_args, check_eps_arg, run_cli,
+                       sigmoid, token_ids, tracer)
+from refcommon import is_number as _is_num  # noqa: E402
 
 
 # ============================================================================
@@ -216,7 +216,7 @@ def softmax_scale(cfg):
 
 
 def load_config(model_dir):
-    return k3_load_config(model_dir, parse_config)
+    return refcommon.load_config(model_dir, parse_config)
 
 
 # ============================================================================
@@ -363,7 +363,7 @@ class Weights(DecoderWeights):
 
     def expert(self, pre, rows, cols):
         """One expert matrix, decoded on use through the bounded cache."""
-        return _Lazy(self.cache, pre, self._bind(pre, rows, cols))
+        return Lazy(self.cache, pre, self._bind(pre, rows, cols))
 
     def bind_layer(self, L):
         c, d = self.cfg, self.cfg.hidden
@@ -646,7 +646,7 @@ class Model:
 
 def generate(model, prompt, n_gen, full_recompute=False, stop_eos=False, force=None,
              mla='absorbed'):
-    """Greedy decode (k3ref.greedy_decode). Incremental: one prefill, then one token
+    """Greedy decode (refcommon.greedy_decode). Incremental: one prefill, then one token
     per step over the carried latent cache. Full recompute (the oracle): every step
     reruns the whole sequence from a fresh state with the expanded MLA."""
     full = dict(mla='expanded') if full_recompute else None

@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import klref as R               # noqa: E402
 import make_kimi_linear as MK   # noqa: E402
-from k3ref import read_safetensors  # noqa: E402
+from refcommon import read_safetensors  # noqa: E402
 from refcheck import (check, check_true, maxabs, rel, check_script,  # noqa: E402
                       selftest_main)
 

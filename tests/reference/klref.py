@@ -4,8 +4,8 @@ model_type kimi_linear), e.g. moonshotai/Kimi-Linear-48B-A3B-Instruct.
 
 Written from the published math (/work/shared/spec/family-math.md 1-7 and 12,
 family-formats.md 0 C2/C3/C7 and 3.1); it shares no code with the C engine. The
-safetensors reader and the KDA recurrence/chunk kernels come from k3ref.py (the
-K3 reference, same independence rule); everything Kimi-Linear-specific is here.
+safetensors reader and the KDA recurrence/chunk kernels come from refcommon.py
+(shared by the references, same independence rule); everything Kimi-Linear-specific is here.
 Everything is float64 NumPy: no bf16 rounding of activations, exact widening of
 stored weights.
 
@@ -34,17 +34,18 @@ import sys
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-# From the K3 reference: config/shard reading, bounded expert cache, and the KDA
-# recurrence (family-math 4.4) and chunked WY/UT form (4.5), which are the same
-# maths for both architectures (only the gate and the conv/norm plumbing differ), and
-# the per-sequence KDA/MLA state, a forward pass's token check and trace.
-from k3ref import (RefError, open_checkpoint, _Lazy, short_conv,  # noqa: E402
-                   kda_recurrent, kda_chunked, sigmoid, silu, l2norm, Config,
-                   DecoderWeights, read_fields, generate, common_args, tail_args,
-                   argmax_first, check_args, check_eps_arg, run_cli, kda_mla_state,
-                   token_ids, tracer)
-from k3ref import _is_number as _is_num  # noqa: E402
-from k3ref import load_config as k3_load_config  # noqa: E402
+# Shared with the other references (refcommon.py): config/shard reading, bounded
+# expert cache, and the KDA recurrence (family-math 4.4) and chunked WY/UT form
+# (4.5), which are the same maths for K3 and Kimi Linear (only the gate and the
+# conv/norm plumbing differ), and the per-sequence KDA/MLA state, a forward pass's
+# token check and trace.
+import refcommon  # noqa: E402
+from refcommon import (RefError, open_checkpoint, Lazy, short_conv,  # noqa: E402
+                       kda_recurrent, kda_chunked, sigmoid, silu, l2norm, Config,
+                       DecoderWeights, read_fields, generate, common_args, tail_args,
+                       argmax_first, check_args, check_eps_arg, run_cli, kda_mla_state,
+                       token_ids, tracer)
+from refcommon import is_number as _is_num  # noqa: E402
 
 
 # ============================================================================
@@ -199,7 +200,7 @@ def parse_config(obj):
 
 
 def load_config(model_dir):
-    return k3_load_config(model_dir, parse_config)
+    return refcommon.load_config(model_dir, parse_config)
 
 
 # ============================================================================
@@ -234,7 +235,7 @@ class Weights(DecoderWeights):
         if tuple(t.shape) != (rows, cols):
             raise RefError('%s: shape %s, expected %s' % (name, t.shape, (rows, cols)))
         t._typed()
-        return _Lazy(self.cache, name, t.as_f64)
+        return Lazy(self.cache, name, t.as_f64)
 
     def bind_layer(self, L):
         c, d = self.cfg, self.cfg.hidden

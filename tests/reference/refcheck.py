@@ -9,7 +9,7 @@ import tempfile
 
 import numpy as np
 
-from k3ref import RefError
+from refcommon import RefError
 
 FAILS = []
 

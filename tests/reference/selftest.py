@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""selftest.py: internal equivalences of the float64 reference (k3ref.py).
+"""selftest.py: internal equivalences of the float64 reference (k3ref.py and the
+refcommon.py pieces it uses).
 
   /usr/bin/python3 tests/reference/selftest.py [--model DIR ...] [-v]
 
@@ -18,6 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import k3ref as R          # noqa: E402
+import refcommon as C      # noqa: E402
 import make_tiny as MT     # noqa: E402
 from refcheck import FAILS, check, check_true, maxabs  # noqa: E402
 
@@ -25,11 +27,11 @@ from refcheck import FAILS, check, check_true, maxabs  # noqa: E402
 # ---------------------------------------------------------------------------- KDA
 
 def random_kda(rng, T, H, D, lb=-5.0):
-    q = R.l2norm(rng.standard_normal((T, H, D))) / np.sqrt(D)
-    k = R.l2norm(rng.standard_normal((T, H, D)))
+    q = C.l2norm(rng.standard_normal((T, H, D))) / np.sqrt(D)
+    k = C.l2norm(rng.standard_normal((T, H, D)))
     v = rng.standard_normal((T, H, D)) * 2.0
-    g = lb * R.sigmoid(rng.standard_normal((T, H, D)) * 2.0)
-    beta = R.sigmoid(rng.standard_normal((T, H)))
+    g = lb * C.sigmoid(rng.standard_normal((T, H, D)) * 2.0)
+    beta = C.sigmoid(rng.standard_normal((T, H)))
     S0 = rng.standard_normal((H, D, D))
     return q, k, v, g, beta, S0
 
@@ -42,8 +44,8 @@ def test_kda_forms():
         for chunk in (64, 16, 7):
             q, k, v, g, beta, S0 = random_kda(rng, T, H, D)
             Sa, Sb = S0.copy(), S0.copy()
-            oa = R.kda_recurrent(q, k, v, g, beta, Sa)
-            ob = R.kda_chunked(q, k, v, g, beta, Sb, chunk)
+            oa = C.kda_recurrent(q, k, v, g, beta, Sa)
+            ob = C.kda_chunked(q, k, v, g, beta, Sb, chunk)
             worst_o = max(worst_o, maxabs(oa, ob) / max(1.0, np.max(np.abs(oa))))
             worst_s = max(worst_s, maxabs(Sa, Sb) / max(1.0, np.max(np.abs(Sa))))
     check('KDA chunked == recurrent: outputs (T 1..200, chunk 64/16/7)', worst_o, 1e-12)
@@ -52,12 +54,12 @@ def test_kda_forms():
     q, k, v, g, beta, S0 = random_kda(rng, 150, H, D)
     g = np.full_like(g, -4.999)
     Sa, Sb = S0.copy(), S0.copy()
-    d = maxabs(R.kda_recurrent(q, k, v, g, beta, Sa), R.kda_chunked(q, k, v, g, beta, Sb, 64))
+    d = maxabs(C.kda_recurrent(q, k, v, g, beta, Sa), C.kda_chunked(q, k, v, g, beta, Sb, 64))
     check('KDA chunked == recurrent at g = -4.999 (no overflow)', max(d, maxabs(Sa, Sb)), 1e-12)
     # Recurrent vs the closed matrix form S_t = (I - b k k^T) diag(a) S + b k v^T.
     q, k, v, g, beta, S0 = random_kda(rng, 9, H, D)
     S = S0.copy()
-    o = R.kda_recurrent(q, k, v, g, beta, S)
+    o = C.kda_recurrent(q, k, v, g, beta, S)
     worst = 0.0
     Sm = S0.copy()
     for t in range(9):
@@ -73,7 +75,7 @@ def test_short_conv():
     P, K, T = 5, 4, 9
     w = rng.standard_normal((P, K))
     x = rng.standard_normal((T, P))
-    y, hist = R.short_conv(x, w, np.zeros((K - 1, P)))
+    y, hist = C.short_conv(x, w, np.zeros((K - 1, P)))
     # Direct definition: y_t = silu(sum_j w[:, j] x_{t-(K-1)+j}), zero before t = 0.
     ref = np.zeros((T, P))
     for t in range(T):
@@ -83,8 +85,8 @@ def test_short_conv():
                 ref[t] += w[:, j] * x[s]
     ref = ref / (1 + np.exp(-ref))
     # Split in two calls carrying the history.
-    y1, h1 = R.short_conv(x[:4], w, np.zeros((K - 1, P)))
-    y2, h2 = R.short_conv(x[4:], w, h1)
+    y1, h1 = C.short_conv(x[:4], w, np.zeros((K - 1, P)))
+    y2, h2 = C.short_conv(x[4:], w, h1)
     check('short conv: direct definition, taps oldest..newest', maxabs(y, ref), 1e-15)
     check('short conv: split with carried history', max(maxabs(np.concatenate([y1, y2]), y),
                                                         maxabs(h2, hist)), 0.0)
@@ -97,7 +99,7 @@ def test_pieces():
     # bf16 decode of known bit patterns.
     bits = np.array([0x3F80, 0xC000, 0x3F81, 0x0000, 0x8000, 0x7F7F, 0x0001], dtype=np.uint16)
     want = [1.0, -2.0, 1.0078125, 0.0, -0.0, 3.3895313892515355e38, 9.183549615799121e-41]
-    check('bf16 -> f64 known patterns', maxabs(R.bf16_bits_to_f64(bits) / np.array(
+    check('bf16 -> f64 known patterns', maxabs(C.bf16_bits_to_f64(bits) / np.array(
         [1, 1, 1, 1, 1, 1e38, 1e-41]), np.array(want) / np.array([1, 1, 1, 1, 1, 1e38, 1e-41])), 1e-15)
     # MXFP4 hand example. Row 0: bytes 0x21, 0xF8, then zeros; scale 128 (x2).
     # Byte 0x21: low nibble 1 -> element 0 = 0.5, high nibble 2 -> element 1 = 1.0.
@@ -120,7 +122,7 @@ def test_pieces():
     try:
         R.mxfp4_decode(packed, np.array([[128], [255]], np.uint8), 'layers.1.experts.3.w2')
         check_true('MXFP4 scale 255 raises naming the tensor', False)
-    except R.RefError as e:
+    except C.RefError as e:
         check_true('MXFP4 scale 255 raises naming the tensor', 'layers.1.experts.3.w2' in str(e),
                    str(e)[:60])
     # SiTU at a hand-computed point; bound |y| <= b1*b2.
@@ -133,7 +135,7 @@ def test_pieces():
     x = np.array([[3.0, 4.0]])
     check('RMSNorm w*x/sqrt(mean(x^2)+eps)', maxabs(R.rmsnorm(x, np.array([1.0, 2.0]), 1e-5),
                                                       x * [1, 2] / np.sqrt(12.5 + 1e-5)), 1e-15)
-    check('L2 norm x/sqrt(sum(x^2)+1e-6)', maxabs(R.l2norm(x), x / np.sqrt(25 + 1e-6)), 1e-15)
+    check('L2 norm x/sqrt(sum(x^2)+1e-6)', maxabs(C.l2norm(x), x / np.sqrt(25 + 1e-6)), 1e-15)
     # AttnRes: one source is the identity; equal keys average the raw values.
     rng = np.random.default_rng(5)
     s = rng.standard_normal((3, 6))
@@ -142,7 +144,7 @@ def test_pieces():
     check('AttnRes of scaled copies: keys normalised, values raw',
           maxabs(R.attn_res([s, 3 * s], f, 0.0), 2 * s), 1e-14)
     # Router: ties go to the lowest index; bias selects, unbiased scores weigh.
-    cfg = R.Config()
+    cfg = C.Config()
     cfg.topk, cfg.moe_renorm, cfg.routed_scale = 3, True, 2.0
     w = {'router': np.zeros((6, 4)), 'router_bias': np.zeros(6)}
     idx, wts = R.route(cfg, w, np.ones((1, 4)))
@@ -183,7 +185,7 @@ def test_config(tmp):
     try:
         R.parse_config(obj)
         check_true('config: missing keys all reported', False)
-    except R.RefError as e:
+    except C.RefError as e:
         check_true('config: missing keys all reported',
                    'hidden_size' in str(e) and 'gate_lower_bound' in str(e), str(e)[:70])
     with open(os.path.join(nested, 'config.json')) as f:
@@ -192,7 +194,7 @@ def test_config(tmp):
     try:
         R.parse_config(obj)
         check_true('config: 0 in one-based full_attn_layers refused', False)
-    except R.RefError:
+    except C.RefError:
         check_true('config: 0 in one-based full_attn_layers refused', True)
 
 
@@ -229,7 +231,7 @@ def test_scale255(tmp):
     try:
         R.Model(d)
         check_true('scale 255 in a shard: load refused naming the tensor', False)
-    except R.RefError as e:
+    except C.RefError as e:
         check_true('scale 255 in a shard: load refused naming the tensor',
                    'experts.5.w3' in str(e), str(e)[:60])
 
@@ -243,12 +245,12 @@ def test_plain_vs_mxfp4(tmp):
     dst = os.path.join(tmp, 'plain')
     rng = np.random.default_rng(0)
     W = MT.Writer(rng)
-    for name, t in R.open_checkpoint(src).items():
+    for name, t in C.open_checkpoint(src).items():
         if name.endswith('.weight_scale'):
             continue
         if name.endswith('.weight_packed'):
             pre = name[:-len('.weight_packed')]
-            sc = R.open_checkpoint(src)[pre + '.weight_scale'].as_u8()
+            sc = C.open_checkpoint(src)[pre + '.weight_scale'].as_u8()
             W.add(pre + '.weight', R.mxfp4_decode(t.as_u8(), sc, pre), 'BF16')
         elif t.dtype == 'U8':
             W.add(name, t.as_u8(), 'U8')
@@ -435,14 +437,14 @@ def test_model(d, label, prompt, n_gen):
     check('%s: prefill split at %d == one prefill' % (label, cut),
           maxabs(tail, ref_all[cut:]) / scale, 1e-12)
     # Incremental greedy decode == full recompute oracle.
-    ids_i, log_i = R.generate(m, prompt, n_gen)
-    ids_f, log_f = R.generate(m, prompt, n_gen, full_recompute=True)
+    ids_i, log_i = C.generate(m, prompt, n_gen)
+    ids_f, log_f = C.generate(m, prompt, n_gen, full_recompute=True)
     check('%s: prefill+decode == full recompute, %d steps (abs logits)' % (label, n_gen),
           maxabs(log_i, log_f), 1e-10)
     check_true('%s: greedy ids equal (incremental vs full recompute)' % label, ids_i == ids_f,
                ','.join(map(str, ids_i[:12])) + '...')
     # Teacher forcing along our own ids reproduces the same logits.
-    ids_t, log_t = R.generate(m, prompt, n_gen, force=ids_i)
+    ids_t, log_t = C.generate(m, prompt, n_gen, force=ids_i)
     check('%s: forced along own ids == free run' % label, maxabs(log_t, log_i), 0.0)
     check_true('%s: logits finite, not degenerate' % label,
                bool(np.all(np.isfinite(log_i))) and float(np.std(log_i)) > 1e-3,
@@ -482,7 +484,7 @@ def main():
         test_model(d, 'make_tiny variant (top-1, conv 1, no gates/norm)', prompt[:6], a.gen)
         d = MT.make_tiny(os.path.join(tmp, 'ties'), seed=5, ties=True)
         m = R.Model(d)
-        ids_t, _ = R.generate(m, prompt, a.gen)
+        ids_t, _ = C.generate(m, prompt, a.gen)
         check_true('ties model: every greedy pick is the lower (even) id of a tied pair',
                    all(i % 2 == 0 for i in ids_t), ','.join(map(str, ids_t[:10])) + '...')
         test_model(d, 'make_tiny ties', prompt, 8)
