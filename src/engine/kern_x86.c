@@ -485,9 +485,11 @@ _Alignas(64) const uint8_t kern_x86_fp4_bf16[256][32] = {FP4_B64(0), FP4_B64(64)
  * (fp4_w256: per 8 weights a broadcast, vpsrlvd, vpermps, shift and xor) spent
  * 2 vpermps per 16 weights, and vpermps issues at about one per 1.3 cycles on
  * Zen 3 (vpshufb, shifts: 2 per cycle); a vpshufb + shift form of that decoder
- * (as the INT4 one) gained nothing, as it kept both vpermps. In-L1 on the Zen 3
- * VM (64 rows x 2048 columns, ns per 16 weights of one row, CPU time): 1.52
- * before, 0.92 after; 4 rows, x permuted per chunk: 1.53 vs 1.17. */
+ * (as the INT4 one) gained nothing, as it kept both vpermps. In cache on the
+ * Zen 3 VM (64 rows x 2048 columns, 16 x 7168; ns per 16 weights of one row, CPU
+ * time): 1.51-1.52 before, 0.92-0.98 after; 4 rows, x permuted per chunk: 1.53
+ * vs 1.17. b_kern, 24 K3 experts from DRAM, 1 thread: 5.5-5.9 -> 9.3-10.0 GB/s
+ * (24% -> 40% of the probe; still this core's compute). */
 A256 INL void fp4_group256(__m256 acc[4][2], const uint8_t *const pr[4], const uint8_t *const tb[4], const float *X,
                            const float *xp, int64_t g, int RB, int XP) {
     const __m256i sh = _mm256_setr_epi64x(0, 0, 4, 4), m15 = _mm256_set1_epi8(15);
