@@ -168,8 +168,9 @@ TEST(kern_mxfp4) {
 /* Every scale byte (subnormal 0, overflow to inf at 254 with codes +-6, zeroed
  * 255) and every code in every lane, decode (T = 1) and prefill blocks: each
  * table's bits are the scalar reference's (a NaN where it has one: inf - inf).
- * The AVX2 decoder gets the sign from an xor that a pre-xored LUT cancels, which
- * must hold at inf and zero as well. */
+ * The AVX2 prefill decoder gets the sign from an xor that a pre-xored LUT
+ * cancels, which must hold at inf and zero as well; AVX2 decode looks the bf16
+ * bytes up (kern_mxfp4_bf16_table). */
 TEST(kern_mxfp4_every_scale) {
     const kern_table *const *av = kern_available();
     enum { ROWS = 256, COLS = 64, T = 8 };

@@ -456,8 +456,9 @@ _Alignas(64) const uint8_t kern_x86_fp4_bf16[256][32] = {FP4_B64(0), FP4_B64(64)
  * (as the INT4 one) gained nothing, as it kept both vpermps. In cache on the
  * Zen 3 VM (64 rows x 2048 columns, 16 x 7168; ns per 16 weights of one row, CPU
  * time): 1.51-1.52 before, 0.92-0.98 after; 4 rows, x permuted per chunk: 1.53
- * vs 1.17. b_kern, 24 K3 experts from DRAM, 1 thread: 5.5-5.9 -> 9.3-10.0 GB/s
- * (24% -> 40% of the probe; still this core's compute). */
+ * vs 1.17. b_kern, 24 K3 experts from DRAM: 5.5-5.9 -> 9.3-10.0 GB/s on 1
+ * thread (23-25% -> 38-43% of the probe; still this core's compute), 10.9-11.0
+ * -> 18.2-19.1 on 2 (20% -> 33-35%). */
 A256 INL void fp4_group256(__m256 acc[4][2], const uint8_t *const pr[4], const uint8_t *const tb[4], const float *X,
                            const float *xp, int64_t g, int RB, int XP) {
     const __m256i sh = _mm256_setr_epi64x(0, 0, 4, 4), m15 = _mm256_set1_epi8(15);
