@@ -430,12 +430,12 @@ A256 INL __m256 fp4_lut256(uint8_t s) {
                             : (2 + FP4_F(m)) << (FP4_T(s, m) + 132 < 0 ? 0 : FP4_T(s, m) + 132))
 #define FP4_BF(s, c) (FP4_MAG(s, (c) & 7) | ((c) >> 3) << 15)
 #define FP4_B16(s, SH) \
-    (uint8_t)(FP4_BF(s, 0) >> SH), (uint8_t)(FP4_BF(s, 1) >> SH), (uint8_t)(FP4_BF(s, 2) >> SH), \
-    (uint8_t)(FP4_BF(s, 3) >> SH), (uint8_t)(FP4_BF(s, 4) >> SH), (uint8_t)(FP4_BF(s, 5) >> SH), \
-    (uint8_t)(FP4_BF(s, 6) >> SH), (uint8_t)(FP4_BF(s, 7) >> SH), (uint8_t)(FP4_BF(s, 8) >> SH), \
-    (uint8_t)(FP4_BF(s, 9) >> SH), (uint8_t)(FP4_BF(s, 10) >> SH), (uint8_t)(FP4_BF(s, 11) >> SH), \
-    (uint8_t)(FP4_BF(s, 12) >> SH), (uint8_t)(FP4_BF(s, 13) >> SH), (uint8_t)(FP4_BF(s, 14) >> SH), \
-    (uint8_t)(FP4_BF(s, 15) >> SH)
+    (uint8_t)(FP4_BF(s, 0) >> (SH)), (uint8_t)(FP4_BF(s, 1) >> (SH)), (uint8_t)(FP4_BF(s, 2) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 3) >> (SH)), (uint8_t)(FP4_BF(s, 4) >> (SH)), (uint8_t)(FP4_BF(s, 5) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 6) >> (SH)), (uint8_t)(FP4_BF(s, 7) >> (SH)), (uint8_t)(FP4_BF(s, 8) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 9) >> (SH)), (uint8_t)(FP4_BF(s, 10) >> (SH)), (uint8_t)(FP4_BF(s, 11) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 12) >> (SH)), (uint8_t)(FP4_BF(s, 13) >> (SH)), (uint8_t)(FP4_BF(s, 14) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 15) >> (SH))
 #define FP4_BROW(s) {FP4_B16(s, 0), FP4_B16(s, 8)}
 #define FP4_B4(s) FP4_BROW(s), FP4_BROW((s) + 1), FP4_BROW((s) + 2), FP4_BROW((s) + 3)
 #define FP4_B16R(s) FP4_B4(s), FP4_B4((s) + 4), FP4_B4((s) + 8), FP4_B4((s) + 12)
