@@ -168,8 +168,9 @@ TEST(kern_mxfp4) {
 /* Every scale byte (subnormal 0, overflow to inf at 254 with codes +-6, zeroed
  * 255) and every code in every lane, decode (T = 1) and prefill blocks: each
  * table's bits are the scalar reference's (a NaN where it has one: inf - inf).
- * The AVX2 decoder gets the sign from an xor that a pre-xored LUT cancels, which
- * must hold at inf and zero as well. */
+ * The AVX2 prefill decoder gets the sign from an xor that a pre-xored LUT
+ * cancels, which must hold at inf and zero as well; AVX2 decode looks the bf16
+ * bytes up (kern_mxfp4_bf16_table). */
 TEST(kern_mxfp4_every_scale) {
     const kern_table *const *av = kern_available();
     enum { ROWS = 256, COLS = 64, T = 8 };
@@ -209,6 +210,52 @@ TEST(kern_fp4_lut) {
             CHECK_MSG(a == b, "scale %d code %d: %08x, want %08x", sc, c, b, a);
         }
     CHECK(((uintptr_t)kern_fp4_lut & 63) == 0);
+}
+
+#if defined(__x86_64__)
+/* AVX2 MXFP4 decode's byte tables are kern_fp4_lut's top 16 bits (low bytes,
+ * then high bytes), and the bits below them are zero, at every scale and code. */
+TEST(kern_mxfp4_bf16_table) {
+    for (int sc = 0; sc < 256; sc++)
+        for (int c = 0; c < 16; c++) {
+            uint32_t u;
+            memcpy(&u, &kern_fp4_lut[sc][c], 4);
+            const uint32_t got = (uint32_t)kern_x86_fp4_bf16[sc][16 + c] << 24 | (uint32_t)kern_x86_fp4_bf16[sc][c] << 16;
+            CHECK_MSG(got == u, "scale %d code %d: %08x, want %08x", sc, c, got, u);
+        }
+    CHECK(((uintptr_t)kern_x86_fp4_bf16 & 63) == 0);
+}
+#endif
+
+/* MXFP4 decode (T = 1) ranges the suites above do not reach: 16 rows or more (x
+ * permuted once per call) at and past the widest such row (XPRE_MAX = 8192
+ * columns: 8224 permutes per 16 columns), a group count that leaves 1 after the
+ * 4-group unroll (2080 columns), ranges that are no multiple of 4 and under 16
+ * rows; scales anywhere in 0..255 with x of either sign. */
+TEST(kern_mxfp4_decode_paths) {
+    const kern_table *const *av = kern_available();
+    static const int64_t cols_l[] = {8192, 8224, 2080};
+    const int64_t rows = 41, ldy = rows + 1;
+    float *Yref = base_alloc((size_t)ldy * 4, MEM_MISC), *Y = base_alloc((size_t)ldy * 4, MEM_MISC);
+    for (size_t ci = 0; ci < sizeof cols_l / sizeof cols_l[0]; ci++) {
+        const int64_t cols = cols_l[ci], ng = cols / 32;
+        uint8_t *P = base_alloc((size_t)(rows * cols / 2), MEM_MISC), *S = base_alloc((size_t)(rows * ng), MEM_MISC);
+        float *X = base_alloc((size_t)cols * 4, MEM_MISC);
+        for (int64_t i = 0; i < rows * cols / 2; i++) P[i] = (uint8_t)rnd();
+        for (int64_t i = 0; i < rows * ng; i++) S[i] = (uint8_t)(rnd() % 32 == 0 ? rnd() : 112 + rnd() % 24);
+        for (int64_t i = 0; i < cols; i++) X[i] = rnd_val(20);
+        kern_ref_table.matmul_mxfp4(Yref, ldy, P, S, cols, X, cols, 1, 0, rows);
+        for (int k = 0; av[k]; k++)
+            for (int rg = 0; rg < 4; rg++) {
+                static const int64_t lo[] = {0, 3, 5, 40}, hi[] = {41, 41, 18, 41};
+                memset(Y, 0x7F, (size_t)ldy * 4);
+                av[k]->matmul_mxfp4(Y, ldy, P, S, cols, X, cols, 1, lo[rg], hi[rg]);
+                CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, lo[rg], hi[rg], 1), "table %s mxfp4 cols %lld rows %lld-%lld",
+                          av[k]->name, (long long)cols, (long long)lo[rg], (long long)hi[rg]);
+            }
+        base_free(P); base_free(S); base_free(X);
+    }
+    base_free(Yref); base_free(Y);
 }
 
 TEST(kern_dot) {
@@ -584,7 +631,7 @@ TEST(kern_fp8) {
 }
 
 /* The x86 decode (T = 1) paths the suites above do not reach: rows wider than
- * KQ_XPRE_MAX (x permuted per 16 columns instead of once per call, with a
+ * XPRE_MAX (x permuted per 16 columns instead of once per call, with a
  * partial last FP8 block and a tail), ranges under 16 rows, FP8 scales at the
  * fast form's bound 2^8 (2^120 S still exact below it), both AVX2 FP8 decoders
  * whatever the CPU's vendor, and INT4 scales at the

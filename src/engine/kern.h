@@ -106,8 +106,8 @@ static inline float kern_e8m0_f32(uint8_t s) {
 /* Each scale's whole 16-entry LUT, k_e2m1[c] * kern_e8m0_f32(s) (the same f32
  * products, folded at compile time; 16 KB, 64-byte aligned rows): every SIMD
  * decoder loads a group's LUT instead of multiplying it (AVX-512 the row, AVX2
- * its first 8 entries, NEON bytes 2 and 3 of each entry; see kern_x86.c and
- * kern_neon.c). */
+ * prefill its first 8 entries, NEON bytes 2 and 3 of each entry, AVX2 decode
+ * the same bytes from kern_x86_fp4_bf16; see kern_x86.c and kern_neon.c). */
 extern const float kern_fp4_lut[256][16];
 
 /* FP8 scale blocks are 128 x 128 weights; INT4 groups 32 inputs. */
@@ -156,6 +156,9 @@ int kern_x86_has_avx512vbmi(void);
  * matmul_fp8 picks by vendor. For tests, which run both. */
 void kern_x86_fp8_avx2_decode(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X,
                               int64_t r0, int64_t r1, int pat);
+/* AVX2 MXFP4 decode's tables (kern_x86.c): row s the low then the high bytes of
+ * the top 16 bits of kern_fp4_lut[s][0..15] (the rest of each f32 is zero). */
+extern const uint8_t kern_x86_fp4_bf16[256][32];
 #endif
 #if defined(__aarch64__)
 extern const kern_table kern_neon_table;

@@ -377,19 +377,20 @@ A256 static float dot_avx2(const float *a, const float *b, int64_t n) {
     return y;
 }
 
-/* MXFP4 on AVX2: vpermps indexes only 8 entries, so the LUT holds the 8 scaled
+/* MXFP4 prefill's weight decoder on AVX2 (fp4_widen256; decode, T = 1, has its
+ * own, fp4_group256): vpermps indexes only 8 entries, so the LUT holds the 8 scaled
  * magnitudes and bit 3 of the code becomes the sign by xor (exact: the reference's
  * k_e2m1[c] * s equals +-(|k_e2m1[c]| * s), -0 included). 8 bytes -> 16 codes:
  * each 4-byte word broadcast to the 8 lanes and shifted right by 4i in lane i
- * leaves element i's code in the low nibble of lane i (the decode block's
- * decoder, fp4dec256; it replaced duplicate + widen + shift).
+ * leaves element i's code in the low nibble of lane i (it replaced duplicate +
+ * widen + shift).
  * The sign: code << 28 puts bit 3 at the sign bit, but also the magnitude bits
  * m at bits 28-30 (the exponent's top). The group's LUT row is stored xor'ed
  * with m << 28 in entry m (fp4_lut256), so that xor cancels and only the sign
  * is left: the same bits as masking, one vector op fewer per 8 weights (6 -> 5
  * with the fma). b_kern in-cache, AVX2 table, Intel Xeon VM, alternating runs
  * where bf16 read the same: T = 1 12.2-12.5 vs 10.3-10.5 G weights/s per core,
- * T = 8 and 64 16.6-17.5 vs 15.3-15.8. */
+ * T = 8 and 64 16.6-17.5 vs 15.3-15.8 (as the block that then multiplied). */
 A256 INL v16 fp4_w256(const uint8_t *p, __m256 lut) {
     const __m256i sh = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
     int32_t qa, qb;
@@ -410,78 +411,120 @@ A256 INL __m256 fp4_lut256(uint8_t s) {
     return _mm256_xor_ps(_mm256_load_ps(kern_fp4_lut[s]), _mm256_castsi256_ps(fix));
 }
 
-A256 INL void fp4blk256(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S, int64_t cols,
-                        const float *X, int64_t ldx, int64_t r, int64_t rs, int64_t t, int RB, int TB,
-                        int64_t k0, int64_t k1, float *st, int64_t sts) {
-    const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
-    const uint8_t *pr[4], *sr[4];
-    const float *xr[4];
-    __m256 acc[4][4][2];
-    UNROLL for (int i = 0; i < RB; i++) { pr[i] = P + (r + i * rs) * rb; sr[i] = S + (r + i * rs) * ng; }
-    UNROLL for (int j = 0; j < TB; j++) xr[j] = X + (t + j) * ldx;
-    acc256_start(acc, st, sts, RB, TB);
-    for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {
-        __m256 lut[4];
-        UNROLL for (int i = 0; i < RB; i++) {
-            if (TB == 1 && (g & 3) == 0) /* the stream's next row, once per line */
-                _mm_prefetch((const char *)pr[i] + (rs == 1 ? RB : 1) * rb + g * 16, _MM_HINT_T0);
-            lut[i] = fp4_lut256(sr[i][g]);
-        }
-        UNROLL for (int h = 0; h < 2; h++) {
-            v16 w[4];
-            UNROLL for (int i = 0; i < RB; i++) w[i] = fp4_w256(pr[i] + g * 16 + h * 8, lut[i]);
-            UNROLL for (int j = 0; j < TB; j++) {
-                const float *x = xr[j] + g * 32 + h * 16;
-                __m256 xa = _mm256_loadu_ps(x), xb = _mm256_loadu_ps(x + 8);
-                UNROLL for (int i = 0; i < RB; i++) {
-                    acc[i][j][0] = _mm256_fmadd_ps(w[i].a, xa, acc[i][j][0]);
-                    acc[i][j][1] = _mm256_fmadd_ps(w[i].b, xb, acc[i][j][1]);
-                }
-            }
+/* MXFP4 decode's byte tables: every k_e2m1[c] * 2^(s-127) has at most two
+ * significant bits, so its f32 is its top 16 bits (a bf16) and 16 zeros,
+ * subnormals (down to 2^-128), inf and -0 included. Row s holds those bf16's low
+ * bytes for c = 0..15, then their high bytes: kern_fp4_lut[s]'s bytes 2 and 3,
+ * computed here from integers (kern_mxfp4_bf16_table checks them against it).
+ * Magnitude m = c & 7 (m >= 1) is 2^E (1 + F/2): E = -1 for m = 1, else
+ * m / 2 - 1; F = m & 1 for m >= 2. t = E + s - 127 is the f32 exponent: from 128
+ * on inf, from -126 on normal, below it the subnormal (2 + F) 2^(t+132) in bf16
+ * units (2^-133). Scale 255 zeroes the group, keeping the code's sign. */
+#define FP4_E(m) ((m) == 1 ? -1 : ((m) >> 1) - 1)
+#define FP4_F(m) ((m) >= 2 && ((m) & 1))
+#define FP4_T(s, m) (FP4_E(m) + (s) - 127)
+#define FP4_MAG(s, m)                                                                                    \
+    ((s) == 255 || (m) == 0 ? 0                                                                          \
+     : FP4_T(s, m) >= 128   ? 0x7F80                                                                     \
+     : FP4_T(s, m) >= -126  ? (FP4_T(s, m) + 127) << 7 | FP4_F(m) << 6                                   \
+                            : (2 + FP4_F(m)) << (FP4_T(s, m) + 132 < 0 ? 0 : FP4_T(s, m) + 132))
+#define FP4_BF(s, c) (FP4_MAG(s, (c) & 7) | ((c) >> 3) << 15)
+#define FP4_B16(s, SH) \
+    (uint8_t)(FP4_BF(s, 0) >> (SH)), (uint8_t)(FP4_BF(s, 1) >> (SH)), (uint8_t)(FP4_BF(s, 2) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 3) >> (SH)), (uint8_t)(FP4_BF(s, 4) >> (SH)), (uint8_t)(FP4_BF(s, 5) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 6) >> (SH)), (uint8_t)(FP4_BF(s, 7) >> (SH)), (uint8_t)(FP4_BF(s, 8) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 9) >> (SH)), (uint8_t)(FP4_BF(s, 10) >> (SH)), (uint8_t)(FP4_BF(s, 11) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 12) >> (SH)), (uint8_t)(FP4_BF(s, 13) >> (SH)), (uint8_t)(FP4_BF(s, 14) >> (SH)), \
+    (uint8_t)(FP4_BF(s, 15) >> (SH))
+#define FP4_BROW(s) {FP4_B16(s, 0), FP4_B16(s, 8)}
+#define FP4_B4(s) FP4_BROW(s), FP4_BROW((s) + 1), FP4_BROW((s) + 2), FP4_BROW((s) + 3)
+#define FP4_B16R(s) FP4_B4(s), FP4_B4((s) + 4), FP4_B4((s) + 8), FP4_B4((s) + 12)
+#define FP4_B64(s) FP4_B16R(s), FP4_B16R((s) + 16), FP4_B16R((s) + 32), FP4_B16R((s) + 48)
+_Alignas(64) const uint8_t kern_x86_fp4_bf16[256][32] = {FP4_B64(0), FP4_B64(64), FP4_B64(128), FP4_B64(192)};
+
+/* Decode (T = 1) of one 32-group of RB rows: the 16 code bytes broadcast to both
+ * halves and the high half shifted right by 4 per 64 bits give, masked, 32
+ * codes (low half: columns 0, 2, .. 30; high half: 1, 3, .. 31); two vpshufb
+ * look each code's bf16 low and high byte up in the scale's row of
+ * kern_x86_fp4_bf16, two vpunpck[lh]bw pair them into 16-bit words, and each
+ * 32-bit word's two bf16 become f32 by a shift (the low one) and a mask (the
+ * high one): the LUT's own bits, sign and zero scales included, in XO_Q order.
+ * 7 shift / shuffle ops per 32 weights, 3 ands, 4 fmas. The LUT decoder before
+ * (fp4_w256: per 8 weights a broadcast, vpsrlvd, vpermps, shift and xor) spent
+ * 2 vpermps per 16 weights, and vpermps issues at about one per 1.3 cycles on
+ * Zen 3 (vpshufb, shifts: 2 per cycle); a vpshufb + shift form of that decoder
+ * (as the INT4 one) gained nothing, as it kept both vpermps. In cache on the
+ * Zen 3 VM (64 rows x 2048 columns, 16 x 7168; ns per 16 weights of one row, CPU
+ * time): 1.51-1.52 before, 0.92-0.98 after; 4 rows, x permuted per chunk: 1.53
+ * vs 1.17. b_kern, 24 K3 experts from DRAM: 5.5-5.9 -> 9.3-10.0 GB/s on 1
+ * thread (23-25% -> 38-43% of the probe; still this core's compute), 10.9-11.0
+ * -> 18.2-19.1 on 2 (20% -> 33-35%). */
+A256 INL void fp4_group256(__m256 acc[4][2], const uint8_t *const pr[4], const uint8_t *const tb[4], const float *X,
+                           const float *xp, int64_t g, int RB, int XP) {
+    const __m256i sh = _mm256_setr_epi64x(0, 0, 4, 4), m15 = _mm256_set1_epi8(15);
+    const __m256i hm = _mm256_set1_epi32((int)0xFFFF0000u);
+    __m256 xa[2], xb[2];
+    xperm_at(X, xp, g * 32, XP, XO_Q, &xa[0], &xb[0]);
+    xperm_at(X, xp, g * 32 + 16, XP, XO_Q, &xa[1], &xb[1]);
+    UNROLL for (int i = 0; i < RB; i++) {
+        const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(pr[i] + g * 16)));
+        const __m256i c = _mm256_and_si256(_mm256_srlv_epi64(v, sh), m15);
+        const __m256i tl = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)tb[i]));
+        const __m256i th = _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(const void *)(tb[i] + 16)));
+        const __m256i lo = _mm256_shuffle_epi8(tl, c), hi = _mm256_shuffle_epi8(th, c);
+        UNROLL for (int h = 0; h < 2; h++) { /* columns 16 h .. 16 h + 15 */
+            const __m256i w = h ? _mm256_unpackhi_epi8(lo, hi) : _mm256_unpacklo_epi8(lo, hi);
+            acc[i][0] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_slli_epi32(w, 16)), xa[h], acc[i][0]);
+            acc[i][1] = _mm256_fmadd_ps(_mm256_castsi256_ps(_mm256_and_si256(w, hm)), xb[h], acc[i][1]);
         }
     }
-    acc256_end(acc, Y, ldy, r, rs, t, st, sts, RB, TB);
 }
 
-/* Decode (T = 1) block on AVX2, the shape of fp4dec512 with fp4_w256's decoder
- * (contract order, so x needs no permute). With the broadcast-and-shift decoder
- * (before: unpack + two zero-extensions per 16 codes) and this block:
- * in-L2 15.3 vs 9.5 G weights/s per core (AVX2 table on the Zen 5 dev VM, CPU
- * time, best of 15, b_kern's expert shape). */
-A256 INL void fp4dec256(float *Y, const uint8_t *P, const uint8_t *S, int64_t cols, const float *X, int64_t r,
-                        int64_t rs, int RB, int64_t pf) {
+/* Decode block: 4 groups per iteration (one 64-byte line per row), one prefetch
+ * per row and line pf bytes ahead. */
+A256 INL void fp4dec256(float *Y, const uint8_t *P, const uint8_t *S, int64_t cols, const float *X, const float *xp,
+                        int64_t r, int64_t rs, int RB, int64_t pf, int XP) {
     const int64_t ng = cols / KERN_MXFP4_GROUP, rb = cols / 2;
-    const uint8_t *pr[4], *sr[4];
+    const uint8_t *pr[4], *sr[4], *tb[4];
     __m256 acc[4][2];
     UNROLL for (int i = 0; i < RB; i++) {
         pr[i] = P + (r + i * rs) * rb;
         sr[i] = S + (r + i * rs) * ng;
         acc[i][0] = acc[i][1] = _mm256_setzero_ps();
     }
-#define FP4DEC256_GROUP(G)                                                                                             \
-    do {                                                                                                               \
-        __m256 lut[4];                                                                                                 \
-        UNROLL for (int i = 0; i < RB; i++) lut[i] = fp4_lut256(sr[i][G]);                                            \
-        UNROLL for (int h = 0; h < 2; h++) {                                                                           \
-            const __m256 xa = _mm256_loadu_ps(X + (G) * 32 + h * 16), xb = _mm256_loadu_ps(X + (G) * 32 + h * 16 + 8); \
-            UNROLL for (int i = 0; i < RB; i++) {                                                                      \
-                const v16 w = fp4_w256(pr[i] + (G) * 16 + h * 8, lut[i]);                                              \
-                acc[i][0] = _mm256_fmadd_ps(w.a, xa, acc[i][0]);                                                       \
-                acc[i][1] = _mm256_fmadd_ps(w.b, xb, acc[i][1]);                                                       \
-            }                                                                                                          \
-        }                                                                                                              \
-    } while (0)
     int64_t g = 0;
     for (; g + 4 <= ng; g += 4) {
         UNROLL for (int i = 0; i < RB; i++) _mm_prefetch((const char *)pr[i] + pf + g * 16, _MM_HINT_T0);
-        FP4DEC256_GROUP(g);
-        FP4DEC256_GROUP(g + 1);
-        FP4DEC256_GROUP(g + 2);
-        FP4DEC256_GROUP(g + 3);
+        UNROLL for (int u = 0; u < 4; u++) {
+            UNROLL for (int i = 0; i < RB; i++) tb[i] = kern_x86_fp4_bf16[sr[i][g + u]];
+            fp4_group256(acc, pr, tb, X, xp, g + u, RB, XP);
+        }
     }
-    for (; g < ng; g++) FP4DEC256_GROUP(g);
-#undef FP4DEC256_GROUP
-    UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red256(acc[i][0], acc[i][1]);
+    for (; g < ng; g++) {
+        UNROLL for (int i = 0; i < RB; i++) tb[i] = kern_x86_fp4_bf16[sr[i][g]];
+        fp4_group256(acc, pr, tb, X, xp, g, RB, XP);
+    }
+    UNROLL for (int i = 0; i < RB; i++) Y[r + i * rs] = red_q256(acc[i][0], acc[i][1]);
+}
+
+/* Prefill tile row: columns [k0, k1) of row r as f32 in column order. Prefill
+ * runs PANELS256 with this as PREP (each 2-row x PAN_K tile decoded once for
+ * the panel's up to 64 activations, then blk256 on f32, as FP8 / INT4 do): the
+ * same weights and lanes as the block that decoded per 2 activations
+ * (fp4blk256) did. In cache on the Zen 3 VM (64 x 3584, G products/s per core,
+ * 2 interleaved runs): T = 2 14.2-14.3 vs 13.9-14.8, T = 4 18.3-20.2 vs
+ * 14.3-14.8, T = 8 22.7-23.9 vs 14.3-15.2, T = 64 23.5-24.9 vs 13.9-14.4. */
+A256 INL void fp4_widen256(float *dst, const uint8_t *P, const uint8_t *S, int64_t cols, int64_t r, int64_t k0,
+                           int64_t k1) {
+    const uint8_t *pr = P + r * (cols / 2), *sr = S + r * (cols / KERN_MXFP4_GROUP);
+    for (int64_t g = k0 / KERN_MXFP4_GROUP; g < k1 / KERN_MXFP4_GROUP; g++) {
+        const __m256 lut = fp4_lut256(sr[g]);
+        UNROLL for (int h = 0; h < 2; h++) {
+            const v16 w = fp4_w256(pr + g * 16 + h * 8, lut);
+            _mm256_store_ps(dst + g * 32 - k0 + h * 16, w.a);
+            _mm256_store_ps(dst + g * 32 - k0 + h * 16 + 8, w.b);
+        }
+    }
 }
 
 A256 static void mxfp4_avx2(float *Y, int64_t ldy, const uint8_t *P, const uint8_t *S,
@@ -490,13 +533,28 @@ A256 static void mxfp4_avx2(float *Y, int64_t ldy, const uint8_t *P, const uint8
     ST_ASSERT(cols % KERN_MXFP4_GROUP == 0);
     if (T == 1) {
         const int64_t rs = (r1 - r0) / 4, rb = cols / 2, pf = fp4_pf_rows(rb) * rb;
-        int64_t r = r0;
-        for (; r < r0 + rs; r++) fp4dec256(Y, P, S, cols, X, r, rs, 4, pf); /* each stream, rows ahead */
-        for (r = r0 + 4 * rs; r < r1; r++) fp4dec256(Y, P, S, cols, X, r, 1, 1, rb);
+        int64_t r;
+#define FP4_ROWS(XP)                                                                         \
+    do {                                                                                     \
+        for (r = r0; r < r0 + rs; r++) fp4dec256(Y, P, S, cols, X, xp, r, rs, 4, pf, XP);   \
+        for (r = r0 + 4 * rs; r < r1; r++) fp4dec256(Y, P, S, cols, X, xp, r, 1, 1, rb, XP); \
+    } while (0)
+        if (cols <= XPRE_MAX && r1 - r0 >= 16) {
+            float xp[XPRE_MAX] __attribute__((aligned(32)));
+            xperm_fill(xp, X, cols, XO_Q);
+            FP4_ROWS(1);
+        } else {
+            const float *xp = NULL;
+            FP4_ROWS(0);
+        }
+#undef FP4_ROWS
         return;
     }
-#define BLK_F(RB, TB, k0, k1, st, sts) fp4blk256(Y, ldy, P, S, cols, X, ldx, r, rs, t, RB, TB, k0, k1, st, sts)
-    DRIVER256(BLK_F)
+    float wt[2 * PAN_K] __attribute__((aligned(32)));
+#define PREP_F(rbn, k0, k1) for (int i_ = 0; i_ < (rbn); i_++) fp4_widen256(wt + i_ * PAN_K, P, S, cols, r + i_, k0, k1)
+#define BLK_F(RB, TB, k0, k1, st, sts) blk256(NULL, 0, wt, DT_F32, PAN_K, X + (k0), ldx, 0, 1, t, RB, TB, 0, (k1) - (k0), st, sts)
+    PANELS256(BLK_F, PREP_F)
+#undef PREP_F
 #undef BLK_F
 }
 

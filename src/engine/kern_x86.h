@@ -346,6 +346,77 @@ A256 INL void blk256(float *Y, int64_t ldy, const void *W, int dt, int64_t cols,
     acc256_end(acc, Y, ldy, r, rs, t, st, sts, RB, TB);
 }
 
+/* The AVX2 decoders' column orders. A decoder that produces a 16-column chunk's
+ * weights in another lane order than the contract's permutes x the same way
+ * (x permuted once per call, or per chunk for all rows of a block) and its
+ * accumulators back before the contract's tree, so every lane still sees its
+ * columns in order. XO_EO (FP8, INT4: kern_x86q.c): the even columns {0, 2, ..
+ * 14}, then the odd ones. XO_Q (MXFP4: kern_x86.c fp4_group256): {0, 4, 8, 12,
+ * 1, 5, 9, 13}, then {2, 6, 10, 14, 3, 7, 11, 15}. */
+enum { XO_EO, XO_Q };
+
+/* x[0..15] in XO_EO order: {0-3 | 8-11} and {4-7 | 12-15} shuffled by their even
+ * and odd elements. */
+A256 INL void xeo256(const float *x, __m256 *e, __m256 *o) {
+    const __m256 a = _mm256_loadu2_m128(x + 8, x), b = _mm256_loadu2_m128(x + 12, x + 4);
+    *e = _mm256_shuffle_ps(a, b, 0x88);
+    *o = _mm256_shuffle_ps(a, b, 0xDD);
+}
+
+/* x[0..15] in XO_Q order: the same halves interleaved ({0, 4, 1, 5 | 8, 12, 9,
+ * 13} and {2, 6, 3, 7 | 10, 14, 11, 15}), then their 64-bit pairs 1 and 2
+ * swapped. */
+A256 INL void xq256(const float *x, __m256 *a, __m256 *b) {
+    const __m256 p = _mm256_loadu2_m128(x + 8, x), q = _mm256_loadu2_m128(x + 12, x + 4);
+    *a = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_unpacklo_ps(p, q)), 0xD8));
+    *b = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_unpackhi_ps(p, q)), 0xD8));
+}
+
+A256 INL void xperm256(const float *x, int ord, __m256 *a, __m256 *b) {
+    if (ord == XO_Q) xq256(x, a, b);
+    else xeo256(x, a, b);
+}
+
+/* x in order ord for columns [k, k + 16): XP, from xp, where the caller stored
+ * all of x's permuted once per call (cols <= XPRE_MAX); else permuted here, once
+ * per 16 columns for all rows of the block. Once per call saves those ~4
+ * shuffles per 16 columns and block (in-L2 decode of 64 rows x 2048, best of 6
+ * interleaved runs: FP8 1.37 -> 1.25 ns per 16 weights, INT4 1.40 -> 1.22);
+ * calls of under 16 rows permute in the loop, as the fill would not pay. */
+#define XPRE_MAX 8192 /* widest decode row whose x is permuted once per call (32 KB of stack) */
+A256 INL void xperm_at(const float *X, const float *xp, int64_t k, int XP, int ord, __m256 *a, __m256 *b) {
+    if (XP) {
+        *a = _mm256_load_ps(xp + k);
+        *b = _mm256_load_ps(xp + k + 8);
+    } else {
+        xperm256(X + k, ord, a, b);
+    }
+}
+
+/* xp = x in order ord for the n - n % 16 columns. */
+A256 INL void xperm_fill(float *xp, const float *X, int64_t n, int ord) {
+    for (int64_t k = 0; k + 16 <= n; k += 16) {
+        __m256 a, b;
+        xperm256(X + k, ord, &a, &b);
+        _mm256_store_ps(xp + k, a);
+        _mm256_store_ps(xp + k + 8, b);
+    }
+}
+
+/* The lane sum of XO_EO accumulators: interleaved back to lanes 0-7, 8-15. */
+A256 INL float red_eo256(__m256 e, __m256 o) {
+    const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
+    return red256(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
+}
+
+/* The lane sum of XO_Q accumulators: interleaved ({0, 2, 4, 6 | 1, 3, 5, 7} and
+ * {8, 10, 12, 14 | 9, 11, 13, 15}), then each in lane order by one vpermps. */
+A256 INL float red_q256(__m256 a, __m256 b) {
+    const __m256i ix = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    return red256(_mm256_permutevar8x32_ps(_mm256_unpacklo_ps(a, b), ix),
+                  _mm256_permutevar8x32_ps(_mm256_unpackhi_ps(a, b), ix));
+}
+
 /* DRIVER512's walk with AVX2 block shapes: decode 4x1, otherwise 2x2 blocks in
  * PAN_T x PAN_K panels (PANELS256's PREP as PANELS512's, per 2-row tile). */
 #define DRIVER256(BLK) DECODE256(BLK) PANELS256(BLK, NO_PREP)

@@ -93,47 +93,6 @@ A256 INL void fp8_eo(const uint8_t *p, __m256 *e, __m256 *o) {
     *o = _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(w, 4), m));
 }
 
-/* x[0..15] as {x0, x2, .. x14} and {x1, x3, .. x15}: {0-3 | 8-11} and {4-7 | 12-15}
- * shuffled by their even and odd elements. */
-A256 INL void xeo256(const float *x, __m256 *e, __m256 *o) {
-    const __m256 a = _mm256_loadu2_m128(x + 8, x), b = _mm256_loadu2_m128(x + 12, x + 4);
-    *e = _mm256_shuffle_ps(a, b, 0x88);
-    *o = _mm256_shuffle_ps(a, b, 0xDD);
-}
-
-/* x's even / odd permutation for columns [k, k + 16): XP, from xp, where the
- * caller stored all of x's permuted once per call (cols <= KQ_XPRE_MAX); else
- * permuted here, once per 16 columns for all rows of the block. Once per call
- * saves those ~4 shuffles per 16 columns and block (in-L2 decode of 64 rows x
- * 2048, best of 6 interleaved runs: FP8 1.37 -> 1.25 ns per 16 weights, INT4
- * 1.40 -> 1.22); calls of under 16 rows permute in the loop, as the fill would
- * not pay. */
-#define KQ_XPRE_MAX 8192 /* widest decode row whose x is permuted once per call (32 KB of stack) */
-A256 INL void xeo_at(const float *X, const float *xp, int64_t k, int XP, __m256 *e, __m256 *o) {
-    if (XP) {
-        *e = _mm256_load_ps(xp + k);
-        *o = _mm256_load_ps(xp + k + 8);
-    } else {
-        xeo256(X + k, e, o);
-    }
-}
-
-/* xp = x permuted by xeo256 for the n - n % 16 columns. */
-A256 INL void xeo_fill(float *xp, const float *X, int64_t n) {
-    for (int64_t k = 0; k + 16 <= n; k += 16) {
-        __m256 e, o;
-        xeo256(X + k, &e, &o);
-        _mm256_store_ps(xp + k, e);
-        _mm256_store_ps(xp + k + 8, o);
-    }
-}
-
-/* The lane sum of even / odd accumulators: interleaved back to lanes 0-7, 8-15. */
-A256 INL float red_eo256(__m256 e, __m256 o) {
-    const __m256 lo = _mm256_unpacklo_ps(e, o), hi = _mm256_unpackhi_ps(e, o);
-    return red256(_mm256_permute2f128_ps(lo, hi, 0x20), _mm256_permute2f128_ps(lo, hi, 0x31));
-}
-
 /* The weight from h = e4m3 2^-120: FAST, h (2^120 S), the one rounding of the
  * exact e4m3 S whenever 2^120 S is exact (|S| < 2^8 or S not finite: inf and NaN
  * stay themselves, 0 h inf is NaN as 0 inf); else (h 2^120) S, h 2^120 = e4m3
@@ -178,7 +137,7 @@ A256 INL void fp8_span256(__m256 acc[4][2], const uint8_t *const wr[4], const __
                           const float *xp, int64_t k, int64_t k1, int RB, int FAST, int XP, int PAT) {
     for (; k + 16 <= k1; k += 16) {
         __m256 xa, xb;
-        if (PAT) xeo_at(X, xp, k, XP, &xa, &xb);
+        if (PAT) xperm_at(X, xp, k, XP, XO_EO, &xa, &xb);
         else {
             xa = _mm256_loadu_ps(X + k);
             xb = _mm256_loadu_ps(X + k + 8);
@@ -289,9 +248,9 @@ A256 void kern_x86_fp8_avx2_decode(float *Y, const uint8_t *W, const float *S, i
         const float *xp = NULL;
         if (fast) FP8_ROWS(1, 0, 0);
         else FP8_ROWS(0, 0, 0);
-    } else if (cols <= KQ_XPRE_MAX && r1 - r0 >= 16) {
-        float xp[KQ_XPRE_MAX] __attribute__((aligned(32)));
-        xeo_fill(xp, X, cols);
+    } else if (cols <= XPRE_MAX && r1 - r0 >= 16) {
+        float xp[XPRE_MAX] __attribute__((aligned(32)));
+        xperm_fill(xp, X, cols, XO_EO);
         if (fast) FP8_ROWS(1, 1, 1);
         else FP8_ROWS(0, 1, 1);
     } else {
@@ -361,8 +320,8 @@ A256 INL void int4_group256(__m256 acc[4][2], const uint8_t *const pr[4], const 
                                                            8, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0));
     const __m256i m = _mm256_set1_epi32(15);
     __m256 xe[2], xo[2];
-    xeo_at(X, xp, g * 32, XP, &xe[0], &xo[0]);
-    xeo_at(X, xp, g * 32 + 16, XP, &xe[1], &xo[1]);
+    xperm_at(X, xp, g * 32, XP, XO_EO, &xe[0], &xo[0]);
+    xperm_at(X, xp, g * 32 + 16, XP, XO_EO, &xe[1], &xo[1]);
     UNROLL for (int i = 0; i < RB; i++) {
         const __m256 s = _mm256_broadcast_ss(sf[i]), s8 = _mm256_broadcast_ss(sf[i] + 4);
         const __m256i v = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)(pr[i] + g * 16)));
@@ -458,9 +417,9 @@ A256 void kern_x86_int4_avx2(float *Y, int64_t ldy, const int32_t *Wp, const uin
         for (r = r0; r < r0 + rs; r++) int4dec256(Y, Wp, S, cols, X, xp, r, rs, 4, pf, F, XP);     \
         for (r = r0 + 4 * rs; r < r1; r++) int4dec256(Y, Wp, S, cols, X, xp, r, 1, 1, rb, F, XP); \
     } while (0)
-        if (cols <= KQ_XPRE_MAX && r1 - r0 >= 16) {
-            float xp[KQ_XPRE_MAX] __attribute__((aligned(32)));
-            xeo_fill(xp, X, cols);
+        if (cols <= XPRE_MAX && r1 - r0 >= 16) {
+            float xp[XPRE_MAX] __attribute__((aligned(32)));
+            xperm_fill(xp, X, cols, XO_EO);
             if (fast) INT4_ROWS(1, 1);
             else INT4_ROWS(0, 1);
         } else {
@@ -594,8 +553,8 @@ A512 INL void int4dec512(float *Y, const int32_t *Wp, const uint16_t *S, int64_t
 A512 void kern_x86_int4_avx512(float *Y, int64_t ldy, const int32_t *Wp, const uint16_t *S, int64_t cols,
                                const float *X, int64_t ldx, int64_t T, int64_t r0, int64_t r1) {
     ST_ASSERT(cols % KERN_INT4_GROUP == 0);
-    if (T == 1 && cols <= KQ_XPRE_MAX) {
-        float xp[KQ_XPRE_MAX] __attribute__((aligned(64)));
+    if (T == 1 && cols <= XPRE_MAX) {
+        float xp[XPRE_MAX] __attribute__((aligned(64)));
         const __m512i fwd = _mm512_set_epi32(15, 7, 14, 6, 13, 5, 12, 4, 11, 3, 10, 2, 9, 1, 8, 0);
         for (int64_t k = 0; k < cols; k += 16) _mm512_store_ps(xp + k, _mm512_permutexvar_ps(fwd, _mm512_loadu_ps(X + k)));
         const int64_t rs = (r1 - r0) / 4, rb = cols / 2, pf = fp4_pf_rows(rb) * rb;
