@@ -100,6 +100,24 @@ TEST(mtp_draft_bit_identity_reference_layout) {
     bit_identity(dir);
 }
 
+/* DeepSeek's FP8 releases keep layer 61's eh_proj BF16 (family-formats.md 3.4),
+ * as the reference writer's dsv3-fp8 layout does: --draft mtp binds it plain
+ * among FP8 matrices, and the output is plain decode's. */
+TEST(mtp_draft_fp8_release_eh_proj_bf16) {
+    char dir[1024], cmd[2048], a[512], b[512];
+    snprintf(dir, sizeof dir, "%s/mtp-fp8", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 tests/reference/make_deepseek.py %s --layout dsv3-fp8 --seed 43 >/dev/null 2>&1",
+             dir);
+    if (t_run(cmd, NULL) != 0) {
+        fprintf(stderr, "  (mtp_draft_fp8_release_eh_proj_bf16: skipped, make_deepseek.py did not run)\n");
+        return;
+    }
+    CHECK(t_run_logits(dir, "--threads 2", "fp8plain", 10, a, sizeof a) == 0);
+    CHECK(t_run_logits(dir, "--threads 2 --spec 2 --draft mtp", "fp8mtp", 10, b, sizeof b) == 0);
+    CHECK_MSG(!strcmp(a, b) && t_same_logits("fp8plain", "fp8mtp"), "%s vs %s", b, a);
+    CHECK_MSG(drafted("fp8mtp") > 0, "no drafts");
+}
+
 /* Refused: a config without MTP layers, and one that declares a layer the
  * checkpoint lacks (the missing tensors named). */
 TEST(mtp_draft_refusals) {

@@ -102,7 +102,9 @@ static void mat(walker *w, int cls, int role, int64_t L, int64_t E, int64_t r, i
 }
 
 /* A trunk matrix: FP8 under SW_TRUNK_FP8 unless the published checkpoints keep
- * it plain (the router gate: its scores pick experts). */
+ * it plain: the router gate (its scores pick experts) and the MTP layer's
+ * eh_proj (BF16 in DeepSeek's FP8 releases: family-formats.md 3.4; vLLM and
+ * SGLang build it as an unquantised nn.Linear). */
 static void trunk_mat(walker *w, int role, int64_t L, int64_t r, int64_t c, const char *fmt, ...) ST_PRINTF(6, 7);
 static void trunk_mat(walker *w, int role, int64_t L, int64_t r, int64_t c, const char *fmt, ...) {
     if (w->rc) return;
@@ -111,7 +113,7 @@ static void trunk_mat(walker *w, int role, int64_t L, int64_t r, int64_t c, cons
     va_start(ap, fmt);
     vsnprintf(name, sizeof name, fmt, ap);
     va_end(ap);
-    mat(w, TC_LAYER, role, L, -1, r, c, (w->wf & SW_TRUNK_FP8) && role != R_MOE_ROUTER ? WF_FP8 : WF_PLAIN, name);
+    mat(w, TC_LAYER, role, L, -1, r, c, (w->wf & SW_TRUNK_FP8) && role != R_MOE_ROUTER && role != R_MTP_EH ? WF_FP8 : WF_PLAIN, name);
 }
 
 #define MAT(role, r, c, ...) trunk_mat(w, role, L, r, c, __VA_ARGS__)

@@ -44,7 +44,7 @@ static int quant_fmt(const tspec *ts, const gen_opts *o) {
     if (k != WF_PLAIN || schema_is_companion(ts->kind)) return ts->kind == TK_FP8_SCALE ? WF_FP8 : k ? k : WF_INT4;
     if (!o->dequantize || ts->kind != TK_MATRIX) return WF_PLAIN;
     if (ts->cls == TC_EXPERT) return o->weights == GEN_W_FP8 ? WF_FP8 : o->weights == GEN_W_INT4 ? WF_INT4 : WF_PLAIN;
-    if (ts->cls == TC_LAYER && o->weights == GEN_W_FP8 && ts->role != R_MOE_ROUTER) return WF_FP8;
+    if (ts->cls == TC_LAYER && o->weights == GEN_W_FP8 && ts->role != R_MOE_ROUTER && ts->role != R_MTP_EH) return WF_FP8;
     return WF_PLAIN;
 }
 
