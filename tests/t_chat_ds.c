@@ -240,16 +240,31 @@ static tok *k2_tok(const char *tmpl) {
     return t;
 }
 
+/* The parts of the two templates that differ (family-formats.md 2.1): K2.5's
+ * generation prompt opens <think> (closed at once when thinking is false);
+ * K2-Thinking's ends at <|im_middle|>. Both render image parts as
+ * <|media_start|>image<|media_content|><|media_pad|><|media_end|>. */
+#define K25_GEN_PROMPT                                                                                          \
+    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% if thinking is defined and "     \
+    "thinking is false %}<think></think>{% else %}<think>{% endif %}{% endif %}"
+#define K2T_TEMPLATE                                                                                            \
+    "{% for m in messages %}{% if m['role'] == 'assistant' %}<think></think>{% endif %}"                     \
+    "<|media_start|>image<|media_content|><|media_pad|><|media_end|>{% endfor %}"                              \
+    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}"
+
 /* family-formats.md 2.1: K2-Thinking drops the reasoning of turns before the last
  * user message (<think></think>), keeps it after; the prompt ends at
  * <|im_middle|>. K2.5's prompt ends <think> or <think></think>. Goldens written
  * from those sentences. */
 TEST(chat_k2_thinking) {
-    tok *kt = k2_tok(NULL), *k25 = k2_tok("{# media placeholder #}");
+    /* told apart by the generation prompt, not by the image markers both have */
+    tok *kt = k2_tok(NULL), *k25 = k2_tok(K25_GEN_PROMPT), *ktm = k2_tok(K2T_TEMPLATE);
     char err[256];
     chat_ids c;
     CHECK(kt && chat_ids_init(&c, kt, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K2_THINKING);
     CHECK(k25 && chat_ids_init(&c, k25, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K25);
+    CHECK(ktm && chat_ids_init(&c, ktm, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K2_THINKING);
+    tok_close(ktm);
     const chat_msg m[] = {{.role = CHAT_USER, .content = "q1", .reasoning = NULL}, {.role = CHAT_ASSISTANT, .content = "a1", .reasoning = "r1"}, {.role = CHAT_USER, .content = "q2", .reasoning = NULL},
                           {.role = CHAT_ASSISTANT, .content = "a2", .reasoning = "r2"}};
     static const char hist[] =
@@ -281,4 +296,39 @@ TEST(chat_k2_thinking) {
     }
     tok_close(kt);
     tok_close(k25);
+}
+
+/* K2-Thinking and K2.5 publish their template as chat_template.jinja beside a
+ * tokenizer_config.json without one: tok_open_dir reads it, so a K2.5 directory
+ * renders K2.5's prompt (ending <think>), and a template in
+ * tokenizer_config.json still wins. */
+TEST(chat_k2_template_jinja) {
+    const char *m = t_model("kimi-k2-thinking-tiny", "kimi-k2-thinking-tiny", 7, 0);
+    CHECK(m != NULL);
+    if (!m) return;
+    char cmd[4096], dir[1024], err[256];
+    snprintf(dir, sizeof dir, "%s/k25-jinja", t_tmpdir);
+    snprintf(cmd, sizeof cmd, "rm -rf %s && cp -r %s %s && /usr/bin/python3 -c \"import json,sys; p=sys.argv[1]; "
+             "d=json.load(open(p)); d.pop('chat_template'); json.dump(d, open(p, 'w'))\" %s/tokenizer_config.json",
+             dir, m, dir, dir);
+    CHECK(t_run(cmd, NULL) == 0);
+    const char *j = t_write("k25-jinja/chat_template.jinja", K25_GEN_PROMPT "\n", sizeof K25_GEN_PROMPT);
+    CHECK(j != NULL);
+    tok *t = NULL;
+    chat_ids c;
+    CHECK_MSG(tok_open_dir(&t, dir, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(t && tok_chat_template(t) && strstr(tok_chat_template(t), "thinking is false"));
+    CHECK(t && chat_ids_init(&c, t, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K25);
+    const chat_msg u = {.role = CHAT_USER, .content = "hi", .reasoning = NULL};
+    int32_t *ids = NULL;
+    size_t n = 0, cap = 0;
+    CHECK(t && chat_render(t, &u, 1, CHAT_THINK_HIGH, CHAT_GEN, &ids, &n, &cap, err, sizeof err) == 0);
+    CHECK(n > 0 && ids[n - 1] == c.think);
+    base_free(ids);
+    tok_close(t);
+    /* the K2-Thinking directory as generated (its template in tokenizer_config.json) */
+    t = NULL;
+    CHECK_MSG(tok_open_dir(&t, m, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(t && chat_ids_init(&c, t, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K2_THINKING);
+    tok_close(t);
 }

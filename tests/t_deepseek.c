@@ -509,13 +509,14 @@ TEST(ds_small_defects) {
 }
 
 /* strata chat picks the format from the model's tokenizer (tokenizer.json's
- * chat_template for DeepSeek, K2's specials and <think> for K2-Thinking), and an
- * R1 reply starts in the think channel. */
+ * chat_template for DeepSeek, K2's specials and <think> for K2-Thinking, and
+ * K2.5's template opening <think> in its prompt), and an R1 or K2.5 reply starts
+ * in the think channel. */
 TEST(ds_chat_formats_from_tokenizer) {
     static const struct { const char *preset, *fmt; int think; } k[] = {
         {"deepseek-v3-tiny", "DeepSeek-V3", 0}, {"deepseek-r1-tiny", "DeepSeek-R1", 1},
         {"kimi-k2-instruct-tiny", "Kimi K2 ", 0}, {"kimi-k2-thinking-tiny", "Kimi K2-Thinking", -1},
-        {"kimi-k2-tiny", "Kimi K2 ", 0}, {"kimi-k25-tiny", "Kimi K2-Thinking", -1},
+        {"kimi-k2-tiny", "Kimi K2 ", 0}, {"kimi-k25-tiny", "Kimi K2.5", 1},
     };
     for (size_t i = 0; i < sizeof k / sizeof *k; i++) {
         const char *m = t_model(k[i].preset, k[i].preset, 7, 0);

@@ -52,6 +52,15 @@ static int ds_variant(const tok *t, int32_t think) {
     return strstr(tm, "<think>") ? CHAT_FMT_R1 : CHAT_FMT_DSV3;
 }
 
+/* K2.5's template opens <think> in its generation prompt (family-formats.md
+ * 2.1); K2-Thinking's ends at <|im_middle|>. Both render images with
+ * <|media_start|>..., so "media" alone does not tell them apart. */
+static int k25_template(const char *tm) {
+    const char *g = tm ? strstr(tm, "add_generation_prompt") : NULL, *n;
+    while (g && (n = strstr(g + 1, "add_generation_prompt"))) g = n;
+    return g && strstr(g, "<think>");
+}
+
 int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen) {
     static const char *xtml[] = {"<|open|>", "<|close|>", "<|sep|>", "<|end_of_msg|>"};
     static const char *k2[] = {"<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>", "<|im_end|>"};
@@ -72,10 +81,7 @@ int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen) {
         if ((*dk[i] = tok_special_id(t, k2[i])) < 0 && !missing_k2) missing_k2 = k2[i];
     c->fmt = CHAT_FMT_K2;
     if (!missing_k2) {
-        if (c->think >= 0 && c->think_end >= 0) {
-            const char *tm = tok_chat_template(t);
-            c->fmt = tm && strstr(tm, "media") ? CHAT_FMT_K25 : CHAT_FMT_K2_THINKING;
-        }
+        if (c->think >= 0 && c->think_end >= 0) c->fmt = k25_template(tok_chat_template(t)) ? CHAT_FMT_K25 : CHAT_FMT_K2_THINKING;
         goto named;
     }
     c->im_system = c->im_user = c->im_assistant = c->im_middle = c->eom = -1;

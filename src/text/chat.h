@@ -84,8 +84,8 @@ int chat_role_parse(const char *s); /* "system" | "user" | "assistant" | "tool" 
  *   CHAT_FMT_K25   the same history; the prompt ends <think> (effort not off) or
  *                  <think></think> (off).
  * Chosen when a K2 tokenizer has <think> and </think>: K2.5 when its chat_template
- * mentions "media" (K2.5 is the vision model: a marker, not a guarantee), else
- * K2-Thinking. */
+ * (tokenizer_config.json's, else chat_template.jinja) writes <think> after its
+ * last add_generation_prompt, else K2-Thinking. */
 
 /* The control ids of a tokenizer and the format they define. eom ends a
  * message (<|end_of_msg|>, <|im_end|> or <｜end▁of▁sentence｜>); the markers of

@@ -77,7 +77,8 @@ int tok_open_dir(tok **out, const char *dir, int *cfg_bad, char *err, size_t err
  * or -1. tok_encode never adds it. */
 int32_t tok_bos_id(const tok *t);
 /* tokenizer_config.json's chat_template (for a tokenizer.json model the "default"
- * one of a list), or NULL. chat.c looks for format markers in it. */
+ * one of a list), else (tok_open_dir) the directory's chat_template.jinja, or
+ * NULL. chat.c looks for format markers in it. */
 const char *tok_chat_template(const tok *t);
 
 /* Adds one special token (content matched literally when specials are allowed).

@@ -700,7 +700,31 @@ int tok_open_dir(tok **out, const char *dir, int *cfg_bad, char *err, size_t err
     const char *cfg = base_is_file(tc) ? tc : NULL;
     /* tiktoken.model wins: it is what Kimi's own tokenization_kimi.py reads, and
      * a tokenizer.json beside it would be a conversion. */
-    if (base_is_file(tk)) return tok_open_ex(out, tk, cfg, TOK_PAT_KIMI, cfg_bad, err, errlen);
-    if (base_is_file(js)) return tok_open_hf(out, js, cfg, cfg_bad, err, errlen);
-    return base_fail(err, errlen, STRATA_EIO, "%s has no tokenizer (tiktoken.model or tokenizer.json)", dir);
+    int rc;
+    if (base_is_file(tk)) rc = tok_open_ex(out, tk, cfg, TOK_PAT_KIMI, cfg_bad, err, errlen);
+    else if (base_is_file(js)) rc = tok_open_hf(out, js, cfg, cfg_bad, err, errlen);
+    else return base_fail(err, errlen, STRATA_EIO, "%s has no tokenizer (tiktoken.model or tokenizer.json)", dir);
+    /* Kimi K2-Thinking and K2.5 ship their template as chat_template.jinja, not
+     * in tokenizer_config.json (as transformers >= 4.43 saves it); chat.c tells
+     * the formats apart by it. tokenizer_config.json's wins when both exist. */
+    char jj[4200];
+    snprintf(jj, sizeof jj, "%s/chat_template.jinja", dir);
+    if (!rc && !(*out)->chat_template && base_is_file(jj)) {
+        uint8_t *b = NULL;
+        size_t n = 0;
+        rc = base_read_file(jj, 16u << 20, &b, &n, err, errlen);
+        if (!rc && !((*out)->chat_template = base_alloc(n + 1, MEM_TOK)))
+            rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", jj);
+        if (!rc) {
+            memcpy((*out)->chat_template, b, n);
+            (*out)->chat_template[n] = 0;
+        }
+        base_free(b);
+        if (rc) {
+            if (cfg_bad) *cfg_bad = 1;
+            tok_close(*out);
+            *out = NULL;
+        }
+    }
+    return rc;
 }

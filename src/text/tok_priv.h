@@ -105,7 +105,7 @@ struct tok {
     pcre2_code *split_re[TOK_MAX_SPLITS];
     int split_jit[TOK_MAX_SPLITS];
     int32_t bos;         /* id the post-processor puts in front (add_bos), or -1 */
-    char *chat_template; /* tokenizer_config.json's chat_template, or NULL */
+    char *chat_template; /* tokenizer_config.json's chat_template, else chat_template.jinja, or NULL */
 };
 
 typedef struct {

@@ -528,6 +528,20 @@ static const char k_k2_thinking_template[] =
     "{% if loop.index0 > ns.last_user %}<think>{{ m.get('reasoning_content', '') }}</think>{% else %}<think></think>{% endif %}"
     "{{ m['content'] }}<|im_end|>{% endif %}{% endfor %}"
     "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}";
+/* K2.5's: K2-Thinking's history; its generation prompt opens <think>, or
+ * closes it at once when the caller passes thinking=false (family-formats.md 2.1). */
+static const char k_k25_template[] =
+    "{% if messages[0]['role'] != 'system' %}<|im_system|>system<|im_middle|>"
+    "You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>{% endif %}"
+    "{% set ns = namespace(last_user=-1) %}{% for m in messages %}{% if m['role'] == 'user' %}"
+    "{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
+    "{% for m in messages %}{% if m['role'] == 'system' %}<|im_system|>system<|im_middle|>{{ m['content'] }}<|im_end|>"
+    "{% elif m['role'] == 'user' %}<|im_user|>user<|im_middle|>{{ m['content'] }}<|im_end|>"
+    "{% elif m['role'] == 'assistant' %}<|im_assistant|>assistant<|im_middle|>"
+    "{% if loop.index0 > ns.last_user %}<think>{{ m.get('reasoning_content', '') }}</think>{% else %}<think></think>{% endif %}"
+    "{{ m['content'] }}<|im_end|>{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>"
+    "{% if thinking is defined and thinking is false %}<think></think>{% else %}<think>{% endif %}{% endif %}";
 static const char k_k2_template[] =
     "{% if messages[0]['role'] != 'system' %}<|im_system|>system<|im_middle|>"
     "You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>{% endif %}"
@@ -614,7 +628,8 @@ int gen_write_tokenizer(const char *dir, const cfg *c, const gen_opts *o, int64_
     sbuf_printf(&b, "  \"pad_token\": \"%s\",\n", special_name(c, o, c->vocab - 1 - n_ranks, name, sizeof name));
     if (o->tok == GEN_TOK_K2 || o->tok == GEN_TOK_K2_THINKING) {
         sbuf_printf(&b, "  \"chat_template\": ");
-        put_json_text(&b, o->tok == GEN_TOK_K2 ? k_k2_template : k_k2_thinking_template);
+        put_json_text(&b, o->tok == GEN_TOK_K2 ? k_k2_template
+                          : c->arch == ARCH_KIMI_K25 ? k_k25_template : k_k2_thinking_template);
         sbuf_printf(&b, ",\n");
     }
     sbuf_printf(&b, "  \"unk_token\": null,\n  \"clean_up_tokenization_spaces\": false,\n");
