@@ -32,8 +32,10 @@ TEST(kl_real_config) {
     CHECK(s.params_total == 49122681728ull); /* the release's count */
     CHECK(s.expert_bytes == 14155776ull);
     CHECK(s.n_kda == 20 && s.n_mla == 7);
-    /* the writer round-trips */
+    /* the writer round-trips, and writes the release's values (root head_dim 72 =
+     * hidden / heads, linear_attn_config's 128) */
     char *js = cfg_to_json(&c);
+    CHECK(js && strstr(js, "\"head_dim\": 72,") && strstr(js, "\"head_dim\": 128,"));
     cfg r;
     rc = cfg_parse(&r, (const uint8_t *)js, strlen(js), "written", err, sizeof err);
     CHECK_MSG(rc == 0, "%s", err);
