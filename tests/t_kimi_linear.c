@@ -32,8 +32,10 @@ TEST(kl_real_config) {
     CHECK(s.params_total == 49122681728ull); /* the release's count */
     CHECK(s.expert_bytes == 14155776ull);
     CHECK(s.n_kda == 20 && s.n_mla == 7);
-    /* the writer round-trips */
+    /* the writer round-trips, and writes the release's values (root head_dim 72 =
+     * hidden / heads, linear_attn_config's 128) */
     char *js = cfg_to_json(&c);
+    CHECK(js && strstr(js, "\"head_dim\": 72,") && strstr(js, "\"head_dim\": 128,"));
     cfg r;
     rc = cfg_parse(&r, (const uint8_t *)js, strlen(js), "written", err, sizeof err);
     CHECK_MSG(rc == 0, "%s", err);
@@ -66,6 +68,52 @@ TEST(kl_config_refusals) {
     char err[1024];
     CHECK(m && cfg_parse(&c, (const uint8_t *)m, strlen(m), "q", err, sizeof err) == 0 && c.q_lora == 64);
     base_free(m);
+    base_free(js);
+}
+
+/* A config that gives only kda_layers (Hugging Face's is_kda_layer reads nothing
+ * else) or only full_attn_layers has the released layer map, one-based or with
+ * kda_layer_index_base 0; both lists given must still agree. */
+TEST(kl_config_one_layer_list) {
+    char *js = t_slurp(KL_REAL);
+    CHECK(js != NULL);
+    if (!js) return;
+    cfg ref;
+    char err[1024];
+    cfg_kimi_linear(&ref);
+    char *full = strstr(js, "\"full_attn_layers\""), *kda = strstr(js, "\"kda_layers\"");
+    char *full_end = full ? strstr(full, "],") : NULL, *kda_end = kda ? strstr(kda, "],") : NULL;
+    CHECK(full_end && kda_end);
+    if (!full_end || !kda_end) { base_free(js); return; }
+    for (int drop = 0; drop < 2; drop++) {
+        /* the text without one list (its key through "],") */
+        const char *a = drop ? kda : full, *b = (drop ? kda_end : full_end) + 2;
+        char *m = base_alloc(strlen(js) + 1, MEM_MISC);
+        CHECK(m != NULL);
+        if (!m) break;
+        snprintf(m, strlen(js) + 1, "%.*s%s", (int)(a - js), js, b);
+        cfg c;
+        int rc = cfg_parse(&c, (const uint8_t *)m, strlen(m), "one list", err, sizeof err);
+        CHECK_MSG(rc == 0, "without %s: %s", drop ? "kda_layers" : "full_attn_layers", err);
+        CHECK(rc || (c.n_mla == 7 && memcmp(c.is_mla, ref.is_mla, sizeof c.is_mla) == 0));
+        base_free(m);
+    }
+    /* kda_layers alone, zero-based */
+    static const char k0[] = "{\"model_type\": \"kimi_linear\", \"hidden_size\": 64, \"num_hidden_layers\": 4, "
+        "\"vocab_size\": 512, \"rms_norm_eps\": 1e-5, \"num_attention_heads\": 4, \"q_lora_rank\": null, "
+        "\"kv_lora_rank\": 32, \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 8, \"v_head_dim\": 16, "
+        "\"num_experts\": 8, \"num_experts_per_token\": 2, \"num_shared_experts\": 1, \"moe_intermediate_size\": 32, "
+        "\"routed_scaling_factor\": 2.446, \"first_k_dense_replace\": 1, \"intermediate_size\": 128, "
+        "\"linear_attn_config\": {\"num_heads\": 4, \"head_dim\": 16, \"short_conv_kernel_size\": 4, "
+        "\"kda_layer_index_base\": 0, \"kda_layers\": [0, 2, 3]}}";
+    cfg c;
+    int rc = cfg_parse(&c, (const uint8_t *)k0, strlen(k0), "k0", err, sizeof err);
+    CHECK_MSG(rc == 0, "%s", err);
+    CHECK(rc || (c.n_mla == 1 && c.is_mla[1] && !c.is_mla[0] && !c.is_mla[2] && !c.is_mla[3]));
+    /* every layer KDA leaves no MLA layer: refused */
+    char *all = t_subst1(k0, "[0, 2, 3]", "[0, 1, 2, 3]");
+    CHECK(all && cfg_parse(&c, (const uint8_t *)all, strlen(all), "all", err, sizeof err) != 0 && strstr(err, "full-attention"));
+    base_free(all);
     base_free(js);
 }
 

@@ -144,7 +144,9 @@ char *arch_kimi_linear_to_json(const cfg *c) {
     sbuf_printf(&b, "  \"dtype\": \"bfloat16\",\n");
     if (c->n_eos >= 1) I("eos_token_id", c->eos_ids[0]);
     I("first_k_dense_replace", c->first_dense);
-    I("head_dim", c->kda_head_dim);
+    /* the root head_dim is transformers' default hidden_size / num_attention_heads
+     * (72 in the release); nothing reads it, the KDA width is linear_attn_config's */
+    I("head_dim", c->n_heads > 0 ? c->hidden / c->n_heads : c->kda_head_dim);
     sbuf_printf(&b, "  \"hidden_act\": \"silu\",\n");
     I("hidden_size", c->hidden);
     N("initializer_range", 0.02);

@@ -310,6 +310,13 @@ static int64_t read_layer_list(rd *r, const char *name, int required, int64_t n_
     return bad ? -1 : count;
 }
 
+/* Whether a layer list is given (present and not null), where read_layer_list looks. */
+static int layer_list_given(const rd *r, const char *name) {
+    char path[160];
+    const json_t *v = r->lin ? get_in(r->lin, r->lin_pfx, name, path, sizeof path) : find_opt(r, name, path, sizeof path);
+    return v && !json_is_null(v);
+}
+
 /* compressed-tensors config_groups: every group's weights must be what
  * pack-quantized INT4 decodes (4 bits, symmetric int, groups of 32); keys
  * absent are not checked. */
@@ -559,9 +566,31 @@ int cfg_parse(cfg *c, const uint8_t *buf, size_t len, const char *what, char *er
      * and the n_layers problem is reported by validation. */
     int64_t nl = (HAVE(r.have, F_LAYERS) && c->n_layers >= 1 && c->n_layers <= CFG_MAX_LAYERS) ? c->n_layers : 0;
     /* every layer MLA (no_kda): the description fills the map in finish() */
-    int64_t nfull = (ad->keys_skip & ARCH_BIT(F_FULL)) ? -1 : read_layer_list(&r, "full_attn_layers", 1, nl, c->is_mla);
+    int64_t nfull = -1;
+    int from_kda = 0;
+    if (!(ad->keys_skip & ARCH_BIT(F_FULL))) {
+        /* Hugging Face's and vLLM's is_kda_layer read kda_layers alone (family-math
+         * 2): full_attn_layers is its complement, so a config that gives only
+         * kda_layers names every layer's kind and is read that way. */
+        from_kda = !layer_list_given(&r, "full_attn_layers") && layer_list_given(&r, "kda_layers");
+        if (from_kda) {
+            uint8_t *km = base_calloc(CFG_MAX_LAYERS, 1, MEM_MISC);
+            if (!km) problem(&r, "out of memory reading kda_layers");
+            int64_t nk = km ? read_layer_list(&r, "kda_layers", 0, nl, km) : -1;
+            if (nk >= 0 && nl) {
+                for (int64_t L = 0; L < nl; L++) c->is_mla[L] = !km[L];
+                nfull = nl - nk;
+            }
+            base_free(km);
+        } else {
+            nfull = read_layer_list(&r, "full_attn_layers", 1, nl, c->is_mla);
+        }
+    }
     if (ad->keys_skip & ARCH_BIT(F_FULL)) r.have |= ARCH_BIT(F_FULL);
-    if (nfull >= 0 && nl) {
+    if (nfull >= 0 && nl && from_kda) {
+        c->n_mla = nfull;
+        r.have |= UINT64_C(1) << F_FULL;
+    } else if (nfull >= 0 && nl) {
         c->n_mla = nfull;
         r.have |= UINT64_C(1) << F_FULL;
         /* kda_layers is redundant; when present it must be the exact complement. */
