@@ -332,9 +332,14 @@ TEST(tok_small_loader) {
     CHECK(tok_open_mem(&t, (const uint8_t *)good, strlen(good), "v", (const uint8_t *)cfg_ok, strlen(cfg_ok),
                        "cfg", TOK_PAT_KIMI, err, sizeof err) == 0);
     if (t) {
-        CHECK(tok_special_id(t, "<|open|>") == 301 && tok_n_vocab(t) == 302);
+        /* the 256 ids after the ranks are specials; the unnamed ones are named
+         * <|reserved_token_{id}|> as tokenization_kimi.py names them */
+        const int32_t nr = tok_n_ranks(t);
+        CHECK(tok_special_id(t, "<|open|>") == 301 && tok_n_vocab(t) == nr + 256);
         size_t l;
-        CHECK(tok_token_bytes(t, 290, &l) == NULL); /* the gap between ranks and specials */
+        const uint8_t *b = tok_token_bytes(t, 290, &l);
+        CHECK(b && l == 22 && !memcmp(b, "<|reserved_token_290|>", 22) && tok_is_special(t, 290));
+        CHECK(tok_special_id(t, "<|reserved_token_300|>") == -1); /* 300 is named [BOS] */
         tok_close(t);
     }
     const char *cfg_bad[] = {"{\"added_tokens_decoder\": {\"x\": {\"content\": \"a\"}}}",

@@ -345,6 +345,24 @@ done:
     return rc;
 }
 
+/* Kimi's tokenization_kimi.py appends num_reserved_special_tokens = 256
+ * specials after the ranks and names the ones added_tokens_decoder does not
+ * as <|reserved_token_{id}|> (family-formats.md 2.1), so a tokenizer_config.json
+ * that lists only the named ones still decodes every id of the model's vocab
+ * (163,584 + 256). A name a listed special already has is left out. */
+static int name_reserved(tok *t, char *err, size_t errlen) {
+    for (int32_t id = t->n_ranks; id < t->n_ranks + 256; id++) {
+        if (id < t->n_vocab && t->id_len[id] != TOK_ABSENT) continue;
+        char nm[48];
+        const size_t n = (size_t)snprintf(nm, sizeof nm, "<|reserved_token_%d|>", (int)id);
+        int taken = 0;
+        for (int i = 0; i < t->n_sp && !taken; i++) taken = t->sp[i].len == n && !memcmp(t->pool + t->sp[i].off, nm, n);
+        int rc = taken ? STRATA_OK : add_special(t, (const uint8_t *)nm, n, id, "tokenizer: reserved specials", err, errlen);
+        if (rc) return rc;
+    }
+    return STRATA_OK;
+}
+
 /* tok_open_mem; *cfg_bad (when not NULL) is set when tokenizer_config.json is
  * the file at fault. */
 static int open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const char *name, const uint8_t *tokcfg,
@@ -362,6 +380,7 @@ static int open_mem(tok **out, const uint8_t *vocab, size_t vocab_len, const cha
         rc = parse_tokcfg(t, tokcfg, tokcfg_len, tokcfg_name ? tokcfg_name : "tokenizer_config.json", err, errlen);
         if (rc && cfg_bad) *cfg_bad = 1;
     }
+    if (!rc && pattern == TOK_PAT_KIMI) rc = name_reserved(t, err, errlen);
     if (!rc) rc = compile_pattern(t, pattern, err, errlen);
     if (!rc) {
         t->cache = base_calloc(CACHE_N, sizeof *t->cache, MEM_TOK);
