@@ -326,6 +326,14 @@ TEST(chat_k2_template_jinja) {
     CHECK(n > 0 && ids[n - 1] == c.think);
     base_free(ids);
     tok_close(t);
+    /* a template that never writes <think> (K2-Instruct's, Kimi Linear's): K2,
+     * though the vocabulary has <think> */
+    static const char k2_gen[] = "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}\n";
+    CHECK(t_write("k25-jinja/chat_template.jinja", k2_gen, sizeof k2_gen - 1) != NULL);
+    t = NULL;
+    CHECK_MSG(tok_open_dir(&t, dir, NULL, err, sizeof err) == 0, "%s", err);
+    CHECK(t && chat_ids_init(&c, t, err, sizeof err) == 0 && c.fmt == CHAT_FMT_K2);
+    tok_close(t);
     /* the K2-Thinking directory as generated (its template in tokenizer_config.json) */
     t = NULL;
     CHECK_MSG(tok_open_dir(&t, m, NULL, err, sizeof err) == 0, "%s", err);

@@ -81,7 +81,11 @@ int chat_ids_init(chat_ids *c, const tok *t, char *err, size_t errlen) {
         if ((*dk[i] = tok_special_id(t, k2[i])) < 0 && !missing_k2) missing_k2 = k2[i];
     c->fmt = CHAT_FMT_K2;
     if (!missing_k2) {
-        if (c->think >= 0 && c->think_end >= 0) c->fmt = k25_template(tok_chat_template(t)) ? CHAT_FMT_K25 : CHAT_FMT_K2_THINKING;
+        /* a template that never writes <think> is K2-Instruct's (Kimi Linear's
+         * and K2's own), whatever specials the vocabulary has */
+        const char *tm = tok_chat_template(t);
+        if (c->think >= 0 && c->think_end >= 0)
+            c->fmt = k25_template(tm) ? CHAT_FMT_K25 : tm && !strstr(tm, "<think>") ? CHAT_FMT_K2 : CHAT_FMT_K2_THINKING;
         goto named;
     }
     c->im_system = c->im_user = c->im_assistant = c->im_middle = c->eom = -1;

@@ -85,7 +85,8 @@ int chat_role_parse(const char *s); /* "system" | "user" | "assistant" | "tool" 
  *                  <think></think> (off).
  * Chosen when a K2 tokenizer has <think> and </think>: K2.5 when its chat_template
  * (tokenizer_config.json's, else chat_template.jinja) writes <think> after its
- * last add_generation_prompt, else K2-Thinking. */
+ * last add_generation_prompt, K2 when it never writes <think>, else (no
+ * template, or <think> in its history) K2-Thinking. */
 
 /* The control ids of a tokenizer and the format they define. eom ends a
  * message (<|end_of_msg|>, <|im_end|> or <｜end▁of▁sentence｜>); the markers of
