@@ -517,30 +517,23 @@ static const char *special_name(const cfg *c, const gen_opts *o, int64_t i, char
  * turns with their reasoning dropped (<think></think>), the turns after the last
  * user message keep theirs, and the prompt ends at <|im_middle|>: the model opens
  * <think> itself. Plain K2's is the same without the think parts. */
-static const char k_k2_thinking_template[] =
-    "{% if messages[0]['role'] != 'system' %}<|im_system|>system<|im_middle|>"
-    "You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>{% endif %}"
-    "{% set ns = namespace(last_user=-1) %}{% for m in messages %}{% if m['role'] == 'user' %}"
-    "{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
-    "{% for m in messages %}{% if m['role'] == 'system' %}<|im_system|>system<|im_middle|>{{ m['content'] }}<|im_end|>"
-    "{% elif m['role'] == 'user' %}<|im_user|>user<|im_middle|>{{ m['content'] }}<|im_end|>"
-    "{% elif m['role'] == 'assistant' %}<|im_assistant|>assistant<|im_middle|>"
-    "{% if loop.index0 > ns.last_user %}<think>{{ m.get('reasoning_content', '') }}</think>{% else %}<think></think>{% endif %}"
+/* the part both share: the default system prompt and the history */
+#define K2_THINKING_HISTORY                                                                                              \
+    "{% if messages[0]['role'] != 'system' %}<|im_system|>system<|im_middle|>"                                           \
+    "You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>{% endif %}"                                         \
+    "{% set ns = namespace(last_user=-1) %}{% for m in messages %}{% if m['role'] == 'user' %}"                          \
+    "{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"                                                        \
+    "{% for m in messages %}{% if m['role'] == 'system' %}<|im_system|>system<|im_middle|>{{ m['content'] }}<|im_end|>" \
+    "{% elif m['role'] == 'user' %}<|im_user|>user<|im_middle|>{{ m['content'] }}<|im_end|>"                            \
+    "{% elif m['role'] == 'assistant' %}<|im_assistant|>assistant<|im_middle|>"                                          \
+    "{% if loop.index0 > ns.last_user %}<think>{{ m.get('reasoning_content', '') }}</think>{% else %}<think></think>{% endif %}" \
     "{{ m['content'] }}<|im_end|>{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}";
+static const char k_k2_thinking_template[] =
+    K2_THINKING_HISTORY "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>{% endif %}";
 /* K2.5's: K2-Thinking's history; its generation prompt opens <think>, or
  * closes it at once when the caller passes thinking=false (family-formats.md 2.1). */
 static const char k_k25_template[] =
-    "{% if messages[0]['role'] != 'system' %}<|im_system|>system<|im_middle|>"
-    "You are Kimi, an AI assistant created by Moonshot AI.<|im_end|>{% endif %}"
-    "{% set ns = namespace(last_user=-1) %}{% for m in messages %}{% if m['role'] == 'user' %}"
-    "{% set ns.last_user = loop.index0 %}{% endif %}{% endfor %}"
-    "{% for m in messages %}{% if m['role'] == 'system' %}<|im_system|>system<|im_middle|>{{ m['content'] }}<|im_end|>"
-    "{% elif m['role'] == 'user' %}<|im_user|>user<|im_middle|>{{ m['content'] }}<|im_end|>"
-    "{% elif m['role'] == 'assistant' %}<|im_assistant|>assistant<|im_middle|>"
-    "{% if loop.index0 > ns.last_user %}<think>{{ m.get('reasoning_content', '') }}</think>{% else %}<think></think>{% endif %}"
-    "{{ m['content'] }}<|im_end|>{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>"
+    K2_THINKING_HISTORY "{% if add_generation_prompt %}<|im_assistant|>assistant<|im_middle|>"
     "{% if thinking is defined and thinking is false %}<think></think>{% else %}<think>{% endif %}{% endif %}";
 static const char k_k2_template[] =
     "{% if messages[0]['role'] != 'system' %}<|im_system|>system<|im_middle|>"
