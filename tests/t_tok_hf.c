@@ -6,8 +6,8 @@
  *                   tokens (special or not, lstrip/rstrip, the not-normalized ones
  *                   first), BOS, decode, invalid UTF-8 roundtrip.
  *   tok_hf_hostile  malformed and unsupported files: an error naming the file and
- *                   the JSON path (or the line and column of a syntax error in
- *                   model.vocab / model.merges, which are read in place),
+ *                   the JSON path (a syntax error anywhere, model.vocab and
+ *                   model.merges included, with jansson's line and column),
  *                   `strata tokenize` exits 1.
  *   tok_hf_dir      tok_open_dir: tiktoken.model wins over tokenizer.json.
  *   tok_hf_oracle   the generated DeepSeek-style tokenizer.json: ids byte-exact
@@ -218,14 +218,15 @@ TEST(tok_hf_hostile) {
         {"\"added_tokens\": [", "\"added_tokens\": [{\"id\": 5, \"content\": \"qq\"}", "added_tokens[0]", "different"},
         {"\"vocab\": {", "\"vocab\": {\"zz\": 1e12, ", "model.vocab[\"zz\"]", "not an id"},
         {"\"vocab\": {", "\"vocab\": {\"zz\": 97, ", "model.vocab", "id another token has"},
-        /* read in place (jscan.h): what jansson refused is still refused */
-        {"\"vocab\": {", "\"vocab\": {\"zz\" 5, ", "invalid JSON at line 1", "expected ':'"},
+        /* read in place (jcur.h): what jansson refused is still refused, as jansson says it */
+        {"\"vocab\": {", "\"vocab\": {\"zz\" 5, ", "invalid JSON at line 1", "expected"},
         {"\"vocab\": {", "\"vocab\": {\"\\u20acx\": 300, \"\\u20acx\": 301, ", "model.vocab[", "appears twice"},
-        {"\"vocab\": {", "\"vocab\": {\"\\ud800\": 300, ", "invalid JSON", "surrogate"},
+        {"\"vocab\": {", "\"vocab\": {\"\\ud800\": 300, ", "invalid JSON at line 1", "Unicode"},
         {"\"vocab\": {", "\"vocab\": {\"zz\": \"5\", ", "model.vocab[\"zz\"]", "not an id"},
-        {"\"vocab\": {", "\"vocab\": {\"zz\": 01, ", "invalid JSON", "invalid number"},
-        {"\"merges\": [", "\"merges\": [[\"a\" \"b\"], ", "model.merges[0]", "neither"},
-        {"\"merges\": [", "\"merges\": [\"a b\" \"c d\", ", "invalid JSON", "expected ','"},
+        {"\"vocab\": {", "\"vocab\": {\"zz\": 01, ", "invalid JSON at line 1", NULL},
+        {"\"merges\": [", "\"merges\": [[\"a\" \"b\"], ", "invalid JSON at line 1", "expected"},
+        {"\"merges\": [", "\"merges\": [\"a b\" \"c d\", ", "invalid JSON at line 1", "expected"},
+        {"\"merges\": [", "\"merges\": [[\"a\", \"b\", \"c\"], ", "model.merges[0]", "neither"},
         {"\"merges\": [", "\"vocab\": {}, \"merges\": [", "duplicate", NULL},
         {"\"truncation\": null", "\"truncation\": {\"max_length\": 5}", "truncation", NULL},
         {"\"ids\": [400]", "\"ids\": [99999]", "special_tokens[\"<s>\"].ids", NULL},

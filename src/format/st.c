@@ -15,7 +15,7 @@
  * the call (the arena may hold a few unreachable names).
  */
 #include "st.h"
-#include "st_priv.h"
+#include "jcur.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -201,20 +201,20 @@ static int header_len(const uint8_t *buf, size_t len, uint64_t file_size, const 
  * field names the array in messages ("shape", "data_offsets"). */
 static int jc_uints(jcur *c, const char *name, const char *field, size_t max, uint64_t *v, size_t *n) {
     *n = 0;
-    st_json_ws(c);
-    if (!st_json_eat(c, '['))
+    jcur_ws(c);
+    if (!jcur_eat(c, '['))
         return base_fail(c->err, c->errlen, STRATA_EFORMAT, "%s: tensor '%s': %s is not an array",
                          c->what, name, field);
-    if (st_json_eat(c, ']')) return 0;
+    if (jcur_eat(c, ']')) return 0;
     do {
         int64_t x = 0;
         int kind, rc;
-        st_json_ws(c);
+        jcur_ws(c);
         if (*n == max)
             return base_fail(c->err, c->errlen, STRATA_EFORMAT, "%s: tensor '%s': %s has more than %zu %s",
                              c->what, name, field, max, max == 2 ? "values" : "dims");
         if (c->p < c->end && (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) {
-            if ((rc = st_json_num(c, &x, &kind, name))) return rc;
+            if ((rc = jcur_num(c, &x, &kind, name))) return rc;
         } else {
             kind = JN_REAL; /* a string, bool, null, array or object: not an integer */
         }
@@ -223,8 +223,8 @@ static int jc_uints(jcur *c, const char *name, const char *field, size_t max, ui
                              name, field, *n, kind == JN_RANGE ? "out of range"
                              : kind == JN_REAL ? "not an integer" : "negative");
         v[(*n)++] = (uint64_t)x;
-    } while (st_json_eat(c, ','));
-    return st_json_eat(c, ']') ? 0 : st_json_syntax(c, name, "expected ',' or ']'");
+    } while (jcur_eat(c, ','));
+    return jcur_eat(c, ']') ? 0 : jcur_syntax(c, name, "expected ',' or ']'");
 }
 
 /* Parses one tensor entry `{"dtype":..,"shape":..,"data_offsets":..}` into *t.
@@ -237,11 +237,11 @@ static int parse_entry(jcur *c, const char *name, uint64_t data_start, uint64_t 
     int seen = 0, rc, dt = -1;
     uint64_t shape[ST_MAX_DIMS], offs[2];
     size_t nd = 0, no = 0;
-    if (!st_json_eat(c, '{')) BAD("entry is not a JSON object");
-    if (!st_json_eat(c, '}')) {
+    if (!jcur_eat(c, '{')) BAD("entry is not a JSON object");
+    if (!jcur_eat(c, '}')) {
         do {
-            if ((rc = st_json_str(c, val, name))) return rc;
-            if (!st_json_eat(c, ':')) return st_json_syntax(c, name, "expected ':'");
+            if ((rc = jcur_str(c, val, name))) return rc;
+            if (!jcur_eat(c, ':')) return jcur_syntax(c, name, "expected ':'");
             int f = !strcmp(val->s, "dtype") ? F_DTYPE : !strcmp(val->s, "shape") ? F_SHAPE
                     : !strcmp(val->s, "data_offsets") ? F_OFFS : 0;
             if (!f || strlen(val->s) != val->len)
@@ -249,9 +249,9 @@ static int parse_entry(jcur *c, const char *name, uint64_t data_start, uint64_t 
             if (seen & f) BAD("duplicate key '%s'", val->s);
             seen |= f;
             if (f == F_DTYPE) {
-                st_json_ws(c);
+                jcur_ws(c);
                 if (c->p >= c->end || *c->p != '"') BAD("dtype is not a string");
-                if ((rc = st_json_str(c, val, name))) return rc;
+                if ((rc = jcur_str(c, val, name))) return rc;
                 dt = strlen(val->s) == val->len ? st_dtype_parse(val->s) : -1;
                 if (dt < 0) BAD("unknown dtype '%s'", val->s);
             } else if (f == F_SHAPE) {
@@ -259,8 +259,8 @@ static int parse_entry(jcur *c, const char *name, uint64_t data_start, uint64_t 
             } else {
                 if ((rc = jc_uints(c, name, "data_offsets", 2, offs, &no))) return rc;
             }
-        } while (st_json_eat(c, ','));
-        if (!st_json_eat(c, '}')) return st_json_syntax(c, name, "expected ',' or '}'");
+        } while (jcur_eat(c, ','));
+        if (!jcur_eat(c, '}')) return jcur_syntax(c, name, "expected ',' or '}'");
     }
     if (!(seen & F_DTYPE)) BAD("missing \"dtype\"");
     if (!(seen & F_SHAPE)) BAD("missing \"shape\"");
@@ -332,19 +332,20 @@ int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
     if (len - 8 < hlen)
         return base_fail(err, errlen, STRATA_EFORMAT, "%s: header length %" PRIu64
                          " but only %zu header bytes given", what, hlen, len - 8);
-    jcur c = {.p = buf + 8, .end = buf + 8 + hlen, .base = buf, .what = what, .err = err, .errlen = errlen};
+    jcur c = {.p = buf + 8, .end = buf + 8 + hlen, .base = buf, .what = what, .err = err, .errlen = errlen,
+              .tag = MEM_INDEX, .ctx_kind = "tensor"};
     jstr key = {0}, val = {0};
     size_t n0 = ix->n;
     uint64_t data_start = 8 + hlen;
     int seen_meta = 0, inserting = 0;
-    if (!st_json_eat(&c, '{')) {
-        rc = st_json_syntax(&c, NULL, "the header is not a JSON object");
+    if (!jcur_eat(&c, '{')) {
+        rc = jcur_syntax(&c, NULL, "the header is not a JSON object");
         goto fail;
     }
-    if (!st_json_eat(&c, '}')) {
+    if (!jcur_eat(&c, '}')) {
         do {
-            if ((rc = st_json_str(&c, &key, NULL))) goto fail;
-            if (!st_json_eat(&c, ':')) { rc = st_json_syntax(&c, key.s, "expected ':'"); goto fail; }
+            if ((rc = jcur_str(&c, &key, NULL))) goto fail;
+            if (!jcur_eat(&c, ':')) { rc = jcur_syntax(&c, key.s, "expected ':'"); goto fail; }
             if (strlen(key.s) != key.len) {
                 rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: tensor '%s': name contains a NUL byte",
                                what, key.s);
@@ -356,23 +357,23 @@ int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
                     rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: duplicate __metadata__", what);
                     goto fail;
                 }
-                if (!st_json_eat(&c, '{')) {
+                if (!jcur_eat(&c, '{')) {
                     rc = base_fail(err, errlen, STRATA_EFORMAT, "%s: __metadata__ is not an object", what);
                     goto fail;
                 }
-                if (st_json_eat(&c, '}')) continue;
+                if (jcur_eat(&c, '}')) continue;
                 do {
-                    if ((rc = st_json_str(&c, &key, "__metadata__"))) goto fail;
-                    if (!st_json_eat(&c, ':')) { rc = st_json_syntax(&c, "__metadata__", "expected ':'"); goto fail; }
-                    st_json_ws(&c);
+                    if ((rc = jcur_str(&c, &key, "__metadata__"))) goto fail;
+                    if (!jcur_eat(&c, ':')) { rc = jcur_syntax(&c, "__metadata__", "expected ':'"); goto fail; }
+                    jcur_ws(&c);
                     if (c.p >= c.end || *c.p != '"') {
                         rc = base_fail(err, errlen, STRATA_EFORMAT,
                                        "%s: __metadata__ value '%s' is not a string", what, key.s);
                         goto fail;
                     }
-                    if ((rc = st_json_str(&c, &val, "__metadata__"))) goto fail;
-                } while (st_json_eat(&c, ','));
-                if (!st_json_eat(&c, '}')) { rc = st_json_syntax(&c, "__metadata__", "expected ',' or '}'"); goto fail; }
+                    if ((rc = jcur_str(&c, &val, "__metadata__"))) goto fail;
+                } while (jcur_eat(&c, ','));
+                if (!jcur_eat(&c, '}')) { rc = jcur_syntax(&c, "__metadata__", "expected ',' or '}'"); goto fail; }
                 continue;
             }
             if (key.len == 0) {
@@ -386,10 +387,10 @@ int st_parse_header(st_index *ix, int32_t shard, const uint8_t *buf, size_t len,
             if ((rc = parse_entry(&c, key.s, data_start, file_size, t, &val))) goto fail;
             if (!(t->name = arena_put(&ix->names, key.s, key.len))) goto oom;
             ix->n++;
-        } while (st_json_eat(&c, ','));
-        if (!st_json_eat(&c, '}')) { rc = st_json_syntax(&c, NULL, "expected ',' or '}'"); goto fail; }
+        } while (jcur_eat(&c, ','));
+        if (!jcur_eat(&c, '}')) { rc = jcur_syntax(&c, NULL, "expected ',' or '}'"); goto fail; }
     }
-    if ((rc = st_json_finish(&c))) goto fail;
+    if ((rc = jcur_finish(&c))) goto fail;
 
     /* Overlap check in offset order; this order is also st_at's "file order".
      * Empty tensors occupy no bytes and never overlap. */

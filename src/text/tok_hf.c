@@ -19,15 +19,16 @@
  * Unlike tiktoken, a pair merges only if (a, b) is listed, not whenever a + b is
  * a token, so ids can differ from rank-BPE over the same vocabulary.
  *
- * model.vocab and model.merges are read in place (jscan.h); jansson parses the
+ * model.vocab and model.merges are read in place (jcur.h); jansson parses the
  * rest of the file, with those two blanked (DeepSeek-V3's file as one tree:
  * 138 MB peak RSS, 0.56 s; in place: 25.5 MB, 0.26 s).
  */
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include "base.h"
-#include "jscan.h"
+#include "jcur.h"
 #include "jsonx.h"
 #include "tok.h"
 #include "tok_priv.h"
@@ -174,39 +175,47 @@ static int32_t vocab_id(ld *l, const uint8_t *s, size_t n, uint8_t *tmp) {
     return bn > 0 ? tok_map_lookup(l->t, tmp, (size_t)bn) : RANK_NONE;
 }
 
-/* model.vocab and model.merges are read in place (jscan.h): a cursor over the
- * member's span of the file; jansson saw them blanked. */
-static int span_open(ld *l, int i, const char *path, jscan *s) {
-    if (!l->span_ok[i]) return bad(l, path, "could not be read in place"); /* jansson parsed what jscan could not */
-    *s = (jscan){.p = l->doc + l->span_off[i], .end = l->doc + l->span_off[i] + l->span_len[i], .doc = l->doc};
+/* model.vocab and model.merges are read in place (jcur.h): a cursor over the
+ * member's bytes in the file; jansson saw them blanked. */
+static int span_open(ld *l, int i, const char *path, jcur *c) {
+    if (!l->span_ok[i]) return bad(l, path, "could not be read in place"); /* jansson parsed what jcur could not */
+    *c = (jcur){.p = l->doc + l->span_off[i], .end = l->doc + l->span_off[i] + l->span_len[i], .base = l->doc,
+                .what = l->name, .err = l->err, .errlen = l->errlen, .tag = MEM_TOK};
     return STRATA_OK;
 }
 
-static int syntax(ld *l, const jscan *s) {
-    int line, col;
-    jscan_where(s, &line, &col);
-    return base_fail(l->err, l->errlen, STRATA_EFORMAT, "%s: invalid JSON at line %d column %d: %s", l->name, line,
-                     col, s->why);
+/* After a member or element: *more 1 after ',', 0 after the closing byte. */
+static int next_item(jcur *c, char close, int *more) {
+    if ((*more = jcur_eat(c, ','))) return STRATA_OK;
+    if (jcur_eat(c, (uint8_t)close)) return STRATA_OK;
+    return jcur_syntax(c, NULL, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
 }
 
-/* After a member or element: ',' (returns 1) or the closing byte (0). */
-static int next_item(jscan *s, char close) {
-    int c = jscan_peek(s);
-    if (c == ',' || c == close) {
-        s->p++;
-        return c == ',' ? 1 : 0;
-    }
-    s->why = close == '}' ? "expected ',' or '}'" : "expected ',' or ']'";
-    return -1;
+/* A real with no fractional part within +-9e15 (as jsonx_int takes it). */
+static int real_int(const uint8_t *s, const uint8_t *e, int64_t *v) {
+    char buf[64];
+    if ((size_t)(e - s) >= sizeof buf) return -1;
+    memcpy(buf, s, (size_t)(e - s));
+    buf[e - s] = 0;
+    const double d = strtod(buf, NULL);
+    if (!isfinite(d) || d != floor(d) || fabs(d) > 9.0e15) return -1;
+    *v = (int64_t)d;
+    return 0;
 }
 
-/* One "key": id member of model.vocab; *id < 0 when the value is no id. */
-static int vocab_member(ld *l, jscan *s, uint8_t *key, size_t *kn, int64_t *id, char *p, size_t pn) {
-    if (jscan_string(s, key, TOK_MAX_TOKEN, kn) || jscan_expect(s, ':')) return syntax(l, s);
-    snprintf(p, pn, "model.vocab[\"%.*s\"]", (int)(*kn < 40 ? *kn : 40), (const char *)key);
-    int c = jscan_peek(s), r = c == '-' || (c >= '0' && c <= '9') ? jscan_int(s, id) : jscan_skip(s) ? -1 : 1;
-    if (r < 0) return syntax(l, s);
-    if (r > 0 || *id < 0 || *id >= TOK_MAX_ID) return bad(l, p, "is not an id (an integer from 0 to 16777215)");
+/* One "key": id member of model.vocab; its path in p for messages. */
+static int vocab_member(ld *l, jcur *c, jstr *key, int64_t *id, char *p, size_t pn) {
+    int rc = jcur_str(c, key, NULL), kind = -1;
+    if (rc) return rc;
+    if (!jcur_eat(c, ':')) return jcur_syntax(c, NULL, "expected ':'");
+    snprintf(p, pn, "model.vocab[\"%.*s\"]", (int)(key->len < 40 ? key->len : 40), key->s);
+    jcur_ws(c);
+    const uint8_t *at = c->p;
+    if (c->p < c->end && (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) rc = jcur_num(c, id, &kind, NULL);
+    else rc = jcur_skip(c, NULL);
+    if (rc) return rc;
+    if (kind == JN_REAL) kind = real_int(at, c->p, id) ? -1 : JN_INT;
+    if (kind != JN_INT || *id < 0 || *id >= TOK_MAX_ID) return bad(l, p, "is not an id (an integer from 0 to 16777215)");
     return STRATA_OK;
 }
 
@@ -219,7 +228,8 @@ static int cmp_text(const void *a, const void *b, void *tv) {
 }
 
 /* Two keys outside the ByteLevel alphabet with the same text: jansson refused
- * duplicate keys; the in-place reader has to (alphabet keys collide in the map). */
+ * duplicate keys; read in place they have to be looked for (alphabet keys
+ * collide in the map). */
 static int check_twice(ld *l, int32_t *ids, size_t n) {
     qsort_r(ids, n, sizeof *ids, cmp_text, l->t);
     for (size_t i = 1; i < n; i++)
@@ -233,45 +243,58 @@ static int check_twice(ld *l, int32_t *ids, size_t n) {
     return STRATA_OK;
 }
 
+/* Pass 1 of model.vocab: the syntax, the largest id and the member count. */
+static int vocab_scan(ld *l, jstr *key, int64_t *max, size_t *count) {
+    jcur c;
+    char p[128];
+    int64_t id;
+    int rc = span_open(l, 0, "model.vocab", &c), more = 1;
+    if (rc) return rc;
+    *max = -1;
+    *count = 0;
+    if (!jcur_eat(&c, '{')) return jcur_syntax(&c, NULL, "expected '{'");
+    if (jcur_eat(&c, '}')) more = 0;
+    while (more) {
+        if ((rc = vocab_member(l, &c, key, &id, p, sizeof p)) || (rc = next_item(&c, '}', &more))) break;
+        if (id > *max) *max = id;
+        (*count)++;
+    }
+    base_free(c.tmp.s);
+    return rc;
+}
+
 static int load_vocab(ld *l, json_t *model, uint8_t *tmp) {
     tok *t = l->t;
     json_t *vocab = json_object_get(model, "vocab");
     if (!json_is_object(vocab)) return bad(l, "model.vocab", vocab ? "is not an object" : "is missing");
-    uint8_t *key = tmp + TOK_MAX_TOKEN * 4;
-    char p[128];
-    jscan s;
-    int rc = span_open(l, 0, "model.vocab", &s);
-    if (rc) return rc;
-    /* pass 1: the syntax, the ids and their count */
-    int64_t max = -1, id;
-    size_t count = 0, kn;
-    if (jscan_expect(&s, '{')) return syntax(l, &s);
-    int more = jscan_peek(&s) != '}';
-    if (!more) s.p++;
-    while (more) {
-        if ((rc = vocab_member(l, &s, key, &kn, &id, p, sizeof p))) return rc;
-        if (id > max) max = id;
-        count++;
-        if ((more = next_item(&s, '}')) < 0) return syntax(l, &s);
-    }
-    if (max < 0) return bad(l, "model.vocab", "is empty");
+    jstr key = {0};
+    int64_t max, id;
+    size_t count;
+    int rc = vocab_scan(l, &key, &max, &count), more;
+    if (!rc && max < 0) rc = bad(l, "model.vocab", "is empty");
+    if (rc) { base_free(key.s); return rc; }
     rc = tok_ids_grow(t, (int32_t)max + 1);
     if (!rc) rc = tok_map_init(t, count);
     int32_t *other = rc ? NULL : base_alloc(count * sizeof *other, MEM_TOK);
     if (!rc && !other) rc = STRATA_ENOMEM;
-    if (rc) return base_fail(l->err, l->errlen, rc, "%s: out of memory for %lld tokens", l->name, (long long)max + 1);
+    if (rc) {
+        base_free(key.s);
+        return base_fail(l->err, l->errlen, rc, "%s: out of memory for %lld tokens", l->name, (long long)max + 1);
+    }
     t->n_ranks = (int32_t)max + 1;
     /* pass 2: the tokens */
-    span_open(l, 0, "model.vocab", &s);
-    jscan_expect(&s, '{');
+    jcur c;
+    char p[128];
     size_t n_other = 0;
+    span_open(l, 0, "model.vocab", &c);
+    jcur_eat(&c, '{');
     for (size_t i = 0; i < count && !rc; i++) {
-        if ((rc = vocab_member(l, &s, key, &kn, &id, p, sizeof p))) break;
-        next_item(&s, '}');
+        if ((rc = vocab_member(l, &c, &key, &id, p, sizeof p)) || (rc = next_item(&c, '}', &more))) break;
+        const size_t kn = key.len;
         if (kn == 0 || kn > TOK_MAX_TOKEN) { rc = bad(l, p, kn ? "is too long" : "is an empty token"); break; }
         if (t->id_len[id] != TOK_ABSENT) { rc = bad(l, p, "has an id another token has"); break; }
-        long bn = bytelevel_decode((const char *)key, kn, l->inv, tmp);
-        const uint8_t *b = bn > 0 ? tmp : key;
+        long bn = bytelevel_decode(key.s, kn, l->inv, tmp);
+        const uint8_t *b = bn > 0 ? tmp : (const uint8_t *)key.s;
         size_t len = bn > 0 ? (size_t)bn : kn;
         if ((rc = tok_pool_add(t, b, len, &t->id_off[id]))) { rc = base_fail(l->err, l->errlen, rc, "%s: out of memory", l->name); break; }
         t->id_len[id] = (uint32_t)len;
@@ -281,81 +304,103 @@ static int load_vocab(ld *l, json_t *model, uint8_t *tmp) {
     }
     if (!rc) rc = check_twice(l, other, n_other);
     base_free(other);
+    base_free(key.s);
+    base_free(c.tmp.s);
     return rc ? rc : tok_build_lookups(t, t->n_ranks, l->name, l->err, l->errlen);
 }
 
-/* One merge: "a b" or ["a", "b"]; a and b are decoded into ab (a at 0, b at
- * TOK_MAX_TOKEN + 1). */
-static int merge_pair(ld *l, jscan *s, const char *p, uint8_t *ab, size_t *an, size_t *bn) {
-    const size_t cap = TOK_MAX_TOKEN;
-    int c = jscan_peek(s);
-    if (c == '"') {
-        size_t n;
-        if (jscan_string(s, ab, 2 * cap + 1, &n)) return syntax(l, s);
-        if (n > 2 * cap + 1) return bad(l, p, "has a token that is too long");
-        const uint8_t *sp = memchr(ab, ' ', n);
-        if (!sp || memchr(sp + 1, ' ', n - (size_t)(sp - ab) - 1)) return bad(l, p, "is not \"a b\" (two tokens, one space)");
-        *an = (size_t)(sp - ab);
-        *bn = n - *an - 1;
-        if (*an > cap || *bn > cap) return bad(l, p, "has a token that is too long");
-        memmove(ab + cap + 1, sp + 1, *bn);
+/* One merge: "a b" (decoded into sa) or ["a", "b"] (into sa and sb). */
+static int merge_pair(ld *l, jcur *c, const char *p, jstr *sa, jstr *sb, const uint8_t **a, size_t *an,
+                      const uint8_t **b, size_t *bn) {
+    int rc;
+    jcur_ws(c);
+    if (c->p < c->end && *c->p == '"') {
+        if ((rc = jcur_str(c, sa, NULL))) return rc;
+        const char *sp = memchr(sa->s, ' ', sa->len);
+        if (!sp || memchr(sp + 1, ' ', sa->len - (size_t)(sp - sa->s) - 1))
+            return bad(l, p, "is not \"a b\" (two tokens, one space)");
+        *a = (const uint8_t *)sa->s;
+        *an = (size_t)(sp - sa->s);
+        *b = (const uint8_t *)sp + 1;
+        *bn = sa->len - *an - 1;
         return STRATA_OK;
     }
-    if (c == '[') {
-        s->p++;
-        if (jscan_peek(s) == '"' && !jscan_string(s, ab, cap + 1, an) && !jscan_expect(s, ',') && jscan_peek(s) == '"' &&
-            !jscan_string(s, ab + cap + 1, cap + 1, bn) && !jscan_expect(s, ']')) {
-            if (*an > cap || *bn > cap) return bad(l, p, "has a token that is too long");
-            return STRATA_OK;
+    if (jcur_eat(c, '[')) {
+        jcur_ws(c);
+        if (c->p < c->end && *c->p == '"') {
+            if ((rc = jcur_str(c, sa, NULL))) return rc;
+            jcur_ws(c);
+            if (jcur_eat(c, ',') && (jcur_ws(c), c->p < c->end && *c->p == '"')) {
+                if ((rc = jcur_str(c, sb, NULL))) return rc;
+                if (jcur_eat(c, ']')) {
+                    *a = (const uint8_t *)sa->s;
+                    *an = sa->len;
+                    *b = (const uint8_t *)sb->s;
+                    *bn = sb->len;
+                    return STRATA_OK;
+                }
+            }
         }
     }
     return bad(l, p, "is neither \"a b\" nor [\"a\", \"b\"]");
+}
+
+/* Pass 1 of model.merges: the syntax and the count. */
+static int merges_scan(ld *l, size_t *nm) {
+    jcur c;
+    int rc = span_open(l, 1, "model.merges", &c), more = 1;
+    if (rc) return rc;
+    *nm = 0;
+    if (!jcur_eat(&c, '[')) rc = jcur_syntax(&c, NULL, "expected '['");
+    else if (jcur_eat(&c, ']')) more = 0;
+    while (!rc && more)
+        if (!(rc = jcur_skip(&c, NULL)) && !(rc = next_item(&c, ']', &more))) (*nm)++;
+    base_free(c.tmp.s);
+    return rc;
 }
 
 static int load_merges(ld *l, json_t *model, uint8_t *tmp) {
     tok *t = l->t;
     json_t *ms = json_object_get(model, "merges");
     if (!json_is_array(ms)) return bad(l, "model.merges", ms ? "is not an array" : "is missing");
-    jscan s;
-    int rc = span_open(l, 1, "model.merges", &s);
+    size_t nm, slots = 16;
+    int rc = merges_scan(l, &nm), more;
     if (rc) return rc;
-    size_t nm = 0, slots = 16;
-    if (jscan_expect(&s, '[')) return syntax(l, &s);
-    int more = jscan_peek(&s) != ']';
-    if (!more) s.p++;
-    for (; more; nm++) {
-        if (jscan_skip(&s)) return syntax(l, &s);
-        if ((more = next_item(&s, ']')) < 0) return syntax(l, &s);
-    }
     if (nm >= TOK_MAX_ID) return bad(l, "model.merges", "has more merges than the 16777216 ids supported");
     while (slots < nm * 2) slots *= 2;
     t->merges = base_alloc(slots * sizeof *t->merges, MEM_TOK);
     if (!t->merges) return base_fail(l->err, l->errlen, STRATA_ENOMEM, "%s: out of memory for the merges", l->name);
     for (size_t i = 0; i < slots; i++) t->merges[i].key = UINT64_MAX;
     t->merges_mask = slots - 1;
-    uint8_t *cat = tmp + TOK_MAX_TOKEN * 2, *ab = tmp + TOK_MAX_TOKEN * 4;
-    span_open(l, 1, "model.merges", &s);
-    jscan_expect(&s, '[');
-    for (size_t i = 0; i < nm; i++) {
+    uint8_t *cat = tmp + TOK_MAX_TOKEN * 2;
+    jcur c;
+    jstr sa = {0}, sb = {0};
+    span_open(l, 1, "model.merges", &c);
+    jcur_eat(&c, '[');
+    for (size_t i = 0; i < nm && !rc; i++) {
         char p[64];
         snprintf(p, sizeof p, "model.merges[%zu]", i);
+        const uint8_t *a = NULL, *b = NULL;
         size_t an = 0, bn = 0;
-        if ((rc = merge_pair(l, &s, p, ab, &an, &bn))) return rc;
-        if (next_item(&s, ']') < 0) return syntax(l, &s);
-        int32_t ia = vocab_id(l, ab, an, tmp), ib = vocab_id(l, ab + TOK_MAX_TOKEN + 1, bn, tmp);
-        if (ia == RANK_NONE || ib == RANK_NONE) return bad(l, p, "names a token that is not in model.vocab");
+        if ((rc = merge_pair(l, &c, p, &sa, &sb, &a, &an, &b, &bn)) || (rc = next_item(&c, ']', &more))) break;
+        if (an > TOK_MAX_TOKEN || bn > TOK_MAX_TOKEN) { rc = bad(l, p, "has a token that is too long"); break; }
+        int32_t ia = vocab_id(l, a, an, tmp), ib = vocab_id(l, b, bn, tmp);
+        if (ia == RANK_NONE || ib == RANK_NONE) { rc = bad(l, p, "names a token that is not in model.vocab"); break; }
         size_t la, lb;
         const uint8_t *pa = tok_token_bytes(t, ia, &la), *pb = tok_token_bytes(t, ib, &lb);
         memcpy(cat, pa, la);
         memcpy(cat + la, pb, lb);
         int32_t id = tok_map_lookup(t, cat, la + lb);
-        if (id == RANK_NONE) return bad(l, p, "merges into a token that is not in model.vocab");
+        if (id == RANK_NONE) { rc = bad(l, p, "merges into a token that is not in model.vocab"); break; }
         /* tokenizers builds its merge map by inserting in order: a pair listed
          * twice keeps its last rank. */
         merge_slot *sl = merge_find(t, pair_key(ia, ib));
         *sl = (merge_slot){pair_key(ia, ib), (int32_t)i, id};
     }
-    return STRATA_OK;
+    base_free(sa.s);
+    base_free(sb.s);
+    base_free(c.tmp.s);
+    return rc;
 }
 
 static int load_added(ld *l, json_t *root) {
@@ -575,19 +620,23 @@ static int load_top(ld *l, json_t *root) {
 }
 
 /* The spans of model.vocab (an object) and model.merges (an array) in the file,
- * blanked in copy. */
+ * blanked in copy. What does not scan is left to jansson, which reports it. */
 static void find_spans(ld *l, size_t len, uint8_t *copy) {
-    size_t mo, mn;
-    if (jscan_member(l->doc, len, "model", &mo, &mn)) return;
+    jcur c = {.p = l->doc, .end = l->doc + len, .base = l->doc, .what = l->name, .tag = MEM_TOK};
+    const uint8_t *m, *v;
+    size_t mn, n;
     static const char *const names[2] = {"vocab", "merges"};
-    for (int i = 0; i < 2; i++) {
-        size_t o, n;
-        if (jscan_member(l->doc + mo, mn, names[i], &o, &n) || l->doc[mo + o] != (i ? '[' : '{')) continue;
-        l->span_off[i] = mo + o;
+    const int found = !jcur_member(&c, "model", &m, &mn);
+    for (int i = 0; found && i < 2; i++) {
+        c.p = m; /* each from the model object's start */
+        c.end = m + mn;
+        if (jcur_member(&c, names[i], &v, &n) || *v != (i ? '[' : '{')) continue;
+        l->span_off[i] = (size_t)(v - l->doc);
         l->span_len[i] = n;
         l->span_ok[i] = 1;
-        jscan_blank(copy + mo + o, n);
+        jcur_blank(copy + l->span_off[i], n);
     }
+    base_free(c.tmp.s);
 }
 
 int tok_hf_load(tok *t, const uint8_t *buf, size_t len, const char *name, char *err, size_t errlen) {
@@ -596,7 +645,7 @@ int tok_hf_load(tok *t, const uint8_t *buf, size_t len, const char *name, char *
         if (!byte_printable(b)) l.inv[byte_char(b) - 256] = (int16_t)b;
     l.doc = buf;
     /* jansson parses a copy with model.vocab and model.merges blanked, which are
-     * then read in place (jscan.h): DeepSeek-V3's file peaked at 138 MB of RSS
+     * then read in place (jcur.h): DeepSeek-V3's file peaked at 138 MB of RSS
      * as a whole tree */
     uint8_t *copy = base_alloc(len ? len : 1, MEM_TOK);
     if (!copy) return base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name);
@@ -606,7 +655,7 @@ int tok_hf_load(tok *t, const uint8_t *buf, size_t len, const char *name, char *
     int rc = jsonx_parse(&root, copy, len, name, err, errlen);
     base_free(copy);
     if (rc) return rc;
-    uint8_t *tmp = base_alloc(TOK_MAX_TOKEN * 6 + 16, MEM_TOK);
+    uint8_t *tmp = base_alloc(TOK_MAX_TOKEN * 4 + 16, MEM_TOK);
     if (!tmp) rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", name);
     if (!rc) rc = load_top(&l, root);
     json_t *model = rc ? NULL : json_object_get(root, "model");

@@ -1,21 +1,21 @@
 /*
- * t_jscan.c: reading a JSON member in place (src/base/jscan.c) against jansson,
- * and the tokenizer.json reader that uses it (tok_hf.c).
- *   jscan_strings   strings and numbers decode as jansson decodes them (escapes,
- *                   surrogate pairs, \u0000, UTF-8 of every length) and are
- *                   refused where jansson refuses them (lone surrogates,
- *                   overlong and invalid UTF-8, control bytes, bad escapes,
- *                   number grammar); jscan_member finds escaped keys; jscan_blank
- *                   keeps the line numbers.
+ * t_jcur.c: the strict JSON cursor (src/base/jcur.c) against jansson, and the
+ * tokenizer.json reader that reads model.vocab and model.merges with it in
+ * place (tok_hf.c).
+ *   jcur_strings    strings decode as jansson decodes them (escapes, surrogate
+ *                   pairs, \u0000, UTF-8 of every length) and are refused where
+ *                   jansson refuses them (lone surrogates, overlong and invalid
+ *                   UTF-8, control bytes, bad escapes); numbers by kind;
+ *                   jcur_member finds escaped keys and passes over nested values;
+ *                   jcur_blank keeps the newlines.
  *   tok_hf_escaped  a tokenizer.json with every character of every string
  *                   written as a \u escape (keys "model", "vocab", "merges"
- *                   included) loads to the same tokenizer: same ids for a text,
- *                   same bytes for every id, for the small test file and the
- *                   generated DeepSeek-style one.
+ *                   included) loads to the same tokenizer: same bytes for every
+ *                   id, same ids for a text (the generated DeepSeek-style file).
  */
 #include <string.h>
 #include "gen.h"
-#include "jscan.h"
+#include "jcur.h"
 #include "jsonx.h"
 #include "test.h"
 #include "tok.h"
@@ -36,7 +36,12 @@ static int jansson_string(const char *lit, uint8_t *out, size_t *n) {
     return ok ? 0 : -1;
 }
 
-TEST(jscan_strings) {
+static jcur cursor(const char *s) {
+    return (jcur){.p = (const uint8_t *)s, .end = (const uint8_t *)s + strlen(s), .base = (const uint8_t *)s,
+                  .what = "t.json", .tag = MEM_MISC};
+}
+
+TEST(jcur_strings) {
     static const char *const lits[] = {
         "\"plain\"", "\"\\u0120a\"", "\"\\\"\\\\\\/\\b\\f\\n\\r\\t\"", "\"\\ud83d\\ude00\"", "\"a\\u0000b\"",
         "\"\xc4\xa0\xe4\xb8\xad\xf0\x9f\x98\x80\"", "\"\\uD83D\\uDE00x\"", "\"\"",
@@ -44,46 +49,47 @@ TEST(jscan_strings) {
         "\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\xc0\xaf\"", "\"\xed\xa0\x80\"", "\"\xf4\x90\x80\x80\"",
         "\"\xe4\xb8\"", "\"a\tb\"", "\"\\x41\"", "\"\\u12G4\"", "\"unterminated", "\"\\",
     };
+    char err[256];
     for (size_t i = 0; i < sizeof lits / sizeof lits[0]; i++) {
-        uint8_t a[64], b[64];
-        size_t an = 0, bn = 0;
+        uint8_t a[64];
+        size_t an = 0;
         int ja = jansson_string(lits[i], a, &an);
-        jscan s = {.p = (const uint8_t *)lits[i], .end = (const uint8_t *)lits[i] + strlen(lits[i]),
-                   .doc = (const uint8_t *)lits[i]};
-        int jb = jscan_string(&s, b, sizeof b, &bn);
-        CHECK_MSG(ja == jb && (ja || (an == bn && !memcmp(a, b, an))), "%s: jansson %d (%zu), jscan %d (%zu) %s", lits[i],
-                  ja, an, jb, bn, jb ? s.why : "");
-        CHECK(!jb || s.why);
+        jcur c = cursor(lits[i]);
+        c.err = err;
+        c.errlen = sizeof err;
+        jstr s = {0};
+        int jb = jcur_str(&c, &s, NULL) ? -1 : 0;
+        CHECK_MSG(ja == jb && (ja || (an == s.len && !memcmp(a, s.s, an))), "%s: jansson %d (%zu), jcur %d (%zu) %s",
+                  lits[i], ja, an, jb, s.len, jb ? err : "");
+        CHECK(!jb || strstr(err, "t.json: invalid JSON at byte"));
+        base_free(s.s);
     }
-    /* a string longer than the buffer: the full length, the buffer's worth written */
-    {
-        const char *lit = "\"abcdefgh\"";
-        uint8_t b[4];
-        size_t n = 0;
-        jscan s = {.p = (const uint8_t *)lit, .end = (const uint8_t *)lit + strlen(lit), .doc = (const uint8_t *)lit};
-        CHECK(jscan_string(&s, b, sizeof b, &n) == 0 && n == 8 && !memcmp(b, "abcd", 4));
-    }
-    static const struct { const char *num; int rc; int64_t v; } nums[] = {
-        {"0", 0, 0}, {"-0", 0, 0}, {"123", 0, 123}, {"5.0", 0, 5}, {"1e3", 0, 1000}, {"2E+1", 0, 20},
-        {"-7", 0, -7}, {"1.5", 1, 0}, {"1e300", 1, 0}, {"99999999999999999999999", 1, 0},
-        {"01", -1, 0}, {"1.", -1, 0}, {".5", -1, 0}, {"-", -1, 0}, {"1e", -1, 0}, {"1x", -1, 0}, {"true", -1, 0},
+    static const struct { const char *num; int ok, kind; int64_t v; } nums[] = {
+        {"0", 1, JN_INT, 0}, {"-0", 1, JN_INT, 0}, {"123", 1, JN_INT, 123}, {"5.0", 1, JN_REAL, 0}, {"1e3", 1, JN_REAL, 0},
+        {"-7", 1, JN_INT, -7}, {"99999999999999999999999", 1, JN_RANGE, 0},
+        {"1.", 0, 0, 0}, {".5", 0, 0, 0}, {"-", 0, 0, 0}, {"1e", 0, 0, 0}, {"true", 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++) {
-        jscan s = {.p = (const uint8_t *)nums[i].num, .end = (const uint8_t *)nums[i].num + strlen(nums[i].num)};
-        s.doc = s.p;
+        jcur c = cursor(nums[i].num);
         int64_t v = -99;
-        int rc = jscan_int(&s, &v);
-        CHECK_MSG(rc == nums[i].rc && (rc || v == nums[i].v), "%s: %d %lld", nums[i].num, rc, (long long)v);
+        int kind = -1, rc = jcur_num(&c, &v, &kind, NULL);
+        CHECK_MSG((rc == 0) == nums[i].ok && (rc || (kind == nums[i].kind && (kind != JN_INT || v == nums[i].v))),
+                  "%s: rc %d kind %d v %lld", nums[i].num, rc, kind, (long long)v);
     }
     /* members: escaped keys match, nested values are passed over whole */
     const char *doc = "{\"a\": [1, {\"model\": 2}], \"m\\u006fdel\" :\n {\"x\": \"}\\\"]\"},\n \"z\": 0}";
-    size_t off = 0, n = 0;
-    CHECK(jscan_member((const uint8_t *)doc, strlen(doc), "model", &off, &n) == 0 &&
-          n == strlen("{\"x\": \"}\\\"]\"}") && doc[off] == '{');
-    CHECK(jscan_member((const uint8_t *)doc, strlen(doc), "q", &off, &n) == -1);
-    CHECK(jscan_member((const uint8_t *)"{\"a\": [", 7, "b", &off, &n) == -1);
+    jcur c = cursor(doc);
+    const uint8_t *v = NULL;
+    size_t n = 0;
+    CHECK(jcur_member(&c, "model", &v, &n) == 0 && n == strlen("{\"x\": \"}\\\"]\"}") && v && *v == '{');
+    c = cursor(doc);
+    CHECK(jcur_member(&c, "q", &v, &n) == 1);
+    jcur bad = cursor("{\"a\": [");
+    CHECK(jcur_member(&bad, "b", &v, &n) == STRATA_EFORMAT);
+    base_free(c.tmp.s);
+    base_free(bad.tmp.s);
     char blank[] = "{\n \"k\": [1,\n2]}";
-    jscan_blank((uint8_t *)blank, strlen(blank));
+    jcur_blank((uint8_t *)blank, strlen(blank));
     CHECK(!strcmp(blank, "{\n}        \n   "));
 }
 
@@ -144,7 +150,7 @@ static void same_tokenizer(const char *json, const char *what) {
 
 TEST(tok_hf_escaped) {
     char dir[1100], err[512], p[1200];
-    snprintf(dir, sizeof dir, "%s/jscan_ds", t_tmpdir);
+    snprintf(dir, sizeof dir, "%s/jcur_ds", t_tmpdir);
     base_mkdir_p(dir, NULL, 0);
     CHECK_MSG(gen_tok_write_hf(dir, 2048, GEN_DS_V3, err, sizeof err) == 0, "%s", err);
     snprintf(p, sizeof p, "%s/tokenizer.json", dir);
