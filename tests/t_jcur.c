@@ -82,6 +82,7 @@ TEST(jcur_strings) {
     const uint8_t *v = NULL;
     size_t n = 0;
     CHECK(jcur_member(&c, "model", &v, &n) == 0 && n == strlen("{\"x\": \"}\\\"]\"}") && v && *v == '{');
+    base_free(c.tmp.s);
     c = cursor(doc);
     CHECK(jcur_member(&c, "q", &v, &n) == 1);
     jcur bad = cursor("{\"a\": [");
