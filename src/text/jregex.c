@@ -20,6 +20,12 @@
 #define MAX_R 65536     /* code-point ranges, all sets */
 #define MAX_NFA 131072  /* NFA states */
 #define MAX_POOL (1 << 24) /* NFA ids over all DFA state sets */
+/* Subset construction steps (NFA states visited by closures and scanned per
+ * DFA state and byte class). The state and pool bounds alone let a short
+ * pattern cost seconds: (\S{1,64}){1,20} has 140 states but took 0.8 s at -O2
+ * (10 s under ASan) to build. Formats, integer ranges and the test patterns
+ * take under 15M steps; 32M is about 0.5 s at -O2. */
+#define MAX_WORK (1 << 25)
 #define MAX_NEST 64
 #define CP_MAX 0x10FFFF
 
@@ -375,11 +381,17 @@ static int has_anchor(const px *c, int32_t id, int depth) {
     return 0;
 }
 
-/* Each top-level alternative: a leading '^' and a trailing '$' dropped; a side
- * without one gets "any code points" (search). */
+/* Each top-level alternative: a leading '^' and a trailing '$' dropped. The
+ * alternatives are then grouped by the anchors they had, and a group gets one
+ * "any code points" loop on each side without an anchor (search): "a|b" becomes
+ * (?:any)*(?:a|b)(?:any)*. One loop pair per alternative would be the same
+ * language, but every copy is live at once, so each DFA state set grows with
+ * the alternation: 50 unanchored words needed more than 4096 states, and 250
+ * empty alternatives took 4 s to compile (fz_schema). */
 static int unanchor(px *c, int32_t root) {
-    int32_t any = -1;
-    for (int32_t a = c->x[root].lo; a >= 0; a = c->x[a].next) {
+    int32_t grp[4] = {-1, -1, -1, -1}, tail[4] = {-1, -1, -1, -1}; /* ALT by start | end << 1 */
+    for (int32_t a = c->x[root].lo, after; a >= 0; a = after) {
+        after = c->x[a].next;
         xnode *cat = &c->x[a];
         int32_t head = cat->lo; /* the last element (reversed) */
         int end_anchor = head >= 0 && c->x[head].kind == X_EOL;
@@ -395,26 +407,49 @@ static int unanchor(px *c, int32_t root) {
         cat->lo = head;
         for (int32_t k = head; k >= 0; k = c->x[k].next)
             if (has_anchor(c, k, 0)) return bad(c, "'^' and '$' are supported only at the start and the end of the pattern or of a top-level alternative");
-        if (any < 0) {
-            const int32_t lo = c->nr;
-            if (add_range(c, 0, CP_MAX) || (any = set_node(c, lo)) < 0) return -1;
+        const int g = start_anchor | end_anchor << 1;
+        if (grp[g] < 0) {
+            if ((grp[g] = node(c, X_ALT)) < 0) return -1;
+            c->x[grp[g]].lo = a;
+        } else {
+            c->x[tail[g]].next = a;
         }
+        c->x[a].next = -1;
+        tail[g] = a;
+        c->x[grp[g]].n++;
+    }
+    int32_t any = -1, prev = -1;
+    c->x[root].lo = -1;
+    c->x[root].n = 0;
+    for (int g = 0; g < 4; g++) {
+        if (grp[g] < 0) continue;
+        const int32_t cat = node(c, X_CAT);
+        if (cat < 0) return -1;
+        /* children in reverse order: the end loop, the group, the start loop */
+        int32_t part[3] = {-1, grp[g], -1};
         for (int side = 0; side < 2; side++) {
-            if (side == 0 ? start_anchor : end_anchor) continue;
+            if (g >> side & 1) continue;
+            if (any < 0) {
+                const int32_t lo = c->nr;
+                if (add_range(c, 0, CP_MAX) || (any = set_node(c, lo)) < 0) return -1;
+            }
             const int32_t r = node(c, X_REP);
             if (r < 0) return -1;
             c->x[r].lo = any;
             c->x[r].min = 0;
             c->x[r].max = -1;
-            if (side == 1) { c->x[r].next = cat->lo; cat->lo = r; }
-            else {
-                int32_t t = cat->lo;
-                while (t >= 0 && c->x[t].next >= 0) t = c->x[t].next;
-                if (t < 0) cat->lo = r;
-                else c->x[t].next = r;
-            }
-            cat->n++;
+            part[side ? 0 : 2] = r;
         }
+        for (int k = 2; k >= 0; k--) {
+            if (part[k] < 0) continue;
+            c->x[part[k]].next = c->x[cat].lo;
+            c->x[cat].lo = part[k];
+            c->x[cat].n++;
+        }
+        if (prev < 0) c->x[root].lo = cat;
+        else c->x[prev].next = cat;
+        prev = cat;
+        c->x[root].n++;
     }
     return 0;
 }
@@ -559,12 +594,15 @@ static int int_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Adds the closure of seed (the NFA states reached by splits) to out[*n]. */
-static void closure(const nfa *a, int32_t seed, uint32_t *mark, uint32_t gen, int32_t *stack, int32_t *out, int32_t *n) {
+/* Adds the closure of seed (the NFA states reached by splits) to out[*n];
+ * *work counts the states it visits. */
+static void closure(const nfa *a, int32_t seed, uint32_t *mark, uint32_t gen, int32_t *stack, int32_t *out, int32_t *n,
+                    int64_t *work) {
     int32_t sp = 0;
     stack[sp++] = seed;
     while (sp > 0) {
         const int32_t s = stack[--sp];
+        ++*work;
         if (s < 0 || mark[s] == gen) continue;
         mark[s] = gen;
         if (a->s[s].kind == N_SPLIT) { stack[sp++] = a->s[s].out; stack[sp++] = a->s[s].out1; }
@@ -603,8 +641,9 @@ static int subset(nfa *a, int32_t start, dfa *d) {
     memset(S.slot, 0xFF, (size_t)S.nslot * sizeof *S.slot);
     uint32_t gen = 1;
     int32_t n = 0, count = 0;
+    int64_t work = 0;
     uint64_t h;
-    closure(a, start, mark, gen++, stack, tmp, &n);
+    closure(a, start, mark, gen++, stack, tmp, &n, &work);
     qsort(tmp, (size_t)n, sizeof *tmp, int_cmp);
     int32_t where = set_find(&S, tmp, n, 0, &h);
     S.slot[-1 - where] = 0;
@@ -621,9 +660,11 @@ static int subset(nfa *a, int32_t start, dfa *d) {
             n = 0;
             for (int32_t j = 0; j < S.len[i]; j++) {
                 const nst *s = &a->s[S.pool[S.off[i] + j]];
-                if (s->kind == N_RANGE && s->lo <= b && b <= s->hi) closure(a, s->out, mark, gen, stack, tmp, &n);
+                if (s->kind == N_RANGE && s->lo <= b && b <= s->hi) closure(a, s->out, mark, gen, stack, tmp, &n, &work);
             }
             gen++;
+            work += S.len[i];
+            if (work > MAX_WORK) { bad(c, "it is too large to compile (its automaton takes more than %d steps to build)", MAX_WORK); goto out; }
             if (n == 0) { row[k] = -1; continue; }
             qsort(tmp, (size_t)n, sizeof *tmp, int_cmp);
             int32_t t = set_find(&S, tmp, n, count, &h);
