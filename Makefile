@@ -167,14 +167,17 @@ tsan:
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ./build-tsan/test_runner $(TSAN_SUITES)
 	$(MAKE) strata
 
-# libFuzzer: make fuzz T=st [SECS=600]
+# libFuzzer: make fuzz T=st [SECS=600]. New inputs and crash files go to
+# build-fuzz/ (libFuzzer writes to its first corpus directory); fuzz/corpus/T
+# is only read, so a run leaves the repository as it was. Add a finding there
+# by hand, with its regression test.
 SECS ?= 60
 fuzz:
 	@test -n "$(T)" || { echo "usage: make fuzz T=<target> [SECS=600]"; exit 2; }
-	@mkdir -p build-fuzz fuzz/corpus/$(T)
+	@mkdir -p build-fuzz/corpus-$(T) fuzz/corpus/$(T)
 	clang -O1 -g -std=c11 -D_GNU_SOURCE -DFUZZ_TARGET -fsanitize=fuzzer,address,undefined \
 	  -Iinclude $(addprefix -I,$(LIB_DIRS)) -Itools/gen -o build-fuzz/fz_$(T) fuzz/fz_$(T).c $(LIB_SRC) $(SERVE_SRC) $(GEN_SRC) $(LDLIBS)
-	./build-fuzz/fz_$(T) -max_total_time=$(SECS) -max_len=65536 fuzz/corpus/$(T)
+	./build-fuzz/fz_$(T) -max_total_time=$(SECS) -max_len=65536 -artifact_prefix=build-fuzz/ build-fuzz/corpus-$(T) fuzz/corpus/$(T)
 
 clean:
 	rm -rf build build-san build-tsan build-fuzz strata strata-mpi
