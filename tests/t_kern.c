@@ -615,6 +615,13 @@ TEST(kern_fp8) {
                     CHECK_MSG(same_range(Y, Yref, ldy, T, rows, 1, r0, r1, 1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
                               (long long)cols, pk);
                 }
+            for (int rg = 0; rg < 2 && kern_x86_has_avx512(); rg++) { /* the zmm decoder, whatever the vendor */
+                const int64_t r0 = rg ? 5 : 3, r1 = rg ? 14 : rows - 1;
+                memset(Y, 0x7F, (size_t)(T * ldy) * 4);
+                kern_x86_fp8_avx512_decode(Y, W, S, cols, X, r0, r1);
+                CHECK_MSG(same_range(Y, Yref, ldy, T, rows, 1, r0, r1, 1), "avx512 fp8 decoder cols %lld pass %d",
+                          (long long)cols, pk);
+            }
 #endif
         }
         base_free(W); base_free(S); base_free(wf); base_free(X); base_free(Yref); base_free(Y);
@@ -680,6 +687,13 @@ TEST(kern_quant_decode_paths) {
                     CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1, 1), "avx2 fp8 decoder %d cols %lld pass %d", pat,
                               (long long)cols, pass);
                 }
+            for (int rg = 0; rg < 2 && kern_x86_has_avx512(); rg++) {
+                const int64_t r0 = rg ? 3 : 0, r1 = rg ? 12 : rows;
+                memset(Y, 0x7F, (size_t)ldy * 4);
+                kern_x86_fp8_avx512_decode(Y, W, S, cols, X, r0, r1);
+                CHECK_MSG(same_range(Y, Yref, ldy, 1, rows, 1, r0, r1, 1), "avx512 fp8 decoder cols %lld pass %d",
+                          (long long)cols, pass);
+            }
 #endif
         }
         base_free(W); base_free(S); base_free(X);

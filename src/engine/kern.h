@@ -156,6 +156,9 @@ int kern_x86_has_avx512vbmi(void);
  * matmul_fp8 picks by vendor. For tests, which run both. */
 void kern_x86_fp8_avx2_decode(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X,
                               int64_t r0, int64_t r1, int pat);
+/* The zmm FP8 decode (T = 1), what AVX-512 CPUs other than AMD's run; for tests. */
+void kern_x86_fp8_avx512_decode(float *Y, const uint8_t *W, const float *S, int64_t cols, const float *X,
+                                int64_t r0, int64_t r1);
 /* AVX2 MXFP4 decode's tables (kern_x86.c): row s the low then the high bytes of
  * the top 16 bits of kern_fp4_lut[s][0..15] (the rest of each f32 is zero). */
 extern const uint8_t kern_x86_fp4_bf16[256][32];
