@@ -56,14 +56,15 @@ void jsonx_build_begin(void) {
 
 int jsonx_build_failed(void) { return t_failed; }
 
+int jsonx_real_int(double v, int64_t *out) {
+    if (!isfinite(v) || v != floor(v) || fabs(v) > 9.0e15) return -1;
+    *out = (int64_t)v;
+    return 0;
+}
+
 int jsonx_int(const json_t *j, int64_t *out) {
     if (json_is_integer(j)) { *out = (int64_t)json_integer_value(j); return 0; }
-    if (json_is_real(j)) {
-        double v = json_real_value(j);
-        if (!isfinite(v) || v != floor(v) || fabs(v) > 9.0e15) return -1;
-        *out = (int64_t)v;
-        return 0;
-    }
+    if (json_is_real(j)) return jsonx_real_int(json_real_value(j), out);
     return -1;
 }
 

@@ -24,6 +24,9 @@ int jsonx_build_failed(void);
 /* Exact integer value of j: JSON integer, or a real with no fractional part that
  * fits; returns 0 on success. Rejects fractions, booleans, strings. */
 int jsonx_int(const json_t *j, int64_t *out);
+/* The same rule for a real read elsewhere (jcur.h): 0 with *out when v has no
+ * fractional part and |v| <= 9e15. */
+int jsonx_real_int(double v, int64_t *out);
 /* Numeric value (integer or real) as double; 0 on success. */
 int jsonx_num(const json_t *j, double *out);
 

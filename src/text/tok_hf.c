@@ -23,7 +23,6 @@
  * rest of the file, with those two blanked (DeepSeek-V3's file as one tree:
  * 138 MB peak RSS, 0.56 s; in place: 25.5 MB, 0.26 s).
  */
-#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -191,31 +190,36 @@ static int next_item(jcur *c, char close, int *more) {
     return jcur_syntax(c, NULL, close == '}' ? "expected ',' or '}'" : "expected ',' or ']'");
 }
 
-/* A real with no fractional part within +-9e15 (as jsonx_int takes it). */
+/* A real number token s..e as an id, by jsonx_int's rule. */
 static int real_int(const uint8_t *s, const uint8_t *e, int64_t *v) {
     char buf[64];
     if ((size_t)(e - s) >= sizeof buf) return -1;
     memcpy(buf, s, (size_t)(e - s));
     buf[e - s] = 0;
-    const double d = strtod(buf, NULL);
-    if (!isfinite(d) || d != floor(d) || fabs(d) > 9.0e15) return -1;
-    *v = (int64_t)d;
-    return 0;
+    return jsonx_real_int(strtod(buf, NULL), v);
 }
 
-/* One "key": id member of model.vocab; its path in p for messages. */
-static int vocab_member(ld *l, jcur *c, jstr *key, int64_t *id, char *p, size_t pn) {
+/* A refusal naming model.vocab["key"] (its first 40 bytes): the path is only
+ * formatted for the message, not for each of the ~128k keys. */
+static int bad_key(ld *l, const char *key, size_t n, const char *why) {
+    char p[128];
+    snprintf(p, sizeof p, "model.vocab[\"%.*s\"]", (int)(n < 40 ? n : 40), key);
+    return bad(l, p, why);
+}
+
+/* One "key": id member of model.vocab. */
+static int vocab_member(ld *l, jcur *c, jstr *key, int64_t *id) {
     int rc = jcur_str(c, key, NULL), kind = -1;
     if (rc) return rc;
     if (!jcur_eat(c, ':')) return jcur_syntax(c, NULL, "expected ':'");
-    snprintf(p, pn, "model.vocab[\"%.*s\"]", (int)(key->len < 40 ? key->len : 40), key->s);
     jcur_ws(c);
     const uint8_t *at = c->p;
     if (c->p < c->end && (*c->p == '-' || (*c->p >= '0' && *c->p <= '9'))) rc = jcur_num(c, id, &kind, NULL);
     else rc = jcur_skip(c, NULL);
     if (rc) return rc;
     if (kind == JN_REAL) kind = real_int(at, c->p, id) ? -1 : JN_INT;
-    if (kind != JN_INT || *id < 0 || *id >= TOK_MAX_ID) return bad(l, p, "is not an id (an integer from 0 to 16777215)");
+    if (kind != JN_INT || *id < 0 || *id >= TOK_MAX_ID)
+        return bad_key(l, key->s, key->len, "is not an id (an integer from 0 to 16777215)");
     return STRATA_OK;
 }
 
@@ -236,9 +240,7 @@ static int check_twice(ld *l, int32_t *ids, size_t n) {
         if (!cmp_text(&ids[i - 1], &ids[i], l->t)) {
             size_t len;
             const uint8_t *b = tok_token_bytes(l->t, ids[i], &len);
-            char p[128];
-            snprintf(p, sizeof p, "model.vocab[\"%.*s\"]", (int)(len < 40 ? len : 40), (const char *)b);
-            return bad(l, p, "appears twice");
+            return bad_key(l, (const char *)b, len, "appears twice");
         }
     return STRATA_OK;
 }
@@ -246,7 +248,6 @@ static int check_twice(ld *l, int32_t *ids, size_t n) {
 /* Pass 1 of model.vocab: the syntax, the largest id and the member count. */
 static int vocab_scan(ld *l, jstr *key, int64_t *max, size_t *count) {
     jcur c;
-    char p[128];
     int64_t id;
     int rc = span_open(l, 0, "model.vocab", &c), more = 1;
     if (rc) return rc;
@@ -255,7 +256,7 @@ static int vocab_scan(ld *l, jstr *key, int64_t *max, size_t *count) {
     if (!jcur_eat(&c, '{')) return jcur_syntax(&c, NULL, "expected '{'");
     if (jcur_eat(&c, '}')) more = 0;
     while (more) {
-        if ((rc = vocab_member(l, &c, key, &id, p, sizeof p)) || (rc = next_item(&c, '}', &more))) break;
+        if ((rc = vocab_member(l, &c, key, &id)) || (rc = next_item(&c, '}', &more))) break;
         if (id > *max) *max = id;
         (*count)++;
     }
@@ -284,22 +285,21 @@ static int load_vocab(ld *l, json_t *model, uint8_t *tmp) {
     t->n_ranks = (int32_t)max + 1;
     /* pass 2: the tokens */
     jcur c;
-    char p[128];
     size_t n_other = 0;
     span_open(l, 0, "model.vocab", &c);
     jcur_eat(&c, '{');
     for (size_t i = 0; i < count && !rc; i++) {
-        if ((rc = vocab_member(l, &c, &key, &id, p, sizeof p)) || (rc = next_item(&c, '}', &more))) break;
+        if ((rc = vocab_member(l, &c, &key, &id)) || (rc = next_item(&c, '}', &more))) break;
         const size_t kn = key.len;
-        if (kn == 0 || kn > TOK_MAX_TOKEN) { rc = bad(l, p, kn ? "is too long" : "is an empty token"); break; }
-        if (t->id_len[id] != TOK_ABSENT) { rc = bad(l, p, "has an id another token has"); break; }
+        if (kn == 0 || kn > TOK_MAX_TOKEN) { rc = bad_key(l, key.s, kn, kn ? "is too long" : "is an empty token"); break; }
+        if (t->id_len[id] != TOK_ABSENT) { rc = bad_key(l, key.s, kn, "has an id another token has"); break; }
         long bn = bytelevel_decode(key.s, kn, l->inv, tmp);
         const uint8_t *b = bn > 0 ? tmp : (const uint8_t *)key.s;
         size_t len = bn > 0 ? (size_t)bn : kn;
         if ((rc = tok_pool_add(t, b, len, &t->id_off[id]))) { rc = base_fail(l->err, l->errlen, rc, "%s: out of memory", l->name); break; }
         t->id_len[id] = (uint32_t)len;
         if (len > t->max_token_len) t->max_token_len = len;
-        if (bn > 0 && tok_map_put(t, (int32_t)id) >= 0) rc = bad(l, p, "has the same bytes as another token");
+        if (bn > 0 && tok_map_put(t, (int32_t)id) >= 0) rc = bad_key(l, key.s, kn, "has the same bytes as another token");
         if (bn <= 0) other[n_other++] = (int32_t)id;
     }
     if (!rc) rc = check_twice(l, other, n_other);
@@ -309,8 +309,15 @@ static int load_vocab(ld *l, json_t *model, uint8_t *tmp) {
     return rc ? rc : tok_build_lookups(t, t->n_ranks, l->name, l->err, l->errlen);
 }
 
-/* One merge: "a b" (decoded into sa) or ["a", "b"] (into sa and sb). */
-static int merge_pair(ld *l, jcur *c, const char *p, jstr *sa, jstr *sb, const uint8_t **a, size_t *an,
+/* A refusal naming model.merges[i], formatted for the message only. */
+static int bad_merge(ld *l, size_t i, const char *why) {
+    char p[64];
+    snprintf(p, sizeof p, "model.merges[%zu]", i);
+    return bad(l, p, why);
+}
+
+/* Merge i: "a b" (decoded into sa) or ["a", "b"] (into sa and sb). */
+static int merge_pair(ld *l, jcur *c, size_t i, jstr *sa, jstr *sb, const uint8_t **a, size_t *an,
                       const uint8_t **b, size_t *bn) {
     int rc;
     jcur_ws(c);
@@ -318,7 +325,7 @@ static int merge_pair(ld *l, jcur *c, const char *p, jstr *sa, jstr *sb, const u
         if ((rc = jcur_str(c, sa, NULL))) return rc;
         const char *sp = memchr(sa->s, ' ', sa->len);
         if (!sp || memchr(sp + 1, ' ', sa->len - (size_t)(sp - sa->s) - 1))
-            return bad(l, p, "is not \"a b\" (two tokens, one space)");
+            return bad_merge(l, i, "is not \"a b\" (two tokens, one space)");
         *a = (const uint8_t *)sa->s;
         *an = (size_t)(sp - sa->s);
         *b = (const uint8_t *)sp + 1;
@@ -342,7 +349,7 @@ static int merge_pair(ld *l, jcur *c, const char *p, jstr *sa, jstr *sb, const u
             }
         }
     }
-    return bad(l, p, "is neither \"a b\" nor [\"a\", \"b\"]");
+    return bad_merge(l, i, "is neither \"a b\" nor [\"a\", \"b\"]");
 }
 
 /* Pass 1 of model.merges: the syntax and the count. */
@@ -378,20 +385,18 @@ static int load_merges(ld *l, json_t *model, uint8_t *tmp) {
     span_open(l, 1, "model.merges", &c);
     jcur_eat(&c, '[');
     for (size_t i = 0; i < nm && !rc; i++) {
-        char p[64];
-        snprintf(p, sizeof p, "model.merges[%zu]", i);
         const uint8_t *a = NULL, *b = NULL;
         size_t an = 0, bn = 0;
-        if ((rc = merge_pair(l, &c, p, &sa, &sb, &a, &an, &b, &bn)) || (rc = next_item(&c, ']', &more))) break;
-        if (an > TOK_MAX_TOKEN || bn > TOK_MAX_TOKEN) { rc = bad(l, p, "has a token that is too long"); break; }
+        if ((rc = merge_pair(l, &c, i, &sa, &sb, &a, &an, &b, &bn)) || (rc = next_item(&c, ']', &more))) break;
+        if (an > TOK_MAX_TOKEN || bn > TOK_MAX_TOKEN) { rc = bad_merge(l, i, "has a token that is too long"); break; }
         int32_t ia = vocab_id(l, a, an, tmp), ib = vocab_id(l, b, bn, tmp);
-        if (ia == RANK_NONE || ib == RANK_NONE) { rc = bad(l, p, "names a token that is not in model.vocab"); break; }
+        if (ia == RANK_NONE || ib == RANK_NONE) { rc = bad_merge(l, i, "names a token that is not in model.vocab"); break; }
         size_t la, lb;
         const uint8_t *pa = tok_token_bytes(t, ia, &la), *pb = tok_token_bytes(t, ib, &lb);
         memcpy(cat, pa, la);
         memcpy(cat + la, pb, lb);
         int32_t id = tok_map_lookup(t, cat, la + lb);
-        if (id == RANK_NONE) { rc = bad(l, p, "merges into a token that is not in model.vocab"); break; }
+        if (id == RANK_NONE) { rc = bad_merge(l, i, "merges into a token that is not in model.vocab"); break; }
         /* tokenizers builds its merge map by inserting in order: a pair listed
          * twice keeps its last rank. */
         merge_slot *sl = merge_find(t, pair_key(ia, ib));
@@ -762,12 +767,8 @@ int tok_open_dir(tok **out, const char *dir, int *cfg_bad, char *err, size_t err
         uint8_t *b = NULL;
         size_t n = 0;
         rc = base_read_file(jj, 16u << 20, &b, &n, err, errlen);
-        if (!rc && !((*out)->chat_template = base_alloc(n + 1, MEM_TOK)))
+        if (!rc && !((*out)->chat_template = base_strdup((const char *)b, MEM_TOK)))
             rc = base_fail(err, errlen, STRATA_ENOMEM, "%s: out of memory", jj);
-        if (!rc) {
-            memcpy((*out)->chat_template, b, n);
-            (*out)->chat_template[n] = 0;
-        }
         base_free(b);
         if (rc) {
             if (cfg_bad) *cfg_bad = 1;
