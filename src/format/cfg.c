@@ -95,24 +95,26 @@ typedef struct cfg_rd {
     uint64_t have;       /* fields read successfully */
 } rd;
 
-void cfg_rd_problem(struct cfg_rd *r, const char *fmt, ...) {
+void cfg_problem_va(sbuf *pb, const char *what, const char *fmt, va_list ap) {
     char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    sbuf_printf(pb, "%s: %s\n", what, msg);
+    pb->n++;
+}
+
+void cfg_rd_problem(struct cfg_rd *r, const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    cfg_problem_va(r->pb, r->what, fmt, ap);
     va_end(ap);
-    sbuf_printf(r->pb, "%s: %s\n", r->what, msg);
-    r->pb->n++;
 }
 
 static void problem(rd *r, const char *fmt, ...) ST_PRINTF(2, 3);
 static void problem(rd *r, const char *fmt, ...) {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    cfg_problem_va(r->pb, r->what, fmt, ap);
     va_end(ap);
-    cfg_rd_problem(r, "%s", msg);
 }
 
 /* A JSON real as it was most likely written: the shortest digits that read back

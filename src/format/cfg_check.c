@@ -35,13 +35,10 @@ static int has(const vd *v, int a, int b) { return HAVE(v->have, a) && HAVE(v->h
 
 static void vproblem(vd *v, const char *fmt, ...) ST_PRINTF(2, 3);
 static void vproblem(vd *v, const char *fmt, ...) {
-    char msg[512];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    cfg_problem_va(v->pb, v->what, fmt, ap);
     va_end(ap);
-    sbuf_printf(v->pb, "%s: %s\n", v->what, msg);
-    v->pb->n++;
 }
 
 /* Width in 1..CFG_MAX_DIM (or 0..max when zero_ok). Returns 1 if it is usable. */

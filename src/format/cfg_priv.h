@@ -7,6 +7,7 @@
 #ifndef STRATA_CFG_PRIV_H
 #define STRATA_CFG_PRIV_H
 
+#include <stdarg.h>
 #include <stdint.h>
 #include "arch.h"
 #include "base.h"
@@ -20,6 +21,9 @@ const char *cfg_field_name(int id);
 /* Every structural check of c (cfg_check.c), one problem line each into pb,
  * skipping checks on fields not in have (they failed to parse). */
 void cfg_check_all(const cfg *c, uint64_t have, const char *what, sbuf *pb);
+/* One problem line "what: message" into pb (the message cut at 511 bytes), as
+ * the reader's and the validation's messages are written. */
+void cfg_problem_va(sbuf *pb, const char *what, const char *fmt, va_list ap) ST_PRINTF(3, 0);
 /* The problems of pb into err (cut at a line when they do not fit); frees pb;
  * returns STRATA_EFORMAT. */
 int cfg_flush_problems(sbuf *pb, char *err, size_t errlen);
