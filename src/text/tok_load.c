@@ -355,9 +355,8 @@ static int name_reserved(tok *t, char *err, size_t errlen) {
         if (id < t->n_vocab && t->id_len[id] != TOK_ABSENT) continue;
         char nm[48];
         const size_t n = (size_t)snprintf(nm, sizeof nm, "<|reserved_token_%d|>", (int)id);
-        int taken = 0;
-        for (int i = 0; i < t->n_sp && !taken; i++) taken = t->sp[i].len == n && !memcmp(t->pool + t->sp[i].off, nm, n);
-        int rc = taken ? STRATA_OK : add_special(t, (const uint8_t *)nm, n, id, "tokenizer: reserved specials", err, errlen);
+        int rc = tok_special_id(t, nm) >= 0 ? STRATA_OK
+                                             : add_special(t, (const uint8_t *)nm, n, id, "tokenizer: reserved specials", err, errlen);
         if (rc) return rc;
     }
     return STRATA_OK;
